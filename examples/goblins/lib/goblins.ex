@@ -1,0 +1,383 @@
+defmodule Goblins do
+  @moduledoc """
+  The goblin world: the demo zone of `make run` and the workload of the benchmarks.
+
+  N goblins at one per 50 m²; every tick each goblin looks at its neighbours within 12 m, runs a
+  small state machine (idle ↔ wander on random timers, flee from aggressive goblins, aggressive
+  goblins chase the nearest one), steers at up to 3 m/s with separation, stays in the world and
+  resolves overlaps. The exact rules, shared with the native reference in `bench/reference`, are
+  in `docs/goblins-scenario.md`; `checksum/1` lets both sides compare states bit for bit.
+
+  Aggressive goblins (id divisible by 20, 5 %) have kind `:warlord`, the others `:goblin`.
+  Players (kind `:player`) walk with inputs `{:move, mx, my}`, `mx`, `my` in -127..127.
+
+      {:ok, _} = Overworld.start_zone(Goblins, Goblins.zone_options(10_000, id: :goblins))
+  """
+  use Overworld.Zone
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 1, entity: 2]
+
+  alias Overworld.Random
+  alias Overworld.Spatial.View
+
+  @r_view 12 * 1024
+  @r_view2 @r_view * @r_view
+  @r_sep 1536
+  @r_sep2 @r_sep * @r_sep
+  @contact 1024
+  @contact2 @contact * @contact
+  @speed 3072
+  @arrive2 512 * 512
+  @player_speed 5 * 1024
+  @half_turn 32768.0
+
+  @doc """
+  Zone options for a goblin world of `n` goblins: the world size for one goblin per 50 m², a
+  12 m grid, and `args` for `init/1`. `extra` options (`:id` at least) are merged in.
+
+      iex> opts = Goblins.zone_options(10_000, id: :g)
+      iex> {opts[:size], opts[:cell_size]}
+      {{707.1067811865476, 707.1067811865476}, 12}
+  """
+  @spec zone_options(pos_integer, keyword) :: keyword
+  def zone_options(n, extra) when is_integer(n) and n > 0 do
+    side = :math.sqrt(n * 50)
+    seed = Keyword.get(extra, :seed, 0)
+    rate = Keyword.get(extra, :tick_rate, 30)
+
+    [size: {side, side}, cell_size: 12, args: [goblins: n, seed: seed, tick_rate: rate]]
+    |> Keyword.merge(extra)
+  end
+
+  @doc "The world side in units for `n` goblins."
+  @spec side(pos_integer) :: non_neg_integer
+  def side(n), do: trunc(:math.sqrt(n * 50) * 1024)
+
+  @impl true
+  def init(args) do
+    n = Keyword.fetch!(args, :goblins)
+    seed = Keyword.get(args, :seed, 0)
+    rate = Keyword.get(args, :tick_rate, 30)
+    {:ok, %{goblins: n}, [{:spawn, placement(n, seed, rate)}]}
+  end
+
+  @doc "The spawn specs of the initial goblins (ids 1..n in order)."
+  @spec placement(pos_integer, integer, pos_integer) :: [keyword]
+  def placement(n, seed, rate) do
+    s = side(n)
+
+    for id <- 1..n do
+      r = Random.next(Random.seed_for(seed, id))
+      x = rem(r, s)
+      r = Random.next(r)
+      y = rem(r, s)
+      r = Random.next(r)
+      timer = rate + rem(r, 2 * rate)
+      kind = if rem(id, 20) == 0, do: :warlord, else: :goblin
+      [kind: kind, x: x, y: y, state: :idle, rng: r, data: {timer, x, y}]
+    end
+  end
+
+  @impl true
+  def handle_join(_player, _meta, state) do
+    {:ok, [kind: :player, x: 0, y: 0, data: nil], state}
+  end
+
+  @impl true
+  def handle_input(_player, {:move, mx, my}, state)
+      when is_integer(mx) and is_integer(my) and mx in -127..127 and my in -127..127,
+      do: {:ok, {mx, my}, state}
+
+  def handle_input(_player, _input, state), do: {:ignore, state}
+
+  @impl true
+  def handle_entity({:entity, _, kind, _, _, _, _, _, _, _, _, _, _} = e, view, ctx)
+      when kind == :goblin or kind == :warlord do
+    {:ok, goblin(e, view, ctx.tick_rate, ctx.width)}
+  end
+
+  def handle_entity(entity(kind: :player) = e, view, ctx), do: {:ok, player(e, view, ctx)}
+  def handle_entity(e, _view, _ctx), do: {:ok, e}
+
+  ## Goblins (docs/goblins-scenario.md, step by step)
+
+  # Step 1 walks the 3x3 block of candidate cells once: it filters the neighbours (within 12 m,
+  # not the goblin itself), picks the threat or prey, sums the separation, and keeps the few
+  # neighbours close enough to overlap after this tick's move (within 1 m plus the longest
+  # possible step) for step 5. The result is the same as walking `View.neighbours/3` twice.
+  defp goblin(e, view, rate, side) do
+    {:entity, id, kind, x, y, vx0, vy0, heading, st, r, {timer, qx, qy}, owner, input} = e
+    agg = kind == :warlord
+    near = @contact + div(@speed, rate) + 2
+
+    {bid, bx, by, sx, sy, close} =
+      scan([], View.candidates(view), agg, id, x, y, @r_view2 + 1, 0, 0, 0, 0, 0, near * near, [])
+
+    {st, timer, qx, qy, r, wx, wy} =
+      cond do
+        bid != 0 and not agg ->
+          {wx, wy} = if bx == x and by == y, do: {@speed, 0}, else: toward(x - bx, y - by)
+          {:flee, timer, qx, qy, r, wx, wy}
+
+        bid != 0 ->
+          {wx, wy} = toward(bx - x, by - y)
+          {:chase, timer, qx, qy, r, wx, wy}
+
+        st == :flee or st == :chase ->
+          r = Random.next(r)
+          {:idle, div(rate, 2) + rem(r, rate), qx, qy, r, 0, 0}
+
+        true ->
+          wander(st, timer, x, y, qx, qy, r, rate, side)
+      end
+
+    {vx, vy} = cap(wx + sx, wy + sy)
+    px = clamp(x + div(vx, rate), side)
+    py = clamp(y + div(vy, rate), side)
+
+    {px, py} =
+      case close do
+        [] ->
+          {px, py}
+
+        _ ->
+          {ox, oy} = overlap(close, id, px, py, 0, 0)
+          {clamp(px + ox, side), clamp(py + oy, side)}
+      end
+
+    heading = heading(vx, vy, vx0, vy0, heading)
+    {:entity, id, kind, px, py, vx, vy, heading, st, r, {timer, qx, qy}, owner, input}
+  end
+
+  defp wander(st, timer, x, y, qx, qy, r, rate, side) do
+    dqx = qx - x
+    dqy = qy - y
+    timer = if st == :wander and dqx * dqx + dqy * dqy <= @arrive2, do: 0, else: timer - 1
+
+    {st, timer, qx, qy, r} =
+      cond do
+        timer > 0 ->
+          {st, timer, qx, qy, r}
+
+        st == :idle ->
+          r = Random.next(r)
+          qx = clamp(x + rem(r, 40960) - 20480, side)
+          r = Random.next(r)
+          qy = clamp(y + rem(r, 40960) - 20480, side)
+          r = Random.next(r)
+          {:wander, 2 * rate + rem(r, 4 * rate), qx, qy, r}
+
+        true ->
+          r = Random.next(r)
+          {:idle, rate + rem(r, 2 * rate), qx, qy, r}
+      end
+
+    if st == :wander do
+      {wx, wy} = toward(qx - x, qy - y)
+      {st, timer, qx, qy, r, wx, wy}
+    else
+      {st, timer, qx, qy, r, 0, 0}
+    end
+  end
+
+  # The walk over the candidate lists (one list at a time, no tuples built per candidate).
+  defp scan([], [l | ls], agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close),
+    do: scan(l, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
+
+  defp scan([], [], _agg, _id, _x, _y, _bd2, bid, bx, by, sx, sy, _near2, close),
+    do: {bid, bx, by, sx, sy, close}
+
+  defp scan([n | rest], ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close) do
+    dx = x - entity(n, :x)
+    dy = y - entity(n, :y)
+    d2 = dx * dx + dy * dy
+
+    if d2 > @r_view2 or entity(n, :id) == id do
+      scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
+    else
+      close = if d2 < near2, do: [n | close], else: close
+
+      if (agg or entity(n, :kind) == :warlord) and
+           (d2 < bd2 or (d2 == bd2 and entity(n, :id) < bid)) do
+        separate(
+          rest,
+          ls,
+          agg,
+          id,
+          x,
+          y,
+          d2,
+          entity(n, :id),
+          entity(n, :x),
+          entity(n, :y),
+          sx,
+          sy,
+          near2,
+          close,
+          n,
+          dx,
+          dy,
+          d2
+        )
+      else
+        separate(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close, n, dx, dy, d2)
+      end
+    end
+  end
+
+  # Separation from a neighbour closer than 1.5 m, then on with the walk.
+  defp separate(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close, n, dx, dy, d2) do
+    cond do
+      d2 >= @r_sep2 ->
+        scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
+
+      d2 == 0 ->
+        push = if id < entity(n, :id), do: -@speed, else: @speed
+        scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx + push, sy, near2, close)
+
+      true ->
+        d = :math.sqrt(d2)
+        f = @speed * (@r_sep - d) / @r_sep
+
+        scan(
+          rest,
+          ls,
+          agg,
+          id,
+          x,
+          y,
+          bd2,
+          bid,
+          bx,
+          by,
+          sx + trunc(dx * f / d),
+          sy + trunc(dy * f / d),
+          near2,
+          close
+        )
+    end
+  end
+
+  defp overlap([], _id, _x, _y, ox, oy), do: {ox, oy}
+
+  defp overlap([n | rest], id, x, y, ox, oy) do
+    dx = x - entity(n, :x)
+    dy = y - entity(n, :y)
+    d2 = dx * dx + dy * dy
+
+    cond do
+      d2 >= @contact2 ->
+        overlap(rest, id, x, y, ox, oy)
+
+      d2 == 0 ->
+        push = if id < entity(n, :id), do: -512, else: 512
+        overlap(rest, id, x, y, ox + push, oy)
+
+      true ->
+        d = :math.sqrt(d2)
+        k = (@contact - d) / 2 / d
+        overlap(rest, id, x, y, ox + trunc(dx * k), oy + trunc(dy * k))
+    end
+  end
+
+  defp toward(0, 0), do: {0, 0}
+
+  defp toward(dx, dy) do
+    d = :math.sqrt(dx * dx + dy * dy)
+    {trunc(dx * @speed / d), trunc(dy * @speed / d)}
+  end
+
+  defp cap(vx, vy) do
+    if vx * vx + vy * vy > @speed * @speed do
+      d = :math.sqrt(vx * vx + vy * vy)
+      {trunc(vx * @speed / d), trunc(vy * @speed / d)}
+    else
+      {vx, vy}
+    end
+  end
+
+  defp heading(0, 0, _vx0, _vy0, heading), do: heading
+  defp heading(vx, vy, vx, vy, heading), do: heading
+
+  defp heading(vx, vy, _vx0, _vy0, _heading),
+    do: Integer.mod(trunc(:math.atan2(vy, vx) * @half_turn / :math.pi()), 65536)
+
+  defp clamp(v, _side) when v < 0, do: 0
+  defp clamp(v, side) when v > side, do: side
+  defp clamp(v, _side), do: v
+
+  ## Players
+
+  defp player(e, view, ctx) do
+    {mx, my} =
+      case entity(e, :input) do
+        {mx, my} -> {mx, my}
+        _ -> {0, 0}
+      end
+
+    vx = div(mx * @player_speed, 127)
+    vy = div(my * @player_speed, 127)
+    {vx, vy} = cap_to(vx, vy, @player_speed)
+    x = clamp(entity(e, :x) + div(vx, ctx.tick_rate), ctx.width)
+    y = clamp(entity(e, :y) + div(vy, ctx.tick_rate), ctx.height)
+    {ox, oy} = overlap(View.neighbours(view, e, @contact), entity(e, :id), x, y, 0, 0)
+
+    entity(e,
+      x: clamp(x + ox, ctx.width),
+      y: clamp(y + oy, ctx.height),
+      vx: vx,
+      vy: vy,
+      heading: heading(vx, vy, entity(e, :vx), entity(e, :vy), entity(e, :heading))
+    )
+  end
+
+  defp cap_to(vx, vy, max) do
+    if vx * vx + vy * vy > max * max do
+      d = :math.sqrt(vx * vx + vy * vy)
+      {trunc(vx * max / d), trunc(vy * max / d)}
+    else
+      {vx, vy}
+    end
+  end
+
+  ## Checksum (docs/goblins-scenario.md)
+
+  @doc """
+  The FNV-1a checksum of the goblins of a list of entities (in id order), as the native
+  reference computes it.
+  """
+  @spec checksum([Overworld.Entity.t()]) :: non_neg_integer
+  def checksum(entities) do
+    entities
+    |> Enum.filter(&(entity(&1, :kind) in [:goblin, :warlord]))
+    |> Enum.sort_by(&entity(&1, :id))
+    |> Enum.reduce(0xCBF29CE484222325, fn e, h ->
+      {timer, qx, qy} = entity(e, :data)
+
+      [
+        entity(e, :id),
+        entity(e, :x),
+        entity(e, :y),
+        entity(e, :vx),
+        entity(e, :vy),
+        entity(e, :heading),
+        state_code(entity(e, :state)),
+        timer,
+        qx,
+        qy,
+        entity(e, :rng)
+      ]
+      |> Enum.reduce(h, fn v, h ->
+        Bitwise.band(
+          Bitwise.bxor(h, Bitwise.band(v, 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3,
+          0xFFFFFFFFFFFFFFFF
+        )
+      end)
+    end)
+  end
+
+  defp state_code(:idle), do: 0
+  defp state_code(:wander), do: 1
+  defp state_code(:flee), do: 2
+  defp state_code(:chase), do: 3
+end

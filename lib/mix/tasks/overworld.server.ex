@@ -1,0 +1,72 @@
+defmodule Mix.Tasks.Overworld.Server do
+  @shortdoc "Runs the goblin world and prints its tick statistics"
+  @moduledoc """
+  Starts Overworld with the goblin world (`examples/goblins`) and prints the zone's tick
+  statistics every few seconds until stopped (Ctrl-C twice). This is what `make run` does.
+
+      mix overworld.server [--entities 10000] [--workers N] [--tick-rate 30] [--interval 5] [--seconds S]
+
+  Each line covers the last interval: tick duration p50/p99/max in microseconds, overruns, the
+  average of each tick phase, and scheduler utilization beside OS CPU (the BEAM busy-waits, so
+  OS CPU over-states the work).
+  """
+  use Mix.Task
+
+  @switches [
+    entities: :integer,
+    workers: :integer,
+    tick_rate: :integer,
+    interval: :integer,
+    seconds: :integer
+  ]
+
+  @impl true
+  def run(argv) do
+    {opts, _, invalid} = OptionParser.parse(argv, strict: @switches)
+
+    if invalid != [],
+      do: Mix.raise("invalid options: #{inspect(invalid)}; see `mix help overworld.server`")
+
+    Mix.Task.run("app.start")
+
+    case Overworld.bind_schedulers() do
+      :ok ->
+        :ok
+
+      {:error, reason} ->
+        Mix.shell().error("could not bind schedulers (#{inspect(reason)}); ticks may be slower")
+    end
+
+    n = Keyword.get(opts, :entities, 10_000)
+    rate = Keyword.get(opts, :tick_rate, 30)
+    interval = Keyword.get(opts, :interval, 5)
+
+    zone_opts =
+      [id: :goblins, tick_rate: rate]
+      |> then(&if opts[:workers], do: Keyword.put(&1, :workers, opts[:workers]), else: &1)
+
+    {:ok, _} = Overworld.start_zone(Goblins, Goblins.zone_options(n, zone_opts))
+    config = Overworld.Zone.info(:goblins).config
+
+    Mix.shell().info(
+      "Overworld: goblin world with #{n} goblins in #{Float.round(elem(config.size, 0), 1)} m x " <>
+        "#{Float.round(elem(config.size, 1), 1)} m, #{rate} Hz, #{config.workers} bucket workers " <>
+        "on #{System.schedulers_online()} schedulers. Statistics every #{interval} s (Ctrl-C to stop)."
+    )
+
+    deadline = if opts[:seconds], do: System.monotonic_time(:second) + opts[:seconds]
+    loop(Overworld.Bench.Report.start(:goblins), interval, deadline)
+  end
+
+  defp loop(report, interval, deadline) do
+    Process.sleep(interval * 1000)
+    {line, report} = Overworld.Bench.Report.line(report)
+    Mix.shell().info(line)
+
+    if deadline && System.monotonic_time(:second) >= deadline do
+      :ok
+    else
+      loop(report, interval, deadline)
+    end
+  end
+end

@@ -1,0 +1,73 @@
+defmodule Overworld do
+  @moduledoc """
+  Overworld: a server-authoritative multiplayer game server framework on Elixir/OTP.
+
+  This module starts and finds zones; `Overworld.Zone` is the behaviour game code implements and
+  the API to a running zone.
+
+      {:ok, _} = Overworld.start_zone(Goblins, id: :goblins, args: [goblins: 10_000])
+      Overworld.Zone.metrics(:goblins)
+  """
+
+  @doc """
+  Starts a zone running `module` (an `Overworld.Zone`) under the sharded zone supervisor.
+  Options are validated (see `Overworld.Zone`); invalid options raise `ArgumentError`.
+  """
+  @spec start_zone(module, keyword) :: {:ok, pid} | {:error, term}
+  def start_zone(module, opts) do
+    spec = Overworld.Zone.child_spec({module, opts})
+    id = Keyword.fetch!(opts, :id)
+
+    case DynamicSupervisor.start_child({:via, PartitionSupervisor, {Overworld.Zones, id}}, spec) do
+      {:error, {:already_started, _}} -> {:error, :already_started}
+      {:error, {{:already_started, _}, _}} -> {:error, :already_started}
+      other -> other
+    end
+  end
+
+  @doc "Stops a zone (its `terminate/2` runs). Returns `{:error, :not_found}` if it is not running."
+  @spec stop_zone(term) :: :ok | {:error, :not_found}
+  def stop_zone(id) do
+    case Registry.lookup(Overworld.Registry, {:zone_sup, id}) do
+      [{pid, _}] ->
+        DynamicSupervisor.terminate_child({:via, PartitionSupervisor, {Overworld.Zones, id}}, pid)
+
+      [] ->
+        {:error, :not_found}
+    end
+  end
+
+  @doc "The ids of the running zones."
+  @spec zones() :: [term]
+  def zones do
+    Registry.select(Overworld.Registry, [{{{:zone, :"$1"}, :_, :_}, [], [:"$1"]}])
+  end
+
+  @doc """
+  Binds the schedulers to CPUs, if they are not bound yet (the `+sbt db` emulator flag, set at
+  run time). Returns `:ok` when they are bound afterwards.
+
+  Each zone's bucket workers are spread one per scheduler. With unbound schedulers the OS may
+  run two scheduler threads on one CPU for a few milliseconds after an idle period, so two
+  workers that should run in parallel share a core at the start of every tick (measured on our
+  2-core VMs: the tick doubled). Binding keeps one scheduler per CPU. Prefer `+sbt db` in
+  `vm.args` or `ELIXIR_ERL_OPTIONS`; `mix overworld.server` and the benchmarks call this.
+  """
+  @spec bind_schedulers() :: :ok | {:error, term}
+  def bind_schedulers do
+    if Enum.any?(Tuple.to_list(:erlang.system_info(:scheduler_bindings)), &(&1 == :unbound)) do
+      try do
+        # Deprecated as a run-time switch in favour of +sbt, but still honoured by OTP 25.
+        apply(:erlang, :system_flag, [:scheduler_bind_type, :default_bind])
+
+        if Enum.any?(Tuple.to_list(:erlang.system_info(:scheduler_bindings)), &(&1 == :unbound)),
+          do: {:error, :not_supported},
+          else: :ok
+      rescue
+        e -> {:error, e}
+      end
+    else
+      :ok
+    end
+  end
+end

@@ -1,0 +1,14 @@
+defmodule Overworld.Application do
+  @moduledoc false
+  use Application
+
+  @impl true
+  def start(_type, _args) do
+    children = [
+      {Registry, keys: :unique, name: Overworld.Registry, partitions: System.schedulers_online()},
+      {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Zones}
+    ]
+
+    Supervisor.start_link(children, strategy: :one_for_one, name: Overworld.Supervisor)
+  end
+end

@@ -1,0 +1,53 @@
+defmodule Overworld.Bench.Report do
+  @moduledoc false
+  # Periodic tick statistics of a zone over a window (used by `mix overworld.server`).
+
+  alias Overworld.Metrics.{CPU, Histogram}
+  alias Overworld.Zone
+
+  defstruct [:zone, :snapshot, :cpu, :metrics]
+
+  @spec start(term) :: %__MODULE__{}
+  def start(zone) do
+    ref = Zone.metrics_ref(zone)
+
+    %__MODULE__{
+      zone: zone,
+      snapshot: Histogram.snapshot(ref.ticks_us),
+      cpu: CPU.sample(),
+      metrics: Zone.metrics(zone)
+    }
+  end
+
+  @doc "A one-line summary of the window since `prev`; returns it and the next window's start."
+  @spec line(%__MODULE__{}) :: {String.t(), %__MODULE__{}}
+  def line(%__MODULE__{zone: zone} = prev) do
+    next = start(zone)
+    window = Histogram.diff(next.snapshot, prev.snapshot)
+    s = Histogram.summary(window)
+    cpu = CPU.compare(prev.cpu, next.cpu)
+    m = next.metrics
+    ticks = m.ticks - prev.metrics.ticks
+    per = fn field -> phase_avg(next.metrics, prev.metrics, field, ticks) end
+
+    line =
+      "tick #{m.tick} | #{m.entities} entities | #{ticks} ticks in #{Float.round(cpu.seconds, 1)} s | " <>
+        "tick µs p50 #{s.p50 || "-"} p99 #{s.p99 || "-"} max #{s.max || "-"} | " <>
+        "overruns #{m.overruns - prev.metrics.overruns} | " <>
+        "phases µs input #{per.(:input)} systems #{per.(:systems)} grid #{per.(:grid)} other #{per.(:other)} | " <>
+        "schedulers #{pct(cpu.scheduler)} (OS CPU #{pct(cpu.os_cpu)})"
+
+    {line, next}
+  end
+
+  defp phase_avg(_now, _prev, _field, 0), do: "-"
+
+  defp phase_avg(now, prev, field, ticks) do
+    sum_now = (now.phases_avg_us[field] || 0) * now.ticks
+    sum_prev = (prev.phases_avg_us[field] || 0) * prev.ticks
+    round((sum_now - sum_prev) / ticks)
+  end
+
+  defp pct(nil), do: "n/a"
+  defp pct(f), do: "#{Float.round(f * 100, 1)}%"
+end

@@ -1,0 +1,186 @@
+defmodule Overworld.Metrics.Histogram do
+  @moduledoc """
+  A lock-free log-linear histogram of non-negative integers (microseconds, bytes, ...) in
+  `:atomics`: one writer or many, readers never block anybody.
+
+  Values below 64 have a bucket each; above, every power of two is split into 32 buckets, so a
+  reported percentile is within 1/32 (about 3 %) of the true value. Values up to 2^40 fit.
+  A histogram also keeps the exact count, sum and maximum.
+
+      iex> h = Overworld.Metrics.Histogram.new()
+      iex> for v <- 1..100, do: Overworld.Metrics.Histogram.record(h, v)
+      iex> s = Overworld.Metrics.Histogram.snapshot(h)
+      iex> Overworld.Metrics.Histogram.percentile(s, 50)
+      50
+      iex> {s.count, s.max, s.sum}
+      {100, 100, 5050}
+  """
+  import Bitwise
+
+  @sub 32
+  @linear 2 * @sub
+  @max_shift 34
+  @buckets @linear + @sub * @max_shift
+  # atomics layout: 1 count, 2 sum, 3 max, then the buckets
+  @offset 3
+
+  @typedoc "A live histogram."
+  @type t :: :atomics.atomics_ref()
+
+  @typedoc "A point-in-time copy: bucket counts plus count, sum and max."
+  @type snapshot :: %{
+          counts: tuple,
+          count: non_neg_integer,
+          sum: non_neg_integer,
+          max: non_neg_integer
+        }
+
+  @doc "A new, empty histogram."
+  @spec new() :: t
+  def new, do: :atomics.new(@buckets + @offset, signed: false)
+
+  @doc """
+  The bucket index of a value.
+
+      iex> Overworld.Metrics.Histogram.bucket(5)
+      5
+      iex> Overworld.Metrics.Histogram.bucket(64)
+      64
+      iex> Overworld.Metrics.Histogram.bucket(127)
+      95
+      iex> Overworld.Metrics.Histogram.bucket(128)
+      96
+  """
+  @spec bucket(non_neg_integer) :: non_neg_integer
+  def bucket(v) when v < @linear, do: v
+
+  def bucket(v) do
+    shift = bit_length(v) - 6
+    idx = @linear + (shift - 1) * @sub + ((v >>> shift) - @sub)
+    min(idx, @buckets - 1)
+  end
+
+  @doc """
+  The lowest value that falls in a bucket (what percentiles report).
+
+      iex> Overworld.Metrics.Histogram.bucket_floor(Overworld.Metrics.Histogram.bucket(1000))
+      992
+      iex> Overworld.Metrics.Histogram.bucket_floor(7)
+      7
+  """
+  @spec bucket_floor(non_neg_integer) :: non_neg_integer
+  def bucket_floor(i) when i < @linear, do: i
+
+  def bucket_floor(i) do
+    shift = div(i - @linear, @sub) + 1
+    (rem(i - @linear, @sub) + @sub) <<< shift
+  end
+
+  defp bit_length(v), do: bit_length(v, 0)
+  defp bit_length(0, n), do: n
+  defp bit_length(v, n), do: bit_length(v >>> 1, n + 1)
+
+  @doc "Records one value (negative values count as 0)."
+  @spec record(t, integer) :: :ok
+  def record(ref, v) when is_integer(v) do
+    v = max(v, 0)
+    :atomics.add(ref, 1, 1)
+    :atomics.add(ref, 2, v)
+    update_max(ref, v)
+    :atomics.add(ref, @offset + 1 + bucket(v), 1)
+  end
+
+  defp update_max(ref, v) do
+    cur = :atomics.get(ref, 3)
+
+    if v > cur do
+      case :atomics.compare_exchange(ref, 3, cur, v) do
+        :ok -> :ok
+        _ -> update_max(ref, v)
+      end
+    else
+      :ok
+    end
+  end
+
+  @doc "Copies the current state."
+  @spec snapshot(t) :: snapshot
+  def snapshot(ref) do
+    counts = List.to_tuple(for i <- 1..@buckets, do: :atomics.get(ref, @offset + i))
+
+    %{
+      counts: counts,
+      count: :atomics.get(ref, 1),
+      sum: :atomics.get(ref, 2),
+      max: :atomics.get(ref, 3)
+    }
+  end
+
+  @doc """
+  What happened between two snapshots (`later` minus `earlier`). The maximum of the window is
+  the floor of its highest non-empty bucket (exact maxima exist only since the start).
+  """
+  @spec diff(snapshot, snapshot) :: snapshot
+  def diff(later, earlier) do
+    counts =
+      later.counts
+      |> Tuple.to_list()
+      |> Enum.zip(Tuple.to_list(earlier.counts))
+      |> Enum.map(fn {a, b} -> a - b end)
+
+    max =
+      counts
+      |> Enum.with_index()
+      |> Enum.reduce(0, fn {c, i}, acc -> if c > 0, do: bucket_floor(i), else: acc end)
+
+    %{
+      counts: List.to_tuple(counts),
+      count: later.count - earlier.count,
+      sum: later.sum - earlier.sum,
+      max: max
+    }
+  end
+
+  @doc """
+  The `p`-th percentile (0 < p <= 100) of a snapshot by nearest rank, as a bucket floor
+  (`nil` when empty). `p` may be a float, e.g. `99.9`.
+  """
+  @spec percentile(snapshot, number) :: non_neg_integer | nil
+  def percentile(%{count: 0}, _p), do: nil
+
+  def percentile(%{counts: counts, count: count}, p) when p > 0 and p <= 100 do
+    rank = max(1, ceil_int(p * count / 100))
+    walk(counts, 0, 0, rank)
+  end
+
+  defp ceil_int(f), do: f |> Float.ceil() |> trunc()
+
+  defp walk(counts, i, acc, rank) do
+    acc = acc + elem(counts, i)
+
+    if acc >= rank or i == tuple_size(counts) - 1,
+      do: bucket_floor(i),
+      else: walk(counts, i + 1, acc, rank)
+  end
+
+  @doc """
+  A summary of a snapshot: count, mean, p50, p90, p99, p99.9 and max.
+
+      iex> h = Overworld.Metrics.Histogram.new()
+      iex> Overworld.Metrics.Histogram.record(h, 10)
+      iex> Overworld.Metrics.Histogram.summary(Overworld.Metrics.Histogram.snapshot(h))
+      %{count: 1, mean: 10.0, p50: 10, p90: 10, p99: 10, p999: 10, max: 10}
+  """
+  @spec summary(snapshot) :: map
+  def summary(%{count: count, sum: sum, max: max} = s) do
+    %{
+      count: count,
+      mean: if(count > 0, do: sum / count, else: nil),
+      p50: percentile(s, 50),
+      p90: percentile(s, 90),
+      p99: percentile(s, 99),
+      p999: percentile(s, 99.9),
+      max: if(count > 0, do: max, else: nil)
+    }
+  end
+end

@@ -1,0 +1,255 @@
+defmodule Overworld.Zone do
+  @moduledoc """
+  A zone: a region of the world simulated at a fixed tick rate, with its entities, its players
+  and the game code that drives them. This module is the behaviour game code implements and the
+  client API to running zones.
+
+  ## Lifecycle
+
+  1. `init/1` runs when the zone starts (and again if the zone restarts); it returns the game
+     state and may spawn the initial entities. They form tick 0.
+  2. Players join with `join/3` → `c:handle_join/3`, which returns the spec of the player's
+     avatar entity (or rejects), and leave with `leave/3` → `c:handle_leave/3`.
+  3. `input/3` hands a player's input to the zone. Per tick the zone keeps only the newest input
+     of each player (latest wins, so the buffer is bounded by the number of players).
+  4. Every tick, in this order:
+     1. **input**: `c:handle_input/3` once per player that sent input since the last tick; the
+        (possibly rewritten) input is stored in the player's entity (`entity(e, :input)`);
+     2. **tick**: `c:handle_tick/2` with the tick `Overworld.Zone.Context`;
+     3. **systems**: `c:handle_entity/3` for every entity, in parallel on the bucket workers
+        (one per scheduler, each owning a stripe of the grid). Each entity is computed from
+        the previous tick's state of its neighbours (`Overworld.Spatial.View`), so the result
+        is the same whatever the number of workers;
+     4. **grid**: entities that crossed a cell or stripe border move; spawns and despawns
+        requested during the tick take effect (they are visible from the next tick).
+  5. Other messages sent to the zone process reach `c:handle_info/2`.
+
+  Callbacks returning `{:ok, state, actions}` may request `{:spawn, spec | [spec]}` and
+  `{:despawn, id | [id]}`. An entity spec is a keyword list or map of `Overworld.Entity`
+  fields without `id` (`:x` and `:y` are required); `:rng` defaults to
+  `Overworld.Random.seed_for(zone_seed, id)`.
+
+  ## Failures in game code
+
+  A callback that raises, throws or exits (or returns something invalid) is caught at the
+  boundary: it is logged with the zone id and tick, counted in `metrics/1`, reported as a
+  `[:overworld, :zone, :callback, :exception]` event, and the zone carries on with the previous
+  game state (for `c:handle_entity/3`: the entity keeps its previous state). Other zones never
+  notice.
+
+  ## Options (`Overworld.start_zone/2`)
+
+  * `:id` (required) — any term naming the zone; zones are found through the registry, never
+    through atoms made at run time
+  * `:args` — passed to `c:init/1` (default `[]`)
+  * `:tick_rate` — ticks per second, 1..1000 (default 30)
+  * `:clock` — `:realtime` (default) ticks on absolute monotonic deadlines; `:manual` ticks
+    only on `tick_now/2`, for tests
+  * `:workers` — bucket workers (default `System.schedulers_online/0`)
+  * `:size` — `{width, height}` of the world in metres (default `{1000, 1000}`)
+  * `:cell_size` — grid cell size in metres, also the largest neighbour radius (default 12)
+  * `:seed` — integer seed of every entity's generator (default 0)
+  * `:max_entities` — spawns beyond this are refused (default 1_000_000)
+
+  ## Example
+
+      defmodule MyZone do
+        use Overworld.Zone
+        import Overworld.Entity
+
+        @impl true
+        def init(_args), do: {:ok, %{}, [{:spawn, [kind: :rock, x: 0, y: 0]}]}
+
+        @impl true
+        def handle_join(_player, _meta, state), do: {:ok, [kind: :hero, x: 100, y: 100], state}
+
+        @impl true
+        def handle_entity(entity(input: {vx, vy}) = e, _view, _ctx), do: {:ok, entity(e, vx: vx, vy: vy)}
+        def handle_entity(e, _view, _ctx), do: {:ok, e}
+      end
+  """
+  alias Overworld.Zone.{Config, Context, Server}
+
+  @typedoc "A zone: its id, or the pid of its server."
+  @type zone :: term | pid
+  @type state :: term
+  @type player :: term
+  @type entity_spec :: keyword | map
+  @type action :: {:spawn, entity_spec | [entity_spec]} | {:despawn, pos_integer | [pos_integer]}
+
+  @callback init(args :: term) :: {:ok, state} | {:ok, state, [action]} | {:stop, reason :: term}
+  @callback handle_join(player, meta :: term, state) ::
+              {:ok, entity_spec, state}
+              | {:ok, entity_spec, state, [action]}
+              | {:reject, reason :: term, state}
+  @callback handle_leave(player, reason :: term, state) :: {:ok, state} | {:ok, state, [action]}
+  @callback handle_input(player, input :: term, state) ::
+              {:ok, state} | {:ok, input :: term, state} | {:ignore, state}
+  @callback handle_tick(Context.t(), state) ::
+              {:ok, state} | {:ok, state, [action]} | {:stop, reason :: term, state}
+  @callback handle_info(msg :: term, state) :: {:ok, state} | {:ok, state, [action]}
+  @callback handle_entity(Overworld.Entity.t(), Overworld.Spatial.View.t(), Context.t()) ::
+              {:ok, Overworld.Entity.t()} | :despawn
+  @callback terminate(reason :: term, state) :: term
+
+  @optional_callbacks terminate: 2
+
+  defmacro __using__(_opts) do
+    quote do
+      @behaviour Overworld.Zone
+
+      @impl Overworld.Zone
+      def handle_join(_player, _meta, state), do: {:reject, :not_supported, state}
+
+      @impl Overworld.Zone
+      def handle_leave(_player, _reason, state), do: {:ok, state}
+
+      @impl Overworld.Zone
+      def handle_input(_player, _input, state), do: {:ok, state}
+
+      @impl Overworld.Zone
+      def handle_tick(_ctx, state), do: {:ok, state}
+
+      @impl Overworld.Zone
+      def handle_info(_msg, state), do: {:ok, state}
+
+      @impl Overworld.Zone
+      def handle_entity(entity, _view, _ctx), do: {:ok, entity}
+
+      defoverridable handle_join: 3,
+                     handle_leave: 3,
+                     handle_input: 3,
+                     handle_tick: 2,
+                     handle_info: 2,
+                     handle_entity: 3
+    end
+  end
+
+  ## Client API
+
+  @doc false
+  @spec child_spec({module, keyword}) :: Supervisor.child_spec()
+  def child_spec({module, opts}) do
+    config = Config.new!(module, opts)
+
+    %{
+      id: {__MODULE__, config.id},
+      start: {Overworld.Zone.Supervisor, :start_link, [config]},
+      type: :supervisor,
+      restart: :transient
+    }
+  end
+
+  @doc "The pid of the zone's server, or nil."
+  @spec whereis(zone) :: pid | nil
+  def whereis(pid) when is_pid(pid), do: if(Process.alive?(pid), do: pid, else: nil)
+
+  def whereis(id) do
+    case Registry.lookup(Overworld.Registry, {:zone, id}) do
+      [{pid, _}] -> pid
+      [] -> nil
+    end
+  end
+
+  @doc """
+  Adds `player` to the zone: `c:handle_join/3` decides and returns the spec of the player's
+  entity, which appears after the next tick. Returns the entity id.
+  """
+  @spec join(zone, player, term) :: {:ok, pos_integer} | {:error, term}
+  def join(zone, player, meta \\ nil), do: call(zone, {:join, player, meta})
+
+  @doc "Removes `player` and its entity (`c:handle_leave/3` runs first)."
+  @spec leave(zone, player, term) :: :ok | {:error, :not_joined | term}
+  def leave(zone, player, reason \\ :left), do: call(zone, {:leave, player, reason})
+
+  @doc """
+  Sends a player's input to the zone (asynchronous). The newest input of each player per tick
+  is kept; inputs of players who are not joined are dropped.
+  """
+  @spec input(zone, player, term) :: :ok
+  def input(zone, player, input), do: GenServer.cast(server(zone), {:input, player, input})
+
+  @doc "Spawns entities from specs (visible after the next tick); returns their ids."
+  @spec spawn(zone, [entity_spec]) :: {:ok, [pos_integer]} | {:error, term}
+  def spawn(zone, specs) when is_list(specs), do: call(zone, {:spawn, specs})
+
+  @doc "Despawns entities by id (gone after the next tick)."
+  @spec despawn(zone, [pos_integer]) :: :ok | {:error, term}
+  def despawn(zone, ids) when is_list(ids), do: call(zone, {:despawn, ids})
+
+  @doc """
+  Runs `count` ticks now and returns the number of the last one. Only for zones started with
+  `clock: :manual` (a test hook); a real-time zone answers `{:error, :realtime_clock}`.
+  """
+  @spec tick_now(zone, pos_integer) :: {:ok, non_neg_integer} | {:error, term}
+  def tick_now(zone, count \\ 1) when is_integer(count) and count > 0,
+    do: call(zone, {:tick_now, count}, :infinity)
+
+  @doc "Every entity of the zone after the last completed tick, in no particular order."
+  @spec entities(zone) :: [Overworld.Entity.t()]
+  def entities(zone), do: call(zone, {:query, :entities})
+
+  @doc "One entity by id, or nil."
+  @spec entity(zone, pos_integer) :: Overworld.Entity.t() | nil
+  def entity(zone, id), do: call(zone, {:query, {:entity, id}})
+
+  @doc "The number of entities."
+  @spec count(zone) :: non_neg_integer
+  def count(zone), do: call(zone, {:query, :count})
+
+  @doc "Entities within `radius` units of `(x, y)` (any radius), from the grid."
+  @spec query_radius(zone, integer, integer, non_neg_integer) :: [Overworld.Entity.t()]
+  def query_radius(zone, x, y, radius), do: call(zone, {:query, {:radius, x, y, radius}})
+
+  @doc """
+  A hash of the whole entity state (every field of every entity, in id order): equal hashes
+  mean identical worlds. Used to check determinism.
+  """
+  @spec state_hash(zone) :: binary
+  def state_hash(zone) do
+    zone
+    |> entities()
+    |> Enum.sort_by(&elem(&1, 1))
+    |> :erlang.term_to_binary()
+    |> :erlang.md5()
+    |> Base.encode16(case: :lower)
+  end
+
+  @doc "The last completed tick and the game state (for tests and debugging)."
+  @spec info(zone) :: %{tick: non_neg_integer, state: term, players: map, config: Config.t()}
+  def info(zone), do: call(zone, :info)
+
+  @doc """
+  The zone's metrics, read without a message to the zone: ticks, overruns, skipped deadlines,
+  callback errors, entity count, tick duration summary in microseconds (count, mean, p50, p90,
+  p99, p99.9, max) and the average of each phase (input, systems, grid, other).
+  """
+  @spec metrics(zone) :: map | nil
+  def metrics(zone) do
+    case metrics_ref(zone) do
+      nil -> nil
+      m -> Overworld.Zone.Metrics.report(m)
+    end
+  end
+
+  @doc false
+  @spec metrics_ref(zone) :: Overworld.Zone.Metrics.t() | nil
+  def metrics_ref(pid) when is_pid(pid) do
+    case Registry.keys(Overworld.Registry, pid) do
+      [{:zone, id} | _] -> metrics_ref(id)
+      _ -> nil
+    end
+  end
+
+  def metrics_ref(id) do
+    case Registry.lookup(Overworld.Registry, {:zone, id}) do
+      [{_pid, m}] -> m
+      [] -> nil
+    end
+  end
+
+  defp call(zone, msg, timeout \\ 30_000), do: GenServer.call(server(zone), msg, timeout)
+
+  defp server(pid) when is_pid(pid), do: pid
+  defp server(id), do: Server.via(id)
+end

@@ -1,0 +1,123 @@
+defmodule Overworld.Zone.Config do
+  @moduledoc false
+  # Validated zone options (see `Overworld.Zone` for the list) and the geometry derived from
+  # them: the grid and the stripes of rows each bucket worker owns.
+
+  alias Overworld.Entity
+  alias Overworld.Spatial.Grid
+
+  @enforce_keys [
+    :id,
+    :module,
+    :args,
+    :tick_rate,
+    :clock,
+    :workers,
+    :size,
+    :cell_size,
+    :seed,
+    :max_entities,
+    :width,
+    :height,
+    :grid,
+    :stripes,
+    :owners
+  ]
+  defstruct @enforce_keys
+
+  @type t :: %__MODULE__{
+          id: term,
+          module: module,
+          args: term,
+          tick_rate: pos_integer,
+          clock: :realtime | :manual,
+          workers: pos_integer,
+          size: {number, number},
+          cell_size: number,
+          seed: integer,
+          max_entities: pos_integer,
+          width: non_neg_integer,
+          height: non_neg_integer,
+          grid: Grid.t(),
+          stripes: tuple,
+          owners: tuple
+        }
+
+  @doc false
+  def schema do
+    [
+      id: {:any, :required},
+      args: {:any, []},
+      tick_rate: {{:custom, &(is_integer(&1) and &1 in 1..1000), "an integer in 1..1000"}, 30},
+      clock: {{:in, [:realtime, :manual]}, :realtime},
+      workers: {:pos_integer, System.schedulers_online()},
+      size: {{:tuple_of, [:pos_number, :pos_number]}, {1000, 1000}},
+      cell_size: {:pos_number, 12},
+      seed: {:integer, 0},
+      max_entities: {:pos_integer, 1_000_000}
+    ]
+  end
+
+  @doc false
+  @spec new!(module, keyword) :: t
+  def new!(module, opts) do
+    unless is_atom(module) and Code.ensure_loaded?(module) and
+             function_exported?(module, :init, 1) do
+      raise ArgumentError,
+            "expected a module implementing the Overworld.Zone behaviour, got: #{inspect(module)}"
+    end
+
+    o = Overworld.Options.validate!(opts, schema(), "Overworld.Zone")
+    {w_m, h_m} = o.size
+    width = Entity.meters(w_m)
+    height = Entity.meters(h_m)
+    cell = Entity.meters(o.cell_size)
+
+    grid = Grid.new(width, height, cell)
+    stripes = stripes(grid.rows, o.workers)
+
+    struct!(
+      __MODULE__,
+      Map.merge(o, %{
+        module: module,
+        width: width,
+        height: height,
+        grid: grid,
+        stripes: List.to_tuple(stripes),
+        owners: owners(stripes)
+      })
+    )
+  end
+
+  @doc """
+  Splits `rows` rows into `n` contiguous stripes `{first, last_exclusive}` of nearly equal size.
+
+      iex> Overworld.Zone.Config.stripes(10, 3)
+      [{0, 3}, {3, 6}, {6, 10}]
+      iex> Overworld.Zone.Config.stripes(2, 3)
+      [{0, 0}, {0, 1}, {1, 2}]
+  """
+  @spec stripes(pos_integer, pos_integer) :: [{non_neg_integer, non_neg_integer}]
+  def stripes(rows, n), do: for(i <- 0..(n - 1), do: {div(i * rows, n), div((i + 1) * rows, n)})
+
+  @doc """
+  The owner (worker index) of every row, as a tuple indexed by row.
+
+      iex> Overworld.Zone.Config.owners([{0, 1}, {1, 3}])
+      {0, 1, 1}
+  """
+  @spec owners([{non_neg_integer, non_neg_integer}]) :: tuple
+  def owners(stripes) do
+    stripes
+    |> Enum.with_index()
+    |> Enum.flat_map(fn {{r0, r1}, i} -> List.duplicate(i, r1 - r0) end)
+    |> List.to_tuple()
+  end
+
+  @doc "The worker owning the cell of `(x, y)`; positions are clamped to the world first."
+  @spec owner_of(t, integer, integer) :: non_neg_integer
+  def owner_of(%__MODULE__{grid: g, owners: owners, height: h}, _x, y) do
+    y = y |> max(0) |> min(h)
+    elem(owners, div(y, g.cell))
+  end
+end

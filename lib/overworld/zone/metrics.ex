@@ -1,0 +1,88 @@
+defmodule Overworld.Zone.Metrics do
+  @moduledoc false
+  # Per-zone metrics in atomics: written by the zone server once per tick, read by anybody
+  # (`Overworld.Zone.metrics/1`) without a message to the zone.
+
+  alias Overworld.Metrics.Histogram
+
+  @fields [
+    :ticks,
+    :overruns,
+    :skipped,
+    :callback_errors,
+    :entities,
+    :input_us,
+    :systems_us,
+    :grid_us,
+    :other_us,
+    :last_tick,
+    :last_tick_us
+  ]
+  @index @fields |> Enum.with_index(1) |> Map.new()
+
+  @enforce_keys [:counters, :ticks_us]
+  defstruct @enforce_keys
+
+  @type t :: %__MODULE__{counters: :atomics.atomics_ref(), ticks_us: Histogram.t()}
+
+  @spec new() :: t
+  def new do
+    %__MODULE__{
+      counters: :atomics.new(length(@fields), signed: true),
+      ticks_us: Histogram.new()
+    }
+  end
+
+  @spec add(t, atom, integer) :: :ok
+  def add(%__MODULE__{counters: c}, field, n), do: :atomics.add(c, Map.fetch!(@index, field), n)
+
+  @spec put(t, atom, integer) :: :ok
+  def put(%__MODULE__{counters: c}, field, n), do: :atomics.put(c, Map.fetch!(@index, field), n)
+
+  @spec get(t, atom) :: integer
+  def get(%__MODULE__{counters: c}, field), do: :atomics.get(c, Map.fetch!(@index, field))
+
+  @doc false
+  # Records one finished tick (all times in microseconds).
+  @spec record_tick(t, non_neg_integer, map) :: :ok
+  def record_tick(m, tick, %{
+        total: total,
+        input: input,
+        systems: systems,
+        grid: grid,
+        other: other,
+        entities: n
+      }) do
+    Histogram.record(m.ticks_us, total)
+    add(m, :ticks, 1)
+    add(m, :input_us, input)
+    add(m, :systems_us, systems)
+    add(m, :grid_us, grid)
+    add(m, :other_us, other)
+    put(m, :entities, n)
+    put(m, :last_tick, tick)
+    put(m, :last_tick_us, total)
+  end
+
+  @spec report(t) :: map
+  def report(m) do
+    ticks = get(m, :ticks)
+    avg = fn field -> if ticks > 0, do: get(m, field) / ticks, else: nil end
+
+    %{
+      tick: get(m, :last_tick),
+      ticks: ticks,
+      overruns: get(m, :overruns),
+      skipped_deadlines: get(m, :skipped),
+      callback_errors: get(m, :callback_errors),
+      entities: get(m, :entities),
+      tick_us: Histogram.summary(Histogram.snapshot(m.ticks_us)),
+      phases_avg_us: %{
+        input: avg.(:input_us),
+        systems: avg.(:systems_us),
+        grid: avg.(:grid_us),
+        other: avg.(:other_us)
+      }
+    }
+  end
+end

@@ -1,0 +1,25 @@
+defmodule Overworld.Zone.Supervisor do
+  @moduledoc false
+  # One zone: its bucket workers, then its server (`:rest_for_one`: the server depends on the
+  # workers). A worker crash takes the bucket supervisor down (it allows no restarts), so the
+  # whole zone restarts consistently; a server crash restarts only the server, which resets the
+  # workers it finds. The server is significant: when it stops on purpose the zone shuts down.
+
+  use Supervisor
+  alias Overworld.Zone.{Buckets, Config, Server}
+
+  @spec start_link(Config.t()) :: Supervisor.on_start()
+  def start_link(%Config{} = config) do
+    Supervisor.start_link(__MODULE__, config,
+      name: {:via, Registry, {Overworld.Registry, {:zone_sup, config.id}}}
+    )
+  end
+
+  @impl true
+  def init(config) do
+    children = [Buckets.child_spec(config), Server.child_spec(config)]
+    # Elixir 1.14's Supervisor.init/2 does not pass :auto_shutdown on; give OTP the flags.
+    flags = %{strategy: :rest_for_one, intensity: 3, period: 5, auto_shutdown: :any_significant}
+    {:ok, {flags, children}}
+  end
+end

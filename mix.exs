@@ -1,0 +1,54 @@
+defmodule Overworld.MixProject do
+  use Mix.Project
+
+  @version "0.1.0"
+
+  def project do
+    [
+      app: :overworld,
+      version: @version,
+      elixir: "~> 1.14",
+      elixirc_paths: elixirc_paths(Mix.env()),
+      start_permanent: Mix.env() == :prod,
+      deps: deps(),
+      aliases: aliases(),
+      test_coverage: [summary: [threshold: 0]],
+      # PropEr (Debian's erlang-proper) is used by the tests only.
+      xref: [exclude: [:proper, :proper_types]],
+      docs: [main: "readme", extras: ["README.md"]]
+    ]
+  end
+
+  def application do
+    [
+      extra_applications: [:logger, :runtime_tools, :jiffy],
+      mod: {Overworld.Application, []}
+    ]
+  end
+
+  # The goblin world in examples/ is compiled with the project: `make run` and the benchmarks use it.
+  defp elixirc_paths(:test), do: ["lib", "examples/goblins/lib", "test/support"]
+  defp elixirc_paths(_), do: ["lib", "examples/goblins/lib"]
+
+  # hex.pm is unreachable on our machines: libraries come from Debian's erlang-* packages, which put
+  # them on the code path. A library is declared as a hex dependency only where it is not already
+  # there, so the project still builds on a machine that has hex instead.
+  defp deps do
+    [
+      system_dep(:jiffy, "~> 1.1", []),
+      system_dep(:proper, "~> 1.4", only: :test, runtime: false)
+    ]
+    |> Enum.reject(&is_nil/1)
+  end
+
+  defp system_dep(app, requirement, opts) do
+    case :code.lib_dir(app) do
+      {:error, :bad_name} -> {app, requirement, opts}
+      _path -> nil
+    end
+  end
+
+  defp aliases do
+    []
+  end
+end

@@ -1,0 +1,4 @@
+defmodule Overworld.Bench.StatsTest do
+  use ExUnit.Case, async: true
+  doctest Overworld.Bench.Stats
+end

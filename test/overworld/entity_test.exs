@@ -1,0 +1,4 @@
+defmodule Overworld.EntityTest do
+  use ExUnit.Case, async: true
+  doctest Overworld.Entity
+end

@@ -1,0 +1,132 @@
+defmodule Overworld.Zone.BucketTest do
+  # Entities migrate between bucket workers and the result never depends on how many workers
+  # share the zone.
+  use ExUnit.Case, async: true
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+  alias Overworld.{Random, Zone}
+  alias Overworld.Spatial.View
+
+  defmodule Jumpers do
+    # Every entity runs at up to 60 m/s in a random direction, changes direction on its own
+    # random timer, and now and then jumps anywhere in the world (crossing many stripes at
+    # once). It also reads its neighbours, so a wrong halo would change the result.
+    use Overworld.Zone
+
+    @impl true
+    def init(args) do
+      n = Keyword.fetch!(args, :n)
+      side = Keyword.fetch!(args, :side)
+
+      specs =
+        for i <- 1..n, do: [kind: :jumper, x: rem(i * 7919, side), y: rem(i * 104_729, side)]
+
+      {:ok, %{}, [{:spawn, specs}]}
+    end
+
+    @impl true
+    def handle_entity(e, view, ctx) do
+      {roll, r} = Random.uniform(entity(e, :rng), 100)
+      ns = length(View.neighbours(view, e, ctx.cell_size))
+
+      {x, y, vx, vy, r} =
+        cond do
+          roll < 2 ->
+            {x, r} = Random.uniform(r, ctx.width + 1)
+            {y, r} = Random.uniform(r, ctx.height + 1)
+            {x, y, 0, 0, r}
+
+          roll < 12 ->
+            {vx, r} = Random.uniform(r, 2 * 61_440 + 1)
+            {vy, r} = Random.uniform(r, 2 * 61_440 + 1)
+            {entity(e, :x), entity(e, :y), vx - 61_440, vy - 61_440, r}
+
+          true ->
+            {entity(e, :x), entity(e, :y), entity(e, :vx), entity(e, :vy), r}
+        end
+
+      {:ok,
+       entity(e,
+         x: x + div(vx, ctx.tick_rate),
+         y: y + div(vy, ctx.tick_rate) + rem(ns, 2),
+         vx: vx,
+         vy: vy,
+         rng: r,
+         state: ns
+       )}
+    end
+  end
+
+  defp start(module, opts) do
+    id = {__MODULE__, make_ref()}
+    {:ok, _} = Overworld.start_zone(module, [id: id, clock: :manual] ++ opts)
+    on_exit(fn -> Overworld.stop_zone(id) end)
+    id
+  end
+
+  defp ids(zone), do: zone |> Zone.entities() |> Enum.map(&entity(&1, :id))
+
+  test "over 1,000 ticks of fast random movement no entity is lost or duplicated" do
+    n = 2_000
+
+    zone =
+      start(Jumpers, workers: 4, size: {200, 200}, cell_size: 12, args: [n: n, side: 200 * 1024])
+
+    for _ <- 1..20 do
+      {:ok, _} = Zone.tick_now(zone, 50)
+      ids = ids(zone)
+      assert length(ids) == n
+      assert Enum.sort(ids) == Enum.to_list(1..n)
+      assert Zone.count(zone) == n
+    end
+
+    assert Zone.metrics(zone).callback_errors == 0
+  end
+
+  test "jumpers end in the same state on 1, 2, 3 and 7 workers" do
+    hashes =
+      for w <- [1, 2, 3, 7] do
+        zone =
+          start(Jumpers,
+            workers: w,
+            size: {150, 150},
+            cell_size: 12,
+            args: [n: 1_500, side: 150 * 1024]
+          )
+
+        {:ok, 300} = Zone.tick_now(zone, 300)
+        Zone.state_hash(zone)
+      end
+
+    assert length(Enum.uniq(hashes)) == 1
+  end
+
+  describe "the goblin world" do
+    defp goblins(n, opts) do
+      start(Goblins, Goblins.zone_options(n, opts))
+    end
+
+    test "300 ticks give the same state hash on 1 worker and on N workers" do
+      hashes =
+        for w <- [1, 2, 4] do
+          zone = goblins(3_000, workers: w)
+          {:ok, 300} = Zone.tick_now(zone, 300)
+          Zone.state_hash(zone)
+        end
+
+      assert [_] = Enum.uniq(hashes)
+    end
+
+    test "the same seed twice gives the same hash, another seed another" do
+      run = fn seed ->
+        zone = goblins(1_000, workers: 2, seed: seed)
+        {:ok, 100} = Zone.tick_now(zone, 100)
+        Zone.state_hash(zone)
+      end
+
+      assert run.(1) == run.(1)
+      assert run.(1) != run.(2)
+    end
+  end
+end

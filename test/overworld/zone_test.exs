@@ -1,0 +1,271 @@
+defmodule Overworld.ZoneTest do
+  use ExUnit.Case, async: true
+  import ExUnit.CaptureLog
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+  alias Overworld.Zone
+  alias Overworld.Test.ProbeZone
+
+  defp start(opts) do
+    id = {__MODULE__, make_ref()}
+    args = Keyword.merge([report: self(), id: id], Keyword.get(opts, :args, []))
+
+    opts =
+      [id: id, clock: :manual, size: {100, 100}, cell_size: 10]
+      |> Keyword.merge(Keyword.delete(opts, :args))
+      |> Keyword.put(:args, args)
+
+    {:ok, _} = Overworld.start_zone(ProbeZone, opts)
+    on_exit(fn -> Overworld.stop_zone(id) end)
+    id
+  end
+
+  defp probes do
+    receive do
+      {:probe, msg} -> [msg | probes()]
+    after
+      0 -> []
+    end
+  end
+
+  describe "lifecycle" do
+    test "init spawns tick 0, join/input/leave drive the player's entity" do
+      zone = start(args: [spawn: [kind: :rock, x: 10_000, y: 10_000]])
+      assert_received {:probe, {:init, ^zone}}
+      assert Zone.count(zone) == 1
+
+      assert {:ok, id} = Zone.join(zone, "ann", %{x: 5_000, y: 5_000})
+      assert {:error, :already_joined} = Zone.join(zone, "ann", nil)
+      assert {:error, {:rejected, :no_room}} = Zone.join(zone, "bob", :reject)
+      # The avatar appears with the next tick.
+      assert Zone.entity(zone, id) == nil
+      assert {:ok, 1} = Zone.tick_now(zone)
+      assert entity(Zone.entity(zone, id), :owner) == "ann"
+
+      # Only the newest input per tick counts.
+      Zone.input(zone, "ann", {1024, 0})
+      Zone.input(zone, "ann", {3000, 0})
+      Zone.input(zone, "nobody", {9, 9})
+      {:ok, 2} = Zone.tick_now(zone)
+      e = Zone.entity(zone, id)
+      assert entity(e, :input) == {3000, 0}
+      assert entity(e, :x) == 5_000 + div(3000, 30)
+      assert [{:input, "ann", {3000, 0}}] = for({:input, _, _} = p <- probes(), do: p)
+
+      # The input is sticky: the entity keeps moving.
+      {:ok, 3} = Zone.tick_now(zone)
+      assert entity(Zone.entity(zone, id), :x) == 5_000 + 2 * div(3000, 30)
+
+      # An ignored input does not reach the entity.
+      Zone.input(zone, "ann", :bad)
+      {:ok, 4} = Zone.tick_now(zone)
+      assert entity(Zone.entity(zone, id), :input) == {3000, 0}
+
+      assert :ok = Zone.leave(zone, "ann", :quit)
+      assert_received {:probe, {:leave, "ann", :quit}}
+      assert {:error, :not_joined} = Zone.leave(zone, "ann")
+      {:ok, 5} = Zone.tick_now(zone)
+      assert Zone.entity(zone, id) == nil
+      assert Zone.count(zone) == 1
+    end
+
+    test "phases run in order: input, tick, systems; spawns show from the next tick" do
+      zone =
+        start(
+          args: [actions_at: %{2 => [{:spawn, [kind: :reporter, x: 500, y: 500, data: self()]}]}]
+        )
+
+      {:ok, _} = Zone.join(zone, "p", nil)
+      {:ok, 1} = Zone.tick_now(zone)
+      _ = probes()
+
+      Zone.input(zone, "p", {0, 0})
+      {:ok, 2} = Zone.tick_now(zone)
+      assert [{:input, "p", {0, 0}}, {:tick, 2}] = probes()
+
+      Zone.input(zone, "p", {0, 0})
+      {:ok, 3} = Zone.tick_now(zone)
+      assert [{:input, "p", {0, 0}}, {:tick, 3}, {:entity, 3, worker}] = probes()
+      assert worker != Zone.whereis(zone)
+    end
+
+    test "spawn, despawn, queries and counts" do
+      zone = start(workers: 2)
+
+      {:ok, ids} = Zone.spawn(zone, for(i <- 1..50, do: [kind: :thing, x: i * 1000, y: i * 1000]))
+
+      assert length(ids) == 50
+      {:ok, _} = Zone.tick_now(zone)
+      assert Zone.count(zone) == 50
+      assert length(Zone.entities(zone)) == 50
+      found = Zone.query_radius(zone, 10_000, 10_000, 1500)
+      assert found |> Enum.map(&entity(&1, :x)) |> Enum.sort() == [9_000, 10_000, 11_000]
+
+      :ok = Zone.despawn(zone, Enum.take(ids, 10))
+      {:ok, _} = Zone.tick_now(zone)
+      assert Zone.count(zone) == 40
+
+      assert {:error, {:unknown_fields, [:colour]}} =
+               Zone.spawn(zone, [[x: 1, y: 1, colour: :red]])
+
+      assert {:error, {:missing, :y}} = Zone.spawn(zone, [[x: 1]])
+      assert {:error, {:not_an_integer, :x, 1.5}} = Zone.spawn(zone, [[x: 1.5, y: 1]])
+      # Positions are clamped into the world.
+      {:ok, [far]} = Zone.spawn(zone, [[x: -50, y: 10_000_000]])
+      {:ok, _} = Zone.tick_now(zone)
+      e = Zone.entity(zone, far)
+      assert {entity(e, :x), entity(e, :y)} == {0, 100 * 1024}
+    end
+
+    test "max_entities bounds spawns" do
+      zone = start(max_entities: 5)
+      assert {:ok, _} = Zone.spawn(zone, for(_ <- 1..5, do: [x: 1, y: 1]))
+      assert {:error, :max_entities} = Zone.spawn(zone, [[x: 1, y: 1]])
+    end
+
+    test "messages to the zone reach handle_info" do
+      zone = start([])
+      send(Zone.whereis(zone), :hello)
+      Zone.info(zone)
+      assert_received {:probe, {:info, :hello}}
+    end
+
+    test "a real-time zone refuses tick_now, a stopped zone is gone" do
+      zone = start(clock: :realtime)
+      assert {:error, :realtime_clock} = Zone.tick_now(zone)
+      assert zone in Overworld.zones()
+      assert :ok = Overworld.stop_zone(zone)
+      assert Zone.whereis(zone) == nil
+      assert {:error, :not_found} = Overworld.stop_zone(zone)
+    end
+
+    test "a zone id is any term and is unique" do
+      zone = start([])
+      assert {:error, :already_started} = Overworld.start_zone(ProbeZone, id: zone, args: [])
+    end
+  end
+
+  describe "failures in game code" do
+    test "a raising handle_tick is reported with zone and tick; the zone and its neighbours go on" do
+      zone = start(args: [raise_at: 3])
+      other = start([])
+
+      log =
+        capture_log(fn ->
+          {:ok, 5} = Zone.tick_now(zone, 5)
+          {:ok, 5} = Zone.tick_now(other, 5)
+        end)
+
+      assert log =~ "zone #{inspect(zone)} tick 3"
+      assert log =~ "tick 3 blew up"
+      assert Zone.metrics(zone).callback_errors == 1
+      assert Zone.metrics(other).callback_errors == 0
+      assert Zone.info(zone).tick == 5
+    end
+
+    test "a raising handle_entity keeps the entity's previous state and counts every failure" do
+      zone = start(workers: 2)
+
+      {:ok, [bomb, ok]} =
+        Zone.spawn(zone, [
+          [kind: :bomb, x: 100, y: 100, vx: 3000],
+          [kind: :rock, x: 200, y: 200, vx: 3000]
+        ])
+
+      {:ok, 1} = Zone.tick_now(zone)
+      {:ok, 2} = Zone.tick_now(zone)
+      bomb_before = Zone.entity(zone, bomb)
+
+      log = capture_log(fn -> {:ok, 4} = Zone.tick_now(zone, 2) end)
+      assert log =~ "zone #{inspect(zone)} tick 3"
+      assert log =~ "entity #{bomb} blew up"
+      assert Zone.entity(zone, bomb) == bomb_before
+      # Spawned before tick 1, simulated from tick 2 on: three steps.
+      assert entity(Zone.entity(zone, ok), :x) == 200 + 3 * div(3000, 30)
+      assert Zone.metrics(zone).callback_errors == 2
+    end
+
+    test "invalid returns and raising input/join callbacks are caught" do
+      zone = start([])
+      {:ok, [liar]} = Zone.spawn(zone, [[kind: :liar, x: 1, y: 1]])
+      {:ok, _} = Zone.join(zone, "p", nil)
+
+      log =
+        capture_log(fn ->
+          {:ok, 1} = Zone.tick_now(zone)
+          Zone.input(zone, "p", {:raise, 1})
+          {:ok, 2} = Zone.tick_now(zone)
+        end)
+
+      assert log =~ "invalid return value: {:ok, :not_an_entity}"
+      assert log =~ "input blew up"
+      assert Zone.entity(zone, liar) != nil
+      assert Zone.metrics(zone).callback_errors >= 2
+    end
+
+    test "handle_entity may despawn an entity" do
+      zone = start([])
+      {:ok, _} = Zone.spawn(zone, [[kind: :mortal, x: 1, y: 1], [kind: :rock, x: 1, y: 1]])
+      {:ok, 1} = Zone.tick_now(zone)
+      assert Zone.count(zone) == 2
+      {:ok, 2} = Zone.tick_now(zone)
+      assert Zone.count(zone) == 1
+    end
+  end
+
+  describe "the clock" do
+    test "60 ticks at 30 Hz take about 2 seconds" do
+      zone = {__MODULE__, make_ref()}
+      me = self()
+      handler = {__MODULE__, zone}
+
+      Overworld.Telemetry.attach(handler, [:overworld, :zone, :tick, :stop], fn _, _, meta, _ ->
+        if meta.zone == zone,
+          do: send(me, {:ticked, meta.tick, System.monotonic_time(:millisecond)})
+      end)
+
+      on_exit(fn -> Overworld.Telemetry.detach(handler) end)
+      start(id: zone, clock: :realtime, tick_rate: 30)
+      assert_receive {:ticked, 1, t1}, 1_000
+      assert_receive {:ticked, 61, t61}, 4_000
+      assert (t61 - t1) in 1_900..2_400
+    end
+
+    test "an overrun is counted and the missed deadlines are skipped, not run in a burst" do
+      zone = {__MODULE__, make_ref()}
+      me = self()
+      handler = {__MODULE__, zone}
+
+      Overworld.Telemetry.attach(handler, [:overworld, :zone, :tick, :stop], fn _, m, meta, _ ->
+        if meta.zone == zone,
+          do: send(me, {:ticked, meta.tick, System.monotonic_time(:millisecond), m.duration})
+      end)
+
+      on_exit(fn -> Overworld.Telemetry.detach(handler) end)
+      # 30 Hz is a 33 ms budget; every tick takes 50 ms.
+      start(id: zone, clock: :realtime, tick_rate: 30, args: [sleep: 50])
+      Process.sleep(1_000)
+      m = Zone.metrics(zone)
+      assert m.overruns >= 10
+      assert m.skipped_deadlines >= m.overruns
+      # About one tick per two deadlines, and no two ticks closer than a period: no burst.
+      assert m.ticks in 12..21
+
+      starts =
+        for {:ticked, _, t, d} <- Enum.take(flush_ticks(), 12),
+            do: t - System.convert_time_unit(d, :native, :millisecond)
+
+      gaps = starts |> Enum.zip(tl(starts)) |> Enum.map(fn {a, b} -> b - a end)
+      assert Enum.all?(gaps, &(&1 >= 33))
+    end
+  end
+
+  defp flush_ticks do
+    receive do
+      {:ticked, _, _, _} = m -> [m | flush_ticks()]
+    after
+      0 -> []
+    end
+  end
+end
