@@ -55,19 +55,32 @@ defmodule Overworld do
   """
   @spec bind_schedulers() :: :ok | {:error, term}
   def bind_schedulers do
-    if Enum.any?(Tuple.to_list(:erlang.system_info(:scheduler_bindings)), &(&1 == :unbound)) do
-      try do
-        # Deprecated as a run-time switch in favour of +sbt, but still honoured by OTP 25.
-        apply(:erlang, :system_flag, [:scheduler_bind_type, :default_bind])
+    if bound?() do
+      :ok
+    else
+      # Deprecated as a run-time switch in favour of +sbt, but still honoured by OTP 25, which
+      # logs a deprecation warning: keep it out of the log. Schedulers bind as they wake.
+      level = :logger.get_primary_config().level
+      :logger.set_primary_config(:level, :error)
 
-        if Enum.any?(Tuple.to_list(:erlang.system_info(:scheduler_bindings)), &(&1 == :unbound)),
-          do: {:error, :not_supported},
-          else: :ok
+      try do
+        apply(:erlang, :system_flag, [:scheduler_bind_type, :default_bind])
+        wait_bound(20)
       rescue
         e -> {:error, e}
+      after
+        Process.sleep(10)
+        :logger.set_primary_config(:level, level)
       end
-    else
-      :ok
     end
+  end
+
+  defp bound?,
+    do: not Enum.member?(Tuple.to_list(:erlang.system_info(:scheduler_bindings)), :unbound)
+
+  defp wait_bound(0), do: if(bound?(), do: :ok, else: {:error, :not_supported})
+
+  defp wait_bound(n) do
+    if bound?(), do: :ok, else: Process.sleep(5) && wait_bound(n - 1)
   end
 end

@@ -192,36 +192,24 @@ defmodule Goblins do
     dy = y - entity(n, :y)
     d2 = dx * dx + dy * dy
 
-    if d2 > @r_view2 or entity(n, :id) == id do
-      scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
-    else
-      close = if d2 < near2, do: [n | close], else: close
+    cond do
+      # Out of range (two candidates in three), or in range but neither close enough to push
+      # nor a possible threat or prey: nothing to do.
+      d2 > @r_view2 or (d2 >= @r_sep2 and not agg and entity(n, :kind) != :warlord) ->
+        scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
 
-      if (agg or entity(n, :kind) == :warlord) and
-           (d2 < bd2 or (d2 == bd2 and entity(n, :id) < bid)) do
-        separate(
-          rest,
-          ls,
-          agg,
-          id,
-          x,
-          y,
-          d2,
-          entity(n, :id),
-          entity(n, :x),
-          entity(n, :y),
-          sx,
-          sy,
-          near2,
-          close,
-          n,
-          dx,
-          dy,
-          d2
-        )
-      else
-        separate(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close, n, dx, dy, d2)
-      end
+      entity(n, :id) == id ->
+        scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
+
+      true ->
+        close = if d2 < near2, do: [n | close], else: close
+
+        if (agg or entity(n, :kind) == :warlord) and
+             (d2 < bd2 or (d2 == bd2 and entity(n, :id) < bid)) do
+          separate(rest, ls, agg, id, x, y, d2, entity(n, :id), entity(n, :x), entity(n, :y), sx, sy, near2, close, n, dx, dy, d2)
+        else
+          separate(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close, n, dx, dy, d2)
+        end
     end
   end
 

@@ -15,14 +15,14 @@ defmodule Overworld.Spatial.View do
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.Spatial.Grid
 
-  @enforce_keys [:cells, :grid, :block]
+  @enforce_keys [:grid, :block]
   defstruct @enforce_keys
 
   @typedoc """
-  The view of one cell during one tick: the previous tick's cells (own and halo), the grid, and
-  the entity lists of the 3x3 block around the cell being simulated.
+  The view of one cell during one tick: the grid, and the entity lists (previous tick) of the
+  3x3 block of cells around the cell being simulated.
   """
-  @type t :: %__MODULE__{cells: Grid.cells(), grid: Grid.t(), block: [[Overworld.Entity.t()]]}
+  @type t :: %__MODULE__{grid: Grid.t(), block: [[Overworld.Entity.t()]]}
 
   @doc """
   The entities within `radius` units of `entity` (distance `<= radius`), without the entity

@@ -1,0 +1,167 @@
+defmodule Overworld.Zone.Pass do
+  @moduledoc false
+  # The simulation pass of one bucket worker over its cells, as a pure function.
+  #
+  # Cells are walked in key order with a sweep (`Overworld.Spatial.Sweep`) over the previous
+  # tick's view (own cells + halo), which hands each cell its 3x3 block. For every entity the
+  # zone's `handle_entity/3` computes the next state; the result goes back into its cell (most
+  # entities, kept in id order), to another cell of the stripe (`movers`), to another worker
+  # (`out`), nowhere (despawned: `gone`), or — when game code fails — the entity keeps its
+  # previous state and the failure is counted.
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+
+  alias Overworld.Spatial.{Grid, Sweep, View}
+  alias Overworld.Zone.Config
+
+  @type result :: %{
+          pairs: Sweep.pairs(),
+          movers: [Overworld.Entity.t()],
+          out: [{non_neg_integer, Overworld.Entity.t()}],
+          moves: [{pos_integer, non_neg_integer}],
+          gone: [Overworld.Entity.t()],
+          errors: {non_neg_integer, nil | {pos_integer, term}}
+        }
+
+  @doc false
+  @spec run(Sweep.pairs(), Sweep.pairs(), Config.t(), non_neg_integer, Overworld.Zone.Context.t(), map, map) ::
+          result
+  def run(own, view, %Config{} = config, me, ctx, inputs, despawns) do
+    %Config{grid: grid, module: mod, owners: owners, width: w, height: h} = config
+    env = {mod, grid, owners, me, w, h, ctx, inputs, despawns}
+    plain? = map_size(inputs) == 0 and map_size(despawns) == 0
+
+    {pairs, {movers, out, moves, gone, errors}} =
+      cells(own, Sweep.cursors(view), env, plain?, [], {[], [], [], [], {0, nil}})
+
+    %{pairs: pairs, movers: movers, out: out, moves: moves, gone: gone, errors: errors}
+  end
+
+  defp cells([], _cursors, _env, _plain?, pairs, acc), do: {:lists.reverse(pairs), acc}
+
+  defp cells([{k, list} | rest], cursors, env, plain?, pairs, acc) do
+    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, w, h, ctx, _, _} = env
+    {block, cursors} = Sweep.block(cursors, k, stride)
+    view = %View{grid: grid, block: block}
+
+    {stays, acc} =
+      if plain? do
+        # The cell's bounds: an entity whose new position is inside stays (no division).
+        x0 = Grid.col(grid, k) * cell
+        y0 = Grid.row(grid, k) * cell
+        plain(list, k, x0, x0 + cell, y0, y0 + cell, view, mod, ctx, w, h, [], acc, env)
+      else
+        full(list, k, view, env, [], acc)
+      end
+
+    case stays do
+      [] -> cells(rest, cursors, env, plain?, pairs, acc)
+      _ -> cells(rest, cursors, env, plain?, [{k, :lists.reverse(stays)} | pairs], acc)
+    end
+  end
+
+  # No inputs and no despawns this tick for this worker: the tightest loop.
+  defp plain([], _k, _x0, _x1, _y0, _y1, _view, _mod, _ctx, _w, _h, stays, acc, _env),
+    do: {stays, acc}
+
+  defp plain([e | rest], k, x0, x1, y0, y1, view, mod, ctx, w, h, stays, acc, env) do
+    id = entity(e, :id)
+
+    case call(mod, e, view, ctx) do
+      {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
+      when is_integer(x) and x >= x0 and x < x1 and is_integer(y) and y >= y0 and y < y1 and
+             x <= w and y <= h ->
+        plain(rest, k, x0, x1, y0, y1, view, mod, ctx, w, h, [e2 | stays], acc, env)
+
+      result ->
+        {stays, acc} = settle(result, e, id, k, stays, acc, env)
+        plain(rest, k, x0, x1, y0, y1, view, mod, ctx, w, h, stays, acc, env)
+    end
+  end
+
+  defp full([], _k, _view, _env, stays, acc), do: {stays, acc}
+
+  defp full([e | rest], k, view, env, stays, acc) do
+    {mod, _grid, _owners, _me, _w, _h, ctx, inputs, despawns} = env
+    id = entity(e, :id)
+
+    if map_size(despawns) > 0 and is_map_key(despawns, id) do
+      full(rest, k, view, env, stays, gone(acc, e))
+    else
+      e = with_input(e, inputs)
+      {stays, acc} = settle(call(mod, e, view, ctx), e, id, k, stays, acc, env)
+      full(rest, k, view, env, stays, acc)
+    end
+  end
+
+  @doc false
+  # The newest input of an owned entity, if one arrived this tick.
+  @spec with_input(Overworld.Entity.t(), map) :: Overworld.Entity.t()
+  def with_input(e, inputs) when map_size(inputs) == 0, do: e
+
+  def with_input(e, inputs) do
+    if entity(e, :owner) == nil do
+      e
+    else
+      id = entity(e, :id)
+
+      case inputs do
+        %{^id => input} -> entity(e, input: input)
+        _ -> e
+      end
+    end
+  end
+
+  defp call(mod, e, view, ctx) do
+    mod.handle_entity(e, view, ctx)
+  catch
+    kind, reason -> {:__failed__, kind, reason, __STACKTRACE__}
+  end
+
+  # Where a result goes: back into its cell, to another cell, to another worker, nowhere
+  # (despawned), or (a failure) the entity keeps its previous state.
+  defp settle(result, e, id, k, stays, acc, env) do
+    {_mod, grid, _owners, _me, w, h, _ctx, _inputs, _despawns} = env
+
+    case result do
+      {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
+      when is_integer(x) and is_integer(y) ->
+        e2 = clamp(e2, x, y, w, h)
+        k2 = Grid.key(grid, entity(e2, :x), entity(e2, :y))
+        if k2 == k, do: {[e2 | stays], acc}, else: {stays, moved(acc, e2, k2, env)}
+
+      :despawn ->
+        {stays, gone(acc, e)}
+
+      other ->
+        {[e | stays], failed(acc, e, other)}
+    end
+  end
+
+  defp clamp(e, x, y, w, h) when x >= 0 and x <= w and y >= 0 and y <= h, do: e
+  defp clamp(e, x, y, w, h), do: entity(e, x: x |> max(0) |> min(w), y: y |> max(0) |> min(h))
+
+  defp moved({movers, out, moves, gone, errors}, e, k2, env) do
+    {_, grid, owners, me, _, _, _, _, _} = env
+    owner = elem(owners, Grid.row(grid, k2))
+
+    cond do
+      owner == me ->
+        {[e | movers], out, moves, gone, errors}
+
+      entity(e, :owner) == nil ->
+        {movers, [{owner, e} | out], moves, gone, errors}
+
+      true ->
+        {movers, [{owner, e} | out], [{entity(e, :id), owner} | moves], gone, errors}
+    end
+  end
+
+  defp gone({movers, out, moves, gone, errors}, e), do: {movers, out, moves, [e | gone], errors}
+
+  defp failed({movers, out, moves, gone, {count, first}}, e, result) do
+    first = first || {entity(e, :id), result}
+    {movers, out, moves, gone, {count + 1, first}}
+  end
+end
