@@ -13,7 +13,7 @@ defmodule Overworld.Zone.Bucket do
   #   3. the border exchange: one message to every other worker (the entities it needs for its
   #      halo, and those that moved into its stripe), then the same from every other worker;
   #   4. `{:done, ...}` to the server: counts, phase times, failures, moved player entities;
-  #   5. garbage collection, off the tick's critical path (see `collect_garbage/1`).
+  #   5. on `:idle` (the whole tick is done), garbage collection (see `collect_garbage/1`).
   #
   # The previous tick's state is never mutated (Erlang data is immutable), so the double buffer
   # of the design costs nothing: the old cells *are* the previous tick's view.
@@ -106,6 +106,9 @@ defmodule Overworld.Zone.Bucket do
     {:noreply, run_tick(st, n, simulate?, ctx, inputs, spawns, despawns, sent_at)}
   end
 
+  # Every worker of the zone is done with the tick: collect garbage now (see collect_garbage/1).
+  def handle_info({:idle, epoch}, %{epoch: epoch} = st), do: {:noreply, collect_garbage(st)}
+
   # A faster worker's exchange can arrive before our tick starts; keep it for then.
   def handle_info({:xchg, epoch, _n, _from, _halo, _migrants} = msg, %{epoch: epoch} = st) do
     {:noreply, %{st | inbox: [msg | st.inbox]}}
@@ -172,19 +175,23 @@ defmodule Overworld.Zone.Bucket do
        }}
     )
 
-    collect_garbage(%{st | pairs: pairs, halo: halo, count: count, logged_at: log_time(st, pass.errors)})
+    %{st | pairs: pairs, halo: halo, count: count, logged_at: log_time(st, pass.errors)}
   end
 
   # Garbage collection between ticks. Every tick rebuilds every entity, so nearly all of a
   # worker's data dies each tick, and a collection in the middle of a tick copies the half-built
   # new state, maybe several times. Instead the young heap is kept large enough for a whole
-  # tick, and the worker collects right after reporting the tick done, off the critical path,
-  # when only the new state is alive (a copy of the live state, once per tick). The heap size
-  # follows what the last tick used, so a zone of any size never collects mid-tick.
+  # tick, and the worker collects when the server reports the whole tick done (`:idle`), off
+  # the critical path, when only the new state is alive: one copy of the live state per tick.
+  # Not right after our own part: a collection of a large heap runs on a dirty scheduler, which
+  # would take CPU from a worker still finishing the tick. The heap size follows the live
+  # state, so a zone of any size never collects mid-tick.
   defp collect_garbage(st) do
     :erlang.garbage_collect()
     {:garbage_collection_info, info} = Process.info(self(), :garbage_collection_info)
-    # What survived is the new state; a tick allocates about one and a half times that.
+    # What survived is the new state; a tick allocates about one and a half times that. (A
+    # larger heap collected every other tick measured slower: the live state stays compact
+    # and the allocation area small when the copy happens every tick.)
     target = max(@min_heap, info[:recent_size] * 4)
 
     if target > st.heap + div(st.heap, 10) or target < div(st.heap, 3) do

@@ -526,6 +526,7 @@ defmodule Overworld.Zone.Server do
   defp finish_tick(st, simulated?) do
     r = st.running
     total = System.monotonic_time() - r.t0
+    for pid <- Tuple.to_list(st.workers), do: send(pid, {:idle, st.epoch})
     st = %{st | running: nil, tick: r.n, entity_count: r.count}
     if r.errors > 0, do: Metrics.add(st.metrics, :callback_errors, r.errors)
 
