@@ -106,77 +106,92 @@ defmodule Goblins do
   # neighbours close enough to overlap after this tick's move (within 1 m plus the longest
   # possible step) for step 5. The result is the same as walking `View.neighbours/3` twice.
   defp goblin(e, view, rate, side) do
-    {:entity, id, kind, x, y, vx0, vy0, heading, st, r, {timer, qx, qy}, owner, input} = e
-    agg = kind == :warlord
+    {:entity, id, kind, x, y, _, _, _, st, r, {timer, qx, qy}, _, _} = e
+    agg = kind === :warlord
     near = @contact + div(@speed, rate) + 2
 
     {bid, bx, by, sx, sy, close} =
       scan([], View.candidates(view), agg, id, x, y, @r_view2 + 1, 0, 0, 0, 0, 0, near * near, [])
 
-    {st, timer, qx, qy, r, wx, wy} =
-      cond do
-        bid != 0 and not agg ->
-          {wx, wy} = if bx == x and by == y, do: {@speed, 0}, else: toward(x - bx, y - by)
-          {:flee, timer, qx, qy, r, wx, wy}
+    # Step 2, the state machine, each branch handing the desired velocity on to steering.
+    cond do
+      bid !== 0 and not agg ->
+        if bx === x and by === y,
+          do: steer(e, :flee, timer, qx, qy, r, @speed, 0, sx, sy, close, rate, side),
+          else: toward(e, :flee, timer, qx, qy, r, x - bx, y - by, sx, sy, close, rate, side)
 
-        bid != 0 ->
-          {wx, wy} = toward(bx - x, by - y)
-          {:chase, timer, qx, qy, r, wx, wy}
+      bid !== 0 ->
+        toward(e, :chase, timer, qx, qy, r, bx - x, by - y, sx, sy, close, rate, side)
 
-        st == :flee or st == :chase ->
+      st === :flee or st === :chase ->
+        r = Random.next(r)
+        steer(e, :idle, div(rate, 2) + rem(r, rate), qx, qy, r, 0, 0, sx, sy, close, rate, side)
+
+      st === :wander ->
+        dqx = qx - x
+        dqy = qy - y
+        timer = if dqx * dqx + dqy * dqy <= @arrive2, do: 0, else: timer - 1
+
+        if timer > 0 do
+          toward(e, :wander, timer, qx, qy, r, dqx, dqy, sx, sy, close, rate, side)
+        else
           r = Random.next(r)
-          {:idle, div(rate, 2) + rem(r, rate), qx, qy, r, 0, 0}
+          steer(e, :idle, rate + rem(r, 2 * rate), qx, qy, r, 0, 0, sx, sy, close, rate, side)
+        end
 
-        true ->
-          wander(st, timer, x, y, qx, qy, r, rate, side)
-      end
+      timer > 1 ->
+        steer(e, :idle, timer - 1, qx, qy, r, 0, 0, sx, sy, close, rate, side)
 
-    {vx, vy} = cap(wx + sx, wy + sy)
-    px = clamp(x + div(vx, rate), side)
-    py = clamp(y + div(vy, rate), side)
-
-    {px, py} =
-      case close do
-        [] ->
-          {px, py}
-
-        _ ->
-          {ox, oy} = overlap(close, id, px, py, 0, 0)
-          {clamp(px + ox, side), clamp(py + oy, side)}
-      end
-
-    heading = heading(vx, vy, vx0, vy0, heading)
-    {:entity, id, kind, px, py, vx, vy, heading, st, r, {timer, qx, qy}, owner, input}
+      true ->
+        r = Random.next(r)
+        qx = clamp(x + rem(r, 40960) - 20480, side)
+        r = Random.next(r)
+        qy = clamp(y + rem(r, 40960) - 20480, side)
+        r = Random.next(r)
+        timer = 2 * rate + rem(r, 4 * rate)
+        toward(e, :wander, timer, qx, qy, r, qx - x, qy - y, sx, sy, close, rate, side)
+    end
   end
 
-  defp wander(st, timer, x, y, qx, qy, r, rate, side) do
-    dqx = qx - x
-    dqy = qy - y
-    timer = if st == :wander and dqx * dqx + dqy * dqy <= @arrive2, do: 0, else: timer - 1
+  # The desired velocity: full speed toward (dx, dy), or nothing for a zero vector.
+  defp toward(e, st, timer, qx, qy, r, 0, 0, sx, sy, close, rate, side),
+    do: steer(e, st, timer, qx, qy, r, 0, 0, sx, sy, close, rate, side)
 
-    {st, timer, qx, qy, r} =
-      cond do
-        timer > 0 ->
-          {st, timer, qx, qy, r}
+  defp toward(e, st, timer, qx, qy, r, dx, dy, sx, sy, close, rate, side) do
+    d = :math.sqrt(dx * dx + dy * dy)
+    wx = trunc(dx * @speed / d)
+    wy = trunc(dy * @speed / d)
+    steer(e, st, timer, qx, qy, r, wx, wy, sx, sy, close, rate, side)
+  end
 
-        st == :idle ->
-          r = Random.next(r)
-          qx = clamp(x + rem(r, 40960) - 20480, side)
-          r = Random.next(r)
-          qy = clamp(y + rem(r, 40960) - 20480, side)
-          r = Random.next(r)
-          {:wander, 2 * rate + rem(r, 4 * rate), qx, qy, r}
+  # Steps 3 to 6: steer (capped at 3 m/s), move and clamp, resolve overlaps, heading.
+  defp steer(e, st, timer, qx, qy, r, wx, wy, sx, sy, close, rate, side) do
+    {:entity, id, kind, x, y, vx0, vy0, heading, _, _, _, owner, input} = e
+    vx = wx + sx
+    vy = wy + sy
+    v2 = vx * vx + vy * vy
 
-        true ->
-          r = Random.next(r)
-          {:idle, rate + rem(r, 2 * rate), qx, qy, r}
+    {vx, vy} =
+      if v2 > @speed * @speed do
+        d = :math.sqrt(v2)
+        {trunc(vx * @speed / d), trunc(vy * @speed / d)}
+      else
+        {vx, vy}
       end
 
-    if st == :wander do
-      {wx, wy} = toward(qx - x, qy - y)
-      {st, timer, qx, qy, r, wx, wy}
-    else
-      {st, timer, qx, qy, r, 0, 0}
+    px = clamp(x + div(vx, rate), side)
+    py = clamp(y + div(vy, rate), side)
+    heading = heading(vx, vy, vx0, vy0, heading)
+
+    case close do
+      [] ->
+        {:entity, id, kind, px, py, vx, vy, heading, st, r, {timer, qx, qy}, owner, input}
+
+      _ ->
+        {ox, oy} = overlap(close, id, px, py, 0, 0)
+
+        {:entity, id, kind, clamp(px + ox, side), clamp(py + oy, side), vx, vy, heading, st, r,
+         {timer, qx, qy}, owner, input}
     end
   end
 
@@ -198,14 +213,14 @@ defmodule Goblins do
       d2 > @r_view2 or (d2 >= @r_sep2 and not agg and entity(n, :kind) != :warlord) ->
         scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
 
-      entity(n, :id) == id ->
+      entity(n, :id) === id ->
         scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
 
       true ->
         close = if d2 < near2, do: [n | close], else: close
 
         if (agg or entity(n, :kind) == :warlord) and
-             (d2 < bd2 or (d2 == bd2 and entity(n, :id) < bid)) do
+             (d2 < bd2 or (d2 === bd2 and entity(n, :id) < bid)) do
           separate(rest, ls, agg, id, x, y, d2, entity(n, :id), entity(n, :x), entity(n, :y), sx, sy, near2, close, n, dx, dy, d2)
         else
           separate(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close, n, dx, dy, d2)
@@ -219,7 +234,7 @@ defmodule Goblins do
       d2 >= @r_sep2 ->
         scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
 
-      d2 == 0 ->
+      d2 === 0 ->
         push = if id < entity(n, :id), do: -@speed, else: @speed
         scan(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx + push, sy, near2, close)
 
@@ -257,7 +272,7 @@ defmodule Goblins do
       d2 >= @contact2 ->
         overlap(rest, id, x, y, ox, oy)
 
-      d2 == 0 ->
+      d2 === 0 ->
         push = if id < entity(n, :id), do: -512, else: 512
         overlap(rest, id, x, y, ox + push, oy)
 
@@ -265,22 +280,6 @@ defmodule Goblins do
         d = :math.sqrt(d2)
         k = (@contact - d) / 2 / d
         overlap(rest, id, x, y, ox + trunc(dx * k), oy + trunc(dy * k))
-    end
-  end
-
-  defp toward(0, 0), do: {0, 0}
-
-  defp toward(dx, dy) do
-    d = :math.sqrt(dx * dx + dy * dy)
-    {trunc(dx * @speed / d), trunc(dy * @speed / d)}
-  end
-
-  defp cap(vx, vy) do
-    if vx * vx + vy * vy > @speed * @speed do
-      d = :math.sqrt(vx * vx + vy * vy)
-      {trunc(vx * @speed / d), trunc(vy * @speed / d)}
-    else
-      {vx, vy}
     end
   end
 

@@ -155,7 +155,7 @@ defmodule Overworld.Spatial.Grid do
     dx = entity(e, :x) - x
     dy = entity(e, :y) - y
 
-    if dx * dx + dy * dy <= r2 and entity(e, :id) != self do
+    if dx * dx + dy * dy <= r2 and entity(e, :id) !== self do
       within_list(rest, x, y, r2, self, [e | acc])
     else
       within_list(rest, x, y, r2, self, acc)

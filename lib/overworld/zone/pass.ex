@@ -129,7 +129,7 @@ defmodule Overworld.Zone.Pass do
       when is_integer(x) and is_integer(y) ->
         e2 = clamp(e2, x, y, w, h)
         k2 = Grid.key(grid, entity(e2, :x), entity(e2, :y))
-        if k2 == k, do: {[e2 | stays], acc}, else: {stays, moved(acc, e2, k2, env)}
+        if k2 === k, do: {[e2 | stays], acc}, else: {stays, moved(acc, e2, k2, env)}
 
       :despawn ->
         {stays, gone(acc, e)}
@@ -147,7 +147,7 @@ defmodule Overworld.Zone.Pass do
     owner = elem(owners, Grid.row(grid, k2))
 
     cond do
-      owner == me ->
+      owner === me ->
         {[e | movers], out, moves, gone, errors}
 
       entity(e, :owner) == nil ->
