@@ -202,7 +202,9 @@ defmodule Goblins do
   defp scan([], [], _agg, _id, _x, _y, _bd2, bid, bx, by, sx, sy, _near2, close),
     do: {bid, bx, by, sx, sy, close}
 
-  defp scan([n | rest], ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close) do
+  # (The tuple_size guard lets the compiler drop the tuple checks of every field access.)
+  defp scan([n | rest], ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close)
+       when tuple_size(n) == 13 do
     dx = x - entity(n, :x)
     dy = y - entity(n, :y)
     d2 = dx * dx + dy * dy

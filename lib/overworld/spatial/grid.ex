@@ -151,7 +151,7 @@ defmodule Overworld.Spatial.Grid do
 
   defp within_list([], _x, _y, _r2, _self, acc), do: acc
 
-  defp within_list([e | rest], x, y, r2, self, acc) do
+  defp within_list([e | rest], x, y, r2, self, acc) when tuple_size(e) == 13 do
     dx = entity(e, :x) - x
     dy = entity(e, :y) - y
 
