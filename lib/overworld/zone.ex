@@ -222,7 +222,9 @@ defmodule Overworld.Zone do
   @doc """
   The zone's metrics, read without a message to the zone: ticks, overruns, skipped deadlines,
   callback errors, entity count, tick duration summary in microseconds (count, mean, p50, p90,
-  p99, p99.9, max) and the average of each phase (input, systems, grid, other).
+  p99, p99.9, max), the average of each phase (input, systems, grid, other), and `cpu`: the
+  node's scheduler utilization beside the OS process's CPU share since the zone started (the
+  BEAM busy-waits, so the OS figure over-states the work).
   """
   @spec metrics(zone) :: map | nil
   def metrics(zone) do

@@ -223,7 +223,26 @@ defmodule Goblins do
 
         if (agg or entity(n, :kind) == :warlord) and
              (d2 < bd2 or (d2 === bd2 and entity(n, :id) < bid)) do
-          separate(rest, ls, agg, id, x, y, d2, entity(n, :id), entity(n, :x), entity(n, :y), sx, sy, near2, close, n, dx, dy, d2)
+          separate(
+            rest,
+            ls,
+            agg,
+            id,
+            x,
+            y,
+            d2,
+            entity(n, :id),
+            entity(n, :x),
+            entity(n, :y),
+            sx,
+            sy,
+            near2,
+            close,
+            n,
+            dx,
+            dy,
+            d2
+          )
         else
           separate(rest, ls, agg, id, x, y, bd2, bid, bx, by, sx, sy, near2, close, n, dx, dy, d2)
         end

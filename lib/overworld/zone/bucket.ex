@@ -98,11 +98,23 @@ defmodule Overworld.Zone.Bucket do
   @impl true
   def handle_call({:reset, epoch, workers, server}, _from, st) do
     {:reply, :ok,
-     %{st | epoch: epoch, workers: workers, server: server, pairs: [], halo: [], count: 0, inbox: []}}
+     %{
+       st
+       | epoch: epoch,
+         workers: workers,
+         server: server,
+         pairs: [],
+         halo: [],
+         count: 0,
+         inbox: []
+     }}
   end
 
   @impl true
-  def handle_info({:tick, epoch, n, simulate?, ctx, inputs, spawns, despawns, sent_at}, %{epoch: epoch} = st) do
+  def handle_info(
+        {:tick, epoch, n, simulate?, ctx, inputs, spawns, despawns, sent_at},
+        %{epoch: epoch} = st
+      ) do
     {:noreply, run_tick(st, n, simulate?, ctx, inputs, spawns, despawns, sent_at)}
   end
 
@@ -140,7 +152,15 @@ defmodule Overworld.Zone.Bucket do
     pass =
       if simulate? do
         # Halo rows lie outside our stripe, so the keys never collide: the view is a merge.
-        Pass.run(st.pairs, :lists.merge(st.halo, st.pairs), st.config, st.index, ctx, inputs, despawns)
+        Pass.run(
+          st.pairs,
+          :lists.merge(st.halo, st.pairs),
+          st.config,
+          st.index,
+          ctx,
+          inputs,
+          despawns
+        )
       else
         %{pairs: st.pairs, movers: [], out: [], moves: [], gone: [], errors: {0, nil}}
       end
@@ -235,7 +255,11 @@ defmodule Overworld.Zone.Bucket do
     Enum.each(st.sends, fn {d, rows} ->
       halo = Enum.flat_map(rows, &row_cells(pairs, grid, &1))
       migrants = for {^d, e} <- out, do: e
-      send(elem(st.workers, d), {:xchg, st.epoch, n, me, [halo | Map.get(extra, d, [])], migrants})
+
+      send(
+        elem(st.workers, d),
+        {:xchg, st.epoch, n, me, [halo | Map.get(extra, d, [])], migrants}
+      )
     end)
 
     {mine, rest} = Enum.split_with(st.inbox, fn msg -> elem(msg, 2) == n end)

@@ -20,16 +20,21 @@ defmodule Overworld.Zone.Metrics do
   ]
   @index @fields |> Enum.with_index(1) |> Map.new()
 
-  @enforce_keys [:counters, :ticks_us]
+  @enforce_keys [:counters, :ticks_us, :cpu]
   defstruct @enforce_keys
 
-  @type t :: %__MODULE__{counters: :atomics.atomics_ref(), ticks_us: Histogram.t()}
+  @type t :: %__MODULE__{
+          counters: :atomics.atomics_ref(),
+          ticks_us: Histogram.t(),
+          cpu: Overworld.Metrics.CPU.t()
+        }
 
   @spec new() :: t
   def new do
     %__MODULE__{
       counters: :atomics.new(length(@fields), signed: true),
-      ticks_us: Histogram.new()
+      ticks_us: Histogram.new(),
+      cpu: Overworld.Metrics.CPU.sample()
     }
   end
 
@@ -77,6 +82,13 @@ defmodule Overworld.Zone.Metrics do
       callback_errors: get(m, :callback_errors),
       entities: get(m, :entities),
       tick_us: Histogram.summary(Histogram.snapshot(m.ticks_us)),
+      # Node-wide, since the zone started: what the BEAM really used beside what the OS saw.
+      cpu:
+        Map.take(Overworld.Metrics.CPU.compare(m.cpu, Overworld.Metrics.CPU.sample()), [
+          :scheduler,
+          :os_cpu,
+          :seconds
+        ]),
       phases_avg_us: %{
         input: avg.(:input_us),
         systems: avg.(:systems_us),

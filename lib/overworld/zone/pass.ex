@@ -25,7 +25,15 @@ defmodule Overworld.Zone.Pass do
         }
 
   @doc false
-  @spec run(Sweep.pairs(), Sweep.pairs(), Config.t(), non_neg_integer, Overworld.Zone.Context.t(), map, map) ::
+  @spec run(
+          Sweep.pairs(),
+          Sweep.pairs(),
+          Config.t(),
+          non_neg_integer,
+          Overworld.Zone.Context.t(),
+          map,
+          map
+        ) ::
           result
   def run(own, view, %Config{} = config, me, ctx, inputs, despawns) do
     %Config{grid: grid, module: mod, owners: owners, width: w, height: h} = config

@@ -2,20 +2,21 @@ defmodule Overworld.Zone.Server do
   @moduledoc false
   # The zone server: owns the game state, the players and the tick clock, and drives the bucket
   # workers, which own the entities. It never touches entities itself: per tick it sends each
-  # worker one message (tick number, the inputs and spawns for its stripe, despawns) and waits,
-  # without blocking, for one `:done` per worker. Queries are forwarded the same way.
+  # worker one message (`Overworld.Zone.Dispatch`) and waits, without blocking, for one `:done`
+  # per worker; queries are forwarded the same way. Game code runs through
+  # `Overworld.Zone.Callbacks`, which catches and reports its failures.
   #
-  # The clock fires at absolute monotonic deadlines t0 + k/rate (`:erlang.start_timer/4` with
-  # `abs: true`), so ticks never drift. A tick that ends after the next deadline is an overrun:
-  # it is counted and the deadlines already passed are skipped, not run in a burst.
+  # The clock fires at absolute monotonic deadlines t0 + k/rate (`Overworld.Zone.Clock`), so
+  # ticks never drift. A tick that ends after the next deadline is an overrun: it is counted and
+  # the deadlines already passed are skipped, not run in a burst.
 
   use GenServer, restart: :transient
   require Logger
   require Overworld.Entity
-  import Overworld.Entity, only: [entity: 1, entity: 2]
+  import Overworld.Entity, only: [entity: 2]
 
-  alias Overworld.{Random, Telemetry}
-  alias Overworld.Zone.{Config, Context, Metrics}
+  alias Overworld.Telemetry
+  alias Overworld.Zone.{Callbacks, Clock, Config, Dispatch, Metrics, Players, Spawn}
 
   @spec start_link(Config.t()) :: GenServer.on_start()
   def start_link(%Config{} = config) do
@@ -57,6 +58,7 @@ defmodule Overworld.Zone.Server do
       end
       |> List.to_tuple()
 
+    # A new epoch: messages of a previous server (before a restart) are recognised and dropped.
     epoch = :erlang.unique_integer([:positive, :monotonic])
 
     for pid <- Tuple.to_list(workers),
@@ -72,9 +74,7 @@ defmodule Overworld.Zone.Server do
       next_id: 1,
       entity_count: 0,
       inputs: %{},
-      players: %{},
-      owners: %{},
-      controlled: %{},
+      players: %Players{},
       spawns: [],
       despawns: [],
       running: nil,
@@ -83,7 +83,7 @@ defmodule Overworld.Zone.Server do
       clock: nil
     }
 
-    case safe(st, :init, [config.args]) do
+    case Callbacks.call(st, :init, [config.args]) do
       {:ok, {:ok, game}} ->
         finish_init(%{st | game: game}, [])
 
@@ -104,7 +104,7 @@ defmodule Overworld.Zone.Server do
   defp finish_init(st, actions) do
     st = apply_actions(st, actions, :init)
     # Tick 0: the initial entities are loaded, without a simulation pass.
-    st = dispatch(st, 0, false, %{})
+    st = dispatch(st, 0, false, %{}, Dispatch.context(st.config, 0))
     st = await_load(st)
 
     Telemetry.execute(
@@ -127,7 +127,7 @@ defmodule Overworld.Zone.Server do
     epoch = st.epoch
 
     receive do
-      {:done, ^epoch, 0, w, stats} -> await_load(worker_done(st, w, stats, false))
+      {:done, ^epoch, 0, _w, stats} -> await_load(worker_done(st, stats, false))
     end
   end
 
@@ -135,41 +135,25 @@ defmodule Overworld.Zone.Server do
 
   defp start_clock(%{config: %Config{clock: :manual}} = st), do: st
 
-  defp start_clock(st) do
-    clock = %{t0: System.monotonic_time(), slot: 0, timer: nil}
-    schedule(%{st | clock: clock}, 1)
-  end
+  defp start_clock(st),
+    do: schedule(%{st | clock: %{t0: System.monotonic_time(), slot: 0, timer: nil}}, 1)
 
-  defp deadline(%{config: config, clock: clock}, slot) do
-    clock.t0 + div(slot * System.convert_time_unit(1, :second, :native), config.tick_rate)
-  end
+  defp deadline(st, slot), do: Clock.deadline(st.clock.t0, slot, st.config.tick_rate)
 
   defp schedule(st, slot) do
-    at = deadline(st, slot)
-    per_ms = System.convert_time_unit(1, :millisecond, :native)
-    # Round the deadline up to the millisecond grid the timer service uses.
-    ms = -Integer.floor_div(-at, per_ms)
-    ref = :erlang.start_timer(ms, self(), {:tick, slot}, abs: true)
+    ref =
+      :erlang.start_timer(Clock.timer_ms(deadline(st, slot)), self(), {:tick, slot}, abs: true)
+
     %{st | clock: %{st.clock | slot: slot, timer: ref}}
   end
 
   defp after_tick_clock(%{clock: nil} = st, _duration), do: st
 
   defp after_tick_clock(st, duration) do
-    now = System.monotonic_time()
-    next = st.clock.slot + 1
+    {next, skipped} =
+      Clock.next(st.clock.t0, st.config.tick_rate, st.clock.slot, System.monotonic_time())
 
-    if deadline(st, next) > now do
-      schedule(st, next)
-    else
-      # Overrun: skip every deadline that has already passed.
-      passed =
-        div(
-          (now - st.clock.t0) * st.config.tick_rate,
-          System.convert_time_unit(1, :second, :native)
-        )
-
-      skipped = passed + 1 - next
+    if skipped > 0 do
       Metrics.add(st.metrics, :overruns, 1)
       Metrics.add(st.metrics, :skipped, skipped)
 
@@ -178,9 +162,9 @@ defmodule Overworld.Zone.Server do
         %{duration: duration, skipped: skipped},
         %{zone: st.config.id, tick: st.tick}
       )
-
-      schedule(st, passed + 1)
     end
+
+    schedule(st, next)
   end
 
   ## Calls
@@ -190,8 +174,7 @@ defmodule Overworld.Zone.Server do
     do: {:reply, {:error, :realtime_clock}, st}
 
   def handle_call({:tick_now, count}, from, st) do
-    st = %{st | manual: :queue.in({from, count}, st.manual)}
-    {:noreply, maybe_manual_tick(st)}
+    {:noreply, maybe_manual_tick(%{st | manual: :queue.in({from, count}, st.manual)})}
   end
 
   def handle_call({:query, q}, from, st) do
@@ -201,56 +184,53 @@ defmodule Overworld.Zone.Server do
   end
 
   def handle_call(:info, _from, st) do
-    {:reply, %{tick: st.tick, state: st.game, players: st.players, config: st.config}, st}
+    {:reply,
+     %{tick: st.tick, state: st.game, players: Players.to_map(st.players), config: st.config}, st}
   end
 
-  def handle_call({:join, player, _meta}, _from, st) when is_map_key(st.players, player),
-    do: {:reply, {:error, :already_joined}, st}
-
   def handle_call({:join, player, meta}, _from, st) do
-    case safe(st, :handle_join, [player, meta, st.game]) do
-      {:ok, {:ok, spec, game}} ->
-        join(%{st | game: game}, player, spec, [])
+    if Players.joined?(st.players, player) do
+      {:reply, {:error, :already_joined}, st}
+    else
+      case Callbacks.call(st, :handle_join, [player, meta, st.game]) do
+        {:ok, {:ok, spec, game}} ->
+          join(%{st | game: game}, player, spec, [])
 
-      {:ok, {:ok, spec, game, actions}} when is_list(actions) ->
-        join(%{st | game: game}, player, spec, actions)
+        {:ok, {:ok, spec, game, actions}} when is_list(actions) ->
+          join(%{st | game: game}, player, spec, actions)
 
-      {:ok, {:reject, reason, game}} ->
-        {:reply, {:error, {:rejected, reason}}, %{st | game: game}}
+        {:ok, {:reject, reason, game}} ->
+          {:reply, {:error, {:rejected, reason}}, %{st | game: game}}
 
-      {:ok, other} ->
-        {:reply, {:error, :callback_failed}, bad_return(st, :handle_join, other)}
+        {:ok, other} ->
+          {:reply, {:error, :callback_failed}, bad_return(st, :handle_join, other)}
 
-      {:error, _, _, _} ->
-        {:reply, {:error, :callback_failed}, st}
+        {:error, _, _, _} ->
+          {:reply, {:error, :callback_failed}, st}
+      end
     end
   end
 
   def handle_call({:leave, player, reason}, _from, st) do
-    case Map.fetch(st.players, player) do
-      :error ->
+    case Players.entity(st.players, player) do
+      nil ->
         {:reply, {:error, :not_joined}, st}
 
-      {:ok, id} ->
-        st = forget_player(st, player, id)
+      id ->
+        st = %{
+          st
+          | players: Players.remove(st.players, player),
+            inputs: Map.delete(st.inputs, player)
+        }
+
         st = %{st | despawns: [id | st.despawns]}
 
-        st =
-          case safe(st, :handle_leave, [player, reason, st.game]) do
-            {:ok, {:ok, game}} ->
-              %{st | game: game}
-
-            {:ok, {:ok, game, actions}} when is_list(actions) ->
-              apply_actions(%{st | game: game}, actions, :handle_leave)
-
-            {:ok, other} ->
-              bad_return(st, :handle_leave, other)
-
-            {:error, _, _, _} ->
-              st
-          end
-
-        {:reply, :ok, st}
+        {:reply, :ok,
+         game_result(
+           st,
+           :handle_leave,
+           Callbacks.call(st, :handle_leave, [player, reason, st.game])
+         )}
     end
   end
 
@@ -267,106 +247,78 @@ defmodule Overworld.Zone.Server do
 
   defp join(st, player, spec, actions) do
     case build_all(st, [spec], player) do
-      {:ok, [e], st} ->
-        id = entity(e, :id)
-
-        st = %{
-          st
-          | players: Map.put(st.players, player, id),
-            owners: Map.put(st.owners, id, player)
-        }
-
-        {:reply, {:ok, id}, apply_actions(st, actions, :handle_join)}
-
-      {:error, reason} ->
-        {:reply, {:error, reason}, st}
+      {:ok, [e], st} -> {:reply, {:ok, entity(e, :id)}, apply_actions(st, actions, :handle_join)}
+      {:error, reason} -> {:reply, {:error, reason}, st}
     end
   end
 
-  defp forget_player(st, player, id) do
-    %{
-      st
-      | players: Map.delete(st.players, player),
-        owners: Map.delete(st.owners, id),
-        controlled: Map.delete(st.controlled, id),
-        inputs: Map.delete(st.inputs, player)
-    }
-  end
-
+  # The newest input of each joined player is kept until the next tick (latest wins).
   @impl true
   def handle_cast({:input, player, input}, st) do
-    if is_map_key(st.players, player) do
-      {:noreply, %{st | inputs: Map.put(st.inputs, player, input)}}
-    else
-      {:noreply, st}
-    end
+    if Players.joined?(st.players, player),
+      do: {:noreply, %{st | inputs: Map.put(st.inputs, player, input)}},
+      else: {:noreply, st}
   end
 
   ## Messages
 
   @impl true
   def handle_info({:timeout, ref, {:tick, slot}}, %{clock: %{timer: ref}} = st) do
-    lateness = System.monotonic_time() - deadline(st, slot)
-    {:noreply, begin_tick(st, lateness)}
+    {:noreply, begin_tick(st, System.monotonic_time() - deadline(st, slot))}
   end
 
-  def handle_info({:done, epoch, n, w, stats}, %{epoch: epoch, running: %{n: n}} = st) do
-    {:noreply, worker_done(st, w, stats, true)}
+  def handle_info({:done, epoch, n, _w, stats}, %{epoch: epoch, running: %{n: n}} = st) do
+    {:noreply, worker_done(st, stats, true)}
   end
 
   def handle_info({:query_reply, ref, _w, result}, st) when is_map_key(st.queries, ref) do
-    {from, q, pending, acc} = Map.fetch!(st.queries, ref)
+    case Map.fetch!(st.queries, ref) do
+      {from, q, 1, acc} ->
+        GenServer.reply(from, Dispatch.merge(q, [result | acc]))
+        {:noreply, %{st | queries: Map.delete(st.queries, ref)}}
 
-    if pending == 1 do
-      GenServer.reply(from, merge(q, [result | acc]))
-      {:noreply, %{st | queries: Map.delete(st.queries, ref)}}
-    else
-      {:noreply,
-       %{st | queries: Map.put(st.queries, ref, {from, q, pending - 1, [result | acc]})}}
+      {from, q, pending, acc} ->
+        {:noreply,
+         %{st | queries: Map.put(st.queries, ref, {from, q, pending - 1, [result | acc]})}}
     end
   end
 
-  def handle_info({:DOWN, _ref, :process, pid, reason}, st) do
-    if pid in Tuple.to_list(st.workers) do
-      {:stop, {:bucket_down, reason}, st}
-    else
-      game_info(st, {:DOWN, nil, :process, pid, reason})
-    end
+  def handle_info({:DOWN, _ref, :process, pid, reason} = msg, st) do
+    if pid in Tuple.to_list(st.workers),
+      do: {:stop, {:bucket_down, reason}, st},
+      else: {:noreply, game_info(st, msg)}
   end
 
   # Late or stale messages of the zone's own machinery never reach game code.
   def handle_info({:done, _epoch, _n, _w, _stats}, st), do: {:noreply, st}
   def handle_info({:query_reply, _ref, _w, _result}, st), do: {:noreply, st}
   def handle_info({:timeout, _ref, {:tick, _slot}}, st), do: {:noreply, st}
+  def handle_info(msg, st), do: {:noreply, game_info(st, msg)}
 
-  def handle_info(msg, st), do: game_info(st, msg)
+  defp game_info(st, msg),
+    do: game_result(st, :handle_info, Callbacks.call(st, :handle_info, [msg, st.game]))
 
-  defp game_info(st, msg) do
-    case safe(st, :handle_info, [msg, st.game]) do
+  # The common result shapes `{:ok, state}` and `{:ok, state, actions}`.
+  defp game_result(st, callback, result) do
+    case result do
       {:ok, {:ok, game}} ->
-        {:noreply, %{st | game: game}}
+        %{st | game: game}
 
       {:ok, {:ok, game, actions}} when is_list(actions) ->
-        {:noreply, apply_actions(%{st | game: game}, actions, :handle_info)}
+        apply_actions(%{st | game: game}, actions, callback)
 
       {:ok, other} ->
-        {:noreply, bad_return(st, :handle_info, other)}
+        bad_return(st, callback, other)
 
       {:error, _, _, _} ->
-        {:noreply, st}
+        st
     end
   end
 
-  defp merge(:count, results), do: Enum.sum(results)
-  defp merge(:entities, results), do: Enum.concat(results)
-  defp merge({:entity, _}, results), do: Enum.find(results, &(&1 != nil))
-  defp merge({:radius, _, _, _}, results), do: Enum.concat(results)
-
   @impl true
   def terminate(reason, st) do
-    if function_exported?(st.config.module, :terminate, 2) do
-      safe(st, :terminate, [reason, st.game])
-    end
+    if function_exported?(st.config.module, :terminate, 2),
+      do: Callbacks.call(st, :terminate, [reason, st.game])
 
     :ok
   end
@@ -374,10 +326,7 @@ defmodule Overworld.Zone.Server do
   ## The tick
 
   defp maybe_manual_tick(%{running: nil} = st) do
-    case :queue.peek(st.manual) do
-      {:value, _} -> begin_tick(st, 0)
-      :empty -> st
-    end
+    if :queue.is_empty(st.manual), do: st, else: begin_tick(st, 0)
   end
 
   defp maybe_manual_tick(st), do: st
@@ -385,51 +334,38 @@ defmodule Overworld.Zone.Server do
   defp begin_tick(st, lateness) do
     t0 = System.monotonic_time()
     n = st.tick + 1
-    {inputs, st} = input_phase(st)
+    {inputs, st} = input_phase(%{st | tick: n})
     t1 = System.monotonic_time()
-    ctx = context(st, n)
+    ctx = Dispatch.context(st.config, n)
 
     st =
-      case safe(%{st | tick: n}, :handle_tick, [ctx, st.game]) do
-        {:ok, {:ok, game}} ->
-          %{st | game: game}
-
-        {:ok, {:ok, game, actions}} when is_list(actions) ->
-          apply_actions(%{st | game: game}, actions, :handle_tick)
-
-        {:ok, {:stop, reason, game}} ->
-          stop_zone(%{st | game: game}, reason)
-
-        {:ok, other} ->
-          bad_return(st, :handle_tick, other)
-
-        {:error, _, _, _} ->
-          st
+      case Callbacks.call(st, :handle_tick, [ctx, st.game]) do
+        {:ok, {:stop, reason, game}} -> stop_zone(%{st | game: game}, reason)
+        result -> game_result(st, :handle_tick, result)
       end
 
-    st = dispatch(st, n, true, inputs, ctx)
-    %{st | running: Map.merge(st.running, %{t0: t0, input: t1 - t0, lateness: lateness})}
+    st = dispatch(%{st | tick: n - 1}, n, true, inputs, ctx)
+    %{st | running: %{st.running | t0: t0, input: t1 - t0, lateness: lateness}}
   end
 
   defp stop_zone(st, reason) do
-    Logger.info("zone #{inspect(st.config.id)} stops at tick #{st.tick + 1}: #{inspect(reason)}")
+    Logger.info("zone #{inspect(st.config.id)} stops at tick #{st.tick}: #{inspect(reason)}")
     id = st.config.id
     # Stopping goes through the zone's supervisor; do it from another process.
     Kernel.spawn(fn -> Overworld.stop_zone(id) end)
     st
   end
 
-  # Runs handle_input for the newest input of each player; returns the inputs per worker
-  # (entity id => input).
+  # handle_input for the newest input of each player; the inputs per worker (entity id => input).
   defp input_phase(%{inputs: inputs} = st) when map_size(inputs) == 0, do: {%{}, st}
 
   defp input_phase(st) do
     Enum.reduce(st.inputs, {%{}, %{st | inputs: %{}}}, fn {player, input}, {acc, st} ->
-      id = Map.fetch!(st.players, player)
+      id = Players.entity(st.players, player)
 
-      case safe(st, :handle_input, [player, input, st.game]) do
-        {:ok, {:ok, game}} -> {put_input(acc, st, id, input), %{st | game: game}}
-        {:ok, {:ok, input2, game}} -> {put_input(acc, st, id, input2), %{st | game: game}}
+      case Callbacks.call(st, :handle_input, [player, input, st.game]) do
+        {:ok, {:ok, game}} -> {route_input(acc, st, id, input), %{st | game: game}}
+        {:ok, {:ok, input2, game}} -> {route_input(acc, st, id, input2), %{st | game: game}}
         {:ok, {:ignore, game}} -> {acc, %{st | game: game}}
         {:ok, other} -> {acc, bad_return(st, :handle_input, other)}
         {:error, _, _, _} -> {acc, st}
@@ -437,125 +373,45 @@ defmodule Overworld.Zone.Server do
     end)
   end
 
-  defp put_input(acc, st, id, input) do
-    case Map.fetch(st.controlled, id) do
-      {:ok, w} -> Map.update(acc, w, %{id => input}, &Map.put(&1, id, input))
-      :error -> acc
+  defp route_input(acc, st, id, input) do
+    case Players.worker(st.players, id) do
+      nil -> acc
+      w -> Map.update(acc, w, %{id => input}, &Map.put(&1, id, input))
     end
   end
 
-  defp context(st, n) do
-    c = st.config
-
-    %Context{
-      zone: c.id,
-      tick: n,
-      tick_rate: c.tick_rate,
-      width: c.width,
-      height: c.height,
-      cell_size: c.grid.cell,
-      seed: c.seed
-    }
-  end
-
-  defp dispatch(st, n, simulate?, inputs, ctx \\ nil) do
-    ctx = ctx || context(st, n)
-    spawns = Enum.group_by(st.spawns, &Config.owner_of(st.config, entity(&1, :x), entity(&1, :y)))
-    despawns = Map.new(st.despawns, &{&1, true})
-
-    for w <- 0..(st.config.workers - 1) do
-      send(
-        elem(st.workers, w),
-        {:tick, st.epoch, n, simulate?, ctx, Map.get(inputs, w, %{}),
-         Enum.reverse(Map.get(spawns, w, [])), despawns, System.monotonic_time()}
+  defp dispatch(st, n, simulate?, inputs, ctx) do
+    running =
+      Dispatch.send_tick(
+        st.config,
+        st.workers,
+        st.epoch,
+        n,
+        simulate?,
+        ctx,
+        inputs,
+        st.spawns,
+        st.despawns
       )
-    end
-
-    running = %{
-      n: n,
-      pending: st.config.workers,
-      t0: System.monotonic_time(),
-      input: 0,
-      lateness: 0,
-      systems: 0,
-      grid: 0,
-      count: 0,
-      errors: 0
-    }
 
     %{st | spawns: [], despawns: [], running: running}
   end
 
-  defp worker_done(st, w, stats, simulated?) do
-    r = st.running
-
-    st = %{
-      st
-      | running: %{
-          r
-          | pending: r.pending - 1,
-            systems: max(r.systems, stats.systems),
-            grid: max(r.grid, stats.grid),
-            count: r.count + stats.count,
-            errors: r.errors + stats.errors
-        }
-    }
-
-    st = track_moves(st, w, stats)
+  defp worker_done(st, stats, simulated?) do
+    {_gone, players} = Players.report(st.players, stats.moves, stats.gone)
+    st = %{st | running: Dispatch.collect(st.running, stats), players: players}
     if st.running.pending == 0, do: finish_tick(st, simulated?), else: st
-  end
-
-  defp track_moves(st, _w, %{moves: [], gone: []}), do: st
-
-  defp track_moves(st, _w, %{moves: moves, gone: gone}) do
-    controlled =
-      Enum.reduce(moves, st.controlled, fn {id, w}, acc ->
-        if is_map_key(acc, id), do: Map.put(acc, id, w), else: acc
-      end)
-
-    st = %{st | controlled: controlled}
-
-    Enum.reduce(gone, st, fn id, st ->
-      case Map.fetch(st.owners, id) do
-        {:ok, player} -> forget_player(st, player, id)
-        :error -> st
-      end
-    end)
   end
 
   defp finish_tick(st, simulated?) do
     r = st.running
     total = System.monotonic_time() - r.t0
+    # The whole tick is done: the workers may collect garbage now.
     for pid <- Tuple.to_list(st.workers), do: send(pid, {:idle, st.epoch})
     st = %{st | running: nil, tick: r.n, entity_count: r.count}
-    if r.errors > 0, do: Metrics.add(st.metrics, :callback_errors, r.errors)
 
     if simulated? do
-      other = max(total - r.input - r.systems - r.grid, 0)
-
-      Metrics.record_tick(st.metrics, r.n, %{
-        total: us(total),
-        input: us(r.input),
-        systems: us(r.systems),
-        grid: us(r.grid),
-        other: us(other),
-        entities: r.count
-      })
-
-      Telemetry.execute(
-        [:overworld, :zone, :tick, :stop],
-        %{
-          duration: total,
-          input: r.input,
-          systems: r.systems,
-          grid: r.grid,
-          other: other,
-          entities: r.count,
-          lateness: r.lateness
-        },
-        %{zone: st.config.id, tick: r.n}
-      )
-
+      Dispatch.report(st.config, st.metrics, r, total)
       st |> after_manual_tick() |> after_tick_clock(total)
     else
       Metrics.put(st.metrics, :entities, r.count)
@@ -576,29 +432,25 @@ defmodule Overworld.Zone.Server do
     end
   end
 
-  defp us(native), do: System.convert_time_unit(native, :native, :microsecond)
-
   ## Entities and actions
 
   defp apply_actions(st, actions, callback) do
     Enum.reduce(actions, st, fn
       {:spawn, specs}, st ->
-        specs = if is_map(specs) or Keyword.keyword?(specs), do: [specs], else: specs
-
-        case build_all(st, specs, nil) do
+        case build_all(st, Spawn.specs(specs), nil) do
           {:ok, _entities, st} -> st
-          {:error, reason} -> callback_failed(st, callback, :error, {:bad_spawn, reason}, nil)
+          {:error, reason} -> failed(st, callback, {:bad_spawn, reason})
         end
 
       {:despawn, ids}, st ->
         %{st | despawns: Enum.reverse(List.wrap(ids), st.despawns)}
 
       other, st ->
-        callback_failed(st, callback, :error, {:bad_action, other}, nil)
+        failed(st, callback, {:bad_action, other})
     end)
   end
 
-  # Builds and queues entities; all or nothing.
+  # Builds and queues entities (visible after the next tick); all or nothing.
   defp build_all(st, specs, owner) do
     if st.entity_count + length(st.spawns) + length(specs) > st.config.max_entities do
       {:error, :max_entities}
@@ -606,116 +458,42 @@ defmodule Overworld.Zone.Server do
       specs
       |> Enum.with_index(st.next_id)
       |> Enum.reduce_while({:ok, []}, fn {spec, id}, {:ok, acc} ->
-        case build(st.config, spec, id, owner) do
+        case Spawn.build(st.config, spec, id, owner) do
           {:ok, e} -> {:cont, {:ok, [e | acc]}}
           {:error, _} = err -> {:halt, err}
         end
       end)
       |> case do
-        {:ok, rev} ->
-          controlled =
-            if owner == nil do
-              st.controlled
-            else
-              Enum.reduce(rev, st.controlled, fn e, acc ->
-                Map.put(
-                  acc,
-                  entity(e, :id),
-                  Config.owner_of(st.config, entity(e, :x), entity(e, :y))
-                )
-              end)
-            end
-
-          {:ok, Enum.reverse(rev),
-           %{
-             st
-             | spawns: rev ++ st.spawns,
-               next_id: st.next_id + length(rev),
-               controlled: controlled
-           }}
-
-        err ->
-          err
+        {:ok, rev} -> {:ok, Enum.reverse(rev), queue_spawns(st, rev, owner)}
+        err -> err
       end
     end
   end
 
-  @spec_keys [:kind, :x, :y, :vx, :vy, :heading, :state, :rng, :data, :input]
+  defp queue_spawns(st, rev, owner) do
+    players =
+      if owner == nil,
+        do: st.players,
+        else:
+          Enum.reduce(rev, st.players, fn e, acc ->
+            Players.add(
+              acc,
+              owner,
+              entity(e, :id),
+              Config.owner_of(st.config, entity(e, :x), entity(e, :y))
+            )
+          end)
 
-  defp build(config, spec, id, owner) when is_list(spec) or is_map(spec) do
-    fields = Map.new(spec)
-
-    with [] <- Map.keys(fields) -- @spec_keys,
-         {:ok, x} <- int_field(fields, :x, :required),
-         {:ok, y} <- int_field(fields, :y, :required),
-         {:ok, vx} <- int_field(fields, :vx, 0),
-         {:ok, vy} <- int_field(fields, :vy, 0),
-         {:ok, heading} <- int_field(fields, :heading, 0),
-         {:ok, rng} <- int_field(fields, :rng, Random.seed_for(config.seed, id)) do
-      {:ok,
-       entity(
-         id: id,
-         kind: Map.get(fields, :kind),
-         x: x |> max(0) |> min(config.width),
-         y: y |> max(0) |> min(config.height),
-         vx: vx,
-         vy: vy,
-         heading: Integer.mod(heading, 65536),
-         state: Map.get(fields, :state),
-         rng:
-           if(rng > 0, do: Bitwise.band(rng, 0xFFFFFFFF), else: Random.seed_for(config.seed, id)),
-         data: Map.get(fields, :data),
-         owner: owner,
-         input: Map.get(fields, :input)
-       )}
-    else
-      unknown when is_list(unknown) -> {:error, {:unknown_fields, unknown}}
-      {:error, _} = err -> err
-    end
+    %{st | spawns: rev ++ st.spawns, next_id: st.next_id + length(rev), players: players}
   end
 
-  defp build(_config, spec, _id, _owner), do: {:error, {:bad_spec, spec}}
-
-  defp int_field(fields, key, default) do
-    case Map.fetch(fields, key) do
-      {:ok, v} when is_integer(v) -> {:ok, v}
-      {:ok, v} -> {:error, {:not_an_integer, key, v}}
-      :error when default == :required -> {:error, {:missing, key}}
-      :error -> {:ok, default}
-    end
+  defp bad_return(st, callback, value) do
+    Callbacks.bad_return(st, callback, value)
+    st
   end
 
-  ## Calling game code
-
-  # Calls a callback of the zone module; failures are caught, logged, counted and reported.
-  defp safe(st, callback, args) do
-    {:ok, apply(st.config.module, callback, args)}
-  catch
-    kind, reason ->
-      callback_failed(st, callback, kind, reason, __STACKTRACE__)
-      {:error, kind, reason, __STACKTRACE__}
-  end
-
-  defp bad_return(st, callback, value),
-    do: callback_failed(st, callback, :error, {:bad_return, value}, nil)
-
-  defp callback_failed(st, callback, kind, reason, stack) do
-    Metrics.add(st.metrics, :callback_errors, 1)
-
-    Telemetry.execute(
-      [:overworld, :zone, :callback, :exception],
-      %{count: 1},
-      %{zone: st.config.id, tick: st.tick, callback: callback, kind: kind, reason: reason}
-    )
-
-    detail = if stack, do: Exception.format(kind, reason, stack), else: inspect(reason, limit: 20)
-
-    Logger.error(
-      "zone #{inspect(st.config.id)} tick #{st.tick}: #{inspect(st.config.module)}.#{callback} " <>
-        "failed; the zone keeps its previous state: " <> detail,
-      tick: st.tick
-    )
-
+  defp failed(st, callback, reason) do
+    Callbacks.failed(st, callback, :error, reason, nil)
     st
   end
 end

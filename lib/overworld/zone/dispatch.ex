@@ -1,0 +1,130 @@
+defmodule Overworld.Zone.Dispatch do
+  @moduledoc false
+  # One tick seen from the server: the message to each worker, the collection of their `:done`
+  # reports, and the tick's metrics and telemetry once all are in.
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+  alias Overworld.Telemetry
+  alias Overworld.Zone.{Config, Context, Metrics}
+
+  @type running :: %{
+          n: non_neg_integer,
+          pending: non_neg_integer,
+          t0: integer,
+          input: integer,
+          lateness: integer,
+          systems: integer,
+          grid: integer,
+          count: non_neg_integer,
+          errors: non_neg_integer
+        }
+
+  @doc "The tick context of tick `n`."
+  @spec context(Config.t(), non_neg_integer) :: Context.t()
+  def context(%Config{} = c, n) do
+    %Context{
+      zone: c.id,
+      tick: n,
+      tick_rate: c.tick_rate,
+      width: c.width,
+      height: c.height,
+      cell_size: c.grid.cell,
+      seed: c.seed
+    }
+  end
+
+  @doc """
+  Sends tick `n` to every worker: its inputs (`%{worker => %{entity id => input}}`), the spawns
+  in its stripe, and every despawn. Returns the running tick.
+  """
+  @spec send_tick(
+          Config.t(),
+          tuple,
+          integer,
+          non_neg_integer,
+          boolean,
+          Context.t(),
+          map,
+          list,
+          list
+        ) ::
+          running
+  def send_tick(config, workers, epoch, n, simulate?, ctx, inputs, spawns, despawns) do
+    t0 = System.monotonic_time()
+    spawns = Enum.group_by(spawns, &Config.owner_of(config, entity(&1, :x), entity(&1, :y)))
+    despawns = Map.new(despawns, &{&1, true})
+
+    for w <- 0..(config.workers - 1) do
+      send(
+        elem(workers, w),
+        {:tick, epoch, n, simulate?, ctx, Map.get(inputs, w, %{}),
+         Enum.reverse(Map.get(spawns, w, [])), despawns, System.monotonic_time()}
+      )
+    end
+
+    %{
+      n: n,
+      pending: config.workers,
+      t0: t0,
+      input: 0,
+      lateness: 0,
+      systems: 0,
+      grid: 0,
+      count: 0,
+      errors: 0
+    }
+  end
+
+  @doc "Adds a worker's report; the tick's systems and grid phases are the slowest worker's."
+  @spec collect(running, map) :: running
+  def collect(r, stats) do
+    %{
+      r
+      | pending: r.pending - 1,
+        systems: max(r.systems, stats.systems),
+        grid: max(r.grid, stats.grid),
+        count: r.count + stats.count,
+        errors: r.errors + stats.errors
+    }
+  end
+
+  @doc "Records a finished tick (all workers done): metrics and the tick.stop event."
+  @spec report(Config.t(), Metrics.t(), running, integer) :: :ok
+  def report(config, metrics, r, total) do
+    other = max(total - r.input - r.systems - r.grid, 0)
+    if r.errors > 0, do: Metrics.add(metrics, :callback_errors, r.errors)
+
+    Metrics.record_tick(metrics, r.n, %{
+      total: us(total),
+      input: us(r.input),
+      systems: us(r.systems),
+      grid: us(r.grid),
+      other: us(other),
+      entities: r.count
+    })
+
+    Telemetry.execute(
+      [:overworld, :zone, :tick, :stop],
+      %{
+        duration: total,
+        input: r.input,
+        systems: r.systems,
+        grid: r.grid,
+        other: other,
+        entities: r.count,
+        lateness: r.lateness
+      },
+      %{zone: config.id, tick: r.n}
+    )
+  end
+
+  defp us(native), do: System.convert_time_unit(native, :native, :microsecond)
+
+  @doc "Merges the workers' answers to a query."
+  @spec merge(term, [term]) :: term
+  def merge(:count, results), do: Enum.sum(results)
+  def merge(:entities, results), do: Enum.concat(results)
+  def merge({:entity, _}, results), do: Enum.find(results, &(&1 != nil))
+  def merge({:radius, _, _, _}, results), do: Enum.concat(results)
+end

@@ -1,0 +1,4 @@
+defmodule Overworld.Zone.PlayersTest do
+  use ExUnit.Case, async: true
+  doctest Overworld.Zone.Players
+end
