@@ -51,15 +51,7 @@ defmodule Mix.Tasks.Overworld.Bench.Goblins do
         not (is_integer(v) and v > 0),
         do: Mix.raise("--#{String.replace(to_string(k), "_", "-")} must be a positive integer")
 
-    Mix.Task.run("app.start")
-
-    case Overworld.bind_schedulers() do
-      :ok ->
-        :ok
-
-      {:error, reason} ->
-        Mix.shell().error("could not bind schedulers (#{inspect(reason)}); ticks may be slower")
-    end
+    Overworld.Bench.Stats.start_node()
 
     machine = Stats.machine()
 

@@ -27,15 +27,7 @@ defmodule Mix.Tasks.Overworld.Server do
     if invalid != [],
       do: Mix.raise("invalid options: #{inspect(invalid)}; see `mix help overworld.server`")
 
-    Mix.Task.run("app.start")
-
-    case Overworld.bind_schedulers() do
-      :ok ->
-        :ok
-
-      {:error, reason} ->
-        Mix.shell().error("could not bind schedulers (#{inspect(reason)}); ticks may be slower")
-    end
+    Overworld.Bench.Stats.start_node()
 
     n = Keyword.get(opts, :entities, 10_000)
     rate = Keyword.get(opts, :tick_rate, 30)

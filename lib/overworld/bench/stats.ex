@@ -48,6 +48,23 @@ defmodule Overworld.Bench.Stats do
       else: "only #{above} samples above it: needs #{needed} samples"
   end
 
+  @doc """
+  Starts the application for a benchmark or the demo server, with the schedulers bound to CPUs
+  (see `Overworld.bind_schedulers/0`).
+  """
+  @spec start_node() :: :ok
+  def start_node do
+    Mix.Task.run("app.start")
+
+    case Overworld.bind_schedulers() do
+      :ok ->
+        :ok
+
+      {:error, reason} ->
+        Mix.shell().error("could not bind schedulers (#{inspect(reason)}); ticks may be slower")
+    end
+  end
+
   @doc "The machine and runtime the figures were measured on."
   @spec machine() :: map
   def machine do

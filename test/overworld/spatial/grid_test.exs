@@ -5,7 +5,7 @@ defmodule Overworld.Spatial.GridTest do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 1, entity: 2]
   alias Overworld.Spatial.Grid
-  alias Overworld.Test.Prop
+  alias Overworld.Test.{Prop, Scenes}
 
   defp ids(list), do: list |> Enum.map(&entity(&1, :id)) |> Enum.sort()
 
@@ -19,34 +19,19 @@ defmodule Overworld.Spatial.GridTest do
 
   # A world, a cell size, entities in it, and a query point and radius (possibly reaching out).
   defp scene do
-    :proper_types.bind(
-      :proper_types.tuple([
-        :proper_types.integer(1, 5_000),
-        :proper_types.integer(1, 5_000),
-        :proper_types.integer(1, 800)
-      ]),
-      fn {w, h, cell} ->
-        point = :proper_types.tuple([:proper_types.integer(0, w), :proper_types.integer(0, h)])
-
-        :proper_types.tuple([
-          :proper_types.exactly({w, h, cell}),
-          :proper_types.list(point),
-          :proper_types.integer(-200, w + 200),
-          :proper_types.integer(-200, h + 200),
-          :proper_types.integer(0, 3_000)
-        ])
-      end,
-      false
-    )
+    Scenes.world(5_000, 800, 1, fn w, h ->
+      [
+        :proper_types.integer(-200, w + 200),
+        :proper_types.integer(-200, h + 200),
+        :proper_types.integer(0, 3_000)
+      ]
+    end)
   end
 
   test "radius queries equal a brute-force scan (property)" do
     Prop.check(
       :proper.forall(scene(), fn {{w, h, cell}, points, qx, qy, r} ->
-        entities =
-          points
-          |> Enum.with_index(1)
-          |> Enum.map(fn {{x, y}, id} -> entity(id: id, x: x, y: y) end)
+        entities = Scenes.entities(points)
 
         grid = Grid.new(w, h, cell)
         cells = Grid.from_entities(grid, entities)
@@ -59,10 +44,7 @@ defmodule Overworld.Spatial.GridTest do
   test "the 3x3 block holds every entity within one cell size of the cell (property)" do
     Prop.check(
       :proper.forall(scene(), fn {{w, h, cell}, points, _qx, _qy, _r} ->
-        entities =
-          points
-          |> Enum.with_index(1)
-          |> Enum.map(fn {{x, y}, id} -> entity(id: id, x: x, y: y) end)
+        entities = Scenes.entities(points)
 
         grid = Grid.new(w, h, cell)
         cells = Grid.from_entities(grid, entities)

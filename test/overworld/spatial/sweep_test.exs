@@ -5,33 +5,10 @@ defmodule Overworld.Spatial.SweepTest do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 1, entity: 2]
   alias Overworld.Spatial.{Grid, Sweep}
-  alias Overworld.Test.Prop
+  alias Overworld.Test.{Prop, Scenes}
 
-  defp world do
-    :proper_types.bind(
-      :proper_types.tuple([
-        :proper_types.integer(1, 3_000),
-        :proper_types.integer(1, 3_000),
-        :proper_types.integer(1, 500)
-      ]),
-      fn {w, h, cell} ->
-        point = :proper_types.tuple([:proper_types.integer(0, w), :proper_types.integer(0, h)])
-
-        :proper_types.tuple([
-          :proper_types.exactly({w, h, cell}),
-          :proper_types.list(point),
-          :proper_types.list(point)
-        ])
-      end,
-      false
-    )
-  end
-
-  defp entities(points, first_id) do
-    points
-    |> Enum.with_index(first_id)
-    |> Enum.map(fn {{x, y}, id} -> entity(id: id, x: x, y: y) end)
-  end
+  defp world, do: Scenes.world(3_000, 500, 2)
+  defp entities(points, first_id), do: Scenes.entities(points, first_id)
 
   defp sorted_ids(lists), do: lists |> List.flatten() |> Enum.map(&entity(&1, :id)) |> Enum.sort()
 
