@@ -165,6 +165,12 @@ defmodule Goblins do
   end
 
   # Steps 3 to 6: steer (capped at 3 m/s), move and clamp, resolve overlaps, heading.
+  # Standing still with nothing pushing (most idle goblins): v = 0, no move, heading kept.
+  defp steer(e, st, timer, qx, qy, r, 0, 0, 0, 0, [], _rate, _side) do
+    {:entity, id, kind, x, y, _, _, heading, _, _, _, owner, input} = e
+    {:entity, id, kind, x, y, 0, 0, heading, st, r, {timer, qx, qy}, owner, input}
+  end
+
   defp steer(e, st, timer, qx, qy, r, wx, wy, sx, sy, close, rate, side) do
     {:entity, id, kind, x, y, vx0, vy0, heading, _, _, _, owner, input} = e
     vx = wx + sx

@@ -55,36 +55,43 @@ defmodule Overworld.Zone.Pass do
 
     {stays, acc} =
       if plain? do
-        # The cell's bounds: an entity whose new position is inside stays (no division).
+        # The cell's bounds, within the world: an entity whose new position is inside stays
+        # (no division, no clamping needed).
         x0 = Grid.col(grid, k) * cell
         y0 = Grid.row(grid, k) * cell
-        plain(list, k, x0, x0 + cell, y0, y0 + cell, view, mod, ctx, w, h, [], acc, env)
+        plain(list, k, x0, min(x0 + cell, w + 1), y0, min(y0 + cell, h + 1), view, mod, ctx, [], acc, env)
       else
         full(list, k, view, env, [], acc)
       end
 
     case stays do
       [] -> cells(rest, cursors, env, plain?, pairs, acc)
-      _ -> cells(rest, cursors, env, plain?, [{k, :lists.reverse(stays)} | pairs], acc)
+      _ -> cells(rest, cursors, env, plain?, [{k, reverse(stays)} | pairs], acc)
     end
   end
 
+  # Most cells hold a handful of entities: reversing them inline beats the BIF call.
+  defp reverse([_] = l), do: l
+  defp reverse([a, b]), do: [b, a]
+  defp reverse([a, b, c]), do: [c, b, a]
+  defp reverse([a, b, c, d]), do: [d, c, b, a]
+  defp reverse(l), do: :lists.reverse(l)
+
   # No inputs and no despawns this tick for this worker: the tightest loop.
-  defp plain([], _k, _x0, _x1, _y0, _y1, _view, _mod, _ctx, _w, _h, stays, acc, _env),
+  defp plain([], _k, _x0, _x1, _y0, _y1, _view, _mod, _ctx, stays, acc, _env),
     do: {stays, acc}
 
-  defp plain([e | rest], k, x0, x1, y0, y1, view, mod, ctx, w, h, stays, acc, env) do
+  defp plain([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env) do
     id = entity(e, :id)
 
     case call(mod, e, view, ctx) do
       {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
-      when is_integer(x) and x >= x0 and x < x1 and is_integer(y) and y >= y0 and y < y1 and
-             x <= w and y <= h ->
-        plain(rest, k, x0, x1, y0, y1, view, mod, ctx, w, h, [e2 | stays], acc, env)
+      when is_integer(x) and x >= x0 and x < x1 and is_integer(y) and y >= y0 and y < y1 ->
+        plain(rest, k, x0, x1, y0, y1, view, mod, ctx, [e2 | stays], acc, env)
 
       result ->
         {stays, acc} = settle(result, e, id, k, stays, acc, env)
-        plain(rest, k, x0, x1, y0, y1, view, mod, ctx, w, h, stays, acc, env)
+        plain(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
     end
   end
 
