@@ -1,0 +1,16 @@
+defmodule Mix.Tasks.Overworld.ServerTest do
+  use ExUnit.Case, async: false
+  import ExUnit.CaptureIO
+
+  test "runs the goblin world and prints tick statistics" do
+    out =
+      capture_io(fn ->
+        Mix.Tasks.Overworld.Server.run(~w(--entities 300 --seconds 2 --interval 1))
+      end)
+
+    assert out =~ "goblin world with 300 goblins"
+    assert [_, _ | _] = Regex.scan(~r/tick \d+ \| 300 entities \| \d+ ticks in .* tick µs p50 \d+ p99 \d+/, out)
+    assert out =~ "schedulers"
+    Overworld.stop_zone(:goblins)
+  end
+end
