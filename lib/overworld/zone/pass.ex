@@ -36,7 +36,10 @@ defmodule Overworld.Zone.Pass do
         ) ::
           result
   def run(own, view, %Config{} = config, me, ctx, inputs, despawns) do
-    %Config{grid: grid, module: mod, owners: owners, width: w, height: h} = config
+    %Config{grid: grid, module: module, owners: owners, width: w, height: h} = config
+    # An external fun is called through its export entry directly; `module.handle_entity(...)`
+    # with a variable module would look the export up on every call.
+    mod = Function.capture(module, :handle_entity, 3)
     env = {mod, grid, owners, me, w, h, ctx, inputs, despawns}
     plain? = map_size(inputs) == 0 and map_size(despawns) == 0
 
@@ -128,8 +131,8 @@ defmodule Overworld.Zone.Pass do
     end
   end
 
-  defp call(mod, e, view, ctx) do
-    mod.handle_entity(e, view, ctx)
+  defp call(handle_entity, e, view, ctx) do
+    handle_entity.(e, view, ctx)
   catch
     kind, reason -> {:__failed__, kind, reason, __STACKTRACE__}
   end
