@@ -44,32 +44,36 @@ defmodule Overworld.Zone.Pass do
     plain? = map_size(inputs) == 0 and map_size(despawns) == 0
 
     {pairs, {movers, out, moves, gone, errors}} =
-      cells(own, Sweep.cursors(view), env, plain?, [], {[], [], [], [], {0, nil}})
+      cells(own, view, view, view, env, plain?, [], {[], [], [], [], {0, nil}})
 
     %{pairs: pairs, movers: movers, out: out, moves: moves, gone: gone, errors: errors}
   end
 
-  defp cells([], _cursors, _env, _plain?, pairs, acc), do: {:lists.reverse(pairs), acc}
+  # The cursors `above`, `same` and `below` sweep the view for the 3x3 block of each cell.
+  defp cells([], _above, _same, _below, _env, _plain?, pairs, acc),
+    do: {:lists.reverse(pairs), acc}
 
-  defp cells([{k, list} | rest], cursors, env, plain?, pairs, acc) do
+  defp cells([{k, list} | rest], above, same, below, env, plain?, pairs, acc) do
     {mod, %Grid{cell: cell, stride: stride} = grid, _, _, w, h, ctx, _, _} = env
-    {block, cursors} = Sweep.block(cursors, k, stride)
+    {block, above, same, below} = Sweep.block(above, same, below, k, stride)
     view = %View{grid: grid, block: block}
 
     {stays, acc} =
       if plain? do
         # The cell's bounds, within the world: an entity whose new position is inside stays
         # (no division, no clamping needed).
-        x0 = Grid.col(grid, k) * cell
-        y0 = Grid.row(grid, k) * cell
-        plain(list, k, x0, min(x0 + cell, w + 1), y0, min(y0 + cell, h + 1), view, mod, ctx, [], acc, env)
+        x0 = (rem(k, stride) - 1) * cell
+        y0 = (div(k, stride) - 1) * cell
+        x1 = if x0 + cell > w, do: w + 1, else: x0 + cell
+        y1 = if y0 + cell > h, do: h + 1, else: y0 + cell
+        plain(list, k, x0, x1, y0, y1, view, mod, ctx, [], acc, env)
       else
         full(list, k, view, env, [], acc)
       end
 
     case stays do
-      [] -> cells(rest, cursors, env, plain?, pairs, acc)
-      _ -> cells(rest, cursors, env, plain?, [{k, reverse(stays)} | pairs], acc)
+      [] -> cells(rest, above, same, below, env, plain?, pairs, acc)
+      _ -> cells(rest, above, same, below, env, plain?, [{k, reverse(stays)} | pairs], acc)
     end
   end
 
