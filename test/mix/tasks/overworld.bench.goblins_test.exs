@@ -4,19 +4,24 @@ defmodule Mix.Tasks.Overworld.Bench.GoblinsTest do
 
   @tag timeout: 120_000
   test "measures a small goblin world at its tick rate and writes the JSON, with the native reference" do
-    path = Path.join(System.tmp_dir!(), "overworld-bench-#{System.unique_integer([:positive])}.json")
+    path =
+      Path.join(System.tmp_dir!(), "overworld-bench-#{System.unique_integer([:positive])}.json")
+
     on_exit(fn -> File.rm(path) end)
 
     out =
       capture_io(fn ->
-        Mix.Tasks.Overworld.Bench.Goblins.run(~w(--entities 400 --seconds 2 --warmup 0 --tick-rate 20 --workers 2 --reference --json #{path}))
+        Mix.Tasks.Overworld.Bench.Goblins.run(
+          ~w(--entities 400 --seconds 2 --warmup 0 --tick-rate 20 --workers 2 --reference --json #{path})
+        )
       end)
 
     assert out =~ "ticks measured"
     assert out =~ "BEAM/native ratio"
     json = path |> File.read!() |> :jiffy.decode([:return_maps])
 
-    for key <- ~w(entities tick_rate workers ticks avg_us p50_us p99_us p999_us max_us overruns scheduler_utilization),
+    for key <-
+          ~w(entities tick_rate workers ticks avg_us p50_us p99_us p999_us max_us overruns scheduler_utilization),
         do: assert(Map.has_key?(json, key), "missing #{key}")
 
     assert json["entities"] == 400

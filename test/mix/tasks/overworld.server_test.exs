@@ -9,7 +9,13 @@ defmodule Mix.Tasks.Overworld.ServerTest do
       end)
 
     assert out =~ "goblin world with 300 goblins"
-    assert [_, _ | _] = Regex.scan(~r/tick \d+ \| 300 entities \| \d+ ticks in .* tick µs p50 \d+ p99 \d+/, out)
+
+    assert [_, _ | _] =
+             Regex.scan(
+               ~r/tick \d+ \| 300 entities \| \d+ ticks in .* tick µs p50 \d+ p99 \d+/,
+               out
+             )
+
     assert out =~ "schedulers"
     Overworld.stop_zone(:goblins)
   end
