@@ -26,8 +26,9 @@ defmodule Overworld.Zone.Bucket do
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.Zone.{Config, Pass}
 
-  # The starting young heap (words); it adapts to the zone after the first ticks.
-  @min_heap 200_000
+  # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
+  # tick (see collect_garbage/1), so a small zone stays small.
+  @min_heap 10_000
 
   @spec start_link({Config.t(), non_neg_integer}) :: GenServer.on_start()
   def start_link({%Config{} = config, index}) do
