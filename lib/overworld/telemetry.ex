@@ -19,6 +19,8 @@ defmodule Overworld.Telemetry do
   * `callback.exception`: game code raised, threw or exited (or returned something invalid);
     `count` is the number of failures it stands for (a worker reports a tick's failures at once).
 
+  Handlers run in the process that emits the event: the tick events in the zone server, between
+  ticks, so a slow handler delays the zone; keep them cheap (send a message, bump a counter).
   Handlers are kept in `:persistent_term` (attach and detach are rare, execute is hot and
   lock-free). A handler that raises is detached and logged, as in the `telemetry` library.
   """

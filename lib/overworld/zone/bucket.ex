@@ -39,8 +39,32 @@ defmodule Overworld.Zone.Bucket do
 
     GenServer.start_link(__MODULE__, {config, index},
       name: via(config.id, index),
-      spawn_opt: [{:scheduler, scheduler}, min_heap_size: @min_heap]
+      spawn_opt: bind_to(scheduler) ++ [min_heap_size: @min_heap]
     )
+  end
+
+  # The spawn option, if this runtime still has it (checked once); otherwise workers are left to
+  # the schedulers' load balancing.
+  defp bind_to(scheduler) do
+    supported? =
+      case :persistent_term.get({__MODULE__, :bind}, nil) do
+        nil ->
+          ok =
+            try do
+              :erlang.spawn_opt(fn -> :ok end, [{:scheduler, 1}])
+              true
+            rescue
+              ArgumentError -> false
+            end
+
+          :persistent_term.put({__MODULE__, :bind}, ok)
+          ok
+
+        ok ->
+          ok
+      end
+
+    if supported?, do: [{:scheduler, scheduler}], else: []
   end
 
   @spec via(term, non_neg_integer) :: GenServer.name()

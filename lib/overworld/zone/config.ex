@@ -44,6 +44,7 @@ defmodule Overworld.Zone.Config do
         }
 
   @doc false
+  @spec schema() :: Overworld.Options.schema()
   def schema do
     [
       id: {:any, :required},
