@@ -103,6 +103,51 @@ defmodule Overworld.Spatial.Sweep do
     merge(pairs, incoming, [{k2, mine} | acc])
   end
 
+  @doc """
+  Like `insert/3`, for cells given in **descending** key order (as a pass produces them):
+  returns the cells in ascending order followed by `tail`, in one walk (the reversal and the
+  merge are the same pass, and `tail` is appended without a copy).
+
+      iex> alias Overworld.Spatial.{Grid, Sweep}
+      iex> import Overworld.Entity
+      iex> g = Grid.new(100, 100, 10)
+      iex> desc = g |> Sweep.from_entities([entity(id: 1, x: 1, y: 1), entity(id: 5, x: 2, y: 2), entity(id: 7, x: 55, y: 1)]) |> Enum.reverse()
+      iex> pairs = Sweep.insert_desc(desc, g, [entity(id: 3, x: 3, y: 3), entity(id: 9, x: 50, y: 50)], [:tail])
+      iex> Enum.map(pairs, fn {_k, l} -> Enum.map(l, &entity(&1, :id)); t -> t end)
+      [[1, 3, 5], [7], [9], :tail]
+  """
+  @spec insert_desc(pairs, Grid.t(), [Overworld.Entity.t()], list) :: list
+  def insert_desc(desc, _grid, [], tail), do: :lists.reverse(desc, tail)
+
+  def insert_desc(desc, grid, entities, tail) do
+    incoming =
+      entities
+      |> Enum.map(fn e -> {Grid.key(grid, entity(e, :x), entity(e, :y)), entity(e, :id), e} end)
+      |> :lists.sort()
+      |> :lists.reverse()
+
+    merge_desc(desc, incoming, tail)
+  end
+
+  defp merge_desc(desc, [], acc), do: :lists.reverse(desc, acc)
+
+  defp merge_desc([{k, _} = pair | rest], [{k2, _, _} | _] = incoming, acc) when k > k2,
+    do: merge_desc(rest, incoming, [pair | acc])
+
+  defp merge_desc([{k, l} | rest], [{k, _, _} | _] = incoming, acc) do
+    {mine, incoming} = split_desc(incoming, k, [])
+    merge_desc(rest, incoming, [{k, :lists.merge(&by_id/2, l, mine)} | acc])
+  end
+
+  defp merge_desc(desc, [{k2, _, _} | _] = incoming, acc) do
+    {mine, incoming} = split_desc(incoming, k2, [])
+    merge_desc(desc, incoming, [{k2, mine} | acc])
+  end
+
+  # The leading incoming entities of key k (they come in descending id order): in id order.
+  defp split_desc([{k, _, e} | rest], k, acc), do: split_desc(rest, k, [e | acc])
+  defp split_desc(rest, _k, acc), do: {acc, rest}
+
   # The leading incoming entities of key k, in id order.
   defp split_key([{k, _, e} | rest], k, acc), do: split_key(rest, k, [e | acc])
   defp split_key(rest, _k, acc), do: {:lists.reverse(acc), rest}

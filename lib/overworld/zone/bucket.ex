@@ -90,14 +90,31 @@ defmodule Overworld.Zone.Bucket do
        workers: {},
        sends: sends(config, index),
        halo_for: halo_for(config),
-       pairs: [],
-       halo: [],
+       bounds: bounds(config, index),
+       view: [],
+       own: [],
        count: 0,
        inbox: [],
        logged_at: nil,
        heap: @min_heap
      }}
   end
+
+  # Keys of our stripe: {first key past it, first key past our first row, first key of our last
+  # row}. The rows in front of and behind these last two are the border rows others need.
+  defp bounds(%Config{stripes: stripes, grid: grid}, me) do
+    case elem(stripes, me) do
+      {r0, r1} when r1 > r0 ->
+        {Grid.key_at(grid, 0, r1), Grid.key_at(grid, 0, r0 + 1), Grid.key_at(grid, 0, r1 - 1)}
+
+      _empty ->
+        {0, 0, 0}
+    end
+  end
+
+  # Our own cells (the view from our first cell up to the halo behind us).
+  defp own_pairs(%{own: own, bounds: {stop, _, _}}),
+    do: Enum.take_while(own, fn {k, _} -> k < stop end)
 
   # Rows of ours that each other worker needs as its halo.
   defp sends(%Config{stripes: stripes, workers: n}, me) do
@@ -128,8 +145,8 @@ defmodule Overworld.Zone.Bucket do
        | epoch: epoch,
          workers: workers,
          server: server,
-         pairs: [],
-         halo: [],
+         view: [],
+         own: [],
          count: 0,
          inbox: []
      }}
@@ -160,13 +177,14 @@ defmodule Overworld.Zone.Bucket do
   def handle_info(_stale, st), do: {:noreply, st}
 
   defp answer(:count, st), do: st.count
-  defp answer(:entities, st), do: Sweep.entities(st.pairs)
+  defp answer(:entities, st), do: Sweep.entities(own_pairs(st))
 
   defp answer({:entity, id}, st) do
-    Enum.find_value(st.pairs, fn {_k, l} -> Enum.find(l, &(entity(&1, :id) == id)) end)
+    Enum.find_value(own_pairs(st), fn {_k, l} -> Enum.find(l, &(entity(&1, :id) == id)) end)
   end
 
-  defp answer({:radius, x, y, r}, st), do: Grid.query(Map.new(st.pairs), st.config.grid, x, y, r)
+  defp answer({:radius, x, y, r}, st),
+    do: Grid.query(Map.new(own_pairs(st)), st.config.grid, x, y, r)
 
   ## The tick
 
@@ -176,27 +194,34 @@ defmodule Overworld.Zone.Bucket do
 
     pass =
       if simulate? do
-        # Halo rows lie outside our stripe, so the keys never collide: the view is a merge.
-        Pass.run(
-          st.pairs,
-          :lists.merge(st.halo, st.pairs),
-          st.config,
-          st.index,
-          ctx,
-          inputs,
-          despawns
-        )
+        Pass.run(st.own, st.view, st.bounds, st.config, st.index, ctx, inputs, despawns)
       else
-        %{pairs: st.pairs, movers: [], out: [], moves: [], gone: [], errors: {0, nil}}
+        own = own_pairs(st)
+        {_, lo, hi} = st.bounds
+        border = Enum.filter(own, fn {k, _} -> k < lo or k >= hi end)
+
+        %{
+          desc: Enum.reverse(own),
+          border: border,
+          movers: [],
+          out: [],
+          moves: [],
+          gone: [],
+          errors: {0, nil}
+        }
       end
 
     t1 = System.monotonic_time()
     # An input sent before the avatar existed reaches it when it spawns.
     arrivals = Enum.map(spawns, &Pass.with_input(&1, inputs)) ++ pass.movers
-    pairs = Sweep.insert(pass.pairs, grid, arrivals)
-    {pairs, removed} = remove_despawned(pairs, simulate?, despawns)
-    {halo, migrants_in, st, waited} = exchange(st, n, pairs, pass.out)
-    pairs = Sweep.insert(pairs, grid, migrants_in)
+    {desc, border, removed} = remove_despawned(pass.desc, pass.border, simulate?, despawns)
+    {halo, migrants_in, st, waited} = exchange(st, n, border, arrivals, pass.out)
+    # The new cells, the halo behind our stripe appended without a copy, the halo in front of
+    # it prepended (a row): the next tick's view, in one walk.
+    {before, behind} =
+      Enum.split_while(halo, fn {k, _} -> k < st.bounds |> elem(1) |> first_key(grid) end)
+
+    own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
 
     count =
       st.count + length(migrants_in) - length(pass.out) - length(pass.gone) - removed +
@@ -220,8 +245,11 @@ defmodule Overworld.Zone.Bucket do
        }}
     )
 
-    %{st | pairs: pairs, halo: halo, count: count, logged_at: log_time(st, pass.errors)}
+    %{st | view: before ++ own, own: own, count: count, logged_at: log_time(st, pass.errors)}
   end
+
+  # The first key of our stripe, from the first key past its first row.
+  defp first_key(lo, %Grid{stride: stride}), do: lo - stride
 
   # Garbage collection between ticks. Every tick rebuilds every entity, so nearly all of a
   # worker's data dies each tick, and a collection in the middle of a tick copies the half-built
@@ -249,17 +277,24 @@ defmodule Overworld.Zone.Bucket do
 
   # Despawns are applied during the pass (the entity is simply not carried over); on the load
   # step (no pass) they are applied here.
-  defp remove_despawned(pairs, true, _despawns), do: {pairs, 0}
-  defp remove_despawned(pairs, false, despawns) when map_size(despawns) == 0, do: {pairs, 0}
+  defp remove_despawned(desc, border, true, _despawns), do: {desc, border, 0}
 
-  defp remove_despawned(pairs, false, despawns) do
-    {kept, removed} =
-      Enum.flat_map_reduce(pairs, 0, fn {k, l}, removed ->
-        kept = Enum.reject(l, &is_map_key(despawns, entity(&1, :id)))
-        {if(kept == [], do: [], else: [{k, kept}]), removed + length(l) - length(kept)}
+  defp remove_despawned(desc, border, false, despawns) when map_size(despawns) == 0,
+    do: {desc, border, 0}
+
+  defp remove_despawned(desc, border, false, despawns) do
+    keep = fn pairs ->
+      Enum.flat_map(pairs, fn {k, l} ->
+        case Enum.reject(l, &is_map_key(despawns, entity(&1, :id))) do
+          [] -> []
+          kept -> [{k, kept}]
+        end
       end)
+    end
 
-    {kept, removed}
+    kept = keep.(desc)
+    removed = length(Sweep.entities(desc)) - length(Sweep.entities(kept))
+    {kept, keep.(border), removed}
   end
 
   ## Border exchange
@@ -270,15 +305,29 @@ defmodule Overworld.Zone.Bucket do
   # same message from every other worker. Afterwards each worker holds exactly the zone's state
   # for its stripe, plus the state of the rows around it: the view of the next tick.
 
-  defp exchange(%{config: %Config{workers: 1}} = st, _n, _pairs, _out), do: {[], [], st, 0}
+  defp exchange(%{config: %Config{workers: 1}} = st, _n, _border, _arrivals, _out),
+    do: {[], [], st, 0}
 
-  defp exchange(st, n, pairs, out) do
+  defp exchange(st, n, border, arrivals, out) do
     %Config{grid: grid} = st.config
     me = st.index
     {own_extra, extra} = route_emigrants(out, grid, st.halo_for, me)
+    {_, lo, hi} = st.bounds
+    # Our border rows as they end the tick: what stayed, plus what moved or spawned into them.
+    border =
+      Sweep.insert(
+        border,
+        grid,
+        for(
+          e <- arrivals,
+          k = Grid.key(grid, entity(e, :x), entity(e, :y)),
+          k < lo or k >= hi,
+          do: e
+        )
+      )
 
     Enum.each(st.sends, fn {d, rows} ->
-      halo = Enum.flat_map(rows, &row_cells(pairs, grid, &1))
+      halo = Enum.filter(border, fn {k, _} -> Grid.row(grid, k) in rows end)
       migrants = for {^d, e} <- out, do: e
 
       send(
@@ -295,16 +344,6 @@ defmodule Overworld.Zone.Bucket do
     halo = Sweep.union(own_extra ++ parts)
     migrants = Enum.flat_map(msgs, fn {:xchg, _, _, _, _, migrants} -> migrants end)
     {halo, migrants, %{st | inbox: rest}, waited}
-  end
-
-  # Our cells of one row (pairs are sorted by key, rows are key ranges).
-  defp row_cells(pairs, grid, row) do
-    lo = Grid.key_at(grid, 0, row)
-    hi = Grid.key_at(grid, grid.cols - 1, row)
-
-    pairs
-    |> Enum.drop_while(fn {k, _} -> k < lo end)
-    |> Enum.take_while(fn {k, _} -> k <= hi end)
   end
 
   # Emigrants that landed in some worker's halo rows, as one-entity cells:

@@ -16,7 +16,8 @@ defmodule Overworld.Zone.Pass do
   alias Overworld.Zone.Config
 
   @type result :: %{
-          pairs: Sweep.pairs(),
+          desc: Sweep.pairs(),
+          border: Sweep.pairs(),
           movers: [Overworld.Entity.t()],
           out: [{non_neg_integer, Overworld.Entity.t()}],
           moves: [{pos_integer, non_neg_integer}],
@@ -25,9 +26,13 @@ defmodule Overworld.Zone.Pass do
         }
 
   @doc false
+  # `own` is the view from our first cell on; the walk stops at key `stop` (the first key past
+  # our stripe). Cells with a key below `lo` or from `hi` on are our border rows, which the
+  # other workers need: they are returned apart too. The new cells come in descending order.
   @spec run(
           Sweep.pairs(),
           Sweep.pairs(),
+          {integer, integer, integer},
           Config.t(),
           non_neg_integer,
           Overworld.Zone.Context.t(),
@@ -35,7 +40,7 @@ defmodule Overworld.Zone.Pass do
           map
         ) ::
           result
-  def run(own, view, %Config{} = config, me, ctx, inputs, despawns) do
+  def run(own, view, {stop, lo, hi}, %Config{} = config, me, ctx, inputs, despawns) do
     %Config{grid: grid, module: module, owners: owners, width: w, height: h} = config
     # An external fun is called through its export entry directly; `module.handle_entity(...)`
     # with a variable module would look the export up on every call.
@@ -43,17 +48,40 @@ defmodule Overworld.Zone.Pass do
     env = {mod, grid, owners, me, w, h, ctx, inputs, despawns}
     plain? = map_size(inputs) == 0 and map_size(despawns) == 0
 
-    {pairs, {movers, out, moves, gone, errors}} =
-      cells(own, view, view, view, env, plain?, [], {[], [], [], [], {0, nil}})
+    {desc, border, {movers, out, moves, gone, errors}} =
+      cells(
+        own,
+        view,
+        view,
+        view,
+        {stop, lo, hi},
+        env,
+        plain?,
+        [],
+        [],
+        {[], [], [], [], {0, nil}}
+      )
 
-    %{pairs: pairs, movers: movers, out: out, moves: moves, gone: gone, errors: errors}
+    %{
+      desc: desc,
+      border: border,
+      movers: movers,
+      out: out,
+      moves: moves,
+      gone: gone,
+      errors: errors
+    }
   end
 
   # The cursors `above`, `same` and `below` sweep the view for the 3x3 block of each cell.
-  defp cells([], _above, _same, _below, _env, _plain?, pairs, acc),
-    do: {:lists.reverse(pairs), acc}
+  defp cells([{k, _} | _], _above, _same, _below, {stop, _, _}, _env, _plain?, desc, border, acc)
+       when k >= stop,
+       do: {desc, :lists.reverse(border), acc}
 
-  defp cells([{k, list} | rest], above, same, below, env, plain?, pairs, acc) do
+  defp cells([], _above, _same, _below, _bounds, _env, _plain?, desc, border, acc),
+    do: {desc, :lists.reverse(border), acc}
+
+  defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, desc, border, acc) do
     {mod, %Grid{cell: cell, stride: stride} = grid, _, _, w, h, ctx, _, _} = env
     {block, above, same, below} = Sweep.block(above, same, below, k, stride)
     view = %View{grid: grid, block: block}
@@ -72,8 +100,14 @@ defmodule Overworld.Zone.Pass do
       end
 
     case stays do
-      [] -> cells(rest, above, same, below, env, plain?, pairs, acc)
-      _ -> cells(rest, above, same, below, env, plain?, [{k, reverse(stays)} | pairs], acc)
+      [] ->
+        cells(rest, above, same, below, bounds, env, plain?, desc, border, acc)
+
+      _ ->
+        pair = {k, reverse(stays)}
+        {_, lo, hi} = bounds
+        border = if k < lo or k >= hi, do: [pair | border], else: border
+        cells(rest, above, same, below, bounds, env, plain?, [pair | desc], border, acc)
     end
   end
 
