@@ -155,12 +155,12 @@ defmodule Overworld.Zone do
   Adds `player` to the zone: `c:handle_join/3` decides and returns the spec of the player's
   entity, which appears after the next tick. Returns the entity id.
   """
-  @spec join(zone, player, term) :: {:ok, pos_integer} | {:error, term}
-  def join(zone, player, meta \\ nil), do: call(zone, {:join, player, meta})
+  @spec join(zone, player, term) :: {:ok, pos_integer} | {:error, :not_found | term}
+  def join(zone, player, meta \\ nil), do: tagged_call(zone, {:join, player, meta})
 
   @doc "Removes `player` and its entity (`c:handle_leave/3` runs first)."
   @spec leave(zone, player, term) :: :ok | {:error, :not_joined | term}
-  def leave(zone, player, reason \\ :left), do: call(zone, {:leave, player, reason})
+  def leave(zone, player, reason \\ :left), do: tagged_call(zone, {:leave, player, reason})
 
   @doc """
   Sends a player's input to the zone (asynchronous). The newest input of each player per tick
@@ -171,11 +171,11 @@ defmodule Overworld.Zone do
 
   @doc "Spawns entities from specs (visible after the next tick); returns their ids."
   @spec spawn(zone, [entity_spec]) :: {:ok, [pos_integer]} | {:error, term}
-  def spawn(zone, specs) when is_list(specs), do: call(zone, {:spawn, specs})
+  def spawn(zone, specs) when is_list(specs), do: tagged_call(zone, {:spawn, specs})
 
   @doc "Despawns entities by id (gone after the next tick)."
   @spec despawn(zone, [pos_integer]) :: :ok | {:error, term}
-  def despawn(zone, ids) when is_list(ids), do: call(zone, {:despawn, ids})
+  def despawn(zone, ids) when is_list(ids), do: tagged_call(zone, {:despawn, ids})
 
   @doc """
   Runs `count` ticks now and returns the number of the last one. Only for zones started with
@@ -183,7 +183,7 @@ defmodule Overworld.Zone do
   """
   @spec tick_now(zone, pos_integer) :: {:ok, non_neg_integer} | {:error, term}
   def tick_now(zone, count \\ 1) when is_integer(count) and count > 0,
-    do: call(zone, {:tick_now, count}, :infinity)
+    do: tagged_call(zone, {:tick_now, count}, :infinity)
 
   @doc "Every entity of the zone after the last completed tick, in no particular order."
   @spec entities(zone) :: [Overworld.Entity.t()]
@@ -248,6 +248,15 @@ defmodule Overworld.Zone do
       [{_pid, m}] -> m
       [] -> nil
     end
+  end
+
+  # Calls that answer a tagged tuple: a zone that is not running is `{:error, :not_found}`.
+  defp tagged_call(zone, msg, timeout \\ 30_000) do
+    call(zone, msg, timeout)
+  catch
+    :exit, {:noproc, _} -> {:error, :not_found}
+    :exit, {:normal, _} -> {:error, :not_found}
+    :exit, {:shutdown, _} -> {:error, :not_found}
   end
 
   defp call(zone, msg, timeout \\ 30_000), do: GenServer.call(server(zone), msg, timeout)

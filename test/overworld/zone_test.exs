@@ -334,3 +334,20 @@ defmodule Overworld.ZoneSupervisionTest do
     assert Enum.sort(Enum.map(Zone.entities(zone), &elem(&1, 1))) == Enum.to_list(1..100)
   end
 end
+
+defmodule Overworld.ZoneNotFoundTest do
+  use ExUnit.Case, async: true
+  alias Overworld.Zone
+
+  test "calls to a zone that is not running answer {:error, :not_found}" do
+    zone = {__MODULE__, :nowhere}
+    assert {:error, :not_found} = Zone.join(zone, "ann")
+    assert {:error, :not_found} = Zone.leave(zone, "ann")
+    assert {:error, :not_found} = Zone.spawn(zone, [[x: 1, y: 1]])
+    assert {:error, :not_found} = Zone.despawn(zone, [1])
+    assert {:error, :not_found} = Zone.tick_now(zone)
+    assert :ok = Zone.input(zone, "ann", :up)
+    assert Zone.whereis(zone) == nil
+    assert Zone.metrics(zone) == nil
+  end
+end
