@@ -37,6 +37,12 @@ defmodule Overworld.Zone do
   game state (for `c:handle_entity/3`: the entity keeps its previous state). Other zones never
   notice.
 
+  ## Errors
+
+  Functions answering tagged tuples (`join/3`, `leave/3`, `spawn/2`, `despawn/2`, `tick_now/2`)
+  answer `{:error, :not_found}` when the zone is not running; the queries (`entities/1`,
+  `count/1`, ...) exit as a `GenServer.call/3` to a missing process does.
+
   ## Options (`Overworld.start_zone/2`)
 
   * `:id` (required) — any term naming the zone; zones are found through the registry, never
