@@ -78,30 +78,7 @@ defmodule Overworld.Spatial.Sweep do
   """
   @spec insert(pairs, Grid.t(), [Overworld.Entity.t()]) :: pairs
   def insert(pairs, _grid, []), do: pairs
-
-  def insert(pairs, grid, entities) do
-    incoming =
-      entities
-      |> Enum.map(fn e -> {Grid.key(grid, entity(e, :x), entity(e, :y)), entity(e, :id), e} end)
-      |> :lists.sort()
-
-    merge(pairs, incoming, [])
-  end
-
-  defp merge(pairs, [], acc), do: :lists.reverse(acc, pairs)
-
-  defp merge([{k, _} = pair | rest], [{k2, _, _} | _] = incoming, acc) when k < k2,
-    do: merge(rest, incoming, [pair | acc])
-
-  defp merge([{k, l} | rest], [{k, _, _} | _] = incoming, acc) do
-    {mine, incoming} = split_key(incoming, k, [])
-    merge(rest, incoming, [{k, :lists.merge(&by_id/2, l, mine)} | acc])
-  end
-
-  defp merge(pairs, [{k2, _, _} | _] = incoming, acc) do
-    {mine, incoming} = split_key(incoming, k2, [])
-    merge(pairs, incoming, [{k2, mine} | acc])
-  end
+  def insert(pairs, grid, entities), do: insert_desc(:lists.reverse(pairs), grid, entities, [])
 
   @doc """
   Like `insert/3`, for cells given in **descending** key order (as a pass produces them):
@@ -147,10 +124,6 @@ defmodule Overworld.Spatial.Sweep do
   # The leading incoming entities of key k (they come in descending id order): in id order.
   defp split_desc([{k, _, e} | rest], k, acc), do: split_desc(rest, k, [e | acc])
   defp split_desc(rest, _k, acc), do: {acc, rest}
-
-  # The leading incoming entities of key k, in id order.
-  defp split_key([{k, _, e} | rest], k, acc), do: split_key(rest, k, [e | acc])
-  defp split_key(rest, _k, acc), do: {:lists.reverse(acc), rest}
 
   defp by_id(a, b), do: entity(a, :id) <= entity(b, :id)
 
