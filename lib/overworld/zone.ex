@@ -56,6 +56,10 @@ defmodule Overworld.Zone do
   * `:cell_size` — grid cell size in metres, also the largest neighbour radius (default 12)
   * `:seed` — integer seed of every entity's generator (default 0)
   * `:max_entities` — spawns beyond this are refused (default 1_000_000)
+  * `:stall_timeout` — milliseconds after which a tick that has not finished is reported (logged
+    with the workers that have not answered, counted as a stall), and again every such period
+    while it lasts: a `handle_entity/3` that never returns stalls its zone, not the others
+    (default 5_000)
 
   ## Example
 

@@ -351,3 +351,45 @@ defmodule Overworld.ZoneNotFoundTest do
     assert Zone.metrics(zone) == nil
   end
 end
+
+defmodule Overworld.ZoneStallTest do
+  use ExUnit.Case, async: true
+  import ExUnit.CaptureLog
+  alias Overworld.Zone
+
+  test "a tick stuck in game code is reported with the worker that has not answered; other zones go on" do
+    zone = {__MODULE__, make_ref()}
+    other = {__MODULE__, make_ref()}
+
+    {:ok, _} =
+      Overworld.start_zone(Overworld.Test.ProbeZone,
+        id: zone,
+        clock: :realtime,
+        workers: 2,
+        stall_timeout: 100,
+        size: {100, 100},
+        args: []
+      )
+
+    {:ok, _} = Overworld.start_zone(Overworld.Test.ProbeZone, id: other, clock: :manual, args: [])
+    # At (1 m, 1 m): row 0, so bucket worker 0.
+    {:ok, _} = Zone.spawn(zone, [[kind: :sleeper, x: 1024, y: 1024]])
+
+    log =
+      capture_log(fn ->
+        Process.sleep(500)
+        assert {:ok, 3} = Zone.tick_now(other, 3)
+      end)
+
+    assert log =~ "zone #{inspect(zone)} tick 2 has not finished after 100 ms"
+    assert log =~ "bucket workers [0, 1] have not reported"
+    # Where they are: worker 0 in the game code, worker 1 waiting for it at the exchange.
+    assert log =~ ~r/worker 0 in [^;]*Overworld.Zone.Pass.call/
+    assert log =~ ~r/worker 1 in [^;]*receive_exchange/
+    m = Zone.metrics(zone)
+    assert m.stalls >= 2
+    assert m.tick == 1
+    capture_log(fn -> :ok = Overworld.stop_zone(zone) end)
+    Overworld.stop_zone(other)
+  end
+end

@@ -72,6 +72,7 @@ defmodule Overworld.Test.ProbeZone do
     case entity(e, :kind) do
       :bomb when ctx.tick >= 3 -> raise "entity #{entity(e, :id)} blew up"
       :mortal -> :despawn
+      :sleeper when ctx.tick >= 2 -> Process.sleep(:infinity)
       :liar -> {:ok, :not_an_entity}
       _ -> {:ok, move(e, ctx)}
     end

@@ -72,7 +72,12 @@ defmodule Overworld.Zone.Bucket do
 
   @spec child_spec({Config.t(), non_neg_integer}) :: Supervisor.child_spec()
   def child_spec({config, index}) do
-    %{id: {__MODULE__, index}, start: {__MODULE__, :start_link, [{config, index}]}}
+    # Nothing to flush on shutdown (yet): a worker stuck in game code is not waited for long.
+    %{
+      id: {__MODULE__, index},
+      start: {__MODULE__, :start_link, [{config, index}]},
+      shutdown: 1_000
+    }
   end
 
   ## Messages

@@ -17,6 +17,7 @@ defmodule Overworld.Zone.Config do
     :cell_size,
     :seed,
     :max_entities,
+    :stall_timeout,
     :width,
     :height,
     :grid,
@@ -36,6 +37,7 @@ defmodule Overworld.Zone.Config do
           cell_size: number,
           seed: integer,
           max_entities: pos_integer,
+          stall_timeout: pos_integer,
           width: non_neg_integer,
           height: non_neg_integer,
           grid: Grid.t(),
@@ -55,7 +57,8 @@ defmodule Overworld.Zone.Config do
       size: {{:tuple_of, [:pos_number, :pos_number]}, {1000, 1000}},
       cell_size: {:pos_number, 12},
       seed: {:integer, 0},
-      max_entities: {:pos_integer, 1_000_000}
+      max_entities: {:pos_integer, 1_000_000},
+      stall_timeout: {:pos_integer, 5_000}
     ]
   end
 

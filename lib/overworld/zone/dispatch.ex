@@ -17,7 +17,8 @@ defmodule Overworld.Zone.Dispatch do
           systems: integer,
           grid: integer,
           count: non_neg_integer,
-          errors: non_neg_integer
+          errors: non_neg_integer,
+          reported: [non_neg_integer]
         }
 
   @doc "The tick context of tick `n`."
@@ -72,16 +73,18 @@ defmodule Overworld.Zone.Dispatch do
       systems: 0,
       grid: 0,
       count: 0,
-      errors: 0
+      errors: 0,
+      reported: []
     }
   end
 
   @doc "Adds a worker's report; the tick's systems and grid phases are the slowest worker's."
-  @spec collect(running, map) :: running
-  def collect(r, stats) do
+  @spec collect(running, non_neg_integer, map) :: running
+  def collect(r, w, stats) do
     %{
       r
       | pending: r.pending - 1,
+        reported: [w | r.reported],
         systems: max(r.systems, stats.systems),
         grid: max(r.grid, stats.grid),
         count: r.count + stats.count,

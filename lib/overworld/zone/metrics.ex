@@ -10,6 +10,7 @@ defmodule Overworld.Zone.Metrics do
     :overruns,
     :skipped,
     :callback_errors,
+    :stalls,
     :entities,
     :input_us,
     :systems_us,
@@ -80,6 +81,7 @@ defmodule Overworld.Zone.Metrics do
       overruns: get(m, :overruns),
       skipped_deadlines: get(m, :skipped),
       callback_errors: get(m, :callback_errors),
+      stalls: get(m, :stalls),
       entities: get(m, :entities),
       tick_us: Histogram.summary(Histogram.snapshot(m.ticks_us)),
       # Node-wide, since the zone started: what the BEAM really used beside what the OS saw.

@@ -127,7 +127,7 @@ defmodule Overworld.Zone.Server do
     epoch = st.epoch
 
     receive do
-      {:done, ^epoch, 0, _w, stats} -> await_load(worker_done(st, stats, false))
+      {:done, ^epoch, 0, w, stats} -> await_load(worker_done(st, w, stats, false))
     end
   end
 
@@ -267,9 +267,45 @@ defmodule Overworld.Zone.Server do
     {:noreply, begin_tick(st, System.monotonic_time() - deadline(st, slot))}
   end
 
-  def handle_info({:done, epoch, n, _w, stats}, %{epoch: epoch, running: %{n: n}} = st) do
-    {:noreply, worker_done(st, stats, true)}
+  def handle_info({:done, epoch, n, w, stats}, %{epoch: epoch, running: %{n: n}} = st) do
+    {:noreply, worker_done(st, w, stats, true)}
   end
+
+  # A tick still running after :stall_timeout: say so, with where each silent worker is (a worker
+  # stuck in game code, the others waiting for it at the border exchange), and again every
+  # period while it lasts.
+  def handle_info({:stalled, epoch, n}, %{epoch: epoch, running: %{n: n} = r} = st) do
+    waiting = Enum.to_list(0..(st.config.workers - 1)) -- r.reported
+    Metrics.add(st.metrics, :stalls, 1)
+
+    where =
+      Enum.map_join(waiting, "; ", fn w ->
+        stack =
+          case Process.info(elem(st.workers, w), :current_stacktrace) do
+            {:current_stacktrace, frames} ->
+              frames
+              |> Enum.take(3)
+              |> Enum.map_join(" < ", fn {m, f, a, _} -> Exception.format_mfa(m, f, a) end)
+
+            nil ->
+              "dead"
+          end
+
+        "worker #{w} in #{stack}"
+      end)
+
+    Logger.error(
+      "zone #{inspect(st.config.id)} tick #{n} has not finished after " <>
+        "#{st.config.stall_timeout} ms: bucket workers #{inspect(waiting)} have not reported " <>
+        "(#{where}); the zone waits, other zones carry on",
+      tick: n
+    )
+
+    Process.send_after(self(), {:stalled, epoch, n}, st.config.stall_timeout)
+    {:noreply, st}
+  end
+
+  def handle_info({:stalled, _epoch, _n}, st), do: {:noreply, st}
 
   def handle_info({:query_reply, ref, _w, result}, st) when is_map_key(st.queries, ref) do
     case Map.fetch!(st.queries, ref) do
@@ -394,12 +430,13 @@ defmodule Overworld.Zone.Server do
         st.despawns
       )
 
+    Process.send_after(self(), {:stalled, st.epoch, n}, st.config.stall_timeout)
     %{st | spawns: [], despawns: [], running: running}
   end
 
-  defp worker_done(st, stats, simulated?) do
+  defp worker_done(st, w, stats, simulated?) do
     {_gone, players} = Players.report(st.players, stats.moves, stats.gone)
-    st = %{st | running: Dispatch.collect(st.running, stats), players: players}
+    st = %{st | running: Dispatch.collect(st.running, w, stats), players: players}
     if st.running.pending == 0, do: finish_tick(st, simulated?), else: st
   end
 
