@@ -102,6 +102,20 @@ defmodule Overworld.Zone.BucketTest do
     assert length(Enum.uniq(hashes)) == 1
   end
 
+  test "more workers than grid rows: the workers without rows idle, nothing is lost" do
+    hashes =
+      for w <- [1, 4] do
+        zone =
+          start(Jumpers, workers: w, size: {20, 20}, cell_size: 12, args: [n: 50, side: 20 * 1024])
+
+        {:ok, 100} = Zone.tick_now(zone, 100)
+        assert Zone.count(zone) == 50
+        Zone.state_hash(zone)
+      end
+
+    assert [_] = Enum.uniq(hashes)
+  end
+
   describe "the goblin world" do
     defp goblins(n, opts) do
       start(Goblins, Goblins.zone_options(n, opts))
