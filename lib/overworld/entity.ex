@@ -69,8 +69,6 @@ defmodule Overworld.Entity do
             input: term
           )
 
-  @fields [:id, :kind, :x, :y, :vx, :vy, :heading, :state, :rng, :data, :owner, :input]
-
   @doc """
   Fixed-point units per metre.
 
@@ -100,10 +98,6 @@ defmodule Overworld.Entity do
   """
   @spec to_map(t) :: map
   def to_map(entity() = e), do: Map.new(entity(e))
-
-  @doc false
-  @spec fields() :: [atom]
-  def fields, do: @fields
 
   @doc """
   True when `term` is an entity record.

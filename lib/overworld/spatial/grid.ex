@@ -9,9 +9,9 @@ defmodule Overworld.Spatial.Grid do
 
   Keys are integers `(row + 1) * stride + (col + 1)` with `stride = cols + 2`: the padding
   column and row mean the 3x3 block around any cell is plain key arithmetic and never wraps
-  around an edge. Zone bucket workers own a stripe of rows each and update their cells
-  incrementally: an entity that stays in its cell is rewritten in place in the list, only the
-  ones that cross a cell border move.
+  around an edge. The bucket workers keep their cells as sorted lists instead
+  (`Overworld.Spatial.Sweep`, same keys); the map form serves radius queries from outside the
+  tick and is the reference the sweep is tested against.
 
       iex> alias Overworld.Spatial.Grid
       iex> import Overworld.Entity
@@ -199,41 +199,4 @@ defmodule Overworld.Spatial.Grid do
       end
     end)
   end
-
-  @doc """
-  Inserts an entity into its cell, keeping the cell sorted by id.
-
-      iex> alias Overworld.Spatial.Grid
-      iex> import Overworld.Entity
-      iex> g = Grid.new(100, 100, 10)
-      iex> cells = Grid.from_entities(g, [entity(id: 1, x: 1, y: 1), entity(id: 5, x: 2, y: 2)])
-      iex> cells = Grid.insert(cells, g, entity(id: 3, x: 3, y: 3))
-      iex> cells |> Map.values() |> hd() |> Enum.map(&entity(&1, :id))
-      [1, 3, 5]
-  """
-  @spec insert(cells, t, Overworld.Entity.t()) :: cells
-  def insert(cells, g, e), do: insert_at(cells, key(g, entity(e, :x), entity(e, :y)), e)
-
-  @doc "Inserts an entity into the cell `k` (sorted by id); `k` must be the entity's cell."
-  @spec insert_at(cells, integer, Overworld.Entity.t()) :: cells
-  def insert_at(cells, k, e) do
-    case cells do
-      %{^k => l} -> %{cells | k => sorted_insert(l, e, entity(e, :id))}
-      _ -> Map.put(cells, k, [e])
-    end
-  end
-
-  defp sorted_insert([], e, _id), do: [e]
-
-  defp sorted_insert([h | t] = l, e, id) do
-    if entity(h, :id) < id, do: [h | sorted_insert(t, e, id)], else: [e | l]
-  end
-
-  @doc "All entities of the cells, in no particular order."
-  @spec entities(cells) :: [Overworld.Entity.t()]
-  def entities(cells), do: cells |> Map.values() |> Enum.concat()
-
-  @doc "The number of entities in the cells."
-  @spec count(cells) :: non_neg_integer
-  def count(cells), do: :maps.fold(fn _k, l, n -> n + length(l) end, 0, cells)
 end

@@ -60,18 +60,6 @@ defmodule Overworld.Spatial.GridTest do
     )
   end
 
-  test "cells stay sorted by id through inserts" do
-    grid = Grid.new(100, 100, 50)
-
-    cells =
-      Enum.reduce(Enum.shuffle(1..200), %{}, fn id, acc ->
-        Grid.insert(acc, grid, entity(id: id, x: rem(id * 7, 100), y: rem(id * 13, 100)))
-      end)
-
-    for {_k, list} <- cells, do: assert(Enum.map(list, &entity(&1, :id)) == ids(list))
-    assert Grid.count(cells) == 200
-  end
-
   test "keys never wrap across an edge: neighbours of a corner cell are padding or real cells" do
     grid = Grid.new(1000, 1000, 100)
     # Without padding, the cell left of (col 0, row 1) would be (last col, row 0), and so on.
