@@ -173,17 +173,7 @@ defmodule Goblins do
 
   defp steer(e, st, timer, qx, qy, r, wx, wy, sx, sy, close, rate, side) do
     {:entity, id, kind, x, y, vx0, vy0, heading, _, _, _, owner, input} = e
-    vx = wx + sx
-    vy = wy + sy
-    v2 = vx * vx + vy * vy
-
-    {vx, vy} =
-      if v2 > @speed * @speed do
-        d = :math.sqrt(v2)
-        {trunc(vx * @speed / d), trunc(vy * @speed / d)}
-      else
-        {vx, vy}
-      end
+    {vx, vy} = cap_to(wx + sx, wy + sy, @speed)
 
     px = clamp(x + div(vx, rate), side)
     py = clamp(y + div(vy, rate), side)
