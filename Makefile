@@ -14,14 +14,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # really run in parallel from the first microsecond of a tick.
 export ELIXIR_ERL_OPTIONS ?= +sbt db
 
-.PHONY: help run test deps deps-elixir deps-rust test-elixir test-rust bench clean
+.PHONY: help run test deps deps-elixir deps-rust deps-ts test-elixir test-rust test-ts bench clean
 
 help:
 	@echo "make run    start the goblin world (10,000 goblins) and print its tick statistics"
-	@echo "make test   run every test suite (Elixir, Rust reference)"
+	@echo "make test   run every test suite (Elixir, Rust reference, TypeScript SDK)"
 	@echo "make bench  the goblin benchmark at 10K and 100K with the native reference"
 
-deps: deps-elixir deps-rust
+deps: deps-elixir deps-rust deps-ts
 
 # Installs the Debian packages that are missing (apt-get update only when needed).
 deps-elixir:
@@ -42,11 +42,17 @@ deps-rust:
 	  $(SUDO) apt-get install -y -q cargo || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cargo; }; }
 	@cd bench/reference && cargo build --release --quiet
 
+# The TypeScript SDK (clients/typescript): Node 20 and npm, then the locked dev dependencies.
+deps-ts:
+	@command -v npm >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get install -y -q nodejs npm || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q nodejs npm; }; }
+	@cd clients/typescript && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; }
+
 run: deps-elixir
 	mix overworld.server
 
 test: deps
-	$(MAKE) test-elixir test-rust
+	$(MAKE) test-elixir test-rust test-ts
 
 test-elixir:
 	mix test
@@ -54,9 +60,12 @@ test-elixir:
 test-rust:
 	cd bench/reference && cargo test --release --quiet
 
+test-ts:
+	cd clients/typescript && npx tsc -p tsconfig.json --noEmit && npx vitest run
+
 bench: deps
 	mix overworld.bench.goblins --entities 10000 --seconds 60 --reference --json bench/results/goblins-10k.json
 	mix overworld.bench.goblins --entities 100000 --seconds 30 --reference --json bench/results/goblins-100k.json
 
 clean:
-	rm -rf _build bench/reference/target
+	rm -rf _build bench/reference/target clients/typescript/node_modules clients/typescript/dist

@@ -13,6 +13,8 @@ defmodule Overworld.Template.Field do
   * `:enum` — one of `values` (atoms or integers), sent as its index
   * `:bool` — `true` or `false`, one bit
 
+  A field is at most 53 bits wide, so that a JavaScript number holds it exactly.
+
   Values are quantized once, on the server, to non-negative integers of `bits` bits; the client
   decodes the same integers, so both agree bit for bit. Numeric fields (all but enum and bool)
   can travel in a delta as a signed difference of `diff_bits` bits (default: a quarter of the
@@ -26,7 +28,7 @@ defmodule Overworld.Template.Field do
   @type t :: %__MODULE__{
           name: atom,
           type: type,
-          bits: 1..64,
+          bits: 1..53,
           min: integer,
           step: pos_integer,
           values: [term] | nil,
@@ -52,6 +54,10 @@ defmodule Overworld.Template.Field do
         end
 
       cond do
+        bits > 53 ->
+          {:error,
+           "field #{inspect(name)} needs #{bits} bits; at most 53 fit a JavaScript number exactly"}
+
         not is_integer(diff_bits) or diff_bits < 0 or diff_bits > bits ->
           {:error,
            "field #{inspect(name)}: :diff_bits must be an integer in 0..#{bits}, got: #{inspect(diff_bits)}"}

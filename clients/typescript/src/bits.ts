@@ -1,0 +1,58 @@
+/**
+ * Reads bits most significant first, as the server writes them (docs/protocol.md).
+ * Never throws: reading past the end answers `undefined`.
+ */
+export class BitReader {
+  private readonly bytes: Uint8Array;
+  private pos: number;
+  private readonly end: number;
+
+  /** Reads `bitLength` bits of `bytes` (all of them by default), from bit `start`. */
+  constructor(bytes: Uint8Array, bitLength: number = bytes.length * 8, start = 0) {
+    this.bytes = bytes;
+    this.pos = start;
+    this.end = Math.min(bitLength, bytes.length * 8);
+  }
+
+  /** Bits left. */
+  get remaining(): number {
+    return this.end - this.pos;
+  }
+
+  /** The position in bits from the start of the bytes. */
+  get position(): number {
+    return this.pos;
+  }
+
+  /** An unsigned integer of `n` bits (0..53), or undefined past the end. */
+  uint(n: number): number | undefined {
+    if (n < 0 || n > 53 || this.pos + n > this.end) return undefined;
+    let value = 0;
+    let left = n;
+    while (left > 0) {
+      const byte = this.bytes[this.pos >> 3] ?? 0;
+      const offset = this.pos & 7;
+      const take = Math.min(8 - offset, left);
+      const bits = (byte >> (8 - offset - take)) & ((1 << take) - 1);
+      // Multiplication, not shifts: values may exceed 32 bits.
+      value = value * 2 ** take + bits;
+      this.pos += take;
+      left -= take;
+    }
+    return value;
+  }
+
+  /** A two's complement signed integer of `n` bits (1..53), or undefined past the end. */
+  int(n: number): number | undefined {
+    const u = this.uint(n);
+    if (u === undefined) return undefined;
+    return u >= 2 ** (n - 1) ? u - 2 ** n : u;
+  }
+}
+
+/** Bytes from a lowercase or uppercase hex string (test vectors). */
+export function fromHex(hex: string): Uint8Array {
+  const out = new Uint8Array(hex.length >> 1);
+  for (let i = 0; i < out.length; i++) out[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  return out;
+}

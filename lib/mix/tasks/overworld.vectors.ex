@@ -1,0 +1,31 @@
+defmodule Mix.Tasks.Overworld.Vectors do
+  @shortdoc "Writes the shared protocol test vectors (protocol/vectors/*.json)"
+  @moduledoc """
+  Writes the byte-exact protocol test vectors shared by the Elixir and TypeScript tests:
+
+      mix overworld.vectors [--check]
+
+  `--check` writes nothing and fails if a file differs from what the encoder produces now.
+  """
+  use Mix.Task
+
+  @impl true
+  def run(argv) do
+    {opts, _, _} = OptionParser.parse(argv, strict: [check: :boolean])
+    Mix.Task.run("compile")
+
+    for {name, map} <- Overworld.Protocol.Vectors.files() do
+      path = Path.join("protocol/vectors", name)
+      json = [:jiffy.encode(map, [:pretty]), "\n"] |> IO.iodata_to_binary()
+
+      if opts[:check] do
+        unless File.read(path) == {:ok, json},
+          do: Mix.raise("#{path} is out of date: run mix overworld.vectors")
+      else
+        File.mkdir_p!("protocol/vectors")
+        File.write!(path, json)
+        Mix.shell().info("wrote #{path}")
+      end
+    end
+  end
+end

@@ -1,0 +1,151 @@
+defmodule Overworld.Protocol.Vectors do
+  @moduledoc false
+  # Byte-exact test vectors shared by the Elixir and TypeScript tests (protocol/vectors/*.json):
+  # for every field type, keyframes and deltas with their values and exact bytes. The cases are
+  # built from fixed values and a fixed xorshift stream, so regenerating them gives the same file;
+  # the Elixir tests check the file against the encoder, the TypeScript tests decode it.
+
+  import Bitwise
+  alias Overworld.Template
+  alias Overworld.Template.Field
+
+  defmodule Wire do
+    @moduledoc false
+    use Overworld.Template
+
+    template :every_type, id: 7, kinds: [:vector] do
+      field(:u, :uint, bits: 5, from: {:data, 0})
+      field(:i, :int, min: -1000, max: 1000, from: {:data, 1})
+      field(:x, :fixed, max: 16384, precision: 1 / 64)
+      field(:vx, :fixed, min: -16, max: 16, precision: 1 / 128, diff_bits: 6)
+      field(:heading, :angle, bits: 10)
+      field(:state, :enum, values: [:idle, :wander, :flee, :chase, :dead])
+      field(:flag, :bool, from: {:data, 2})
+    end
+
+    template :position, id: 1, kinds: [:walker] do
+      field(:x, :fixed, max: 16384, precision: 1 / 64)
+      field(:y, :fixed, max: 16384, precision: 1 / 64)
+      field(:heading, :angle, bits: 8)
+    end
+  end
+
+  @doc "The file name => JSON-ready map of every vector file."
+  @spec files() :: %{String.t() => map}
+  def files, do: %{"templates.json" => templates()}
+
+  defp templates do
+    %{
+      "description" =>
+        "Entity template encoding (docs/protocol.md, 'Templates'). Bits are written most " <>
+          "significant first; `hex` is the record padded with zero bits to a whole byte and " <>
+          "`bits` its exact length. Keyframe: every field. Delta: a mask (one bit per field, " <>
+          "first field first), then per changed field: enum and bool their value; other types " <>
+          "1 + a signed difference of diff_bits bits, or 0 + the full value.",
+      "templates" => Enum.map(Wire.__templates__(), &schema/1),
+      "keyframes" => Enum.flat_map(Wire.__templates__(), &keyframes/1),
+      "deltas" => Enum.flat_map(Wire.__templates__(), &deltas/1)
+    }
+  end
+
+  defp schema(%Template{} = t) do
+    %{
+      "id" => t.id,
+      "name" => to_string(t.name),
+      "fields" =>
+        Enum.map(t.fields, fn %Field{} = f ->
+          %{
+            "name" => to_string(f.name),
+            "type" => to_string(f.type),
+            "bits" => f.bits,
+            "min" => f.min,
+            "step" => f.step,
+            "diff_bits" => f.diff_bits,
+            "values" => if(f.values, do: Enum.map(f.values, &value_json/1), else: :null)
+          }
+        end)
+    }
+  end
+
+  defp value_json(v) when is_boolean(v), do: v
+  defp value_json(v) when is_atom(v), do: to_string(v)
+  defp value_json(v), do: v
+
+  # Edge values (all zeros, all ones) and a stream of pseudo-random ones.
+  defp samples(t, n) do
+    zeros = t.fields |> Enum.map(fn _ -> 0 end) |> List.to_tuple()
+    ones = t.fields |> Enum.map(&max_q/1) |> List.to_tuple()
+    {rest, _} = Enum.map_reduce(1..n, t.id * 7919 + 1, fn _, s -> random_values(t, s) end)
+    [zeros, ones | rest]
+  end
+
+  defp max_q(%Field{values: values}) when is_list(values), do: length(values) - 1
+  defp max_q(%Field{bits: b}), do: (1 <<< b) - 1
+
+  defp random_values(t, s) do
+    {vals, s} =
+      Enum.map_reduce(t.fields, s, fn f, s ->
+        s = Overworld.Random.next(s)
+        {rem(s, max_q(f) + 1), s}
+      end)
+
+    {List.to_tuple(vals), s}
+  end
+
+  defp keyframes(t) do
+    for q <- samples(t, 8) do
+      bits = Template.encode_keyframe(t, q)
+
+      %{
+        "template" => t.id,
+        "values" => values_json(t, q),
+        "bits" => bit_size(bits),
+        "hex" => hex(bits)
+      }
+    end
+  end
+
+  defp deltas(t) do
+    [base | _] = samples = samples(t, 10)
+
+    pairs =
+      Enum.zip(samples, tl(samples)) ++
+        [{base, nudge(t, base, 1)}, {nudge(t, base, 3), nudge(t, base, -2)}]
+
+    for {old, new} <- pairs, bits = Template.encode_delta(t, old, new), bits != nil do
+      %{
+        "template" => t.id,
+        "old" => values_json(t, old),
+        "new" => values_json(t, new),
+        "bits" => bit_size(bits),
+        "hex" => hex(bits)
+      }
+    end
+  end
+
+  # Small changes (so the short differences and the angle wrap appear in the vectors).
+  defp nudge(t, q, by) do
+    t.fields
+    |> Enum.with_index()
+    |> Enum.map(fn
+      {%Field{type: :angle, bits: b}, i} -> Integer.mod(elem(q, i) + by, 1 <<< b)
+      {%Field{values: values}, i} when is_list(values) -> elem(q, i)
+      {f, i} -> (elem(q, i) + by) |> max(0) |> min(max_q(f))
+    end)
+    |> List.to_tuple()
+  end
+
+  # Quantized values, and what each stands for.
+  defp values_json(t, q) do
+    t.fields
+    |> Enum.with_index()
+    |> Enum.map(fn {f, i} ->
+      %{"q" => elem(q, i), "value" => value_json(Field.dequantize(f, elem(q, i)))}
+    end)
+  end
+
+  defp hex(bits) do
+    pad = rem(8 - rem(bit_size(bits), 8), 8)
+    Base.encode16(<<bits::bitstring, 0::size(pad)>>, case: :lower)
+  end
+end
