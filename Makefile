@@ -42,11 +42,14 @@ deps-rust:
 	  $(SUDO) apt-get install -y -q cargo || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cargo; }; }
 	@cd bench/reference && cargo build --release --quiet
 
-# The TypeScript SDK (clients/typescript): Node 20 and npm, then the locked dev dependencies.
+# The TypeScript SDK (clients/typescript): Node 20 and npm, then the locked dev dependencies
+# (`npm ci`; the npm 11 of our machines writes lock files without the other platforms' optional
+# packages, which `npm ci` may refuse: then `npm install` from the same lock).
 deps-ts:
 	@command -v npm >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get install -y -q nodejs npm || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q nodejs npm; }; }
-	@cd clients/typescript && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; }
+	@cd clients/typescript && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || \
+	  npm ci --no-audit --no-fund --loglevel=silent || npm install --no-save --no-audit --no-fund --loglevel=error; }
 
 run: deps-elixir
 	mix overworld.server
