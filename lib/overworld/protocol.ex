@@ -1,0 +1,269 @@
+defmodule Overworld.Protocol do
+  @moduledoc """
+  Wire messages (docs/protocol.md): one message per WebSocket binary frame, an opcode byte
+  first. Messages are maps with a `:type`.
+
+  Client → server: `:hello` (`version`, `token`), `:input` (`seq`, `ack`, `payload`),
+  `:client_event` (`seq`, `payload`), `:ping` (`client_time`), `:resync` (`reason`,
+  `last_tick`).
+
+  Server → client: `:handshake` (`version`, `tick_rate`, `entity_id`, `width`, `height`,
+  `cell_size`, `templates`), `:event` (`seq`, `payload`), `:pong` (`client_time`,
+  `server_tick`), `:error` (`code`, `message`). Snapshots come with interest management.
+
+  `decode/1` never raises and never creates atoms: bad bytes answer `{:error, reason}`;
+  decoded templates carry their names as strings.
+
+      iex> bin = Overworld.Protocol.encode(%{type: :ping, client_time: 1234})
+      iex> {bin, Overworld.Protocol.decode(bin)}
+      {<<0x43, 210, 9>>, {:ok, %{type: :ping, client_time: 1234}}}
+      iex> Overworld.Protocol.decode(<<0x43>>)
+      {:error, :truncated}
+      iex> Overworld.Protocol.decode(<<0x7F, 1, 2>>)
+      {:error, {:unknown_opcode, 127}}
+  """
+  import Bitwise, only: [<<<: 2]
+  import Overworld.Protocol.Codec
+  alias Overworld.Template
+  alias Overworld.Template.Field
+
+  @version 1
+
+  @doc "The protocol version this server speaks."
+  @spec version() :: pos_integer
+  def version, do: @version
+
+  @types %{uint: 0, int: 1, fixed: 2, angle: 3, enum: 4, bool: 5}
+  @type_names Map.new(@types, fn {k, v} -> {v, k} end)
+
+  @type message :: %{required(:type) => atom, optional(atom) => term}
+
+  @doc "Encodes a message."
+  @spec encode(message) :: binary
+  def encode(%{type: :hello, version: v, token: t}), do: <<0x40, v::16, string(t)::binary>>
+
+  def encode(%{type: :input, seq: s, ack: a, payload: p}),
+    do: <<0x41, varint(s)::binary, varint(a)::binary, p::binary>>
+
+  def encode(%{type: :client_event, seq: s, payload: p}),
+    do: <<0x42, varint(s)::binary, p::binary>>
+
+  def encode(%{type: :ping, client_time: t}), do: <<0x43, varint(t)::binary>>
+  def encode(%{type: :resync, reason: r, last_tick: t}), do: <<0x44, r::8, varint(t)::binary>>
+
+  def encode(%{type: :handshake} = m) do
+    IO.iodata_to_binary([
+      <<0x01, m.version::16, m.tick_rate::16>>,
+      varint(m.entity_id),
+      varint(m.width),
+      varint(m.height),
+      varint(m.cell_size),
+      <<length(m.templates)::8>>,
+      Enum.map(m.templates, &schema/1)
+    ])
+  end
+
+  def encode(%{type: :event, seq: s, payload: p}), do: <<0x03, varint(s)::binary, p::binary>>
+
+  def encode(%{type: :pong, client_time: t, server_tick: k}),
+    do: <<0x04, varint(t)::binary, varint(k)::binary>>
+
+  def encode(%{type: :error, code: c, message: msg}), do: <<0x05, c::16, string(msg)::binary>>
+
+  defp schema(%Template{} = t) do
+    [
+      <<t.id::8>>,
+      string(to_string(t.name)),
+      <<length(t.fields)::8>>,
+      Enum.map(t.fields, &field/1)
+    ]
+  end
+
+  defp field(%Field{} = f) do
+    [
+      string(to_string(f.name)),
+      <<Map.fetch!(@types, f.type)::8, f.bits::8, f.diff_bits::8>>,
+      varint(zigzag(f.min)),
+      varint(f.step),
+      values(f)
+    ]
+  end
+
+  defp values(%Field{type: :enum, values: vs}), do: [<<length(vs)::8>>, Enum.map(vs, &value/1)]
+  defp values(%Field{}), do: []
+
+  defp value(v) when is_atom(v), do: [<<0>>, string(Atom.to_string(v))]
+  defp value(v) when is_integer(v), do: [<<1>>, varint(zigzag(v))]
+
+  @doc "Decodes a message; never raises."
+  @spec decode(binary) :: {:ok, message} | {:error, term}
+  def decode(<<0x40, v::16, rest::binary>>) do
+    with {:ok, token, rest} <- read_string(rest, 4096),
+         :ok <- empty(rest),
+         do: {:ok, %{type: :hello, version: v, token: token}}
+  end
+
+  def decode(<<0x41, rest::binary>>) do
+    with {:ok, s, rest} <- read_varint(rest),
+         {:ok, a, payload} <- read_varint(rest),
+         do: {:ok, %{type: :input, seq: s, ack: a, payload: payload}}
+  end
+
+  def decode(<<0x42, rest::binary>>) do
+    with {:ok, s, payload} <- read_varint(rest),
+         do: {:ok, %{type: :client_event, seq: s, payload: payload}}
+  end
+
+  def decode(<<0x43, rest::binary>>) do
+    with {:ok, t, rest} <- read_varint(rest),
+         :ok <- empty(rest),
+         do: {:ok, %{type: :ping, client_time: t}}
+  end
+
+  def decode(<<0x44, r::8, rest::binary>>) do
+    with {:ok, t, rest} <- read_varint(rest),
+         :ok <- empty(rest),
+         do: {:ok, %{type: :resync, reason: r, last_tick: t}}
+  end
+
+  def decode(<<0x01, v::16, rate::16, rest::binary>>) do
+    with {:ok, id, rest} <- read_varint(rest),
+         {:ok, w, rest} <- read_varint(rest),
+         {:ok, h, rest} <- read_varint(rest),
+         {:ok, c, rest} <- read_varint(rest),
+         {:ok, n, rest} <- byte(rest),
+         {:ok, templates, rest} <- read_n(rest, n, &read_template/1),
+         :ok <- empty(rest) do
+      {:ok,
+       %{
+         type: :handshake,
+         version: v,
+         tick_rate: rate,
+         entity_id: id,
+         width: w,
+         height: h,
+         cell_size: c,
+         templates: templates
+       }}
+    end
+  end
+
+  def decode(<<0x03, rest::binary>>) do
+    with {:ok, s, payload} <- read_varint(rest),
+         do: {:ok, %{type: :event, seq: s, payload: payload}}
+  end
+
+  def decode(<<0x04, rest::binary>>) do
+    with {:ok, t, rest} <- read_varint(rest),
+         {:ok, k, rest} <- read_varint(rest),
+         :ok <- empty(rest),
+         do: {:ok, %{type: :pong, client_time: t, server_tick: k}}
+  end
+
+  def decode(<<0x05, c::16, rest::binary>>) do
+    with {:ok, msg, rest} <- read_string(rest),
+         :ok <- empty(rest),
+         do: {:ok, %{type: :error, code: c, message: msg}}
+  end
+
+  def decode(<<op, _::binary>>) when op in [0x01, 0x05, 0x40, 0x44], do: {:error, :truncated}
+  def decode(<<op, _::binary>>), do: {:error, {:unknown_opcode, op}}
+  def decode(<<>>), do: {:error, :empty}
+  def decode(_), do: {:error, :not_a_binary}
+
+  defp empty(<<>>), do: :ok
+  defp empty(_rest), do: {:error, :trailing_bytes}
+
+  defp byte(<<b::8, rest::binary>>), do: {:ok, b, rest}
+  defp byte(_), do: {:error, :truncated}
+
+  defp read_n(bin, 0, _fun), do: {:ok, [], bin}
+
+  defp read_n(bin, n, fun) do
+    Enum.reduce_while(1..n, {:ok, [], bin}, fn _, {:ok, acc, bin} ->
+      case fun.(bin) do
+        {:ok, item, rest} -> {:cont, {:ok, [item | acc], rest}}
+        error -> {:halt, error}
+      end
+    end)
+    |> case do
+      {:ok, items, rest} -> {:ok, Enum.reverse(items), rest}
+      error -> error
+    end
+  end
+
+  defp read_template(<<id::8, rest::binary>>) do
+    with {:ok, name, rest} <- read_string(rest, 255),
+         {:ok, n, rest} <- byte(rest),
+         {:ok, fields, rest} <- read_n(rest, n, &read_field/1) do
+      if fields == [],
+        do: {:error, :bad_template},
+        else: {:ok, %Template{id: id, name: name, kinds: [], fields: fields}, rest}
+    end
+  end
+
+  defp read_template(_), do: {:error, :truncated}
+
+  defp read_field(bin) do
+    with {:ok, name, rest} <- read_string(bin, 255),
+         {:ok, <<type::8, bits::8, diff::8>>, rest} <- take(rest, 3),
+         {:ok, type} <- type(type),
+         {:ok, min, rest} <- read_varint(rest),
+         {:ok, step, rest} <- read_varint(rest),
+         {:ok, values, rest} <- read_values(type, rest),
+         :ok <- valid_field(type, bits, diff, step, values) do
+      {:ok,
+       %Field{
+         name: name,
+         type: type,
+         bits: bits,
+         min: unzigzag(min),
+         step: step,
+         values: values,
+         diff_bits: diff,
+         source: nil
+       }, rest}
+    end
+  end
+
+  defp take(bin, n) do
+    case bin do
+      <<b::binary-size(n), rest::binary>> -> {:ok, b, rest}
+      _ -> {:error, :truncated}
+    end
+  end
+
+  defp type(t) do
+    case Map.fetch(@type_names, t) do
+      {:ok, name} -> {:ok, name}
+      :error -> {:error, {:unknown_field_type, t}}
+    end
+  end
+
+  defp read_values(:enum, bin) do
+    with {:ok, n, rest} <- byte(bin), do: read_n(rest, n, &read_value/1)
+  end
+
+  defp read_values(:bool, rest), do: {:ok, [false, true], rest}
+  defp read_values(_type, rest), do: {:ok, nil, rest}
+
+  defp read_value(<<0, rest::binary>>), do: read_string(rest, 255)
+
+  defp read_value(<<1, rest::binary>>) do
+    with {:ok, u, rest} <- read_varint(rest), do: {:ok, unzigzag(u), rest}
+  end
+
+  defp read_value(<<_tag, _::binary>>), do: {:error, :bad_enum_value}
+  defp read_value(_), do: {:error, :truncated}
+
+  defp valid_field(type, bits, diff, step, values) do
+    cond do
+      bits < 1 or bits > 53 -> {:error, :bad_field_bits}
+      diff > bits -> {:error, :bad_field_bits}
+      step < 1 -> {:error, :bad_field_step}
+      type == :enum and length(values) < 2 -> {:error, :bad_enum_values}
+      type == :enum and length(values) > 1 <<< bits -> {:error, :bad_enum_values}
+      true -> :ok
+    end
+  end
+end
