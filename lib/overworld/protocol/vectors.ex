@@ -32,7 +32,69 @@ defmodule Overworld.Protocol.Vectors do
 
   @doc "The file name => JSON-ready map of every vector file."
   @spec files() :: %{String.t() => map}
-  def files, do: %{"templates.json" => templates()}
+  def files, do: %{"templates.json" => templates(), "messages.json" => messages()}
+
+  defp messages do
+    cases = [
+      %{type: :hello, version: 1, token: ""},
+      %{type: :hello, version: 1, token: "eyJ1c2VyIjoxfQ.c2ln"},
+      %{type: :hello, version: 65535, token: "ü"},
+      %{type: :input, seq: 0, ack: 0, payload: ""},
+      %{type: :input, seq: 1, ack: 300, payload: <<127, 129, 0>>},
+      %{type: :input, seq: 9_007_199_254_740_991, ack: 2_097_152, payload: "move"},
+      %{type: :client_event, seq: 1, payload: <<1, 2, 3>>},
+      %{type: :client_event, seq: 16_384, payload: ""},
+      %{type: :ping, client_time: 0},
+      %{type: :ping, client_time: 1_764_000_000_123},
+      %{type: :resync, reason: 2, last_tick: 4_500},
+      %{type: :event, seq: 1, payload: "loot"},
+      %{type: :event, seq: 128, payload: <<0, 255>>},
+      %{type: :pong, client_time: 1_764_000_000_123, server_tick: 90_000},
+      %{type: :error, code: 1, message: "unsupported protocol version 9, this server speaks 1"},
+      %{type: :error, code: 1008, message: ""},
+      %{
+        type: :handshake,
+        version: 1,
+        tick_rate: 30,
+        entity_id: 10_001,
+        width: 724_077,
+        height: 724_077,
+        cell_size: 12_288,
+        templates: Wire.__templates__()
+      }
+    ]
+
+    %{
+      "description" =>
+        "Wire messages (docs/protocol.md, 'Messages'): each case is a message and its exact " <>
+          "bytes. `payload`, `token` and `message` are given as hex (`*_hex`) since they are " <>
+          "bytes; templates in a handshake are given by id (see templates.json). The " <>
+          "TypeScript client encodes the client-to-server cases and decodes the others.",
+      "messages" =>
+        Enum.map(cases, fn m ->
+          %{
+            "message" => message_json(m),
+            "hex" => Base.encode16(Overworld.Protocol.encode(m), case: :lower)
+          }
+        end)
+    }
+  end
+
+  defp message_json(m) do
+    Map.new(m, fn
+      {:type, t} ->
+        {"type", to_string(t)}
+
+      {:templates, ts} ->
+        {"templates", Enum.map(ts, & &1.id)}
+
+      {k, v} when k in [:payload, :token, :message] ->
+        {"#{k}_hex", Base.encode16(v, case: :lower)}
+
+      {k, v} ->
+        {to_string(k), v}
+    end)
+  end
 
   defp templates do
     %{

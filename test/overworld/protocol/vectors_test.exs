@@ -60,3 +60,40 @@ defmodule Overworld.Protocol.VectorsTest do
     assert Enum.min(sizes) < Enum.max(sizes)
   end
 end
+
+defmodule Overworld.Protocol.MessageVectorsTest do
+  use ExUnit.Case, async: true
+  alias Overworld.Protocol
+  alias Overworld.Protocol.Vectors
+
+  @path "protocol/vectors/messages.json"
+
+  defp message(json) do
+    Map.new(json, fn
+      {"type", t} -> {:type, String.to_existing_atom(t)}
+      {"templates", ids} -> {:templates, Enum.map(ids, fn id -> Enum.find(Vectors.Wire.__templates__(), &(&1.id == id)) end)}
+      {k, v} -> if String.ends_with?(k, "_hex"), do: {String.to_existing_atom(String.trim_trailing(k, "_hex")), Base.decode16!(v, case: :lower)}, else: {String.to_existing_atom(k), v}
+    end)
+  end
+
+  test "every message encodes to its exact bytes and decodes back" do
+    cases = @path |> File.read!() |> :jiffy.decode([:return_maps]) |> Map.fetch!("messages")
+    assert length(cases) >= 15
+
+    for c <- cases do
+      m = message(c["message"])
+      bytes = Base.decode16!(c["hex"], case: :lower)
+      assert Protocol.encode(m) == bytes
+
+      assert {:ok, decoded} = Protocol.decode(bytes)
+      assert decoded.type == m.type
+
+      if m.type == :handshake do
+        assert Enum.map(decoded.templates, & &1.name) == Enum.map(m.templates, &to_string(&1.name))
+        assert Protocol.encode(%{decoded | templates: m.templates}) == bytes
+      else
+        assert decoded == m
+      end
+    end
+  end
+end

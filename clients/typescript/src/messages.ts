@@ -1,0 +1,156 @@
+import { ByteReader, ByteWriter, unzigzag } from "./bytes.js";
+import type { FieldSchema, FieldType, Result, TemplateSchema } from "./template.js";
+
+/** The protocol version this client speaks. */
+export const PROTOCOL_VERSION = 1;
+
+/** Messages the client sends. */
+export type ClientMessage =
+  | { type: "hello"; version: number; token: string }
+  | { type: "input"; seq: number; ack: number; payload: Uint8Array }
+  | { type: "client_event"; seq: number; payload: Uint8Array }
+  | { type: "ping"; client_time: number }
+  | { type: "resync"; reason: number; last_tick: number };
+
+/** Messages the server sends (snapshots come with interest management). */
+export type ServerMessage =
+  | {
+      type: "handshake";
+      version: number;
+      tick_rate: number;
+      entity_id: number;
+      width: number;
+      height: number;
+      cell_size: number;
+      templates: TemplateSchema[];
+    }
+  | { type: "event"; seq: number; payload: Uint8Array }
+  | { type: "pong"; client_time: number; server_tick: number }
+  | { type: "error"; code: number; message: string };
+
+/** Encodes a client message. */
+export function encodeClientMessage(m: ClientMessage): Uint8Array {
+  const w = new ByteWriter();
+  switch (m.type) {
+    case "hello":
+      return w.u8(0x40).u16(m.version).string(m.token).toBytes();
+    case "input":
+      return w.u8(0x41).varint(m.seq).varint(m.ack).bytes(m.payload).toBytes();
+    case "client_event":
+      return w.u8(0x42).varint(m.seq).bytes(m.payload).toBytes();
+    case "ping":
+      return w.u8(0x43).varint(m.client_time).toBytes();
+    case "resync":
+      return w.u8(0x44).u8(m.reason).varint(m.last_tick).toBytes();
+  }
+}
+
+const FIELD_TYPES: FieldType[] = ["uint", "int", "fixed", "angle", "enum", "bool"];
+const fail = <T>(error: string): Result<T> => ({ ok: false, error });
+
+/** Decodes a server message; never throws. */
+export function decodeServerMessage(bytes: Uint8Array): Result<ServerMessage> {
+  const r = new ByteReader(bytes);
+  const op = r.u8();
+  switch (op) {
+    case undefined:
+      return fail("empty");
+    case 0x01:
+      return handshake(r);
+    case 0x03: {
+      const seq = r.varint();
+      if (seq === undefined) return fail("truncated");
+      return { ok: true, value: { type: "event", seq, payload: r.rest() } };
+    }
+    case 0x04: {
+      const client_time = r.varint();
+      const server_tick = r.varint();
+      if (client_time === undefined || server_tick === undefined) return fail("truncated");
+      if (r.remaining > 0) return fail("trailing_bytes");
+      return { ok: true, value: { type: "pong", client_time, server_tick } };
+    }
+    case 0x05: {
+      const code = r.u16();
+      const message = code === undefined ? undefined : r.string();
+      if (code === undefined || message === undefined) return fail("truncated");
+      if (r.remaining > 0) return fail("trailing_bytes");
+      return { ok: true, value: { type: "error", code, message } };
+    }
+    default:
+      return fail(`unknown_opcode ${op}`);
+  }
+}
+
+function handshake(r: ByteReader): Result<ServerMessage> {
+  const version = r.u16();
+  const tick_rate = r.u16();
+  const entity_id = r.varint();
+  const width = r.varint();
+  const height = r.varint();
+  const cell_size = r.varint();
+  const count = r.u8();
+  if ([version, tick_rate, entity_id, width, height, cell_size, count].includes(undefined)) return fail("truncated");
+  const templates: TemplateSchema[] = [];
+  for (let i = 0; i < count!; i++) {
+    const t = template(r);
+    if (!t.ok) return t;
+    templates.push(t.value);
+  }
+  if (r.remaining > 0) return fail("trailing_bytes");
+  return {
+    ok: true,
+    value: {
+      type: "handshake",
+      version: version!,
+      tick_rate: tick_rate!,
+      entity_id: entity_id!,
+      width: width!,
+      height: height!,
+      cell_size: cell_size!,
+      templates,
+    },
+  };
+}
+
+function template(r: ByteReader): Result<TemplateSchema> {
+  const id = r.u8();
+  const name = r.string(255);
+  const n = r.u8();
+  if (id === undefined || name === undefined || n === undefined) return fail("truncated");
+  if (n === 0) return fail("bad_template");
+  const fields: FieldSchema[] = [];
+  for (let i = 0; i < n; i++) {
+    const fname = r.string(255);
+    const type = r.u8();
+    const bits = r.u8();
+    const diff_bits = r.u8();
+    const min = r.varint();
+    const step = r.varint();
+    if ([fname, type, bits, diff_bits, min, step].includes(undefined)) return fail("truncated");
+    const ftype = FIELD_TYPES[type!];
+    if (ftype === undefined) return fail(`unknown_field_type ${type}`);
+    if (bits! < 1 || bits! > 53 || diff_bits! > bits! || step! < 1) return fail("bad_field");
+    let values: Array<string | number | boolean> | null = null;
+    if (ftype === "bool") values = [false, true];
+    if (ftype === "enum") {
+      const count = r.u8();
+      if (count === undefined) return fail("truncated");
+      values = [];
+      for (let j = 0; j < count; j++) {
+        const tag = r.u8();
+        if (tag === 0) {
+          const s = r.string(255);
+          if (s === undefined) return fail("truncated");
+          values.push(s);
+        } else if (tag === 1) {
+          const u = r.varint();
+          if (u === undefined) return fail("truncated");
+          values.push(unzigzag(u));
+        } else return tag === undefined ? fail("truncated") : fail("bad_enum_value");
+      }
+      if (values.length < 2 || values.length > 2 ** bits!) return fail("bad_enum_values");
+    }
+    fields.push({ name: fname!, type: ftype, bits: bits!, diff_bits: diff_bits!, min: unzigzag(min!), step: step!, values });
+  }
+  return { ok: true, value: { id, name, fields } };
+}
