@@ -70,9 +70,19 @@ defmodule Overworld.Protocol.MessageVectorsTest do
 
   defp message(json) do
     Map.new(json, fn
-      {"type", t} -> {:type, String.to_existing_atom(t)}
-      {"templates", ids} -> {:templates, Enum.map(ids, fn id -> Enum.find(Vectors.Wire.__templates__(), &(&1.id == id)) end)}
-      {k, v} -> if String.ends_with?(k, "_hex"), do: {String.to_existing_atom(String.trim_trailing(k, "_hex")), Base.decode16!(v, case: :lower)}, else: {String.to_existing_atom(k), v}
+      {"type", t} ->
+        {:type, String.to_existing_atom(t)}
+
+      {"templates", ids} ->
+        {:templates,
+         Enum.map(ids, fn id -> Enum.find(Vectors.Wire.__templates__(), &(&1.id == id)) end)}
+
+      {k, v} ->
+        if String.ends_with?(k, "_hex"),
+          do:
+            {String.to_existing_atom(String.trim_trailing(k, "_hex")),
+             Base.decode16!(v, case: :lower)},
+          else: {String.to_existing_atom(k), v}
     end)
   end
 
@@ -89,7 +99,9 @@ defmodule Overworld.Protocol.MessageVectorsTest do
       assert decoded.type == m.type
 
       if m.type == :handshake do
-        assert Enum.map(decoded.templates, & &1.name) == Enum.map(m.templates, &to_string(&1.name))
+        assert Enum.map(decoded.templates, & &1.name) ==
+                 Enum.map(m.templates, &to_string(&1.name))
+
         assert Protocol.encode(%{decoded | templates: m.templates}) == bytes
       else
         assert decoded == m

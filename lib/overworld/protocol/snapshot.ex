@@ -1,0 +1,262 @@
+defmodule Overworld.Protocol.Snapshot do
+  @moduledoc """
+  Snapshots: cell blocks, and the client-side view that applies them (docs/protocol.md,
+  'Snapshots').
+
+  An entry is `{id, template_index, values}`: an entity id, the index of its template in the
+  handshake's template list, and its quantized values (`Overworld.Template.quantize/2`). A cell
+  holds its entries sorted by id.
+
+  A block is byte-aligned and self-contained (its cell key is absolute), so the block of a cell
+  at a tick can be shared by every observer of that cell:
+
+  * keyframe block: header varint `key * 2`, varint count, then bits: per entry the id gap from
+    the previous entry (a bit varint: groups of 8 bits, a continuation bit then 7 value bits, low
+    group first; the first gap is from 0), the template index (`ceil(log2(templates))` bits) and
+    the template keyframe; zero bits to the byte boundary.
+  * delta block, against the cell at the baseline tick: header varint `key * 2 + 1`, varint
+    arrivals, then bits: 2 bits per entry the client holds in the cell (`00` unchanged, `01`
+    changed + template delta, `10` left the cell), then per arrival its id gap (from the
+    previous arrival), template index and keyframe; zero bits to the byte boundary.
+
+  A snapshot: opcode `0x02`, varint tick, varint baseline, varint block count, the blocks,
+  varint count and keys of the cells that left the view.
+  """
+  import Bitwise
+  alias Overworld.Protocol.Codec
+  alias Overworld.Template
+
+  @type entry :: {pos_integer, non_neg_integer, Template.values()}
+
+  @doc "Bits of a template index for `count` templates."
+  @spec index_bits(pos_integer) :: non_neg_integer
+  def index_bits(1), do: 0
+  def index_bits(count), do: Overworld.Template.Field.bits_for(count - 1)
+
+  ## Encoding (server)
+
+  @doc "The keyframe block of a cell."
+  @spec keyframe_block(non_neg_integer, [entry], [Template.t()]) :: binary
+  def keyframe_block(key, entries, templates) do
+    tb = index_bits(length(templates))
+    ts = List.to_tuple(templates)
+    bits = keyframes(entries, 0, tb, ts, <<>>)
+    <<Codec.varint(key * 2)::binary, Codec.varint(length(entries))::binary, pad(bits)::binary>>
+  end
+
+  defp keyframes([], _prev, _tb, _ts, acc), do: acc
+
+  defp keyframes([{id, ti, q} | rest], prev, tb, ts, acc) do
+    kf = Template.encode_keyframe(elem(ts, ti), q)
+
+    keyframes(
+      rest,
+      id,
+      tb,
+      ts,
+      <<acc::bitstring, vbits(id - prev)::bitstring, ti::size(tb), kf::bitstring>>
+    )
+  end
+
+  @doc "The delta block of a cell from `old` to `new` entries, or nil when nothing changed."
+  @spec delta_block(non_neg_integer, [entry], [entry], [Template.t()]) :: binary | nil
+  def delta_block(_key, same, same, _templates), do: nil
+
+  def delta_block(key, old, new, templates) do
+    tb = index_bits(length(templates))
+    ts = List.to_tuple(templates)
+    {ops, arrivals} = ops(old, new, ts, <<>>, [])
+    arrivals = :lists.reverse(arrivals)
+    bits = keyframes(arrivals, 0, tb, ts, ops)
+
+    <<Codec.varint(key * 2 + 1)::binary, Codec.varint(length(arrivals))::binary,
+      pad(bits)::binary>>
+  end
+
+  # A merge of the two id-sorted lists; arrivals accumulate in reverse.
+  defp ops([], new, _ts, bits, arrivals), do: {bits, :lists.reverse(new, arrivals)}
+
+  defp ops([{id, _, _} | _] = old, [{nid, _, _} = n | new], ts, bits, arrivals) when nid < id,
+    do: ops(old, new, ts, bits, [n | arrivals])
+
+  defp ops([{id, ti, q} | old], [{id, ti, q} | new], ts, bits, arrivals),
+    do: ops(old, new, ts, <<bits::bitstring, 0::2>>, arrivals)
+
+  defp ops([{id, ti, q0} | old], [{id, ti, q1} | new], ts, bits, arrivals) do
+    d = Template.encode_delta(elem(ts, ti), q0, q1)
+    ops(old, new, ts, <<bits::bitstring, 1::2, d::bitstring>>, arrivals)
+  end
+
+  # Same id, another template: it left and arrived.
+  defp ops([{id, _, _} | old], [{id, _, _} = n | new], ts, bits, arrivals),
+    do: ops(old, new, ts, <<bits::bitstring, 2::2>>, [n | arrivals])
+
+  defp ops([_ | old], new, ts, bits, arrivals),
+    do: ops(old, new, ts, <<bits::bitstring, 2::2>>, arrivals)
+
+  defp vbits(n) when n < 128, do: <<0::1, n::7>>
+  defp vbits(n), do: <<1::1, band(n, 127)::7, vbits(n >>> 7)::bitstring>>
+
+  defp pad(bits) do
+    case rem(bit_size(bits), 8) do
+      0 -> bits
+      r -> <<bits::bitstring, 0::size(8 - r)>>
+    end
+  end
+
+  @doc "A snapshot message from blocks (iodata, shared binaries are not copied)."
+  @spec encode(non_neg_integer, non_neg_integer, [iodata], [non_neg_integer]) :: iodata
+  def encode(tick, baseline, blocks, left) do
+    [
+      <<0x02, Codec.varint(tick)::binary, Codec.varint(baseline)::binary,
+        Codec.varint(length(blocks))::binary>>,
+      blocks,
+      Codec.varint(length(left)),
+      Enum.map(left, &Codec.varint/1)
+    ]
+  end
+
+  ## Decoding (client)
+
+  defmodule View do
+    @moduledoc """
+    What a client holds: its cells (key => entries sorted by id) and the tick they are at.
+    """
+    defstruct cells: %{}, tick: 0
+
+    @type t :: %__MODULE__{
+            cells: %{optional(non_neg_integer) => [Overworld.Protocol.Snapshot.entry()]},
+            tick: non_neg_integer
+          }
+
+    @doc "Every entity the client holds: id => {template index, values}."
+    @spec entities(t) :: %{optional(pos_integer) => {non_neg_integer, tuple}}
+    def entities(%__MODULE__{cells: cells}) do
+      for {_k, entries} <- cells, {id, ti, q} <- entries, into: %{}, do: {id, {ti, q}}
+    end
+  end
+
+  @doc """
+  Applies a snapshot message to a view; answers the new view or an error (the client then asks
+  for a resync). Never raises.
+  """
+  @spec apply(View.t(), binary, [Template.t()]) :: {:ok, View.t()} | {:error, term}
+  def apply(%View{} = view, <<0x02, rest::binary>>, templates) do
+    tb = index_bits(length(templates))
+    ts = List.to_tuple(templates)
+
+    with {:ok, tick, rest} <- Codec.read_varint(rest),
+         {:ok, _baseline, rest} <- Codec.read_varint(rest),
+         {:ok, n, rest} <- Codec.read_varint(rest),
+         {:ok, cells, rest} <- blocks(n, rest, view.cells, tb, ts),
+         {:ok, left, rest} <- Codec.read_varint(rest),
+         {:ok, cells, <<>>} <- leave(left, rest, cells) do
+      {:ok, %View{cells: cells, tick: tick}}
+    else
+      {:ok, _, _} -> {:error, :trailing_bytes}
+      error -> error
+    end
+  end
+
+  def apply(%View{}, _bin, _templates), do: {:error, :not_a_snapshot}
+
+  defp blocks(0, rest, cells, _tb, _ts), do: {:ok, cells, rest}
+
+  defp blocks(n, bin, cells, tb, ts) do
+    with {:ok, head, rest} <- Codec.read_varint(bin),
+         {:ok, count, rest} <- Codec.read_varint(rest),
+         {:ok, entries, rest} <-
+           block(head &&& 1, Map.get(cells, head >>> 1, []), count, rest, tb, ts) do
+      cells =
+        if entries == [],
+          do: Map.delete(cells, head >>> 1),
+          else: Map.put(cells, head >>> 1, entries)
+
+      blocks(n - 1, rest, cells, tb, ts)
+    end
+  end
+
+  defp block(0, _old, count, bits, tb, ts) do
+    with {:ok, entries, rest} <- read_keyframes(count, 0, bits, tb, ts, []),
+         do: align(entries, bits, rest)
+  end
+
+  defp block(1, old, arrivals, bits, tb, ts) do
+    with {:ok, kept, rest} <- read_ops(old, bits, ts, []),
+         {:ok, new, rest} <- read_keyframes(arrivals, 0, rest, tb, ts, []),
+         do: align(merge_sorted(kept, new), bits, rest)
+  end
+
+  defp align(entries, bits, rest) do
+    used = bit_size(bits) - bit_size(rest)
+
+    case rem(used, 8) do
+      0 ->
+        {:ok, entries, rest}
+
+      r ->
+        case rest do
+          <<_::size(8 - r), rest::binary>> -> {:ok, entries, rest}
+          _ -> {:error, :truncated}
+        end
+    end
+  end
+
+  defp read_keyframes(0, _prev, bits, _tb, _ts, acc), do: {:ok, :lists.reverse(acc), bits}
+
+  defp read_keyframes(n, prev, bits, tb, ts, acc) do
+    with {:ok, gap, rest} <- read_vbits(bits, 0, 0),
+         <<ti::size(tb), rest::bitstring>> <- rest,
+         true <- ti < tuple_size(ts) || {:error, :bad_template_index},
+         {:ok, q, rest} <- Template.decode_keyframe(elem(ts, ti), rest) do
+      read_keyframes(n - 1, prev + gap, rest, tb, ts, [{prev + gap, ti, q} | acc])
+    else
+      {:error, _} = e -> e
+      _ -> {:error, :truncated}
+    end
+  end
+
+  defp read_vbits(_bits, _acc, shift) when shift > 49, do: {:error, :varint_too_long}
+
+  defp read_vbits(<<0::1, v::7, rest::bitstring>>, acc, shift),
+    do: {:ok, acc + (v <<< shift), rest}
+
+  defp read_vbits(<<1::1, v::7, rest::bitstring>>, acc, shift),
+    do: read_vbits(rest, acc + (v <<< shift), shift + 7)
+
+  defp read_vbits(_bits, _acc, _shift), do: {:error, :truncated}
+
+  defp read_ops([], bits, _ts, acc), do: {:ok, :lists.reverse(acc), bits}
+
+  defp read_ops([{id, ti, q} = e | old], bits, ts, acc) do
+    case bits do
+      <<0::2, rest::bitstring>> ->
+        read_ops(old, rest, ts, [e | acc])
+
+      <<1::2, rest::bitstring>> ->
+        case Template.decode_delta(elem(ts, ti), q, rest) do
+          {:ok, q2, rest} -> read_ops(old, rest, ts, [{id, ti, q2} | acc])
+          error -> error
+        end
+
+      <<2::2, rest::bitstring>> ->
+        read_ops(old, rest, ts, acc)
+
+      <<3::2, _::bitstring>> ->
+        {:error, :bad_op}
+
+      _ ->
+        {:error, :truncated}
+    end
+  end
+
+  defp merge_sorted(a, []), do: a
+  defp merge_sorted(a, b), do: :lists.keymerge(1, a, b)
+
+  defp leave(0, rest, cells), do: {:ok, cells, rest}
+
+  defp leave(n, bin, cells) do
+    with {:ok, key, rest} <- Codec.read_varint(bin),
+         do: leave(n - 1, rest, Map.delete(cells, key))
+  end
+end
