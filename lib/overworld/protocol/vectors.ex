@@ -32,7 +32,105 @@ defmodule Overworld.Protocol.Vectors do
 
   @doc "The file name => JSON-ready map of every vector file."
   @spec files() :: %{String.t() => map}
-  def files, do: %{"templates.json" => templates(), "messages.json" => messages()}
+  def files,
+    do: %{
+      "templates.json" => templates(),
+      "messages.json" => messages(),
+      "snapshots.json" => snapshots()
+    }
+
+  # A sequence of snapshots over a few cells: a keyframe snapshot, then deltas in which entities
+  # change, move between cells, appear, disappear and change template, and a cell leaves the view.
+  defp snapshots do
+    alias Overworld.Protocol.Snapshot
+    ts = Wire.__templates__()
+    [a, b] = ts
+
+    q = fn t, seed -> elem(random_values(t, seed), 0) end
+
+    states = [
+      %{
+        10 => [{1, 0, q.(a, 1)}, {5, 1, q.(b, 2)}],
+        11 => [{7, 0, q.(a, 3)}],
+        30 => [{40, 1, q.(b, 4)}]
+      },
+      %{
+        10 => [{1, 0, q.(a, 5)}, {5, 1, q.(b, 2)}],
+        11 => [{7, 0, nudge(a, q.(a, 3), 1)}],
+        30 => [{40, 1, q.(b, 4)}]
+      },
+      %{
+        10 => [{5, 1, q.(b, 6)}],
+        11 => [{1, 0, q.(a, 5)}, {7, 0, q.(a, 3)}, {9, 1, q.(b, 7)}],
+        30 => [{40, 1, q.(b, 4)}]
+      },
+      %{
+        10 => [{5, 0, q.(a, 8)}],
+        11 => [{1, 0, q.(a, 5)}, {9, 1, q.(b, 7)}],
+        12 => [{2, 1, q.(b, 9)}],
+        30 => [{40, 1, q.(b, 10)}]
+      },
+      %{
+        10 => [],
+        11 => [{1, 0, q.(a, 11)}, {9, 1, q.(b, 7)}],
+        12 => [{2, 1, q.(b, 9)}, {5, 0, q.(a, 8)}]
+      }
+    ]
+
+    {steps, _} =
+      states
+      |> Enum.with_index(1)
+      |> Enum.map_reduce(nil, fn {state, tick}, prev ->
+        state = state |> Enum.reject(fn {_k, es} -> es == [] end) |> Map.new()
+
+        {blocks, left} =
+          case prev do
+            nil ->
+              {for({k, es} <- Enum.sort(state), do: Snapshot.keyframe_block(k, es, ts)), []}
+
+            prev ->
+              # Cell 30 leaves the view in the last step; every other cell changes by deltas.
+              left = for k <- Map.keys(prev), not Map.has_key?(state, k), k == 30, do: k
+
+              keys =
+                (Map.keys(prev) ++ Map.keys(state))
+                |> Enum.uniq()
+                |> Enum.sort()
+                |> Enum.reject(&(&1 in left))
+
+              {for(
+                 k <- keys,
+                 b = Snapshot.delta_block(k, Map.get(prev, k, []), Map.get(state, k, []), ts),
+                 b != nil,
+                 do: b
+               ), left}
+          end
+
+        msg = IO.iodata_to_binary(Snapshot.encode(tick, tick - 1, blocks, left))
+
+        view =
+          for {k, es} <- Enum.sort(state) do
+            %{
+              "cell" => k,
+              "entities" =>
+                Enum.map(es, fn {id, ti, q} ->
+                  %{"id" => id, "template" => Enum.at(ts, ti).id, "q" => Tuple.to_list(q)}
+                end)
+            }
+          end
+
+        {%{"tick" => tick, "hex" => Base.encode16(msg, case: :lower), "view" => view}, state}
+      end)
+
+    %{
+      "description" =>
+        "Snapshots (docs/protocol.md, 'Snapshots'), applied in order to an empty view; " <>
+          "templates are those of templates.json in that order (template index = position). " <>
+          "After each snapshot the view holds exactly `view`: cells in key order, entities by id.",
+      "templates" => Enum.map(ts, & &1.id),
+      "snapshots" => steps
+    }
+  end
 
   defp messages do
     cases = [

@@ -30,10 +30,18 @@ defmodule Overworld.Protocol.SnapshotTest do
         s = Overworld.Random.next(s)
 
         case rem(s, 10) do
-          0 -> {acc, s}
-          1 -> {Map.put(acc, id, {rem(s >>> 8, cells), ti, q}), s}
-          n when n < 6 -> {q, s} = random_q(ti, s); {Map.put(acc, id, {cell, ti, q}), s}
-          _ -> {Map.put(acc, id, {cell, ti, q}), s}
+          0 ->
+            {acc, s}
+
+          1 ->
+            {Map.put(acc, id, {rem(s >>> 8, cells), ti, q}), s}
+
+          n when n < 6 ->
+            {q, s} = random_q(ti, s)
+            {Map.put(acc, id, {cell, ti, q}), s}
+
+          _ ->
+            {Map.put(acc, id, {cell, ti, q}), s}
         end
       end)
 
@@ -57,51 +65,70 @@ defmodule Overworld.Protocol.SnapshotTest do
 
   test "a view applying keyframes then deltas reproduces the server state, step by step (property)" do
     Prop.check(
-      :proper.forall(:proper_types.tuple([:proper_types.integer(1, 1 <<< 30), :proper_types.integer(1, 12)]), fn {seed, cells} ->
-        {world, seed} =
-          Enum.reduce(1..30, {%{}, seed}, fn id, {w, s} ->
-            ti = rem(s, 2)
-            {q, s} = random_q(ti, s)
-            {Map.put(w, id * 7, {rem(s, cells), ti, q}), s}
-          end)
+      :proper.forall(
+        :proper_types.tuple([:proper_types.integer(1, 1 <<< 30), :proper_types.integer(1, 12)]),
+        fn {seed, cells} ->
+          {world, seed} =
+            Enum.reduce(1..30, {%{}, seed}, fn id, {w, s} ->
+              ti = rem(s, 2)
+              {q, s} = random_q(ti, s)
+              {Map.put(w, id * 7, {rem(s, cells), ti, q}), s}
+            end)
 
-        first = by_cell(world)
-        blocks = for {c, es} <- first, do: Snapshot.keyframe_block(c, es, @templates)
-        msg = Snapshot.encode(1, 0, blocks, []) |> IO.iodata_to_binary()
-        {:ok, view} = Snapshot.apply(%View{}, msg, @templates)
+          first = by_cell(world)
+          blocks = for {c, es} <- first, do: Snapshot.keyframe_block(c, es, @templates)
+          msg = Snapshot.encode(1, 0, blocks, []) |> IO.iodata_to_binary()
+          {:ok, view} = Snapshot.apply(%View{}, msg, @templates)
 
-        {ok?, _, _, _} =
-          Enum.reduce(2..20, {view.cells == first, view, world, seed}, fn tick, {ok?, view, world, seed} ->
-            old = by_cell(world)
-            {world, seed} = step(world, seed, cells)
-            new = by_cell(world)
+          {ok?, _, _, _} =
+            Enum.reduce(2..20, {view.cells == first, view, world, seed}, fn tick,
+                                                                            {ok?, view, world,
+                                                                             seed} ->
+              old = by_cell(world)
+              {world, seed} = step(world, seed, cells)
+              new = by_cell(world)
 
-            blocks =
-              for c <- Enum.uniq(Map.keys(old) ++ Map.keys(new)),
-                  b = Snapshot.delta_block(c, Map.get(old, c, []), Map.get(new, c, []), @templates),
-                  b != nil,
-                  do: b
+              blocks =
+                for c <- Enum.uniq(Map.keys(old) ++ Map.keys(new)),
+                    b =
+                      Snapshot.delta_block(
+                        c,
+                        Map.get(old, c, []),
+                        Map.get(new, c, []),
+                        @templates
+                      ),
+                    b != nil,
+                    do: b
 
-            msg = Snapshot.encode(tick, tick - 1, blocks, []) |> IO.iodata_to_binary()
-            {:ok, view} = Snapshot.apply(view, msg, @templates)
-            {ok? and view.cells == new and view.tick == tick, view, world, seed}
-          end)
+              msg = Snapshot.encode(tick, tick - 1, blocks, []) |> IO.iodata_to_binary()
+              {:ok, view} = Snapshot.apply(view, msg, @templates)
+              {ok? and view.cells == new and view.tick == tick, view, world, seed}
+            end)
 
-        ok?
-      end),
+          ok?
+        end
+      ),
       150
     )
   end
 
   test "cells leaving the view are dropped; a keyframe block replaces a cell" do
     es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}, {9, 1, {1, 2, 3}}]
-    msg = Snapshot.encode(5, 0, [Snapshot.keyframe_block(40, es, @templates)], []) |> IO.iodata_to_binary()
+
+    msg =
+      Snapshot.encode(5, 0, [Snapshot.keyframe_block(40, es, @templates)], [])
+      |> IO.iodata_to_binary()
+
     {:ok, view} = Snapshot.apply(%View{}, msg, @templates)
     assert view.cells == %{40 => es}
     assert View.entities(view) == %{3 => {0, {1, 2, 3, 4, 5, 0, 1}}, 9 => {1, {1, 2, 3}}}
 
-    msg = Snapshot.encode(6, 5, [Snapshot.keyframe_block(40, tl(es), @templates)], []) |> IO.iodata_to_binary()
-    assert {:ok, %View{cells: %{40 => [{9, 1, {1, 2, 3}}]}}} = Snapshot.apply(view, msg, @templates)
+    msg =
+      Snapshot.encode(6, 5, [Snapshot.keyframe_block(40, tl(es), @templates)], [])
+      |> IO.iodata_to_binary()
+
+    assert {:ok, %View{cells: %{40 => [{9, 1, {1, 2, 3}}]}}} =
+             Snapshot.apply(view, msg, @templates)
 
     msg = Snapshot.encode(6, 5, [], [40]) |> IO.iodata_to_binary()
     assert {:ok, %View{cells: cells}} = Snapshot.apply(view, msg, @templates)
@@ -110,18 +137,33 @@ defmodule Overworld.Protocol.SnapshotTest do
 
   test "bad snapshots are errors, never exceptions (property)" do
     es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}, {9, 1, {1, 2, 3}}]
-    good = Snapshot.encode(5, 0, [Snapshot.keyframe_block(40, es, @templates)], []) |> IO.iodata_to_binary()
+
+    good =
+      Snapshot.encode(5, 0, [Snapshot.keyframe_block(40, es, @templates)], [])
+      |> IO.iodata_to_binary()
+
     {:ok, view} = Snapshot.apply(%View{}, good, @templates)
 
     Prop.check(
-      :proper.forall(:proper_types.tuple([:proper_types.non_neg_integer(), :proper_types.integer(0, 255), :proper_types.binary()]), fn {at, byte, junk} ->
-        at = rem(at, byte_size(good))
-        mutated = binary_part(good, 0, at) <> <<byte>> <> binary_part(good, at + 1, byte_size(good) - at - 1)
+      :proper.forall(
+        :proper_types.tuple([
+          :proper_types.non_neg_integer(),
+          :proper_types.integer(0, 255),
+          :proper_types.binary()
+        ]),
+        fn {at, byte, junk} ->
+          at = rem(at, byte_size(good))
 
-        Enum.all?([mutated, binary_part(good, 0, at), <<0x02, junk::binary>>, junk], fn bin ->
-          match?({:ok, %View{}}, Snapshot.apply(view, bin, @templates)) or match?({:error, _}, Snapshot.apply(view, bin, @templates))
-        end)
-      end),
+          mutated =
+            binary_part(good, 0, at) <>
+              <<byte>> <> binary_part(good, at + 1, byte_size(good) - at - 1)
+
+          Enum.all?([mutated, binary_part(good, 0, at), <<0x02, junk::binary>>, junk], fn bin ->
+            match?({:ok, %View{}}, Snapshot.apply(view, bin, @templates)) or
+              match?({:error, _}, Snapshot.apply(view, bin, @templates))
+          end)
+        end
+      ),
       3_000
     )
   end

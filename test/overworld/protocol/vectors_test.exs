@@ -68,10 +68,18 @@ defmodule Overworld.Protocol.MessageVectorsTest do
 
   @path "protocol/vectors/messages.json"
 
+  # The names used in the vectors (an explicit table: no atoms from file contents).
+  @names Map.new(
+           ~w(type hello input client_event ping resync handshake event pong error version token
+              seq ack payload client_time reason last_tick tick_rate entity_id width height
+              cell_size templates server_tick code message)a,
+           &{Atom.to_string(&1), &1}
+         )
+
   defp message(json) do
     Map.new(json, fn
       {"type", t} ->
-        {:type, String.to_existing_atom(t)}
+        {:type, Map.fetch!(@names, t)}
 
       {"templates", ids} ->
         {:templates,
@@ -80,9 +88,8 @@ defmodule Overworld.Protocol.MessageVectorsTest do
       {k, v} ->
         if String.ends_with?(k, "_hex"),
           do:
-            {String.to_existing_atom(String.trim_trailing(k, "_hex")),
-             Base.decode16!(v, case: :lower)},
-          else: {String.to_existing_atom(k), v}
+            {Map.fetch!(@names, String.trim_trailing(k, "_hex")), Base.decode16!(v, case: :lower)},
+          else: {Map.fetch!(@names, k), v}
     end)
   end
 
@@ -107,5 +114,36 @@ defmodule Overworld.Protocol.MessageVectorsTest do
         assert decoded == m
       end
     end
+  end
+end
+
+defmodule Overworld.Protocol.SnapshotVectorsTest do
+  use ExUnit.Case, async: true
+  alias Overworld.Protocol.Snapshot
+  alias Overworld.Protocol.Vectors
+
+  test "the snapshot vectors apply in order to the expected views" do
+    json = "protocol/vectors/snapshots.json" |> File.read!() |> :jiffy.decode([:return_maps])
+
+    ts =
+      Enum.map(json["templates"], fn id ->
+        Enum.find(Vectors.Wire.__templates__(), &(&1.id == id))
+      end)
+
+    index = ts |> Enum.with_index() |> Map.new(fn {t, i} -> {t.id, i} end)
+
+    Enum.reduce(json["snapshots"], %Snapshot.View{}, fn s, view ->
+      {:ok, view} = Snapshot.apply(view, Base.decode16!(s["hex"], case: :lower), ts)
+
+      expected =
+        Map.new(s["view"], fn c ->
+          {c["cell"],
+           Enum.map(c["entities"], &{&1["id"], index[&1["template"]], List.to_tuple(&1["q"])})}
+        end)
+
+      assert view.cells == expected
+      assert view.tick == s["tick"]
+      view
+    end)
   end
 end

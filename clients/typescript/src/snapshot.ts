@@ -1,0 +1,137 @@
+import { BitReader } from "./bits.js";
+import { ByteReader } from "./bytes.js";
+import { decodeDelta, decodeKeyframe, type Result, type TemplateSchema } from "./template.js";
+
+/** An entity the client holds: id, template index (in the handshake's list) and quantized values. */
+export interface Entry {
+  id: number;
+  template: number;
+  q: number[];
+}
+
+const fail = <T>(error: string): Result<T> => ({ ok: false, error });
+
+/** Bits of a template index for `count` templates. */
+export const indexBits = (count: number): number => (count <= 1 ? 0 : Math.floor(Math.log2(count - 1)) + 1);
+
+/**
+ * What a client holds: its cells (key → entries sorted by id), updated by snapshots
+ * (docs/protocol.md, 'Snapshots'). A snapshot applies completely or not at all: on an error
+ * the view is unchanged and the client asks for a resync.
+ */
+export class WorldView {
+  readonly cells = new Map<number, Entry[]>();
+  tick = 0;
+
+  /** Every entity held, by id. */
+  entities(): Map<number, Entry> {
+    const out = new Map<number, Entry>();
+    for (const entries of this.cells.values()) for (const e of entries) out.set(e.id, e);
+    return out;
+  }
+
+  /** Applies a snapshot message (opcode 0x02). */
+  apply(bytes: Uint8Array, templates: TemplateSchema[]): Result<number> {
+    const r = new ByteReader(bytes);
+    if (r.u8() !== 0x02) return fail("not_a_snapshot");
+    const tick = r.varint();
+    const baseline = r.varint();
+    const n = r.varint();
+    if (tick === undefined || baseline === undefined || n === undefined) return fail("truncated");
+    const tb = indexBits(templates.length);
+    const changed = new Map<number, Entry[]>();
+    for (let i = 0; i < n; i++) {
+      const head = r.varint();
+      const count = r.varint();
+      if (head === undefined || count === undefined) return fail("truncated");
+      const key = Math.floor(head / 2);
+      const bits = new BitReader(bytes, bytes.length * 8, r.offset * 8);
+      const entries =
+        head % 2 === 0
+          ? readKeyframes(bits, count, tb, templates)
+          : readDelta(bits, changed.get(key) ?? this.cells.get(key) ?? [], count, tb, templates);
+      if (!entries.ok) return entries;
+      changed.set(key, entries.value);
+      // Skip to the byte after the block's bits.
+      const consumed = Math.ceil((bits.position - r.offset * 8) / 8);
+      if (r.bytesOf(consumed) === undefined) return fail("truncated");
+    }
+    const left = r.varint();
+    if (left === undefined) return fail("truncated");
+    const gone: number[] = [];
+    for (let i = 0; i < left; i++) {
+      const key = r.varint();
+      if (key === undefined) return fail("truncated");
+      gone.push(key);
+    }
+    if (r.remaining > 0) return fail("trailing_bytes");
+    for (const [key, entries] of changed) {
+      if (entries.length === 0) this.cells.delete(key);
+      else this.cells.set(key, entries);
+    }
+    for (const key of gone) this.cells.delete(key);
+    this.tick = tick;
+    return { ok: true, value: tick };
+  }
+}
+
+function readVbits(r: BitReader): number | undefined {
+  let value = 0;
+  for (let shift = 0; shift <= 49; shift += 7) {
+    const more = r.uint(1);
+    const v = r.uint(7);
+    if (more === undefined || v === undefined) return undefined;
+    value += v * 2 ** shift;
+    if (more === 0) return value;
+  }
+  return undefined;
+}
+
+function readKeyframes(r: BitReader, count: number, tb: number, templates: TemplateSchema[]): Result<Entry[]> {
+  const out: Entry[] = [];
+  let id = 0;
+  for (let i = 0; i < count; i++) {
+    const gap = readVbits(r);
+    const ti = r.uint(tb);
+    if (gap === undefined || ti === undefined) return fail("truncated");
+    const t = templates[ti];
+    if (t === undefined) return fail("bad_template_index");
+    const q = decodeKeyframe(t, r);
+    if (!q.ok) return q;
+    id += gap;
+    out.push({ id, template: ti, q: q.value });
+  }
+  return { ok: true, value: out };
+}
+
+function readDelta(r: BitReader, old: Entry[], arrivals: number, tb: number, templates: TemplateSchema[]): Result<Entry[]> {
+  const kept: Entry[] = [];
+  for (const e of old) {
+    const op = r.uint(2);
+    if (op === undefined) return fail("truncated");
+    if (op === 0) kept.push(e);
+    else if (op === 1) {
+      const q = decodeDelta(templates[e.template]!, e.q, r);
+      if (!q.ok) return q;
+      kept.push({ id: e.id, template: e.template, q: q.value });
+    } else if (op === 3) return fail("bad_op");
+  }
+  const arrived = readKeyframes(r, arrivals, tb, templates);
+  if (!arrived.ok) return arrived;
+  // Both lists are sorted by id: merge them.
+  const out: Entry[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < kept.length || j < arrived.value.length) {
+    const a = kept[i];
+    const b = arrived.value[j];
+    if (b === undefined || (a !== undefined && a.id <= b.id)) {
+      out.push(a!);
+      i++;
+    } else {
+      out.push(b);
+      j++;
+    }
+  }
+  return { ok: true, value: out };
+}
