@@ -161,3 +161,94 @@ defmodule Overworld.TemplateTest do
     end
   end
 end
+
+defmodule Overworld.Template.CompiledTest do
+  # The compiled encoders produce exactly the bits of the generic ones.
+  use ExUnit.Case, async: true
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 1]
+  alias Overworld.Template
+  alias Overworld.Test.Prop
+
+  @modules [Overworld.Template.Test.Wire, Overworld.Protocol.Vectors.Wire]
+
+  defp any_value do
+    :proper_types.oneof([
+      :proper_types.integer(-3_000_000, 3_000_000),
+      :proper_types.integer(),
+      :proper_types.elements([
+        nil,
+        :idle,
+        :wander,
+        :flee,
+        :chase,
+        :dead,
+        true,
+        false,
+        1,
+        2,
+        3,
+        1.5
+      ])
+    ])
+  end
+
+  defp entity_gen do
+    :proper_types.bind(
+      :proper_types.list(any_value()),
+      fn _ ->
+        :proper_types.tuple(
+          List.duplicate(any_value(), 7) ++
+            [:proper_types.elements([:walker, :thing, :other_thing, :vector, :x])]
+        )
+      end,
+      false
+    )
+  end
+
+  test "quantize, keyframe and delta agree with the generic functions (property)" do
+    Prop.check(
+      :proper.forall(
+        :proper_types.tuple([:proper_types.elements(@modules), entity_gen(), entity_gen()]),
+        fn {mod, {x, y, vx, vy, h, st, d, kind}, {x2, y2, vx2, vy2, h2, st2, d2, _}} ->
+          a =
+            entity(
+              kind: kind,
+              x: x,
+              y: y,
+              vx: vx,
+              vy: vy,
+              heading: h,
+              state: st,
+              data: {d, d2, st}
+            )
+
+          b =
+            entity(
+              kind: kind,
+              x: x2,
+              y: y2,
+              vx: vx2,
+              vy: vy2,
+              heading: h2,
+              state: st2,
+              data: {d2, d, st2}
+            )
+
+          mod.__templates__()
+          |> Enum.with_index()
+          |> Enum.all?(fn {t, i} ->
+            qa = mod.__quantize__(i, a)
+            qb = mod.__quantize__(i, b)
+
+            qa == Template.quantize(t, a) and qb == Template.quantize(t, b) and
+              mod.__keyframe__(i, qa) == Template.encode_keyframe(t, qa) and
+              mod.__delta__(i, qa, qb) == Template.encode_delta(t, qa, qb) and
+              mod.__delta__(i, qa, qa) == nil
+          end)
+        end
+      ),
+      1_000
+    )
+  end
+end
