@@ -35,64 +35,84 @@ defmodule Overworld.Protocol.Snapshot do
 
   ## Encoding (server)
 
-  @doc "The keyframe block of a cell."
-  @spec keyframe_block(non_neg_integer, [entry], [Template.t()]) :: binary
-  def keyframe_block(key, entries, templates) do
-    tb = index_bits(length(templates))
+  @typedoc """
+  How to encode records: the template index width and the keyframe and delta functions. Built
+  by `encoder/1` from a list of templates (generic encoders) or a templates module (its
+  compiled encoders, for the zone's hot path).
+  """
+  @type encoder ::
+          {non_neg_integer, (non_neg_integer, tuple -> bitstring),
+           (non_neg_integer, tuple, tuple -> bitstring | nil)}
+
+  @doc "An encoder for a list of templates or a templates module."
+  @spec encoder([Template.t()] | module | encoder) :: encoder
+  def encoder({_tb, _kf, _d} = enc), do: enc
+
+  def encoder(templates) when is_list(templates) do
     ts = List.to_tuple(templates)
-    bits = keyframes(entries, 0, tb, ts, <<>>)
+
+    {index_bits(length(templates)), fn ti, q -> Template.encode_keyframe(elem(ts, ti), q) end,
+     fn ti, a, b -> Template.encode_delta(elem(ts, ti), a, b) end}
+  end
+
+  def encoder(module) when is_atom(module) do
+    {index_bits(length(module.__templates__())), &module.__keyframe__/2, &module.__delta__/3}
+  end
+
+  @doc "The keyframe block of a cell (templates: a list, a templates module or an encoder)."
+  @spec keyframe_block(non_neg_integer, [entry], [Template.t()] | module | encoder) :: binary
+  def keyframe_block(key, entries, templates) do
+    {tb, kf, _} = encoder(templates)
+    bits = keyframes(entries, 0, tb, kf, <<>>)
     <<Codec.varint(key * 2)::binary, Codec.varint(length(entries))::binary, pad(bits)::binary>>
   end
 
-  defp keyframes([], _prev, _tb, _ts, acc), do: acc
+  defp keyframes([], _prev, _tb, _kf, acc), do: acc
 
-  defp keyframes([{id, ti, q} | rest], prev, tb, ts, acc) do
-    kf = Template.encode_keyframe(elem(ts, ti), q)
-
+  defp keyframes([{id, ti, q} | rest], prev, tb, kf, acc) do
     keyframes(
       rest,
       id,
       tb,
-      ts,
-      <<acc::bitstring, vbits(id - prev)::bitstring, ti::size(tb), kf::bitstring>>
+      kf,
+      <<acc::bitstring, vbits(id - prev)::bitstring, ti::size(tb), kf.(ti, q)::bitstring>>
     )
   end
 
   @doc "The delta block of a cell from `old` to `new` entries, or nil when nothing changed."
-  @spec delta_block(non_neg_integer, [entry], [entry], [Template.t()]) :: binary | nil
+  @spec delta_block(non_neg_integer, [entry], [entry], [Template.t()] | module | encoder) ::
+          binary | nil
   def delta_block(_key, same, same, _templates), do: nil
 
   def delta_block(key, old, new, templates) do
-    tb = index_bits(length(templates))
-    ts = List.to_tuple(templates)
-    {ops, arrivals} = ops(old, new, ts, <<>>, [])
+    {tb, kf, delta} = encoder(templates)
+    {ops, arrivals} = ops(old, new, delta, <<>>, [])
     arrivals = :lists.reverse(arrivals)
-    bits = keyframes(arrivals, 0, tb, ts, ops)
+    bits = keyframes(arrivals, 0, tb, kf, ops)
 
     <<Codec.varint(key * 2 + 1)::binary, Codec.varint(length(arrivals))::binary,
       pad(bits)::binary>>
   end
 
   # A merge of the two id-sorted lists; arrivals accumulate in reverse.
-  defp ops([], new, _ts, bits, arrivals), do: {bits, :lists.reverse(new, arrivals)}
+  defp ops([], new, _delta, bits, arrivals), do: {bits, :lists.reverse(new, arrivals)}
 
-  defp ops([{id, _, _} | _] = old, [{nid, _, _} = n | new], ts, bits, arrivals) when nid < id,
-    do: ops(old, new, ts, bits, [n | arrivals])
+  defp ops([{id, _, _} | _] = old, [{nid, _, _} = n | new], delta, bits, arrivals) when nid < id,
+    do: ops(old, new, delta, bits, [n | arrivals])
 
-  defp ops([{id, ti, q} | old], [{id, ti, q} | new], ts, bits, arrivals),
-    do: ops(old, new, ts, <<bits::bitstring, 0::2>>, arrivals)
+  defp ops([{id, ti, q} | old], [{id, ti, q} | new], delta, bits, arrivals),
+    do: ops(old, new, delta, <<bits::bitstring, 0::2>>, arrivals)
 
-  defp ops([{id, ti, q0} | old], [{id, ti, q1} | new], ts, bits, arrivals) do
-    d = Template.encode_delta(elem(ts, ti), q0, q1)
-    ops(old, new, ts, <<bits::bitstring, 1::2, d::bitstring>>, arrivals)
+  defp ops([{id, ti, q0} | old], [{id, ti, q1} | new], delta, bits, arrivals) do
+    ops(old, new, delta, <<bits::bitstring, 1::2, delta.(ti, q0, q1)::bitstring>>, arrivals)
   end
 
   # Same id, another template: it left and arrived.
-  defp ops([{id, _, _} | old], [{id, _, _} = n | new], ts, bits, arrivals),
-    do: ops(old, new, ts, <<bits::bitstring, 2::2>>, [n | arrivals])
+  defp ops([{id, _, _} | old], [{id, _, _} = n | new], delta, bits, arrivals),
+    do: ops(old, new, delta, <<bits::bitstring, 2::2>>, [n | arrivals])
 
-  defp ops([_ | old], new, ts, bits, arrivals),
-    do: ops(old, new, ts, <<bits::bitstring, 2::2>>, arrivals)
+  defp ops([_ | old], new, delta, bits, arrivals),
+    do: ops(old, new, delta, <<bits::bitstring, 2::2>>, arrivals)
 
   defp vbits(n) when n < 128, do: <<0::1, n::7>>
   defp vbits(n), do: <<1::1, band(n, 127)::7, vbits(n >>> 7)::bitstring>>

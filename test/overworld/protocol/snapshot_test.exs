@@ -112,6 +112,32 @@ defmodule Overworld.Protocol.SnapshotTest do
     )
   end
 
+  test "blocks built with the compiled encoders of the templates module are the same bytes" do
+    {es1, seed} =
+      Enum.map_reduce(1..40, 77, fn id, s ->
+        ti = rem(s, 2)
+        {q, s} = random_q(ti, s)
+        {{id * 3, ti, q}, s}
+      end)
+
+    {es2, _} =
+      Enum.map_reduce(es1, seed, fn {id, ti, q}, s ->
+        s = Overworld.Random.next(s)
+
+        if rem(s, 3) == 0,
+          do: random_q(ti, s) |> then(fn {q2, s} -> {{id, ti, q2}, s} end),
+          else: {{id, ti, q}, s}
+      end)
+
+    es2 = Enum.drop(es2, 3) ++ [{1_000, 0, elem(random_q(0, 5), 0)}]
+    assert Snapshot.keyframe_block(12, es1, Wire) == Snapshot.keyframe_block(12, es1, @templates)
+
+    assert Snapshot.delta_block(12, es1, es2, Wire) ==
+             Snapshot.delta_block(12, es1, es2, @templates)
+
+    assert Snapshot.delta_block(12, es1, es2, Wire) != nil
+  end
+
   test "cells leaving the view are dropped; a keyframe block replaces a cell" do
     es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}, {9, 1, {1, 2, 3}}]
 
