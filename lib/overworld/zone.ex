@@ -56,6 +56,10 @@ defmodule Overworld.Zone do
   * `:cell_size` — grid cell size in metres, also the largest neighbour radius (default 12)
   * `:seed` — integer seed of every entity's generator (default 0)
   * `:max_entities` — spawns beyond this are refused (default 1_000_000)
+  * `:wire` — a module using `Overworld.Template` (default nil): the zone then encodes, once
+    per cell per tick in its workers, the cell's keyframe and delta blocks
+    (`Overworld.Protocol.Snapshot`), readable by any process from the zone's wire table
+    (`wire/1`); entities whose kind has no template are not replicated
   * `:stall_timeout` — milliseconds after which a tick that has not finished is reported (logged
     with the workers that have not answered, counted as a stall), and again every such period
     while it lasts: a `handle_entity/3` that never returns stalls its zone, not the others
@@ -241,6 +245,22 @@ defmodule Overworld.Zone do
     case metrics_ref(zone) do
       nil -> nil
       m -> Overworld.Zone.Metrics.report(m)
+    end
+  end
+
+  @doc """
+  The zone's wire: its templates module and the table of cell blocks (`{cell key, tick,
+  keyframe block, delta block | nil}`, see `Overworld.Protocol.Snapshot`), or nil when the zone
+  has no `:wire` option. Read without a message to the zone.
+  """
+  @spec wire(zone) ::
+          %{module: module, templates: [Overworld.Template.t()], table: :ets.tid()} | nil
+  def wire(zone) do
+    with %{wire: table} when table != nil <- metrics_ref(zone),
+         %{config: %{wire: module}} <- info(zone) do
+      %{module: module, templates: module.__templates__(), table: table}
+    else
+      _ -> nil
     end
   end
 

@@ -23,6 +23,7 @@ defmodule Overworld.Zone.Bucket do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
 
+  alias Overworld.Protocol.Snapshot
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.Zone.{Config, Pass}
 
@@ -101,7 +102,9 @@ defmodule Overworld.Zone.Bucket do
        count: 0,
        inbox: [],
        logged_at: nil,
-       heap: @min_heap
+       heap: @min_heap,
+       encoder: config.wire && Snapshot.encoder(config.wire),
+       wire_prev: %{}
      }}
   end
 
@@ -153,7 +156,8 @@ defmodule Overworld.Zone.Bucket do
          view: [],
          own: [],
          count: 0,
-         inbox: []
+         inbox: [],
+         wire_prev: %{}
      }}
   end
 
@@ -227,6 +231,7 @@ defmodule Overworld.Zone.Bucket do
       Enum.split_while(halo, fn {k, _} -> k < st.bounds |> elem(1) |> first_key(grid) end)
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
+    st = publish_wire(st, n, own)
 
     count =
       st.count + length(migrants_in) - length(pass.out) - length(pass.gone) - removed +
@@ -255,6 +260,67 @@ defmodule Overworld.Zone.Bucket do
 
   # The first key of our stripe, from the first key past its first row.
   defp first_key(lo, %Grid{stride: stride}), do: lo - stride
+
+  ## Wire blocks
+  #
+  # With a `:wire` templates module, every tick each worker encodes each of its cells once: the
+  # keyframe block and the delta block against the previous tick (nil when nothing changed),
+  # written to the zone's wire table as {key, tick, keyframe, delta}. Observers read them from
+  # there and share the binaries. A cell whose row is older than the current tick is empty (a
+  # cell that empties gets a last row with its departures).
+
+  defp publish_wire(%{encoder: nil} = st, _n, _own), do: st
+
+  defp publish_wire(st, n, own) do
+    %Config{wire: mod, wire_kinds: kinds, shared: %{wire: table}} = st.config
+    {stop, _, _} = st.bounds
+    {rows, prev} = wire_cells(own, stop, kinds, mod, st.encoder, st.wire_prev, n, [], [])
+    prev = :maps.from_list(prev)
+
+    rows =
+      Enum.reduce(st.wire_prev, rows, fn {k, old}, rows ->
+        if is_map_key(prev, k),
+          do: rows,
+          else: [
+            {k, n, Snapshot.keyframe_block(k, [], st.encoder),
+             Snapshot.delta_block(k, old, [], st.encoder)}
+            | rows
+          ]
+      end)
+
+    :ets.insert(table, rows)
+    %{st | wire_prev: prev}
+  end
+
+  defp wire_cells([{k, es} | rest], stop, kinds, mod, enc, old, n, rows, prev) when k < stop do
+    case wire_entries(es, kinds, mod, []) do
+      [] ->
+        wire_cells(rest, stop, kinds, mod, enc, old, n, rows, prev)
+
+      entries ->
+        row =
+          {k, n, Snapshot.keyframe_block(k, entries, enc),
+           Snapshot.delta_block(k, Map.get(old, k, []), entries, enc)}
+
+        wire_cells(rest, stop, kinds, mod, enc, old, n, [row | rows], [{k, entries} | prev])
+    end
+  end
+
+  defp wire_cells(_pairs, _stop, _kinds, _mod, _enc, _old, _n, rows, prev), do: {rows, prev}
+
+  defp wire_entries([], _kinds, _mod, acc), do: :lists.reverse(acc)
+
+  defp wire_entries([e | rest], kinds, mod, acc) do
+    kind = entity(e, :kind)
+
+    case kinds do
+      %{^kind => ti} ->
+        wire_entries(rest, kinds, mod, [{entity(e, :id), ti, mod.__quantize__(ti, e)} | acc])
+
+      _ ->
+        wire_entries(rest, kinds, mod, acc)
+    end
+  end
 
   # Garbage collection between ticks. Every tick rebuilds every entity, so nearly all of a
   # worker's data dies each tick, and a collection in the middle of a tick copies the half-built

@@ -6,25 +6,32 @@ defmodule Overworld.Zone.Config do
   alias Overworld.Entity
   alias Overworld.Spatial.Grid
 
-  @enforce_keys [
-    :id,
-    :module,
-    :args,
-    :tick_rate,
-    :clock,
-    :workers,
-    :size,
-    :cell_size,
-    :seed,
-    :max_entities,
-    :stall_timeout,
-    :width,
-    :height,
-    :grid,
-    :stripes,
-    :owners
+  # `shared`: the zone's registry value (`Overworld.Zone.Metrics`: metrics and the wire table),
+  # made by the zone's supervisor when it starts, so that it outlives a server restart.
+  @enforce_keys [:id, :module, :grid]
+  defstruct [
+    :shared
+    | [
+        :id,
+        :module,
+        :args,
+        :tick_rate,
+        :clock,
+        :workers,
+        :size,
+        :cell_size,
+        :seed,
+        :max_entities,
+        :stall_timeout,
+        :wire,
+        :wire_kinds,
+        :width,
+        :height,
+        :grid,
+        :stripes,
+        :owners
+      ]
   ]
-  defstruct @enforce_keys
 
   @type t :: %__MODULE__{
           id: term,
@@ -38,6 +45,9 @@ defmodule Overworld.Zone.Config do
           seed: integer,
           max_entities: pos_integer,
           stall_timeout: pos_integer,
+          wire: module | nil,
+          wire_kinds: %{optional(term) => non_neg_integer},
+          shared: Overworld.Zone.Metrics.t() | nil,
           width: non_neg_integer,
           height: non_neg_integer,
           grid: Grid.t(),
@@ -58,9 +68,15 @@ defmodule Overworld.Zone.Config do
       cell_size: {:pos_number, 12},
       seed: {:integer, 0},
       max_entities: {:pos_integer, 1_000_000},
-      stall_timeout: {:pos_integer, 5_000}
+      stall_timeout: {:pos_integer, 5_000},
+      wire: {{:custom, &wire?/1, "nil or a module using Overworld.Template"}, nil}
     ]
   end
+
+  defp wire?(nil), do: true
+
+  defp wire?(m),
+    do: is_atom(m) and Code.ensure_loaded?(m) and function_exported?(m, :__templates__, 0)
 
   @doc false
   @spec new!(module, keyword) :: t
@@ -88,9 +104,20 @@ defmodule Overworld.Zone.Config do
         height: height,
         grid: grid,
         stripes: List.to_tuple(stripes),
-        owners: owners(stripes)
+        owners: owners(stripes),
+        wire_kinds: wire_kinds(o.wire)
       })
     )
+  end
+
+  # Entity kind => index of its template in the wire module's list.
+  defp wire_kinds(nil), do: %{}
+
+  defp wire_kinds(module) do
+    for {t, i} <- Enum.with_index(module.__templates__()),
+        kind <- t.kinds,
+        into: %{},
+        do: {kind, i}
   end
 
   @doc """

@@ -21,21 +21,35 @@ defmodule Overworld.Zone.Metrics do
   ]
   @index @fields |> Enum.with_index(1) |> Map.new()
 
+  # `wire`: the zone's wire table (owned by the zone's supervisor, so it outlives a server
+  # restart), or nil. This struct is the zone's registry value: what anybody may read without
+  # a message to the zone.
   @enforce_keys [:counters, :ticks_us, :cpu]
-  defstruct @enforce_keys
+  defstruct [:wire | @enforce_keys]
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
           ticks_us: Histogram.t(),
-          cpu: Overworld.Metrics.CPU.t()
+          cpu: Overworld.Metrics.CPU.t(),
+          wire: :ets.tid() | nil
         }
 
-  @spec new() :: t
-  def new do
+  @spec new(boolean) :: t
+  def new(wire? \\ false) do
     %__MODULE__{
       counters: :atomics.new(length(@fields), signed: true),
       ticks_us: Histogram.new(),
-      cpu: Overworld.Metrics.CPU.sample()
+      cpu: Overworld.Metrics.CPU.sample(),
+      wire:
+        if(wire?,
+          do:
+            :ets.new(:overworld_wire, [
+              :set,
+              :public,
+              read_concurrency: true,
+              write_concurrency: true
+            ])
+        )
     }
   end
 

@@ -20,7 +20,7 @@ defmodule Overworld.Zone.Server do
 
   @spec start_link(Config.t()) :: GenServer.on_start()
   def start_link(%Config{} = config) do
-    metrics = Metrics.new()
+    metrics = config.shared || Metrics.new()
 
     GenServer.start_link(__MODULE__, {config, metrics},
       name: {:via, Registry, {Overworld.Registry, {:zone, config.id}, metrics}}

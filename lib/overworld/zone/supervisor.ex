@@ -17,6 +17,8 @@ defmodule Overworld.Zone.Supervisor do
 
   @impl true
   def init(config) do
+    # Made here, in the supervisor's process: it survives a server restart.
+    config = %{config | shared: Overworld.Zone.Metrics.new(config.wire != nil)}
     children = [Buckets.child_spec(config), Server.child_spec(config)]
     # Elixir 1.14's Supervisor.init/2 does not pass :auto_shutdown on; give OTP the flags.
     flags = %{strategy: :rest_for_one, intensity: 3, period: 5, auto_shutdown: :any_significant}
