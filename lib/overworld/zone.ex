@@ -57,9 +57,9 @@ defmodule Overworld.Zone do
   * `:seed` — integer seed of every entity's generator (default 0)
   * `:max_entities` — spawns beyond this are refused (default 1_000_000)
   * `:wire` — a module using `Overworld.Template` (default nil): the zone then encodes, once
-    per cell per tick in its workers, the cell's keyframe and delta blocks
-    (`Overworld.Protocol.Snapshot`), readable by any process from the zone's wire table
-    (`wire/1`); entities whose kind has no template are not replicated
+    per cell per tick in its workers, the cell's delta block (`Overworld.Protocol.Snapshot`),
+    readable by any process from the zone's wire table (`wire/1`), and serves keyframe blocks
+    on demand (`keyframes/2`); entities whose kind has no template are not replicated
   * `:stall_timeout` — milliseconds after which a tick that has not finished is reported (logged
     with the workers that have not answered, counted as a stall), and again every such period
     while it lasts: a `handle_entity/3` that never returns stalls its zone, not the others
@@ -249,9 +249,9 @@ defmodule Overworld.Zone do
   end
 
   @doc """
-  The zone's wire: its templates module and the table of cell blocks (`{cell key, tick,
-  keyframe block, delta block | nil}`, see `Overworld.Protocol.Snapshot`), or nil when the zone
-  has no `:wire` option. Read without a message to the zone.
+  The zone's wire: its templates module and the table of cells (`{cell key, tick, delta block |
+  nil}`: each cell's delta block against the previous tick, see `Overworld.Protocol.Snapshot`),
+  or nil when the zone has no `:wire` option. Read without a message to the zone.
   """
   @spec wire(zone) ::
           %{module: module, templates: [Overworld.Template.t()], table: :ets.tid()} | nil
@@ -263,6 +263,13 @@ defmodule Overworld.Zone do
       _ -> nil
     end
   end
+
+  @doc """
+  Keyframe blocks of the given cells (those that hold replicated entities) after the last
+  completed tick, and that tick: what an observer sends for cells entering its view.
+  """
+  @spec keyframes(zone, [non_neg_integer]) :: {non_neg_integer, [{non_neg_integer, binary}]}
+  def keyframes(zone, keys) when is_list(keys), do: call(zone, {:query, {:keyframes, keys}})
 
   @doc false
   @spec metrics_ref(zone) :: Overworld.Zone.Metrics.t() | nil

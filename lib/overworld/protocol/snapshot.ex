@@ -63,56 +63,65 @@ defmodule Overworld.Protocol.Snapshot do
   @spec keyframe_block(non_neg_integer, [entry], [Template.t()] | module | encoder) :: binary
   def keyframe_block(key, entries, templates) do
     {tb, kf, _} = encoder(templates)
-    bits = keyframes(entries, 0, tb, kf, <<>>)
-    <<Codec.varint(key * 2)::binary, Codec.varint(length(entries))::binary, pad(bits)::binary>>
+    header = [Codec.varint(key * 2), Codec.varint(length(entries))]
+    finish(header, keyframes(entries, 0, tb, kf, []))
   end
 
+  # Fragments accumulate in reverse, and become one bitstring at the end (one allocation per
+  # block instead of one append per record).
   defp keyframes([], _prev, _tb, _kf, acc), do: acc
 
-  defp keyframes([{id, ti, q} | rest], prev, tb, kf, acc) do
-    keyframes(
-      rest,
-      id,
-      tb,
-      kf,
-      <<acc::bitstring, vbits(id - prev)::bitstring, ti::size(tb), kf.(ti, q)::bitstring>>
-    )
+  defp keyframes([{id, ti, q} | rest], prev, tb, kf, acc),
+    do:
+      keyframes(rest, id, tb, kf, [
+        kf.(ti, q),
+        <<vbits(id - prev)::bitstring, ti::size(tb)>> | acc
+      ])
+
+  defp finish(header, reversed) do
+    bits = :erlang.list_to_bitstring(:lists.reverse(reversed))
+    IO.iodata_to_binary([header | pad(bits)])
   end
 
   @doc "The delta block of a cell from `old` to `new` entries, or nil when nothing changed."
   @spec delta_block(non_neg_integer, [entry], [entry], [Template.t()] | module | encoder) ::
           binary | nil
-  def delta_block(_key, same, same, _templates), do: nil
-
   def delta_block(key, old, new, templates) do
     {tb, kf, delta} = encoder(templates)
-    {ops, arrivals} = ops(old, new, delta, <<>>, [])
-    arrivals = :lists.reverse(arrivals)
-    bits = keyframes(arrivals, 0, tb, kf, ops)
 
-    <<Codec.varint(key * 2 + 1)::binary, Codec.varint(length(arrivals))::binary,
-      pad(bits)::binary>>
+    case ops(old, new, delta, [], [], false) do
+      {_ops, [], false} ->
+        nil
+
+      {ops, arrivals, _changed} ->
+        arrivals = :lists.reverse(arrivals)
+        header = [Codec.varint(key * 2 + 1), Codec.varint(length(arrivals))]
+        finish(header, keyframes(arrivals, 0, tb, kf, ops))
+    end
   end
 
-  # A merge of the two id-sorted lists; arrivals accumulate in reverse.
-  defp ops([], new, _delta, bits, arrivals), do: {bits, :lists.reverse(new, arrivals)}
+  # A merge of the two id-sorted lists; op fragments and arrivals accumulate in reverse;
+  # `changed` says whether any op is not `00`.
+  defp ops([], new, _delta, bits, arrivals, changed),
+    do: {bits, :lists.reverse(new, arrivals), changed}
 
-  defp ops([{id, _, _} | _] = old, [{nid, _, _} = n | new], delta, bits, arrivals) when nid < id,
-    do: ops(old, new, delta, bits, [n | arrivals])
+  defp ops([{id, _, _} | _] = old, [{nid, _, _} = n | new], delta, bits, arrivals, changed)
+       when nid < id,
+       do: ops(old, new, delta, bits, [n | arrivals], changed)
 
-  defp ops([{id, ti, q} | old], [{id, ti, q} | new], delta, bits, arrivals),
-    do: ops(old, new, delta, <<bits::bitstring, 0::2>>, arrivals)
-
-  defp ops([{id, ti, q0} | old], [{id, ti, q1} | new], delta, bits, arrivals) do
-    ops(old, new, delta, <<bits::bitstring, 1::2, delta.(ti, q0, q1)::bitstring>>, arrivals)
+  defp ops([{id, ti, q0} | old], [{id, ti, q1} | new], delta, bits, arrivals, changed) do
+    case delta.(ti, q0, q1) do
+      nil -> ops(old, new, delta, [<<0::2>> | bits], arrivals, changed)
+      d -> ops(old, new, delta, [d, <<1::2>> | bits], arrivals, true)
+    end
   end
 
   # Same id, another template: it left and arrived.
-  defp ops([{id, _, _} | old], [{id, _, _} = n | new], delta, bits, arrivals),
-    do: ops(old, new, delta, <<bits::bitstring, 2::2>>, [n | arrivals])
+  defp ops([{id, _, _} | old], [{id, _, _} = n | new], delta, bits, arrivals, _changed),
+    do: ops(old, new, delta, [<<2::2>> | bits], [n | arrivals], true)
 
-  defp ops([_ | old], new, delta, bits, arrivals),
-    do: ops(old, new, delta, <<bits::bitstring, 2::2>>, arrivals)
+  defp ops([_ | old], new, delta, bits, arrivals, _changed),
+    do: ops(old, new, delta, [<<2::2>> | bits], arrivals, true)
 
   defp vbits(n) when n < 128, do: <<0::1, n::7>>
   defp vbits(n), do: <<1::1, band(n, 127)::7, vbits(n >>> 7)::bitstring>>

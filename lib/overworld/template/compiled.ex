@@ -117,25 +117,32 @@ defmodule Overworld.Template.Compiled do
     n = length(fields)
     as = vars(:a, n)
     bs = vars(:b, n)
+    ms = vars(:m, n)
     triples = Enum.zip([fields, as, bs])
 
-    mask =
-      Enum.map(triples, fn {_f, a, b} ->
-        quote(do: if(unquote(a) === unquote(b), do: 0, else: 1) :: 1)
+    # Field by field (small integers compare inline); all equal means no delta.
+    flags =
+      Enum.zip(ms, triples)
+      |> Enum.map(fn {m, {_f, a, b}} ->
+        quote(do: unquote(m) = if(unquote(a) === unquote(b), do: 0, else: 1))
       end)
 
+    mask = Enum.map(ms, fn m -> quote(do: unquote(m) :: 1) end)
+    sum = Enum.reduce(ms, fn m, acc -> quote(do: unquote(acc) + unquote(m)) end)
+
     body =
-      Enum.map(triples, fn {f, a, b} ->
+      Enum.zip(ms, triples)
+      |> Enum.map(fn {m, {f, a, b}} ->
         quote do
-          if(unquote(a) === unquote(b), do: <<>>, else: unquote(changed(f, a, b))) :: bitstring
+          if(unquote(m) === 0, do: <<>>, else: unquote(changed(f, a, b))) :: bitstring
         end
       end)
 
     quote do
-      def __delta__(unquote(index), same, same), do: nil
-
-      def __delta__(unquote(index), {unquote_splicing(as)}, {unquote_splicing(bs)}),
-        do: <<unquote_splicing(mask), unquote_splicing(body)>>
+      def __delta__(unquote(index), {unquote_splicing(as)}, {unquote_splicing(bs)}) do
+        unquote_splicing(flags)
+        if unquote(sum) === 0, do: nil, else: <<unquote_splicing(mask), unquote_splicing(body)>>
+      end
     end
   end
 

@@ -104,7 +104,8 @@ defmodule Overworld.Zone.Bucket do
        logged_at: nil,
        heap: @min_heap,
        encoder: config.wire && Snapshot.encoder(config.wire),
-       wire_prev: %{}
+       wire_prev: %{},
+       wire_tick: 0
      }}
   end
 
@@ -157,7 +158,8 @@ defmodule Overworld.Zone.Bucket do
          own: [],
          count: 0,
          inbox: [],
-         wire_prev: %{}
+         wire_prev: %{},
+         wire_tick: 0
      }}
   end
 
@@ -190,6 +192,18 @@ defmodule Overworld.Zone.Bucket do
 
   defp answer({:entity, id}, st) do
     Enum.find_value(own_pairs(st), fn {_k, l} -> Enum.find(l, &(entity(&1, :id) == id)) end)
+  end
+
+  defp answer({:keyframes, _keys}, %{encoder: nil}), do: {0, []}
+
+  defp answer({:keyframes, keys}, st) do
+    blocks =
+      for k <- keys,
+          entries = Map.get(st.wire_prev, k),
+          entries != nil,
+          do: {k, Snapshot.keyframe_block(k, entries, st.encoder)}
+
+    {st.wire_tick, blocks}
   end
 
   defp answer({:radius, x, y, r}, st),
@@ -264,10 +278,11 @@ defmodule Overworld.Zone.Bucket do
   ## Wire blocks
   #
   # With a `:wire` templates module, every tick each worker encodes each of its cells once: the
-  # keyframe block and the delta block against the previous tick (nil when nothing changed),
-  # written to the zone's wire table as {key, tick, keyframe, delta}. Observers read them from
-  # there and share the binaries. A cell whose row is older than the current tick is empty (a
-  # cell that empties gets a last row with its departures).
+  # delta block against the previous tick (nil when nothing changed), written to the zone's wire
+  # table as {key, tick, delta}, and the cell's quantized entries, kept here. Observers share
+  # the delta binaries; one that needs keyframe blocks (cells entering its view) asks the zone
+  # (`Overworld.Zone.keyframes/2`), answered from the entries. A cell whose row is older than
+  # the current tick is empty (a cell that empties gets a last row with its departures).
 
   defp publish_wire(%{encoder: nil} = st, _n, _own), do: st
 
@@ -282,14 +297,13 @@ defmodule Overworld.Zone.Bucket do
         if is_map_key(prev, k),
           do: rows,
           else: [
-            {k, n, Snapshot.keyframe_block(k, [], st.encoder),
-             Snapshot.delta_block(k, old, [], st.encoder)}
+            {k, n, Snapshot.delta_block(k, old, [], st.encoder)}
             | rows
           ]
       end)
 
     :ets.insert(table, rows)
-    %{st | wire_prev: prev}
+    %{st | wire_prev: prev, wire_tick: n}
   end
 
   defp wire_cells([{k, es} | rest], stop, kinds, mod, enc, old, n, rows, prev) when k < stop do
@@ -298,9 +312,7 @@ defmodule Overworld.Zone.Bucket do
         wire_cells(rest, stop, kinds, mod, enc, old, n, rows, prev)
 
       entries ->
-        row =
-          {k, n, Snapshot.keyframe_block(k, entries, enc),
-           Snapshot.delta_block(k, Map.get(old, k, []), entries, enc)}
+        row = {k, n, Snapshot.delta_block(k, Map.get(old, k, []), entries, enc)}
 
         wire_cells(rest, stop, kinds, mod, enc, old, n, [row | rows], [{k, entries} | prev])
     end

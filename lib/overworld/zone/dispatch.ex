@@ -130,4 +130,8 @@ defmodule Overworld.Zone.Dispatch do
   def merge(:entities, results), do: Enum.concat(results)
   def merge({:entity, _}, results), do: Enum.find(results, &(&1 != nil))
   def merge({:radius, _, _, _}, results), do: Enum.concat(results)
+
+  def merge({:keyframes, _}, results) do
+    {Enum.max(Enum.map(results, &elem(&1, 0))), Enum.flat_map(results, &elem(&1, 1))}
+  end
 end

@@ -91,12 +91,15 @@ defmodule Overworld.Zone.WireTest do
       view =
         Enum.reduce(1..60, %Snapshot.View{}, fn n, view ->
           {:ok, ^n} = Zone.tick_now(id)
-          rows = for {_k, ^n, _kf, _d} = row <- :ets.tab2list(table), do: row
+          rows = for {_k, ^n, _d} = row <- :ets.tab2list(table), do: row
 
           blocks =
-            if n == 1,
-              do: for({_k, _n, kf, _d} <- rows, do: kf),
-              else: for({_k, _n, _kf, d} <- rows, d != nil, do: d)
+            if n == 1 do
+              {^n, keyframes} = Zone.keyframes(id, Enum.map(rows, &elem(&1, 0)))
+              Enum.map(keyframes, &elem(&1, 1))
+            else
+              for {_k, _n, d} <- rows, d != nil, do: d
+            end
 
           msg = Snapshot.encode(n, n - 1, blocks, []) |> IO.iodata_to_binary()
           {:ok, view} = Snapshot.apply(view, msg, templates)
