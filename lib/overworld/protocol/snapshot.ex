@@ -100,6 +100,16 @@ defmodule Overworld.Protocol.Snapshot do
     end
   end
 
+  @doc """
+  A delta block from parts computed elsewhere (the zone's workers compute the ops of a cell in
+  their simulation pass): the op fragments in reverse order and the arrivals sorted by id.
+  """
+  @spec assemble_delta(non_neg_integer, [bitstring], [entry], encoder) :: binary
+  def assemble_delta(key, ops_reversed, arrivals, {tb, kf, _}) do
+    header = [Codec.varint(key * 2 + 1), Codec.varint(length(arrivals))]
+    finish(header, keyframes(arrivals, 0, tb, kf, ops_reversed))
+  end
+
   # A merge of the two id-sorted lists; op fragments and arrivals accumulate in reverse;
   # `changed` says whether any op is not `00`.
   defp ops([], new, _delta, bits, arrivals, changed),

@@ -5,6 +5,7 @@ defmodule Overworld.Template.Compiled do
   # known at compile time. They produce exactly the bits of the generic `Overworld.Template`
   # functions (tested), several times faster; the zone's encoder uses them.
   #
+  #   __index__(kind) :: index | nil
   #   __quantize__(index, entity) :: values
   #   __keyframe__(index, values) :: bitstring
   #   __delta__(index, old, new) :: bitstring | nil
@@ -22,7 +23,18 @@ defmodule Overworld.Template.Compiled do
   def functions(templates) do
     indexed = Enum.with_index(templates)
 
+    index_clauses =
+      for {t, i} <- indexed, kind <- t.kinds do
+        quote do
+          def __index__(unquote(Macro.escape(kind))), do: unquote(i)
+        end
+      end
+
     quote do
+      @doc false
+      unquote_splicing(index_clauses)
+      def __index__(_kind), do: nil
+
       @doc false
       unquote_splicing(Enum.map(indexed, fn {t, i} -> quantize(t, i) end))
       def __quantize__(_index, _entity), do: raise(ArgumentError, "no such template index")

@@ -25,7 +25,7 @@ defmodule Overworld.Zone.Bucket do
 
   alias Overworld.Protocol.Snapshot
   alias Overworld.Spatial.{Grid, Sweep}
-  alias Overworld.Zone.{Config, Pass}
+  alias Overworld.Zone.{Config, Pass, Wire}
 
   # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
   # tick (see collect_garbage/1), so a small zone stays small.
@@ -104,8 +104,7 @@ defmodule Overworld.Zone.Bucket do
        logged_at: nil,
        heap: @min_heap,
        encoder: config.wire && Snapshot.encoder(config.wire),
-       wire_prev: %{},
-       wire_tick: 0
+       tick: 0
      }}
   end
 
@@ -158,8 +157,7 @@ defmodule Overworld.Zone.Bucket do
          own: [],
          count: 0,
          inbox: [],
-         wire_prev: %{},
-         wire_tick: 0
+         tick: 0
      }}
   end
 
@@ -196,15 +194,8 @@ defmodule Overworld.Zone.Bucket do
 
   defp answer({:keyframes, _keys}, %{encoder: nil}), do: {0, []}
 
-  defp answer({:keyframes, keys}, st) do
-    blocks =
-      for k <- keys,
-          entries = Map.get(st.wire_prev, k),
-          entries != nil,
-          do: {k, Snapshot.keyframe_block(k, entries, st.encoder)}
-
-    {st.wire_tick, blocks}
-  end
+  defp answer({:keyframes, keys}, st),
+    do: {st.tick, Wire.keyframes(Wire.funs(st.config.wire), st.encoder, own_pairs(st), keys)}
 
   defp answer({:radius, x, y, r}, st),
     do: Grid.query(Map.new(own_pairs(st)), st.config.grid, x, y, r)
@@ -226,6 +217,7 @@ defmodule Overworld.Zone.Bucket do
         %{
           desc: Enum.reverse(own),
           border: border,
+          wire: [],
           movers: [],
           out: [],
           moves: [],
@@ -245,7 +237,7 @@ defmodule Overworld.Zone.Bucket do
       Enum.split_while(halo, fn {k, _} -> k < st.bounds |> elem(1) |> first_key(grid) end)
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
-    st = publish_wire(st, n, own)
+    st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in)
 
     count =
       st.count + length(migrants_in) - length(pass.out) - length(pass.gone) - removed +
@@ -275,63 +267,14 @@ defmodule Overworld.Zone.Bucket do
   # The first key of our stripe, from the first key past its first row.
   defp first_key(lo, %Grid{stride: stride}), do: lo - stride
 
-  ## Wire blocks
-  #
-  # With a `:wire` templates module, every tick each worker encodes each of its cells once: the
-  # delta block against the previous tick (nil when nothing changed), written to the zone's wire
-  # table as {key, tick, delta}, and the cell's quantized entries, kept here. Observers share
-  # the delta binaries; one that needs keyframe blocks (cells entering its view) asks the zone
-  # (`Overworld.Zone.keyframes/2`), answered from the entries. A cell whose row is older than
-  # the current tick is empty (a cell that empties gets a last row with its departures).
+  ## Wire (see Overworld.Zone.Wire): the delta blocks of tick n, into the zone's wire table.
 
-  defp publish_wire(%{encoder: nil} = st, _n, _own), do: st
+  defp publish_wire(%{encoder: nil} = st, _n, _cells, _arrivals), do: st
 
-  defp publish_wire(st, n, own) do
-    %Config{wire: mod, wire_kinds: kinds, shared: %{wire: table}} = st.config
-    {stop, _, _} = st.bounds
-    {rows, prev} = wire_cells(own, stop, kinds, mod, st.encoder, st.wire_prev, n, [], [])
-    prev = :maps.from_list(prev)
-
-    rows =
-      Enum.reduce(st.wire_prev, rows, fn {k, old}, rows ->
-        if is_map_key(prev, k),
-          do: rows,
-          else: [
-            {k, n, Snapshot.delta_block(k, old, [], st.encoder)}
-            | rows
-          ]
-      end)
-
-    :ets.insert(table, rows)
-    %{st | wire_prev: prev, wire_tick: n}
-  end
-
-  defp wire_cells([{k, es} | rest], stop, kinds, mod, enc, old, n, rows, prev) when k < stop do
-    case wire_entries(es, kinds, mod, []) do
-      [] ->
-        wire_cells(rest, stop, kinds, mod, enc, old, n, rows, prev)
-
-      entries ->
-        row = {k, n, Snapshot.delta_block(k, Map.get(old, k, []), entries, enc)}
-
-        wire_cells(rest, stop, kinds, mod, enc, old, n, [row | rows], [{k, entries} | prev])
-    end
-  end
-
-  defp wire_cells(_pairs, _stop, _kinds, _mod, _enc, _old, _n, rows, prev), do: {rows, prev}
-
-  defp wire_entries([], _kinds, _mod, acc), do: :lists.reverse(acc)
-
-  defp wire_entries([e | rest], kinds, mod, acc) do
-    kind = entity(e, :kind)
-
-    case kinds do
-      %{^kind => ti} ->
-        wire_entries(rest, kinds, mod, [{entity(e, :id), ti, mod.__quantize__(ti, e)} | acc])
-
-      _ ->
-        wire_entries(rest, kinds, mod, acc)
-    end
+  defp publish_wire(st, n, cells, arrivals) do
+    %Config{wire: mod, grid: grid, shared: %{wire: table}} = st.config
+    :ets.insert(table, Wire.rows(Wire.funs(mod), st.encoder, cells || [], arrivals, n, grid))
+    st
   end
 
   # Garbage collection between ticks. Every tick rebuilds every entity, so nearly all of a

@@ -13,11 +13,12 @@ defmodule Overworld.Zone.Pass do
   import Overworld.Entity, only: [entity: 2]
 
   alias Overworld.Spatial.{Grid, Sweep, View}
-  alias Overworld.Zone.Config
+  alias Overworld.Zone.{Config, Wire}
 
   @type result :: %{
           desc: Sweep.pairs(),
           border: Sweep.pairs(),
+          wire: [{integer, [bitstring], boolean, [Overworld.Protocol.Snapshot.entry()]}] | nil,
           movers: [Overworld.Entity.t()],
           out: [{non_neg_integer, Overworld.Entity.t()}],
           moves: [{pos_integer, non_neg_integer}],
@@ -41,14 +42,14 @@ defmodule Overworld.Zone.Pass do
         ) ::
           result
   def run(own, view, {stop, lo, hi}, %Config{} = config, me, ctx, inputs, despawns) do
-    %Config{grid: grid, module: module, owners: owners, width: w, height: h} = config
+    %Config{grid: grid, module: module, owners: owners, width: w, height: h, wire: wire} = config
     # An external fun is called through its export entry directly; `module.handle_entity(...)`
     # with a variable module would look the export up on every call.
     mod = Function.capture(module, :handle_entity, 3)
-    env = {mod, grid, owners, me, w, h, ctx, inputs, despawns}
+    env = {mod, grid, owners, me, w, h, ctx, inputs, despawns, wire && Wire.funs(wire)}
     plain? = map_size(inputs) == 0 and map_size(despawns) == 0
 
-    {desc, border, {movers, out, moves, gone, errors}} =
+    {desc, border, wired, {movers, out, moves, gone, errors}} =
       cells(
         own,
         view,
@@ -57,14 +58,14 @@ defmodule Overworld.Zone.Pass do
         {stop, lo, hi},
         env,
         plain?,
-        [],
-        [],
+        {[], [], if(wire, do: [], else: nil)},
         {[], [], [], [], {0, nil}}
       )
 
     %{
       desc: desc,
       border: border,
+      wire: wired,
       movers: movers,
       out: out,
       moves: moves,
@@ -74,15 +75,15 @@ defmodule Overworld.Zone.Pass do
   end
 
   # The cursors `above`, `same` and `below` sweep the view for the 3x3 block of each cell.
-  defp cells([{k, _} | _], _above, _same, _below, {stop, _, _}, _env, _plain?, desc, border, acc)
+  # `out` holds the new cells (descending), our border cells, and with a wire the cells' ops.
+  defp cells([{k, _} | _], _above, _same, _below, {stop, _, _}, _env, _plain?, out, acc)
        when k >= stop,
-       do: {desc, :lists.reverse(border), acc}
+       do: done(out, acc)
 
-  defp cells([], _above, _same, _below, _bounds, _env, _plain?, desc, border, acc),
-    do: {desc, :lists.reverse(border), acc}
+  defp cells([], _above, _same, _below, _bounds, _env, _plain?, out, acc), do: done(out, acc)
 
-  defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, desc, border, acc) do
-    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, w, h, ctx, _, _} = env
+  defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, out, acc) do
+    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, w, h, ctx, _, _, wire} = env
     {block, above, same, below} = Sweep.block(above, same, below, k, stride)
     view = %View{grid: grid, block: block}
 
@@ -99,17 +100,23 @@ defmodule Overworld.Zone.Pass do
         full(list, k, view, env, [], acc)
       end
 
+    stays = reverse(stays)
+    {desc, border, wired} = out
+    wired = if wire, do: [Wire.cell(wire, k, list, stays) | wired], else: nil
+
     case stays do
       [] ->
-        cells(rest, above, same, below, bounds, env, plain?, desc, border, acc)
+        cells(rest, above, same, below, bounds, env, plain?, {desc, border, wired}, acc)
 
       _ ->
-        pair = {k, reverse(stays)}
+        pair = {k, stays}
         {_, lo, hi} = bounds
         border = if k < lo or k >= hi, do: [pair | border], else: border
-        cells(rest, above, same, below, bounds, env, plain?, [pair | desc], border, acc)
+        cells(rest, above, same, below, bounds, env, plain?, {[pair | desc], border, wired}, acc)
     end
   end
+
+  defp done({desc, border, wired}, acc), do: {desc, :lists.reverse(border), wired, acc}
 
   # Most cells hold a handful of entities: reversing them inline beats the BIF call.
   defp reverse([_] = l), do: l
@@ -139,7 +146,7 @@ defmodule Overworld.Zone.Pass do
   defp full([], _k, _view, _env, stays, acc), do: {stays, acc}
 
   defp full([e | rest], k, view, env, stays, acc) do
-    {mod, _grid, _owners, _me, _w, _h, ctx, inputs, despawns} = env
+    {mod, _grid, _owners, _me, _w, _h, ctx, inputs, despawns, _wire} = env
     id = entity(e, :id)
 
     if map_size(despawns) > 0 and is_map_key(despawns, id) do
@@ -178,7 +185,7 @@ defmodule Overworld.Zone.Pass do
   # Where a result goes: back into its cell, to another cell, to another worker, nowhere
   # (despawned), or (a failure) the entity keeps its previous state.
   defp settle(result, e, id, k, stays, acc, env) do
-    {_mod, grid, _owners, _me, w, h, _ctx, _inputs, _despawns} = env
+    {_mod, grid, _owners, _me, w, h, _ctx, _inputs, _despawns, _wire} = env
 
     case result do
       {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
@@ -199,7 +206,7 @@ defmodule Overworld.Zone.Pass do
   defp clamp(e, x, y, w, h), do: entity(e, x: x |> max(0) |> min(w), y: y |> max(0) |> min(h))
 
   defp moved({movers, out, moves, gone, errors}, e, k2, env) do
-    {_, grid, owners, me, _, _, _, _, _} = env
+    {_, grid, owners, me, _, _, _, _, _, _} = env
     owner = elem(owners, Grid.row(grid, k2))
 
     cond do
