@@ -30,7 +30,11 @@ export class WorldView {
     return out;
   }
 
-  /** Applies a snapshot message (opcode 0x02). */
+  /**
+   * Applies a snapshot message (opcode 0x02). Blocks apply in order (several blocks of one cell
+   * follow each other). Baseline 0 starts from an empty view; any other baseline must be the
+   * view's tick, else the error is `unknown_baseline`.
+   */
   apply(bytes: Uint8Array, templates: TemplateSchema[]): Result<number> {
     const r = new ByteReader(bytes);
     if (r.u8() !== 0x02) return fail("not_a_snapshot");
@@ -38,6 +42,9 @@ export class WorldView {
     const baseline = r.varint();
     const n = r.varint();
     if (tick === undefined || baseline === undefined || n === undefined) return fail("truncated");
+    // Baseline 0: start from nothing; otherwise the view must hold the baseline.
+    if (baseline !== 0 && baseline !== this.tick) return fail("unknown_baseline");
+    const held = baseline === 0 ? new Map<number, Entry[]>() : this.cells;
     const tb = indexBits(templates.length);
     const changed = new Map<number, Entry[]>();
     for (let i = 0; i < n; i++) {
@@ -49,7 +56,7 @@ export class WorldView {
       const entries =
         head % 2 === 0
           ? readKeyframes(bits, count, tb, templates)
-          : readDelta(bits, changed.get(key) ?? this.cells.get(key) ?? [], count, tb, templates);
+          : readDelta(bits, changed.get(key) ?? held.get(key) ?? [], count, tb, templates);
       if (!entries.ok) return entries;
       changed.set(key, entries.value);
       // Skip to the byte after the block's bits.
@@ -65,6 +72,7 @@ export class WorldView {
       gone.push(key);
     }
     if (r.remaining > 0) return fail("trailing_bytes");
+    if (baseline === 0) this.cells.clear();
     for (const [key, entries] of changed) {
       if (entries.length === 0) this.cells.delete(key);
       else this.cells.set(key, entries);

@@ -177,7 +177,9 @@ defmodule Overworld.Protocol.Snapshot do
 
   @doc """
   Applies a snapshot message to a view; answers the new view or an error (the client then asks
-  for a resync). Never raises.
+  for a resync). Blocks apply in order (several blocks of a cell: one after the other). A
+  baseline of 0 starts from an empty view; any other baseline must be the view's tick
+  (`{:error, :unknown_baseline}` otherwise). Never raises.
   """
   @spec apply(View.t(), binary, [Template.t()]) :: {:ok, View.t()} | {:error, term}
   def apply(%View{} = view, <<0x02, rest::binary>>, templates) do
@@ -185,9 +187,10 @@ defmodule Overworld.Protocol.Snapshot do
     ts = List.to_tuple(templates)
 
     with {:ok, tick, rest} <- Codec.read_varint(rest),
-         {:ok, _baseline, rest} <- Codec.read_varint(rest),
+         {:ok, baseline, rest} <- Codec.read_varint(rest),
+         {:ok, base} <- base(view, baseline),
          {:ok, n, rest} <- Codec.read_varint(rest),
-         {:ok, cells, rest} <- blocks(n, rest, view.cells, tb, ts),
+         {:ok, cells, rest} <- blocks(n, rest, base, tb, ts),
          {:ok, left, rest} <- Codec.read_varint(rest),
          {:ok, cells, <<>>} <- leave(left, rest, cells) do
       {:ok, %View{cells: cells, tick: tick}}
@@ -198,6 +201,11 @@ defmodule Overworld.Protocol.Snapshot do
   end
 
   def apply(%View{}, _bin, _templates), do: {:error, :not_a_snapshot}
+
+  # Baseline 0: the client starts from nothing; otherwise it must hold the baseline.
+  defp base(_view, 0), do: {:ok, %{}}
+  defp base(%View{tick: tick, cells: cells}, tick), do: {:ok, cells}
+  defp base(_view, _baseline), do: {:error, :unknown_baseline}
 
   defp blocks(0, rest, cells, _tb, _ts), do: {:ok, cells, rest}
 

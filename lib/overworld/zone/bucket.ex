@@ -104,6 +104,7 @@ defmodule Overworld.Zone.Bucket do
        logged_at: nil,
        heap: @min_heap,
        encoder: config.wire && Snapshot.encoder(config.wire),
+       wants: %{},
        tick: 0
      }}
   end
@@ -182,6 +183,9 @@ defmodule Overworld.Zone.Bucket do
     {:noreply, st}
   end
 
+  # An observer wants the keyframes of cells entering its view (see publish_wire/5).
+  def handle_info({:wire_want, keys}, st), do: {:noreply, %{st | wants: want(st.wants, keys)}}
+
   # Messages of an older epoch (before the zone server restarted) are dropped.
   def handle_info(_stale, st), do: {:noreply, st}
 
@@ -237,7 +241,7 @@ defmodule Overworld.Zone.Bucket do
       Enum.split_while(halo, fn {k, _} -> k < st.bounds |> elem(1) |> first_key(grid) end)
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
-    st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in)
+    st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own)
 
     count =
       st.count + length(migrants_in) - length(pass.out) - length(pass.gone) - removed +
@@ -267,15 +271,47 @@ defmodule Overworld.Zone.Bucket do
   # The first key of our stripe, from the first key past its first row.
   defp first_key(lo, %Grid{stride: stride}), do: lo - stride
 
-  ## Wire (see Overworld.Zone.Wire): the delta blocks of tick n, into the zone's wire table.
+  ## Wire (see Overworld.Zone.Wire and Overworld.Interest): the delta blocks of tick n, and
+  ## the keyframe blocks observers asked for, into the zone's wire table.
 
-  defp publish_wire(%{encoder: nil} = st, _n, _cells, _arrivals), do: st
+  defp publish_wire(%{encoder: nil} = st, _n, _cells, _arrivals, _own), do: st
 
-  defp publish_wire(st, n, cells, arrivals) do
+  defp publish_wire(st, n, cells, arrivals, own) do
     %Config{wire: mod, grid: grid, shared: %{wire: table}} = st.config
-    :ets.insert(table, Wire.rows(Wire.funs(mod), st.encoder, cells || [], arrivals, n, grid))
-    st
+    {stop, _, _} = st.bounds
+    first = first_key(elem(st.bounds, 1), grid)
+    funs = Wire.funs(mod)
+    {data, index} = Wire.publish(funs, st.encoder, cells || [], arrivals, grid, first, stop)
+    :ets.insert(table, {{:tick, st.index, Wire.slot(n)}, n, data, index, first})
+
+    case drain_wants(st.wants) do
+      wants when map_size(wants) == 0 ->
+        st
+
+      wants ->
+        keys = for {k, _} <- wants, k >= first and k < stop, do: k
+        own = Enum.take_while(own, fn {k, _} -> k < stop end)
+        blocks = Map.new(Wire.keyframes(funs, st.encoder, own, keys))
+        :ets.insert(table, for(k <- keys, do: {{:kf, k}, n, Map.get(blocks, k)}))
+        %{st | wants: %{}}
+    end
   end
+
+  # Keyframe requests that came during the tick are served with it.
+  defp drain_wants(wants) do
+    receive do
+      {:wire_want, keys} -> drain_wants(want(wants, keys))
+    after
+      0 -> wants
+    end
+  end
+
+  # At most one entry per cell, whatever observers send.
+  defp want(wants, keys) when is_list(keys),
+    do:
+      Enum.reduce(keys, wants, fn k, w -> if is_integer(k), do: Map.put(w, k, true), else: w end)
+
+  defp want(wants, _bad), do: wants
 
   # Garbage collection between ticks. Every tick rebuilds every entity, so nearly all of a
   # worker's data dies each tick, and a collection in the middle of a tick copies the half-built

@@ -7,7 +7,7 @@ defmodule Overworld.Zone.Wire do
   # each replicated entity gets its 2-bit op (`00` unchanged, `01` + template delta, `10` left)
   # against what every observer holding the cell has. Entities that arrive in a cell (moved from
   # another cell or worker, spawned, or changed template) are only known after the grid phase;
-  # then `rows/6` finishes each cell's delta block and the rows go to the wire table.
+  # then `publish/7` finishes each cell's delta block and the worker publishes them.
   #
   # Old values are quantized again rather than stored: the compiled quantizer is cheaper than
   # keeping a second copy of the state alive.
@@ -15,6 +15,18 @@ defmodule Overworld.Zone.Wire do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.Protocol.Snapshot
+
+  # Ticks of delta blocks kept per worker: an observer that skipped a cell (byte budget, a slow
+  # client) catches up with the blocks it missed, up to this many ticks back.
+  @ring 16
+
+  @doc false
+  @spec ring() :: pos_integer
+  def ring, do: @ring
+
+  @doc false
+  @spec slot(non_neg_integer) :: non_neg_integer
+  def slot(n), do: rem(n, @ring)
 
   @type cell :: {integer, [bitstring], boolean, [Snapshot.entry()]}
 
@@ -89,18 +101,22 @@ defmodule Overworld.Zone.Wire do
   end
 
   @doc false
-  # The rows of tick `n` for the wire table: every cell the pass walked, and every cell that
-  # received entities (`arrivals`: moved, spawned or immigrated, of any kind).
-  @spec rows(
+  # What a worker publishes for tick `n`: the delta blocks of its stripe's cells, in key order,
+  # as one binary (`data`), and an index over every key of the stripe from `first` to `stop`
+  # (inclusive): per key, 8 bytes, the byte offset and the count of the blocks of the keys
+  # before it. The blocks of any run of keys are then one slice of `data` (see
+  # `Overworld.Interest`). Cells come from the pass (descending); `arrivals` are the entities
+  # that entered a cell from elsewhere (moved, spawned or immigrated, of any kind).
+  @spec publish(
           funs,
           Snapshot.encoder(),
           [cell],
           [Overworld.Entity.t()],
-          non_neg_integer,
-          Overworld.Spatial.Grid.t()
-        ) ::
-          [{integer, non_neg_integer, binary | nil}]
-  def rows({index, quantize, _}, enc, cells, arrivals, n, grid) do
+          Overworld.Spatial.Grid.t(),
+          integer,
+          integer
+        ) :: {binary, binary}
+  def publish({index, quantize, _}, enc, cells, arrivals, grid, first, stop) do
     incoming =
       arrivals
       |> Enum.flat_map(fn e ->
@@ -116,23 +132,48 @@ defmodule Overworld.Zone.Wire do
         end
       end)
       |> Enum.group_by(&elem(&1, 0), &elem(&1, 1))
+      |> Enum.sort()
 
-    {rows, incoming} =
-      Enum.reduce(cells, {[], incoming}, fn {k, ops, changed, local}, {rows, incoming} ->
-        {more, incoming} = Map.pop(incoming, k, [])
+    blocks = merge(:lists.reverse(cells), incoming, enc, [])
+    {IO.iodata_to_binary(for({_k, b} <- blocks, do: b)), index(blocks, first, stop, 0, 0, [])}
+  end
 
-        row =
-          case local ++ more do
-            [] when not changed -> {k, n, nil}
-            arr -> {k, n, Snapshot.assemble_delta(k, ops, Enum.sort(arr), enc)}
-          end
+  # Cells (ascending) and incoming arrivals (ascending by key) into the blocks {key, binary} of
+  # the cells that changed, ascending.
+  defp merge([{k, _, _, _} = c | cells], [{ik, _} | _] = incoming, enc, acc) when k < ik,
+    do: merge(cells, incoming, enc, block(c, [], enc, acc))
 
-        {[row | rows], incoming}
-      end)
+  defp merge([{k, _, _, _} = c | cells], [{k, more} | incoming], enc, acc),
+    do: merge(cells, incoming, enc, block(c, more, enc, acc))
 
-    Enum.reduce(incoming, rows, fn {k, arr}, rows ->
-      [{k, n, Snapshot.assemble_delta(k, [], Enum.sort(arr), enc)} | rows]
-    end)
+  defp merge(cells, [{ik, more} | incoming], enc, acc),
+    do: merge(cells, incoming, enc, block({ik, [], false, []}, more, enc, acc))
+
+  defp merge([c | cells], [], enc, acc), do: merge(cells, [], enc, block(c, [], enc, acc))
+  defp merge([], [], _enc, acc), do: :lists.reverse(acc)
+
+  defp block({_k, _ops, false, []}, [], _enc, acc), do: acc
+
+  defp block({k, ops, _changed, local}, more, enc, acc),
+    do: [{k, Snapshot.assemble_delta(k, ops, Enum.sort(local ++ more), enc)} | acc]
+
+  # Runs of keys without a block repeat the same entry.
+  defp index(_blocks, key, stop, _off, _count, acc) when key > stop,
+    do: IO.iodata_to_binary(:lists.reverse(acc))
+
+  defp index([{key, b} | blocks], key, stop, off, count, acc),
+    do:
+      index(blocks, key + 1, stop, off + byte_size(b), count + 1, [<<off::32, count::32>> | acc])
+
+  defp index(blocks, key, stop, off, count, acc) do
+    run =
+      case blocks do
+        [{next, _} | _] -> min(next, stop + 1) - key
+        [] -> stop + 1 - key
+      end
+
+    entry = <<off::32, count::32>>
+    index(blocks, key + run, stop, off, count, [:binary.copy(entry, run) | acc])
   end
 
   @doc false

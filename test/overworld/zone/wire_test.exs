@@ -1,69 +1,15 @@
 defmodule Overworld.Zone.WireTest do
-  # A zone with a :wire module encodes every cell once per tick in its workers; an observer of
-  # the whole world, applying those blocks, holds exactly the zone's quantized state.
+  # A zone with a :wire module: every worker publishes, once per tick, the delta blocks of its
+  # cells as one binary with an index by cell key. Applied tick after tick by an observer of
+  # the whole world, they reproduce the zone's quantized state exactly.
   use ExUnit.Case, async: true
 
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
-  alias Overworld.{Random, Template, Zone}
-  alias Overworld.Protocol.Snapshot
+  alias Overworld.{Template, Zone}
+  alias Overworld.Protocol.{Codec, Snapshot}
   alias Overworld.Template.Test.Wire
-
-  defmodule Walkers do
-    use Overworld.Zone
-
-    @impl true
-    def init(_args) do
-      walkers =
-        for i <- 1..300,
-            do: [
-              kind: :walker,
-              x: rem(i * 7919, 200 * 1024),
-              y: rem(i * 104_729, 200 * 1024),
-              state: :idle
-            ]
-
-      rocks = for i <- 1..20, do: [kind: :rock, x: i * 5000, y: i * 5000]
-      {:ok, %{}, [{:spawn, walkers ++ rocks}]}
-    end
-
-    # Now and then a walker disappears and another appears.
-    @impl true
-    def handle_tick(ctx, state) do
-      if rem(ctx.tick, 7) == 0,
-        do:
-          {:ok, state,
-           [
-             {:despawn, ctx.tick},
-             {:spawn, [kind: :walker, x: ctx.tick * 300, y: 1000, state: :flee]}
-           ]},
-        else: {:ok, state}
-    end
-
-    @impl true
-    def handle_entity(e, _view, ctx) do
-      if entity(e, :kind) == :walker do
-        {r, s} = Random.uniform(entity(e, :rng), 100)
-        {vx, s} = if r < 10, do: Random.uniform(s, 40_000), else: {entity(e, :vx) + 20_000, s}
-        {vy, s} = if r < 10, do: Random.uniform(s, 40_000), else: {entity(e, :vy) + 20_000, s}
-        {vx, vy} = {vx - 20_000, vy - 20_000}
-        st = if r < 5, do: :wander, else: entity(e, :state)
-
-        {:ok,
-         entity(e,
-           rng: s,
-           vx: vx,
-           vy: vy,
-           heading: rem(entity(e, :heading) + r, 65_536),
-           state: st,
-           x: entity(e, :x) + div(vx, ctx.tick_rate),
-           y: entity(e, :y) + div(vy, ctx.tick_rate)
-         )}
-      else
-        {:ok, e}
-      end
-    end
-  end
+  alias Overworld.Test.Walkers
 
   defp expected(zone, templates) do
     [walker | _] = templates
@@ -73,7 +19,19 @@ defmodule Overworld.Zone.WireTest do
     end
   end
 
-  test "the blocks of every cell, applied tick after tick, reproduce the zone (1 and 3 workers)" do
+  # Per key of the worker's stripe, the slice of its blocks.
+  defp per_key(data, index, first) do
+    entries = for <<off::32, count::32 <- index>>, do: {off, count}
+
+    entries
+    |> Enum.zip(tl(entries))
+    |> Enum.with_index(first)
+    |> Enum.flat_map(fn {{{o0, c0}, {o1, c1}}, key} ->
+      if o1 > o0, do: [{key, c1 - c0, binary_part(data, o0, o1 - o0)}], else: []
+    end)
+  end
+
+  test "the published blocks of every worker, applied tick after tick, reproduce the zone (1 and 3 workers)" do
     for workers <- [1, 3] do
       id = {__MODULE__, make_ref()}
 
@@ -91,17 +49,27 @@ defmodule Overworld.Zone.WireTest do
       view =
         Enum.reduce(1..60, %Snapshot.View{}, fn n, view ->
           {:ok, ^n} = Zone.tick_now(id)
-          rows = for {_k, ^n, _d} = row <- :ets.tab2list(table), do: row
 
           blocks =
             if n == 1 do
-              {^n, keyframes} = Zone.keyframes(id, Enum.map(rows, &elem(&1, 0)))
-              Enum.map(keyframes, &elem(&1, 1))
+              keys = for row <- 0..17, col <- 0..17, do: (row + 1) * 19 + col + 1
+              {^n, keyframes} = Zone.keyframes(id, keys)
+              Enum.map(keyframes, &{1, elem(&1, 1)})
             else
-              for {_k, _n, d} <- rows, d != nil, do: d
+              for w <- 0..(workers - 1),
+                  [{_, ^n, data, index, first}] = :ets.lookup(table, {:tick, w, rem(n, 16)}),
+                  {key, count, slice} <- per_key(data, index, first) do
+                # Each key's slice is that cell's one block.
+                assert count == 1
+                assert {:ok, head, _} = Codec.read_varint(slice)
+                assert head == key * 2 + 1
+                {count, slice}
+              end
             end
 
-          msg = Snapshot.encode(n, n - 1, blocks, []) |> IO.iodata_to_binary()
+          count = blocks |> Enum.map(&elem(&1, 0)) |> Enum.sum()
+          msg = [2, Codec.varint(n), Codec.varint(n - 1), Codec.varint(count)]
+          msg = IO.iodata_to_binary([msg, Enum.map(blocks, &elem(&1, 1)), 0])
           {:ok, view} = Snapshot.apply(view, msg, templates)
           assert Snapshot.View.entities(view) == expected(id, templates)
           view

@@ -1,0 +1,557 @@
+defmodule Overworld.Interest do
+  @moduledoc """
+  What one observer (a player's connection, a spectator, a camera) receives of a zone, tick
+  after tick: the snapshot frames of docs/protocol.md, built from the cell blocks the zone's
+  workers encode once per tick (zone option `wire:`).
+
+  An observer is a value held by whoever sends the frames (a session process, a test, the
+  encode benchmark): `new/2` sets it up for a running zone, then after every tick `frame/4`
+  (or `frame/3` with a position) answers the frame to send and the observer's next value.
+  Nothing of it lives in the zone: observers cost the zone nothing but the keyframe blocks
+  they ask for.
+
+  ## What a frame holds
+
+  * **Interest by cell** (`Overworld.Interest.Region`): the cells whose nearest point is within
+    the view radius enter; a cell leaves only once its farthest point is beyond the leave
+    radius (hysteresis: border entities do not flicker). Every entity within the view radius
+    is in a cell the observer sees, and no entity beyond the leave radius ever is.
+  * A cell that enters the view is asked of its worker as a **keyframe** block (the worker
+    encodes it with its next tick, once for every observer that asked); until it comes, the
+    cell is *pending*. A cell that leaves is listed in the frame's left cells.
+  * A cell the client holds gets the worker's **delta blocks**, shared by every observer: the
+    blocks of a run of cells in a row at a tick are one slice of the worker's binary for that
+    tick (`Overworld.Zone.Wire`), so a frame is an iolist of a few shared slices per row, with
+    no per-observer encoding and no copying.
+  * **Priority and byte budget**: the runs and keyframes to send are ordered by distance from
+    the observer, and a run or keyframe waiting rises by one cell of distance per tick it
+    waits (nothing starves); they are taken in that order while they fit the budget for the
+    tick (option `:budget`, bytes per second). What does not fit waits: its cells keep the
+    tick the client holds, and a later frame sends every block since, in order (the workers
+    keep #{Overworld.Zone.Wire.ring()} ticks of blocks; a cell that falls further behind is
+    asked for a keyframe again). A single cell larger than the whole budget is sent alone
+    when nothing else is due, so the budget bounds every frame but that one.
+  * **Baseline**: a frame's baseline is the previous frame's tick (an ordered, reliable
+    stream), or 0 when the client must first drop everything it holds: the first frame, and
+    the first after `resync/2`.
+
+  ## Options
+
+  * `:radius`: view radius in metres (default 90).
+  * `:leave_radius`: leave radius in metres (default: the view radius plus two cells); at least
+    the view radius plus a cell diagonal.
+  * `:budget`: bytes per second (default 65,536, i.e. 64 KiB/s); each frame gets
+    `budget / tick_rate` bytes.
+  """
+  require Logger
+  require Overworld.Entity
+  alias Overworld.Entity
+  alias Overworld.Interest.Region
+  alias Overworld.Protocol.Codec
+  alias Overworld.Spatial.Grid
+  alias Overworld.Zone.Wire
+
+  @enforce_keys [:zone, :table, :grid, :owners, :radius, :leave, :budget]
+  defstruct @enforce_keys ++
+              [tick: 0, reset: true, region: %{}, held: %{}, pending: %{}, stats: %{}]
+
+  @typedoc """
+  An observer. `region`: the cells in view (`Overworld.Interest.Region`); `held`: per row, runs
+  `{first_col, last_col, tick}` of cells the client holds, at that tick; `pending`: cell key =>
+  `{row, col, waiting since, last asked, stale}` for cells waiting for their keyframe (`stale`:
+  the client may still hold an old state of the cell).
+  """
+  @type t :: %__MODULE__{
+          zone: term,
+          table: :ets.tid(),
+          grid: Grid.t(),
+          owners: tuple,
+          radius: non_neg_integer,
+          leave: non_neg_integer,
+          budget: pos_integer,
+          tick: non_neg_integer,
+          reset: boolean,
+          region: Region.t(),
+          held: %{optional(non_neg_integer) => [{non_neg_integer, non_neg_integer, integer}]},
+          pending: %{
+            optional(integer) =>
+              {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer, boolean}
+          },
+          stats: map
+        }
+
+  @typedoc """
+  What `frame/4` tells about the frame: its size, block count, the cells in view, held and
+  pending, and how many runs and keyframes waited for lack of budget.
+  """
+  @type info :: %{
+          bytes: non_neg_integer,
+          blocks: non_neg_integer,
+          cells: non_neg_integer,
+          pending: non_neg_integer,
+          deferred: non_neg_integer,
+          left: non_neg_integer
+        }
+
+  @doc """
+  An observer of a running zone started with `wire:`. Answers `{:error, :not_found}` for a zone
+  that is not running and `{:error, :no_wire}` for one without a wire; raises `ArgumentError`
+  on invalid options.
+  """
+  @spec new(term, keyword) :: {:ok, t} | {:error, :not_found | :no_wire}
+  def new(zone, opts \\ []) do
+    case info(zone) do
+      %{config: %{wire: nil}} ->
+        {:error, :no_wire}
+
+      %{config: config} ->
+        {:ok, from_config(config, opts)}
+
+      _ ->
+        {:error, :not_found}
+    end
+  end
+
+  defp info(zone) do
+    Overworld.Zone.info(zone)
+  catch
+    :exit, _ -> nil
+  end
+
+  @doc false
+  @spec schema() :: Overworld.Options.schema()
+  def schema,
+    do: [
+      radius: {:pos_number, 90},
+      leave_radius: {:pos_number, nil},
+      budget: {:pos_integer, 65_536}
+    ]
+
+  defp from_config(config, opts) do
+    o = Overworld.Options.validate!(opts, schema(), "Overworld.Interest")
+    leave_m = o.leave_radius || o.radius + 2 * config.cell_size
+
+    with {:error, msg} <- Region.check_radii(o.radius, leave_m, config.cell_size) do
+      raise ArgumentError, "invalid options for Overworld.Interest: " <> msg
+    end
+
+    %__MODULE__{
+      zone: config.id,
+      table: config.shared.wire,
+      grid: config.grid,
+      owners: config.owners,
+      radius: Entity.meters(o.radius),
+      leave: Entity.meters(leave_m),
+      budget: max(div(o.budget, config.tick_rate), 64)
+    }
+  end
+
+  @doc "The position of an entity of the zone (units), for observers that follow one."
+  @spec position(term, pos_integer) :: {integer, integer} | nil
+  def position(zone, id) do
+    case Overworld.Zone.entity(zone, id) do
+      nil -> nil
+      e -> {Entity.entity(e, :x), Entity.entity(e, :y)}
+    end
+  end
+
+  @doc "The cells in view (held or pending): cell key => `{row, col}`."
+  @spec region_cells(t) :: %{optional(integer) => {non_neg_integer, non_neg_integer}}
+  def region_cells(%__MODULE__{region: region, grid: g}) do
+    for {row, {a, b}} <- region,
+        col <- a..b,
+        into: %{},
+        do: {Grid.key_at(g, col, row), {row, col}}
+  end
+
+  @doc """
+  The client lost track (a gap, a baseline it does not hold, a block it could not decode): the
+  next frame starts from nothing (baseline 0) and every cell in view comes again as a
+  keyframe. The cause is logged.
+  """
+  @spec resync(t, term) :: t
+  def resync(%__MODULE__{} = o, reason) do
+    Logger.info("interest: resync of an observer of zone #{inspect(o.zone)}: #{inspect(reason)}")
+    %{o | reset: true, held: %{}, pending: %{}, region: %{}}
+  end
+
+  @doc """
+  The frame of tick `n` (the zone's last completed tick) for an observer at `(x, y)` (units):
+  `{frame, info, observer}`, the frame an iolist of a snapshot message. A tick not after the
+  last frame's answers `nil` for the frame.
+  """
+  @spec frame(t, non_neg_integer, integer, integer) :: {iodata | nil, info | nil, t}
+  def frame(%__MODULE__{tick: last} = o, n, _x, _y) when n <= last, do: {nil, nil, o}
+
+  def frame(%__MODULE__{} = o, n, x, y) do
+    %Grid{width: w, height: h} = o.grid
+    {x, y} = {x |> max(0) |> min(w), y |> max(0) |> min(h)}
+
+    region =
+      Region.update(
+        o.region,
+        Region.enter(o.grid, x, y, o.radius),
+        Region.keep(o.grid, x, y, o.leave)
+      )
+
+    {o, left} = leave(o, region)
+    o = enter(%{o | region: region}, n)
+    me = {div(y, o.grid.cell), div(x, o.grid.cell)}
+    {items, o, cache} = held_items(o, n, me)
+    {kf_items, o, cache} = pending_items(o, n, me, cache)
+    left_bytes = Enum.reduce(left, 0, &(&2 + byte_size(Codec.varint(&1))))
+    room = o.budget - 16 - left_bytes
+
+    {sent, deferred, again} =
+      take(Enum.sort(items ++ kf_items), room, [], 0, {o, cache, n, room, []})
+
+    o = o |> apply_sent(sent, n) |> refetch(again, n)
+    {blocks, count, bytes} = blocks(sent)
+    baseline = if o.reset, do: 0, else: o.tick
+
+    frame = [
+      <<0x02>>,
+      Codec.varint(n),
+      Codec.varint(baseline),
+      Codec.varint(count),
+      blocks,
+      Codec.varint(length(left)) | Enum.map(left, &Codec.varint/1)
+    ]
+
+    info = %{
+      bytes: IO.iodata_length(frame),
+      blocks: count,
+      block_bytes: bytes,
+      cells: Region.size(region),
+      pending: map_size(o.pending),
+      deferred: deferred,
+      left: length(left)
+    }
+
+    {frame, info, %{o | tick: n, reset: false}}
+  end
+
+  @doc "A frame for the observer at an entity's position (see `frame/4`)."
+  @spec frame(t, non_neg_integer, {integer, integer}) :: {iodata | nil, info | nil, t}
+  def frame(o, n, {x, y}), do: frame(o, n, x, y)
+
+  ## Cells leaving and entering the view
+
+  # Cells of the old region not in the new one: the held ones are listed as left; pending ones
+  # are forgotten.
+  defp leave(%__MODULE__{region: old, grid: g} = o, region) do
+    gone =
+      for {row, {a, b}} <- old,
+          {c, d} = Map.get(region, row, {1, 0}),
+          col <- a..b//1,
+          col < c or col > d,
+          do: {row, col}
+
+    held = Map.new(o.held, fn {row, runs} -> {row, clip(runs, Map.get(region, row))} end)
+    pending = Map.drop(o.pending, Enum.map(gone, fn {row, col} -> Grid.key_at(g, col, row) end))
+
+    left =
+      for {row, col} <- gone,
+          Enum.any?(Map.get(o.held, row, []), fn {a, b, _} -> col >= a and col <= b end),
+          do: Grid.key_at(g, col, row)
+
+    {%{o | held: held, pending: pending}, Enum.sort(left)}
+  end
+
+  defp clip(_runs, nil), do: []
+
+  defp clip(runs, {c, d}) do
+    for {a, b, t} <- runs, a <= d and b >= c, do: {max(a, c), min(b, d), t}
+  end
+
+  # Cells of the region neither held nor pending are asked of their workers as keyframes.
+  defp enter(%__MODULE__{region: region, grid: g} = o, n) do
+    new =
+      for {row, {a, b}} <- region,
+          runs = Map.get(o.held, row, []),
+          col <- a..b//1,
+          not Enum.any?(runs, fn {c, d, _} -> col >= c and col <= d end),
+          key = Grid.key_at(g, col, row),
+          not is_map_key(o.pending, key),
+          do: {key, {row, col, n, n, false}}
+
+    ask(o, Enum.map(new, &elem(&1, 0)))
+    %{o | pending: Map.merge(o.pending, Map.new(new))}
+  end
+
+  defp ask(_o, []), do: :ok
+
+  defp ask(%__MODULE__{grid: g, owners: owners, zone: zone}, keys) do
+    keys
+    |> Enum.group_by(fn k -> elem(owners, div(k, g.stride) - 1) end)
+    |> Enum.each(fn {w, ks} ->
+      case Registry.lookup(Overworld.Registry, {:bucket, zone, w}) do
+        [{pid, _}] -> send(pid, {:wire_want, ks})
+        [] -> :ok
+      end
+    end)
+  end
+
+  ## Items: what could go into the frame
+
+  # An item: {priority, cost, blocks, iodata, what}; `what` is {:run, row, a, b, tick held} or
+  # {:key, row, col, key, tick of the keyframe}.
+
+  # The held runs: for each, every tick's slice since the tick the client holds.
+  defp held_items(%__MODULE__{} = o, n, me) do
+    ring = Wire.ring()
+
+    {items, stale, cache} =
+      Enum.reduce(o.held, {[], [], %{}}, fn {row, runs}, acc ->
+        Enum.reduce(runs, acc, fn {a, b, t}, {items, stale, cache} ->
+          cond do
+            t >= n ->
+              {items, stale, cache}
+
+            t <= n - ring ->
+              {items, [{row, a, b, t + 1} | stale], cache}
+
+            true ->
+              case slices(o, cache, row, a, b, t + 1, n, [], 0, 0) do
+                {:ok, io, cost, count, cache} ->
+                  prio = distance(me, row, a, b) - (n - 1 - t)
+                  {[{prio, cost, count, io, {:run, row, a, b, t}} | items], stale, cache}
+
+                {:missing, cache} ->
+                  {items, [{row, a, b, t + 1} | stale], cache}
+              end
+          end
+        end)
+      end)
+
+    {items, refetch(o, stale, n), cache}
+  end
+
+  # Cells whose blocks are gone (too far behind, or the zone restarted) come back as keyframes.
+  defp refetch(o, [], _n), do: o
+
+  # A cell keeps the tick it has been waiting since (its priority).
+  defp refetch(%__MODULE__{grid: g} = o, stale, n) do
+    cells =
+      for {row, a, b, since} <- stale, col <- a..b do
+        key = Grid.key_at(g, col, row)
+
+        case o.pending do
+          %{^key => {_, _, was, _, stale}} -> {key, {row, col, was, n, stale}}
+          _ -> {key, {row, col, since, n, true}}
+        end
+      end
+
+    held = Enum.reduce(stale, o.held, fn {row, a, b, _}, held -> drop_run(held, row, a, b) end)
+    ask(o, Enum.map(cells, &elem(&1, 0)))
+    %{o | held: held, pending: Map.merge(o.pending, Map.new(cells))}
+  end
+
+  defp drop_run(held, row, a, b) do
+    Map.update(held, row, [], fn runs ->
+      Enum.flat_map(runs, fn {c, d, t} ->
+        Enum.filter([{c, a - 1, t}, {b + 1, d, t}], fn {x, y, _} -> x <= y end)
+        |> then(&if(c <= b and d >= a, do: &1, else: [{c, d, t}]))
+      end)
+    end)
+  end
+
+  # The pending cells whose keyframe has come: the keyframe, then the slices since.
+  defp pending_items(%__MODULE__{table: table} = o, n, me, cache) do
+    ring = Wire.ring()
+
+    {items, retry, cache} =
+      Enum.reduce(o.pending, {[], [], cache}, fn {key, {row, col, since, asked, stale}},
+                                                 {items, retry, cache} ->
+        case :ets.lookup(table, {:kf, key}) do
+          [{_, m, block}] when m > n - ring and m <= n ->
+            case slices(o, cache, row, col, col, m + 1, n, [], 0, 0) do
+              {:ok, io, cost, count, cache} ->
+                # An empty cell has no keyframe; a client that may hold an old state of it
+                # gets an empty one.
+                {kf, kf_cost, kf_count} =
+                  cond do
+                    block -> {block, byte_size(block), 1}
+                    stale -> (e = empty_keyframe(key)) && {e, byte_size(e), 1}
+                    true -> {[], 0, 0}
+                  end
+
+                prio = distance(me, row, col, col) - (n - since)
+
+                item =
+                  {prio, cost + kf_cost, count + kf_count, [kf | io], {:key, row, col, key, m}}
+
+                {[item | items], retry, cache}
+
+              {:missing, cache} ->
+                {items, [key | retry], cache}
+            end
+
+          _ when n - asked >= 3 ->
+            {items, [key | retry], cache}
+
+          _ ->
+            {items, retry, cache}
+        end
+      end)
+
+    ask(o, retry)
+    pending = Enum.reduce(retry, o.pending, fn k, p -> Map.update!(p, k, &put_elem(&1, 3, n)) end)
+    {items, %{o | pending: pending}, cache}
+  end
+
+  defp empty_keyframe(key), do: IO.iodata_to_binary([Codec.varint(key * 2), 0])
+
+  # The slices of cells a..b of a row for ticks t..n, in tick order.
+  defp slices(_o, cache, _row, _a, _b, t, n, io, cost, count) when t > n,
+    do: {:ok, :lists.reverse(io), cost, count, cache}
+
+  defp slices(%__MODULE__{grid: g} = o, cache, row, a, b, t, n, io, cost, count) do
+    w = elem(o.owners, row)
+
+    case tick_row(o, cache, w, t) do
+      {nil, cache} ->
+        {:missing, cache}
+
+      {{data, index, first}, cache} ->
+        i = Grid.key_at(g, a, row) - first
+        j = Grid.key_at(g, b, row) + 1 - first
+        <<_::binary-size(i * 8), off0::32, count0::32, _::binary>> = index
+        <<_::binary-size(j * 8), off1::32, count1::32, _::binary>> = index
+
+        if off1 > off0 do
+          slice = binary_part(data, off0, off1 - off0)
+
+          slices(
+            o,
+            cache,
+            row,
+            a,
+            b,
+            t + 1,
+            n,
+            [slice | io],
+            cost + off1 - off0,
+            count + count1 - count0
+          )
+        else
+          slices(o, cache, row, a, b, t + 1, n, io, cost, count)
+        end
+    end
+  end
+
+  # A worker's published tick (its data, index and first key), looked up once per frame.
+  defp tick_row(%__MODULE__{table: table}, cache, w, t) do
+    case cache do
+      %{{^w, ^t} => found} ->
+        {found, cache}
+
+      _ ->
+        found =
+          case :ets.lookup(table, {:tick, w, Wire.slot(t)}) do
+            [{_, ^t, data, index, first}] -> {data, index, first}
+            _ -> nil
+          end
+
+        {found, Map.put(cache, {w, t}, found)}
+    end
+  end
+
+  # Distance in cells from the observer's cell to a run of a row.
+  defp distance({r, c}, row, a, b), do: abs(row - r) + max(0, max(a - c, c - b))
+
+  ## Taking items by priority within the budget
+
+  # Items go in priority order while they fit. A run too big for what is left is split into its
+  # cells, which may fit. A cell whose blocks since the tick the client holds outgrew the whole
+  # budget is asked for a keyframe again (smaller than many ticks of deltas). A keyframe bigger
+  # than the whole budget goes alone when it is first in line, or it would never go.
+  # Answers {sent, deferred count, runs to fetch again}.
+  defp take([], _room, sent, deferred, {_o, _cache, _n, _full, again}),
+    do: {:lists.reverse(sent), deferred, again}
+
+  defp take([{_p, cost, _, _, _} = item | rest], room, sent, deferred, ctx) when cost <= room,
+    do: take(rest, room - cost, [item | sent], deferred, ctx)
+
+  defp take([{p, _, _, _, {:run, row, a, b, t}} | rest], room, sent, deferred, ctx) when b > a do
+    {o, cache, n, _, _} = ctx
+
+    cells =
+      for col <- a..b,
+          {:ok, io, cost, count, _} = slices(o, cache, row, col, col, t + 1, n, [], 0, 0),
+          do: {p, cost, count, io, {:run, row, col, col, t}}
+
+    take(cells ++ rest, room, sent, deferred, ctx)
+  end
+
+  defp take(
+         [{_, cost, _, _, {:run, row, col, col, t}} | rest],
+         room,
+         sent,
+         deferred,
+         {o, cache, n, full, again}
+       )
+       when cost > full do
+    take(rest, room, sent, deferred + 1, {o, cache, n, full, [{row, col, col, t + 1} | again]})
+  end
+
+  defp take([{_p, cost, _, _, {:key, _, _, _, n}} = item | rest], room, [], deferred, ctx)
+       when cost > elem(ctx, 3) and n == elem(ctx, 2),
+       do: take(rest, room - cost, [item], deferred, ctx)
+
+  defp take(
+         [{_, cost, _, _, {:key, row, col, _, _}} | rest],
+         room,
+         sent,
+         deferred,
+         {o, cache, n, full, again}
+       )
+       when cost > full do
+    take(rest, room, sent, deferred + 1, {o, cache, n, full, [{row, col, col, n} | again]})
+  end
+
+  defp take([_item | rest], room, sent, deferred, ctx),
+    do: take(rest, room, sent, deferred + 1, ctx)
+
+  ## After the frame
+
+  defp apply_sent(%__MODULE__{} = o, sent, n) do
+    Enum.reduce(sent, o, fn
+      {_, _, _, _, {:run, row, a, b, _t}}, o ->
+        %{o | held: Map.update!(o.held, row, &set_run(&1, a, b, n))}
+
+      {_, _, _, _, {:key, row, col, key, _m}}, o ->
+        held =
+          Map.update(o.held, row, [{col, col, n}], &set_run([{col, col, n} | &1], col, col, n))
+
+        %{o | held: held, pending: Map.delete(o.pending, key)}
+    end)
+  end
+
+  # Cells a..b of a row's runs are now at tick n; runs sorted, neighbours at the same tick
+  # joined.
+  defp set_run(runs, a, b, n) do
+    runs
+    |> Enum.flat_map(fn {c, d, t} ->
+      if c > b or d < a,
+        do: [{c, d, t}],
+        else:
+          Enum.filter([{c, a - 1, t}, {max(a, c), min(b, d), n}, {b + 1, d, t}], fn {x, y, _} ->
+            x <= y
+          end)
+    end)
+    |> Enum.uniq()
+    |> Enum.sort()
+    |> join_runs()
+  end
+
+  defp join_runs([{a, b, t}, {c, d, t} | rest]) when c == b + 1, do: join_runs([{a, d, t} | rest])
+  defp join_runs([run | rest]), do: [run | join_runs(rest)]
+  defp join_runs([]), do: []
+
+  defp blocks(sent) do
+    Enum.reduce(sent, {[], 0, 0}, fn {_, cost, count, io, _}, {acc, c, b} ->
+      {[acc | io], c + count, b + cost}
+    end)
+  end
+end

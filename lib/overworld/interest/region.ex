@@ -1,0 +1,118 @@
+defmodule Overworld.Interest.Region do
+  @moduledoc """
+  The grid cells an observer at `(x, y)` sees, with hysteresis (pure functions).
+
+  A region is a map `row => {first_col, last_col}`: in every row the visible cells are one run
+  of columns (the trace of a disc on a row). Positions and radii are in world units
+  (1/1024 m); cells are those of a `Overworld.Spatial.Grid`.
+
+  * A cell **enters** when its nearest point is within the view radius `r`: every entity within
+    `r` of the observer is in a visible cell.
+  * A cell **stays** while its farthest point is within the leave radius `l`: no entity beyond
+    `l` is ever in a visible cell. `l` must be at least `r` plus a cell diagonal, so that a cell
+    that just entered is not dropped at once (`check_radii/3`).
+  * `update/3`: the new region from the old one: in each row, the entering run joined with what
+    of the old run still stays.
+
+      iex> g = Overworld.Spatial.Grid.new(100 * 1024, 100 * 1024, 10 * 1024)
+      iex> enter = Overworld.Interest.Region.enter(g, 55 * 1024, 55 * 1024, 12 * 1024)
+      iex> Enum.sort(enter)
+      [{4, {4, 6}}, {5, {4, 6}}, {6, {4, 6}}]
+      iex> keep = Overworld.Interest.Region.keep(g, 55 * 1024, 55 * 1024, 30 * 1024)
+      iex> Enum.sort(keep)
+      [{3, {4, 6}}, {4, {3, 7}}, {5, {3, 7}}, {6, {3, 7}}, {7, {4, 6}}]
+      iex> # The observer walks 15 m east: the cells it leaves behind stay (hysteresis).
+      iex> old = Map.new(enter)
+      iex> new_enter = Overworld.Interest.Region.enter(g, 70 * 1024, 55 * 1024, 12 * 1024)
+      iex> new_keep = Overworld.Interest.Region.keep(g, 70 * 1024, 55 * 1024, 30 * 1024)
+      iex> Overworld.Interest.Region.update(old, new_enter, new_keep) |> Enum.sort()
+      [{4, {5, 8}}, {5, {5, 8}}, {6, {5, 8}}]
+  """
+  alias Overworld.Spatial.Grid
+
+  @type run :: {non_neg_integer, non_neg_integer}
+  @type t :: %{optional(non_neg_integer) => run}
+
+  @doc """
+  Checks a view radius and a leave radius (units) against the cell size: `:ok` or an error
+  message.
+
+      iex> Overworld.Interest.Region.check_radii(90, 120, 12)
+      :ok
+      iex> Overworld.Interest.Region.check_radii(90, 95, 12)
+      {:error, "the leave radius (95) must be at least the view radius (90) plus a cell diagonal (17)"}
+  """
+  @spec check_radii(number, number, number) :: :ok | {:error, String.t()}
+  def check_radii(r, l, cell) do
+    diag = ceil(cell * :math.sqrt(2))
+
+    if l >= r + diag,
+      do: :ok,
+      else:
+        {:error,
+         "the leave radius (#{l}) must be at least the view radius (#{r}) plus a cell diagonal (#{diag})"}
+  end
+
+  @doc "Cells whose nearest point is within `r` of `(x, y)`."
+  @spec enter(Grid.t(), integer, integer, non_neg_integer) :: t
+  def enter(%Grid{cell: s} = g, x, y, r) do
+    for row <- rows(g, y - r, y + r), into: %{} do
+      dy = max(0, max(row * s - y, y - (row + 1) * s))
+      w = :math.sqrt(max(0, r * r - dy * dy))
+      # Nearest dx within w: col * s <= x + w and (col + 1) * s >= x - w.
+      {row, clamp(g, ceil((x - w) / s) - 1, floor((x + w) / s))}
+    end
+    |> drop_empty()
+  end
+
+  @doc "Cells whose farthest point is within `l` of `(x, y)`."
+  @spec keep(Grid.t(), integer, integer, non_neg_integer) :: t
+  def keep(%Grid{cell: s} = g, x, y, l) do
+    for row <- rows(g, y - l, y + l),
+        dy = max(abs(y - row * s), abs(y - (row + 1) * s)),
+        dy <= l,
+        into: %{} do
+      w = :math.sqrt(l * l - dy * dy)
+      # Farthest dx within w: col * s >= x - w and (col + 1) * s <= x + w.
+      {row, clamp(g, ceil((x - w) / s), floor((x + w) / s) - 1)}
+    end
+    |> drop_empty()
+  end
+
+  @doc "The region after a move: per row, the entering run joined with the old run's kept part."
+  @spec update(t, t, t) :: t
+  def update(old, enter, keep) do
+    rows = Map.keys(old) ++ Map.keys(enter)
+
+    for row <- Enum.uniq(rows),
+        run = join(Map.get(enter, row), kept(Map.get(old, row), Map.get(keep, row))),
+        run != nil,
+        into: %{},
+        do: {row, run}
+  end
+
+  @doc "The number of cells of a region."
+  @spec size(t) :: non_neg_integer
+  def size(region), do: Enum.reduce(region, 0, fn {_, {a, b}}, n -> n + b - a + 1 end)
+
+  defp kept(nil, _), do: nil
+  defp kept(_, nil), do: nil
+
+  defp kept({a, b}, {c, d}) do
+    {lo, hi} = {max(a, c), min(b, d)}
+    if lo <= hi, do: {lo, hi}, else: nil
+  end
+
+  # The entering run is inside the kept run of its row (the leave radius exceeds the view
+  # radius by a cell diagonal), so their hull is too.
+  defp join(nil, run), do: run
+  defp join(run, nil), do: run
+  defp join({a, b}, {c, d}), do: {min(a, c), max(b, d)}
+
+  defp rows(%Grid{cell: s, rows: rows}, y0, y1),
+    do: max(0, floor(y0 / s))..min(rows - 1, floor(y1 / s))//1
+
+  defp clamp(%Grid{cols: cols}, a, b), do: {max(0, a), min(cols - 1, b)}
+
+  defp drop_empty(region), do: for({row, {a, b}} <- region, a <= b, into: %{}, do: {row, {a, b}})
+end
