@@ -102,12 +102,19 @@ defmodule Overworld.Protocol.Snapshot do
 
   @doc """
   A delta block from parts computed elsewhere (the zone's workers compute the ops of a cell in
-  their simulation pass): the op fragments in reverse order and the arrivals sorted by id.
+  their simulation pass): the ops' bits and the arrivals sorted by id.
   """
-  @spec assemble_delta(non_neg_integer, [bitstring], [entry], encoder) :: binary
-  def assemble_delta(key, ops_reversed, arrivals, {tb, kf, _}) do
-    header = [Codec.varint(key * 2 + 1), Codec.varint(length(arrivals))]
-    finish(header, keyframes(arrivals, 0, tb, kf, ops_reversed))
+  @spec delta_block_bits(non_neg_integer, bitstring, [entry], encoder) :: binary
+  def delta_block_bits(key, ops, [], _enc), do: pad_block(Codec.varint(key * 2 + 1), <<0>>, ops)
+
+  def delta_block_bits(key, ops, arrivals, {tb, kf, _}) do
+    bits = :erlang.list_to_bitstring([ops | :lists.reverse(keyframes(arrivals, 0, tb, kf, []))])
+    pad_block(Codec.varint(key * 2 + 1), Codec.varint(length(arrivals)), bits)
+  end
+
+  defp pad_block(head, count, bits) do
+    pad = rem(8 - rem(bit_size(bits), 8), 8)
+    <<head::binary, count::binary, bits::bitstring, 0::size(pad)>>
   end
 
   # A merge of the two id-sorted lists; op fragments and arrivals accumulate in reverse;

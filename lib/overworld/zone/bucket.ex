@@ -30,6 +30,9 @@ defmodule Overworld.Zone.Bucket do
   # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
   # tick (see collect_garbage/1), so a small zone stays small.
   @min_heap 10_000
+  # Binaries made in a tick (the wire's published blocks) count towards a collection too: room
+  # for a few ticks' worth (words, 2 MB), so they do not force one mid-tick.
+  @bin_vheap 262_144
 
   @spec start_link({Config.t(), non_neg_integer}) :: GenServer.on_start()
   def start_link({%Config{} = config, index}) do
@@ -40,7 +43,7 @@ defmodule Overworld.Zone.Bucket do
 
     GenServer.start_link(__MODULE__, {config, index},
       name: via(config.id, index),
-      spawn_opt: bind_to(scheduler) ++ [min_heap_size: @min_heap]
+      spawn_opt: bind_to(scheduler) ++ [min_heap_size: @min_heap, min_bin_vheap_size: @bin_vheap]
     )
   end
 
@@ -322,12 +325,17 @@ defmodule Overworld.Zone.Bucket do
   # would take CPU from a worker still finishing the tick. The heap size follows the live
   # state, so a zone of any size never collects mid-tick.
   defp collect_garbage(st) do
+    # What the tick allocated: the young heap in use since the last collection.
+    {:garbage_collection_info, before} = Process.info(self(), :garbage_collection_info)
     :erlang.garbage_collect()
     {:garbage_collection_info, info} = Process.info(self(), :garbage_collection_info)
-    # What survived is the new state; a tick allocates about one and a half times that. (A
+    recent = info[:recent_size]
+    # What survived is the new state; the heap must hold it and a whole tick's allocations
+    # (about one and a half times the state for the simulation alone, more with a wire). (A
     # larger heap collected every other tick measured slower: the live state stays compact
     # and the allocation area small when the copy happens every tick.)
-    target = max(@min_heap, info[:recent_size] * 4)
+    used = before[:heap_size] + before[:mbuf_size]
+    target = Enum.max([@min_heap, recent * 4, min(recent + div(used * 5, 4), recent * 10)])
 
     if target > st.heap + div(st.heap, 10) or target < div(st.heap, 3) do
       Process.flag(:min_heap_size, target)

@@ -40,8 +40,8 @@ defmodule Overworld.Zone.Wire do
   def funs(mod), do: {&mod.__index__/1, &mod.__quantize__/2, &mod.__delta__/3}
 
   @doc false
-  # The ops of a cell: {key, op fragments in reverse, any op not 00?, arrivals in the cell
-  # (entities that changed template)}.
+  # The ops of a cell: {key, the ops' bit fragments in reverse, any op not 00?, arrivals in the
+  # cell (entities that changed template)}.
   @spec cell(funs, integer, [Overworld.Entity.t()], [Overworld.Entity.t()]) :: cell
   def cell(funs, k, old, new) do
     {ops, changed, arrivals} = walk(funs, old, new, [], false, [])
@@ -51,45 +51,39 @@ defmodule Overworld.Zone.Wire do
   # `new` is a subset of `old` (the entities that stayed), both in id order.
   defp walk(_funs, [], _new, ops, changed, arrivals), do: {ops, changed, arrivals}
 
-  defp walk(
-         {index, quantize, delta} = mod,
-         [o | old],
-         [n | new_rest] = new,
-         ops,
-         changed,
-         arrivals
-       ) do
-    case index.(entity(o, :kind)) do
+  defp walk({index, quantize, delta} = funs, [o | old], [n | rest] = new, ops, changed, arr) do
+    kind = entity(o, :kind)
+
+    case index.(kind) do
       nil ->
         if entity(n, :id) === entity(o, :id) do
           # Not replicated before; replicated now (its kind changed): an arrival.
-          walk(mod, old, new_rest, ops, changed, arrival(mod, n, arrivals))
+          walk(funs, old, rest, ops, changed, arrival(funs, n, arr))
         else
-          walk(mod, old, new, ops, changed, arrivals)
+          walk(funs, old, new, ops, changed, arr)
         end
 
       ti ->
-        if entity(n, :id) === entity(o, :id) do
-          case index.(entity(n, :kind)) do
-            ^ti ->
-              case delta.(ti, quantize.(ti, o), quantize.(ti, n)) do
-                nil -> walk(mod, old, new_rest, [<<0::2>> | ops], changed, arrivals)
-                d -> walk(mod, old, new_rest, [d, <<1::2>> | ops], true, arrivals)
-              end
+        cond do
+          entity(n, :id) !== entity(o, :id) ->
+            walk(funs, old, new, [<<2::2>> | ops], true, arr)
 
-            _other ->
-              walk(mod, old, new_rest, [<<2::2>> | ops], true, arrival(mod, n, arrivals))
-          end
-        else
-          walk(mod, old, new, [<<2::2>> | ops], true, arrivals)
+          entity(n, :kind) === kind or index.(entity(n, :kind)) === ti ->
+            case delta.(ti, quantize.(ti, o), quantize.(ti, n)) do
+              nil -> walk(funs, old, rest, [<<0::2>> | ops], changed, arr)
+              d -> walk(funs, old, rest, [d, <<1::2>> | ops], true, arr)
+            end
+
+          true ->
+            walk(funs, old, rest, [<<2::2>> | ops], true, arrival(funs, n, arr))
         end
     end
   end
 
-  defp walk({index, _, _} = mod, [o | old], [], ops, changed, arrivals) do
+  defp walk({index, _, _} = funs, [o | old], [], ops, changed, arrivals) do
     case index.(entity(o, :kind)) do
-      nil -> walk(mod, old, [], ops, changed, arrivals)
-      _ -> walk(mod, old, [], [<<2::2>> | ops], true, arrivals)
+      nil -> walk(funs, old, [], ops, changed, arrivals)
+      _ -> walk(funs, old, [], [<<2::2>> | ops], true, arrivals)
     end
   end
 
@@ -134,47 +128,58 @@ defmodule Overworld.Zone.Wire do
       |> Enum.group_by(&elem(&1, 0), &elem(&1, 1))
       |> Enum.sort()
 
-    blocks = merge(:lists.reverse(cells), incoming, enc, [])
-    {IO.iodata_to_binary(for({_k, b} <- blocks, do: b)), index(blocks, first, stop, 0, 0, [])}
+    {data, index} = merge(:lists.reverse(cells), incoming, enc, {first, stop, 0, 0}, <<>>, <<>>)
+
+    {data, index}
   end
 
-  # Cells (ascending) and incoming arrivals (ascending by key) into the blocks {key, binary} of
-  # the cells that changed, ascending.
-  defp merge([{k, _, _, _} = c | cells], [{ik, _} | _] = incoming, enc, acc) when k < ik,
-    do: merge(cells, incoming, enc, block(c, [], enc, acc))
+  # Cells (ascending) and incoming arrivals (ascending by key) into the data and the index, both
+  # appended in place. `at`: {next key to index, stop, offset, count}.
+  defp merge([{k, _, _, _} = c | cells], [{ik, _} | _] = incoming, enc, at, data, idx)
+       when k < ik do
+    {data, idx, at} = block(c, [], enc, at, data, idx)
+    merge(cells, incoming, enc, at, data, idx)
+  end
 
-  defp merge([{k, _, _, _} = c | cells], [{k, more} | incoming], enc, acc),
-    do: merge(cells, incoming, enc, block(c, more, enc, acc))
+  defp merge([{k, _, _, _} = c | cells], [{k, more} | incoming], enc, at, data, idx) do
+    {data, idx, at} = block(c, more, enc, at, data, idx)
+    merge(cells, incoming, enc, at, data, idx)
+  end
 
-  defp merge(cells, [{ik, more} | incoming], enc, acc),
-    do: merge(cells, incoming, enc, block({ik, [], false, []}, more, enc, acc))
+  defp merge(cells, [{ik, more} | incoming], enc, at, data, idx) do
+    {data, idx, at} = block({ik, [], false, []}, more, enc, at, data, idx)
+    merge(cells, incoming, enc, at, data, idx)
+  end
 
-  defp merge([c | cells], [], enc, acc), do: merge(cells, [], enc, block(c, [], enc, acc))
-  defp merge([], [], _enc, acc), do: :lists.reverse(acc)
+  defp merge([c | cells], [], enc, at, data, idx) do
+    {data, idx, at} = block(c, [], enc, at, data, idx)
+    merge(cells, [], enc, at, data, idx)
+  end
 
-  defp block({_k, _ops, false, []}, [], _enc, acc), do: acc
+  defp merge([], [], _enc, {key, stop, off, count}, data, idx),
+    do: {data, fill(idx, stop + 1 - key, <<off::32, count::32>>)}
 
-  defp block({k, ops, _changed, local}, more, enc, acc),
-    do: [{k, Snapshot.assemble_delta(k, ops, Enum.sort(local ++ more), enc)} | acc]
+  defp block({_k, _ops, false, []}, [], _enc, at, data, idx), do: {data, idx, at}
 
-  # Runs of keys without a block repeat the same entry.
-  defp index(_blocks, key, stop, _off, _count, acc) when key > stop,
-    do: IO.iodata_to_binary(:lists.reverse(acc))
-
-  defp index([{key, b} | blocks], key, stop, off, count, acc),
-    do:
-      index(blocks, key + 1, stop, off + byte_size(b), count + 1, [<<off::32, count::32>> | acc])
-
-  defp index(blocks, key, stop, off, count, acc) do
-    run =
-      case blocks do
-        [{next, _} | _] -> min(next, stop + 1) - key
-        [] -> stop + 1 - key
+  defp block({k, ops, _changed, local}, more, enc, {key, stop, off, count}, data, idx) do
+    b =
+      case local ++ more do
+        [] -> Snapshot.delta_block_bits(k, bits(ops), [], enc)
+        arrivals -> Snapshot.delta_block_bits(k, bits(ops), Enum.sort(arrivals), enc)
       end
 
-    entry = <<off::32, count::32>>
-    index(blocks, key + run, stop, off, count, [:binary.copy(entry, run) | acc])
+    # Keys from `key` to `k - 1` have no block: they repeat the running entry.
+    idx = fill(idx, k - key, <<off::32, count::32>>)
+    idx = <<idx::binary, off::32, count::32>>
+    {<<data::binary, b::binary>>, idx, {k + 1, stop, off + byte_size(b), count + 1}}
   end
+
+  defp bits([]), do: <<>>
+  defp bits(ops), do: :erlang.list_to_bitstring(:lists.reverse(ops))
+
+  defp fill(idx, 0, _entry), do: idx
+  defp fill(idx, 1, entry), do: <<idx::binary, entry::binary>>
+  defp fill(idx, n, entry), do: <<idx::binary, :binary.copy(entry, n)::binary>>
 
   @doc false
   # Keyframe blocks of the given cells from the worker's current cells.
