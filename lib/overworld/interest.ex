@@ -51,9 +51,22 @@ defmodule Overworld.Interest do
   alias Overworld.Spatial.Grid
   alias Overworld.Zone.Wire
 
-  @enforce_keys [:zone, :table, :grid, :owners, :radius, :leave, :budget]
+  # How far (metres) an observer moves before its region is computed again.
+  @slack_m 1
+  @slack @slack_m * 1024
+
+  @enforce_keys [:zone, :table, :grid, :owners, :workers, :radius, :leave, :budget]
   defstruct @enforce_keys ++
-              [tick: 0, reset: true, region: %{}, held: %{}, pending: %{}, stats: %{}]
+              [
+                tick: 0,
+                reset: true,
+                at: nil,
+                region: %{},
+                held: %{},
+                uniform: nil,
+                pending: %{},
+                kfs: %{}
+              ]
 
   @typedoc """
   An observer. `region`: the cells in view (`Overworld.Interest.Region`); `held`: per row, runs
@@ -66,6 +79,7 @@ defmodule Overworld.Interest do
           table: :ets.tid(),
           grid: Grid.t(),
           owners: tuple,
+          workers: pos_integer,
           radius: non_neg_integer,
           leave: non_neg_integer,
           budget: pos_integer,
@@ -77,12 +91,14 @@ defmodule Overworld.Interest do
             optional(integer) =>
               {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer, boolean}
           },
-          stats: map
+          uniform: non_neg_integer | nil,
+          kfs: %{optional(integer) => {non_neg_integer, binary | nil}}
         }
 
   @typedoc """
   What `frame/4` tells about the frame: its size, block count, the cells in view, held and
-  pending, and how many runs and keyframes waited for lack of budget.
+  pending, how many runs and keyframes waited for lack of budget, and whether it took the
+  fast path (nothing changed but the tick: one slice per row of the view).
   """
   @type info :: %{
           bytes: non_neg_integer,
@@ -90,7 +106,8 @@ defmodule Overworld.Interest do
           cells: non_neg_integer,
           pending: non_neg_integer,
           deferred: non_neg_integer,
-          left: non_neg_integer
+          left: non_neg_integer,
+          fast: boolean
         }
 
   @doc """
@@ -131,8 +148,13 @@ defmodule Overworld.Interest do
     o = Overworld.Options.validate!(opts, schema(), "Overworld.Interest")
     leave_m = o.leave_radius || o.radius + 2 * config.cell_size
 
-    with {:error, msg} <- Region.check_radii(o.radius, leave_m, config.cell_size) do
-      raise ArgumentError, "invalid options for Overworld.Interest: " <> msg
+    # The region is computed with the view radius grown and the leave radius shrunk by the
+    # slack, so it holds for any position within the slack of where it was computed.
+    with {:error, _} <- Region.check_radii(o.radius + 2 * @slack_m, leave_m, config.cell_size) do
+      raise ArgumentError,
+            "invalid options for Overworld.Interest: the leave radius (#{leave_m}) must be at " <>
+              "least the view radius (#{o.radius}) plus a cell diagonal " <>
+              "(#{ceil(config.cell_size * :math.sqrt(2))}) and #{2 * @slack_m} m of slack"
     end
 
     %__MODULE__{
@@ -140,6 +162,7 @@ defmodule Overworld.Interest do
       table: config.shared.wire,
       grid: config.grid,
       owners: config.owners,
+      workers: config.workers,
       radius: Entity.meters(o.radius),
       leave: Entity.meters(leave_m),
       budget: max(div(o.budget, config.tick_rate), 64)
@@ -172,7 +195,7 @@ defmodule Overworld.Interest do
   @spec resync(t, term) :: t
   def resync(%__MODULE__{} = o, reason) do
     Logger.info("interest: resync of an observer of zone #{inspect(o.zone)}: #{inspect(reason)}")
-    %{o | reset: true, held: %{}, pending: %{}, region: %{}}
+    %{o | reset: true, held: %{}, pending: %{}, kfs: %{}, region: %{}, at: nil, uniform: nil}
   end
 
   @doc """
@@ -186,16 +209,75 @@ defmodule Overworld.Interest do
   def frame(%__MODULE__{} = o, n, x, y) do
     %Grid{width: w, height: h} = o.grid
     {x, y} = {x |> max(0) |> min(w), y |> max(0) |> min(h)}
+    {region, at} = region(o, x, y)
 
-    region =
-      Region.update(
-        o.region,
-        Region.enter(o.grid, x, y, o.radius),
-        Region.keep(o.grid, x, y, o.leave)
-      )
+    case fast(o, region, n) do
+      {:ok, blocks, count, bytes} ->
+        finish(%{o | uniform: n}, n, at, blocks, count, bytes, [], 0, true)
 
+      :slow ->
+        slow(materialize(o), n, x, y, region, at)
+    end
+  end
+
+  # The common frame: the view did not change, the client holds every cell at the previous
+  # tick, nothing is pending, and this tick's blocks of every row of the view fit the budget:
+  # one slice per row, and nothing to update but the tick.
+  defp fast(%__MODULE__{uniform: u, region: region, pending: p, reset: false} = o, region, n)
+       when u == n - 1 and map_size(p) == 0 do
+    case published(o, n, o.workers - 1, []) do
+      nil -> :slow
+      ticks -> fast_rows(:maps.to_list(region), List.to_tuple(ticks), o, o.budget - 16, [], 0, 0)
+    end
+  end
+
+  defp fast(_o, _region, _n), do: :slow
+
+  # Every worker's published tick n: [{data, index, first key}], or nil.
+  defp published(_o, _n, -1, acc), do: acc
+
+  defp published(%__MODULE__{table: table} = o, n, w, acc) do
+    case :ets.lookup(table, {:tick, w, Wire.slot(n)}) do
+      [{_, ^n, data, index, first}] -> published(o, n, w - 1, [{data, index, first} | acc])
+      _ -> nil
+    end
+  end
+
+  defp fast_rows([], _ticks, _o, _room, io, count, bytes), do: {:ok, io, count, bytes}
+
+  defp fast_rows([{row, {a, b}} | rest], ticks, o, room, io, count, bytes) do
+    {data, index, first} = elem(ticks, elem(o.owners, row))
+    base = (row + 1) * o.grid.stride + 1 - first
+    i = (base + a) * 8
+    j = (base + b + 1) * 8
+    <<_::binary-size(i), off0::32, count0::32, _::binary>> = index
+    <<_::binary-size(j), off1::32, count1::32, _::binary>> = index
+    cost = off1 - off0
+
+    cond do
+      bytes + cost > room ->
+        :slow
+
+      cost == 0 ->
+        fast_rows(rest, ticks, o, room, io, count, bytes)
+
+      true ->
+        slice = binary_part(data, off0, cost)
+        fast_rows(rest, ticks, o, room, [io | slice], count + count1 - count0, bytes + cost)
+    end
+  end
+
+  # Runs held at the uniform tick (see `fast/3`) get it written in.
+  defp materialize(%__MODULE__{uniform: nil} = o), do: o
+
+  defp materialize(%__MODULE__{uniform: u, held: held} = o) do
+    held = Map.new(held, fn {row, runs} -> {row, for({a, b, _} <- runs, do: {a, b, u})} end)
+    %{o | held: held, uniform: nil}
+  end
+
+  defp slow(o, n, x, y, region, at) do
     {o, left} = leave(o, region)
-    o = enter(%{o | region: region}, n)
+    o = enter(o, region, n)
     me = {div(y, o.grid.cell), div(x, o.grid.cell)}
     {items, o, cache} = held_items(o, n, me)
     {kf_items, o, cache} = pending_items(o, n, me, cache)
@@ -207,6 +289,17 @@ defmodule Overworld.Interest do
 
     o = o |> apply_sent(sent, n) |> refetch(again, n)
     {blocks, count, bytes} = blocks(sent)
+    finish(%{o | uniform: uniform(o, n)}, n, at, blocks, count, bytes, left, deferred, false)
+  end
+
+  # Every cell held, at tick n: the next frame may take the fast path.
+  defp uniform(%__MODULE__{pending: p, held: held}, n) when map_size(p) == 0 do
+    if Enum.all?(held, fn {_row, runs} -> Enum.all?(runs, &(elem(&1, 2) == n)) end), do: n
+  end
+
+  defp uniform(_o, _n), do: nil
+
+  defp finish(o, n, at, blocks, count, bytes, left, deferred, fast?) do
     baseline = if o.reset, do: 0, else: o.tick
 
     frame = [
@@ -222,41 +315,76 @@ defmodule Overworld.Interest do
       bytes: IO.iodata_length(frame),
       blocks: count,
       block_bytes: bytes,
-      cells: Region.size(region),
+      cells: Region.size(o.region),
       pending: map_size(o.pending),
       deferred: deferred,
-      left: length(left)
+      left: length(left),
+      fast: fast?
     }
 
-    {frame, info, %{o | tick: n, reset: false}}
+    {frame, info, %{o | tick: n, reset: false, at: at}}
   end
+
+  # The region is computed again only once the observer moved beyond the slack.
+  defp region(%__MODULE__{at: {ax, ay}, region: region}, x, y)
+       when (x - ax) * (x - ax) + (y - ay) * (y - ay) < @slack * @slack,
+       do: {region, {ax, ay}}
+
+  defp region(%__MODULE__{} = o, x, y),
+    do: {Region.next(o.region, o.grid, x, y, o.radius + @slack, o.leave - @slack), {x, y}}
 
   @doc "A frame for the observer at an entity's position (see `frame/4`)."
   @spec frame(t, non_neg_integer, {integer, integer}) :: {iodata | nil, info | nil, t}
   def frame(o, n, {x, y}), do: frame(o, n, x, y)
 
   ## Cells leaving and entering the view
+  #
+  # Every cell of the region is either held (in a run of `held`) or pending, and nothing else
+  # is: so the cells that leave are the old region's minus the new one's, and the cells that
+  # enter the new region's minus the old one's, row by row, in runs. Most frames change
+  # nothing (a walking observer crosses a cell border every few seconds).
 
   # Cells of the old region not in the new one: the held ones are listed as left; pending ones
   # are forgotten.
+  defp leave(%__MODULE__{region: region} = o, region), do: {o, []}
+
   defp leave(%__MODULE__{region: old, grid: g} = o, region) do
-    gone =
-      for {row, {a, b}} <- old,
-          {c, d} = Map.get(region, row, {1, 0}),
-          col <- a..b//1,
-          col < c or col > d,
-          do: {row, col}
+    Enum.reduce(old, {o, []}, fn {row, run}, {o, left} ->
+      case Map.get(region, row) do
+        ^run ->
+          {o, left}
 
-    held = Map.new(o.held, fn {row, runs} -> {row, clip(runs, Map.get(region, row))} end)
-    pending = Map.drop(o.pending, Enum.map(gone, fn {row, col} -> Grid.key_at(g, col, row) end))
+        new ->
+          gone = minus(run, new)
+          runs = Map.get(o.held, row, [])
 
-    left =
-      for {row, col} <- gone,
-          Enum.any?(Map.get(o.held, row, []), fn {a, b, _} -> col >= a and col <= b end),
-          do: Grid.key_at(g, col, row)
+          keys =
+            for {a, b} <- gone,
+                {c, d, _} <- runs,
+                col <- max(a, c)..min(b, d)//1,
+                do: Grid.key_at(g, col, row)
 
-    {%{o | held: held, pending: pending}, Enum.sort(left)}
+          dropped = for {a, b} <- gone, col <- a..b, do: Grid.key_at(g, col, row)
+          held = Map.put(o.held, row, clip(runs, new))
+
+          o = %{
+            o
+            | held: held,
+              pending: Map.drop(o.pending, dropped),
+              kfs: Map.drop(o.kfs, dropped)
+          }
+
+          {o, keys ++ left}
+      end
+    end)
+    |> then(fn {o, left} -> {o, Enum.sort(left)} end)
   end
+
+  # The cells of run `{a, b}` outside run `new` (nil: none), as up to two runs.
+  defp minus(run, nil), do: [run]
+
+  defp minus({a, b}, {c, d}),
+    do: Enum.filter([{a, min(b, c - 1)}, {max(a, d + 1), b}], fn {x, y} -> x <= y end)
 
   defp clip(_runs, nil), do: []
 
@@ -264,19 +392,21 @@ defmodule Overworld.Interest do
     for {a, b, t} <- runs, a <= d and b >= c, do: {max(a, c), min(b, d), t}
   end
 
-  # Cells of the region neither held nor pending are asked of their workers as keyframes.
-  defp enter(%__MODULE__{region: region, grid: g} = o, n) do
+  # Cells new to the region are asked of their workers as keyframes.
+  defp enter(%__MODULE__{region: region} = o, region, _n), do: o
+
+  defp enter(%__MODULE__{grid: g} = o, region, n) do
     new =
-      for {row, {a, b}} <- region,
-          runs = Map.get(o.held, row, []),
-          col <- a..b//1,
-          not Enum.any?(runs, fn {c, d, _} -> col >= c and col <= d end),
-          key = Grid.key_at(g, col, row),
-          not is_map_key(o.pending, key),
-          do: {key, {row, col, n, n, false}}
+      for {row, run} <- region,
+          # (a match in a comprehension filters on its value: nil would drop the row)
+          {old} = {Map.get(o.region, row)},
+          old != run,
+          {a, b} <- minus(run, old),
+          col <- a..b,
+          do: {Grid.key_at(g, col, row), {row, col, n, n, false}}
 
     ask(o, Enum.map(new, &elem(&1, 0)))
-    %{o | pending: Map.merge(o.pending, Map.new(new))}
+    %{o | region: region, pending: Map.merge(o.pending, Map.new(new))}
   end
 
   defp ask(_o, []), do: :ok
@@ -360,11 +490,20 @@ defmodule Overworld.Interest do
   defp pending_items(%__MODULE__{table: table} = o, n, me, cache) do
     ring = Wire.ring()
 
-    {items, retry, cache} =
-      Enum.reduce(o.pending, {[], [], cache}, fn {key, {row, col, since, asked, stale}},
-                                                 {items, retry, cache} ->
-        case :ets.lookup(table, {:kf, key}) do
-          [{_, m, block}] when m > n - ring and m <= n ->
+    {items, retry, cache, kfs} =
+      Enum.reduce(o.pending, {[], [], cache, o.kfs}, fn {key, {row, col, since, asked, stale}},
+                                                        {items, retry, cache, kfs} ->
+        # A keyframe fetched once is kept while it is usable (a budget may defer it).
+        found =
+          case kfs do
+            %{^key => {m, _} = kf} when m > n - ring -> kf
+            _ -> lookup_keyframe(table, key, n, ring)
+          end
+
+        kfs = if found, do: Map.put(kfs, key, found), else: kfs
+
+        case found do
+          {m, block} ->
             case slices(o, cache, row, col, col, m + 1, n, [], 0, 0) do
               {:ok, io, cost, count, cache} ->
                 # An empty cell has no keyframe; a client that may hold an old state of it
@@ -381,23 +520,30 @@ defmodule Overworld.Interest do
                 item =
                   {prio, cost + kf_cost, count + kf_count, [kf | io], {:key, row, col, key, m}}
 
-                {[item | items], retry, cache}
+                {[item | items], retry, cache, kfs}
 
               {:missing, cache} ->
-                {items, [key | retry], cache}
+                {items, [key | retry], cache, Map.delete(kfs, key)}
             end
 
-          _ when n - asked >= 3 ->
-            {items, [key | retry], cache}
+          nil when n - asked >= 3 ->
+            {items, [key | retry], cache, kfs}
 
-          _ ->
-            {items, retry, cache}
+          nil ->
+            {items, retry, cache, kfs}
         end
       end)
 
     ask(o, retry)
     pending = Enum.reduce(retry, o.pending, fn k, p -> Map.update!(p, k, &put_elem(&1, 3, n)) end)
-    {items, %{o | pending: pending}, cache}
+    {items, %{o | pending: pending, kfs: kfs}, cache}
+  end
+
+  defp lookup_keyframe(table, key, n, ring) do
+    case :ets.lookup(table, {:kf, key}) do
+      [{_, m, block}] when m > n - ring and m <= n -> {m, block}
+      _ -> nil
+    end
   end
 
   defp empty_keyframe(key), do: IO.iodata_to_binary([Codec.varint(key * 2), 0])
@@ -462,8 +608,8 @@ defmodule Overworld.Interest do
 
   ## Taking items by priority within the budget
 
-  # Items go in priority order while they fit. A run too big for what is left is split into its
-  # cells, which may fit. A cell whose blocks since the tick the client holds outgrew the whole
+  # Items go in priority order while they fit. Of a run too big for what is left, the longest
+  # first part that fits goes (the rest waits as one run: runs do not crumble into cells). A cell whose blocks since the tick the client holds outgrew the whole
   # budget is asked for a keyframe again (smaller than many ticks of deltas). A keyframe bigger
   # than the whole budget goes alone when it is first in line, or it would never go.
   # Answers {sent, deferred count, runs to fetch again}.
@@ -476,12 +622,19 @@ defmodule Overworld.Interest do
   defp take([{p, _, _, _, {:run, row, a, b, t}} | rest], room, sent, deferred, ctx) when b > a do
     {o, cache, n, _, _} = ctx
 
-    cells =
-      for col <- a..b,
-          {:ok, io, cost, count, _} = slices(o, cache, row, col, col, t + 1, n, [], 0, 0),
-          do: {p, cost, count, io, {:run, row, col, col, t}}
+    part = fn c, d ->
+      {:ok, io, cost, count, _} = slices(o, cache, row, c, d, t + 1, n, [], 0, 0)
+      {p, cost, count, io, {:run, row, c, d, t}}
+    end
 
-    take(cells ++ rest, room, sent, deferred, ctx)
+    # The longest first part of the run that fits goes; the rest waits, as one run.
+    case fit(part, a, a, b - 1, room) do
+      nil ->
+        take([part.(a, a) | rest], room, sent, deferred + 1, ctx)
+
+      {_, cost, _, _, _} = item ->
+        take(rest, room - cost, [item | sent], deferred + 1, ctx)
+    end
   end
 
   defp take(
@@ -513,6 +666,19 @@ defmodule Overworld.Interest do
   defp take([_item | rest], room, sent, deferred, ctx),
     do: take(rest, room, sent, deferred + 1, ctx)
 
+  # The item of cells a..k for the largest k in lo..hi whose cost fits in room (nil: none);
+  # the cost grows with k, so a binary search.
+  defp fit(_part, _a, lo, hi, _room) when lo > hi, do: nil
+
+  defp fit(part, a, lo, hi, room) do
+    mid = div(lo + hi, 2)
+    {_, cost, _, _, _} = item = part.(a, mid)
+
+    if cost <= room,
+      do: fit(part, a, mid + 1, hi, room) || item,
+      else: fit(part, a, lo, mid - 1, room)
+  end
+
   ## After the frame
 
   defp apply_sent(%__MODULE__{} = o, sent, n) do
@@ -521,29 +687,32 @@ defmodule Overworld.Interest do
         %{o | held: Map.update!(o.held, row, &set_run(&1, a, b, n))}
 
       {_, _, _, _, {:key, row, col, key, _m}}, o ->
-        held =
-          Map.update(o.held, row, [{col, col, n}], &set_run([{col, col, n} | &1], col, col, n))
+        held = Map.update(o.held, row, [{col, col, n}], &set_run(&1, col, col, n))
 
-        %{o | held: held, pending: Map.delete(o.pending, key)}
+        %{o | held: held, pending: Map.delete(o.pending, key), kfs: Map.delete(o.kfs, key)}
     end)
   end
 
-  # Cells a..b of a row's runs are now at tick n; runs sorted, neighbours at the same tick
-  # joined.
-  defp set_run(runs, a, b, n) do
-    runs
-    |> Enum.flat_map(fn {c, d, t} ->
-      if c > b or d < a,
-        do: [{c, d, t}],
-        else:
-          Enum.filter([{c, a - 1, t}, {max(a, c), min(b, d), n}, {b + 1, d, t}], fn {x, y, _} ->
-            x <= y
-          end)
-    end)
-    |> Enum.uniq()
-    |> Enum.sort()
-    |> join_runs()
+  # Cells a..b of a row's runs (sorted, disjoint) are now at tick n; neighbours at the same
+  # tick are joined.
+  defp set_run(runs, a, b, n), do: runs |> cut(a, b, {a, b, n}) |> join_runs()
+
+  defp cut([], _a, _b, new), do: [new]
+  defp cut([{_, d, _} = run | rest], a, b, new) when d < a, do: [run | cut(rest, a, b, new)]
+  defp cut([{c, _, _} | _] = runs, _a, b, new) when c > b, do: [new | runs]
+
+  # Overlapping: keep what is left of it on either side.
+  defp cut([{c, d, t} | rest], a, b, new) do
+    after_ = if d > b, do: [{b + 1, d, t} | rest], else: rest
+    before = if c < a, do: [{c, a - 1, t}], else: []
+    before ++ cut_rest(after_, a, b, new)
   end
+
+  defp cut_rest([{c, d, t} | rest], a, b, new) when c <= b do
+    if d > b, do: [new, {b + 1, d, t} | rest], else: cut_rest(rest, a, b, new)
+  end
+
+  defp cut_rest(rest, _a, _b, new), do: [new | rest]
 
   defp join_runs([{a, b, t}, {c, d, t} | rest]) when c == b + 1, do: join_runs([{a, d, t} | rest])
   defp join_runs([run | rest]), do: [run | join_runs(rest)]

@@ -192,6 +192,21 @@ defmodule Overworld.Zone do
   def despawn(zone, ids) when is_list(ids), do: tagged_call(zone, {:despawn, ids})
 
   @doc """
+  Tells `pid` (default: the caller) of every tick the zone finishes, with a message
+  `{:overworld_tick, zone_id, tick, started_at}` (`started_at`: the tick's start, in native
+  monotonic time). Observers build their frames on it (`Overworld.Interest`). The notices are
+  sent by the zone's workers, each to its share of the subscribers. A subscriber that exits is
+  removed; subscribing twice is one subscription.
+  """
+  @spec subscribe(zone, pid) :: :ok | {:error, :not_found}
+  def subscribe(zone, pid \\ self()) when is_pid(pid), do: tagged_call(zone, {:subscribe, pid})
+
+  @doc "Stops the notices of `subscribe/2`."
+  @spec unsubscribe(zone, pid) :: :ok | {:error, :not_found}
+  def unsubscribe(zone, pid \\ self()) when is_pid(pid),
+    do: tagged_call(zone, {:unsubscribe, pid})
+
+  @doc """
   Runs `count` ticks now and returns the number of the last one. Only for zones started with
   `clock: :manual` (a test hook); a real-time zone answers `{:error, :realtime_clock}`.
   """

@@ -91,6 +91,59 @@ defmodule Overworld.Interest.Region do
         do: {row, run}
   end
 
+  @doc """
+  `update(old, enter(g, x, y, r), keep(g, x, y, l))` in one pass, without the intermediate
+  maps: what an observer computes every frame. Answers `old` itself when nothing changed.
+  """
+  @spec next(t, Grid.t(), integer, integer, non_neg_integer, non_neg_integer) :: t
+  def next(old, %Grid{cell: s, rows: rows} = g, x, y, r, l) do
+    {r0, r1} = {max(0, div(max(y - l, 0), s)), min(rows - 1, div(y + l, s))}
+    {r0, r1} = Enum.reduce(old, {r0, r1}, fn {row, _}, {a, b} -> {min(a, row), max(b, row)} end)
+    list = next_rows(r0, r1, old, g, x, y, r * r, l * l, [])
+
+    case :maps.from_list(list) do
+      ^old -> old
+      new -> new
+    end
+  end
+
+  defp next_rows(row, last, _old, _g, _x, _y, _r2, _l2, acc) when row > last, do: acc
+
+  defp next_rows(row, last, old, %Grid{cell: s, cols: cols} = g, x, y, r2, l2, acc) do
+    y0 = row * s
+    y1 = y0 + s
+    # Entering run: nearest point within r.
+    dy = if y < y0, do: y0 - y, else: if(y > y1, do: y - y1, else: 0)
+
+    enter =
+      if dy * dy <= r2 do
+        w = :math.sqrt(r2 - dy * dy)
+        run(ceil((x - w) / s) - 1, floor((x + w) / s), cols)
+      end
+
+    # Kept run: farthest point within l.
+    fy = max(abs(y - y0), abs(y - y1))
+
+    keep =
+      if fy * fy <= l2 do
+        w = :math.sqrt(l2 - fy * fy)
+        run(ceil((x - w) / s), floor((x + w) / s) - 1, cols)
+      end
+
+    acc =
+      case join(enter, kept(Map.get(old, row), keep)) do
+        nil -> acc
+        run -> [{row, run} | acc]
+      end
+
+    next_rows(row + 1, last, old, g, x, y, r2, l2, acc)
+  end
+
+  defp run(a, b, cols) do
+    {a, b} = {max(0, a), min(cols - 1, b)}
+    if a <= b, do: {a, b}
+  end
+
   @doc "The number of cells of a region."
   @spec size(t) :: non_neg_integer
   def size(region), do: Enum.reduce(region, 0, fn {_, {a, b}}, n -> n + b - a + 1 end)

@@ -13,7 +13,8 @@ defmodule Overworld.Zone.Bucket do
   #   3. the border exchange: one message to every other worker (the entities it needs for its
   #      halo, and those that moved into its stripe), then the same from every other worker;
   #   4. `{:done, ...}` to the server: counts, phase times, failures, moved player entities;
-  #   5. on `:idle` (the whole tick is done), garbage collection (see `collect_garbage/1`).
+  #   5. on `:idle` (the whole tick is done), the notice of the tick to our share of the zone's
+  #      subscribers, then garbage collection (see `collect_garbage/1`).
   #
   # The previous tick's state is never mutated (Erlang data is immutable), so the double buffer
   # of the design costs nothing: the old cells *are* the previous tick's view.
@@ -173,8 +174,12 @@ defmodule Overworld.Zone.Bucket do
     {:noreply, run_tick(st, n, simulate?, ctx, inputs, spawns, despawns, sent_at)}
   end
 
-  # Every worker of the zone is done with the tick: collect garbage now (see collect_garbage/1).
-  def handle_info({:idle, epoch}, %{epoch: epoch} = st), do: {:noreply, collect_garbage(st)}
+  # Every worker of the zone is done with the tick: tell our share of the zone's subscribers
+  # (`Overworld.Zone.subscribe/2`), then collect garbage (see collect_garbage/1).
+  def handle_info({:idle, epoch, notice, subscribers}, %{epoch: epoch} = st) do
+    for pid <- subscribers, do: send(pid, notice)
+    {:noreply, collect_garbage(st)}
+  end
 
   # A faster worker's exchange can arrive before our tick starts; keep it for then.
   def handle_info({:xchg, epoch, _n, _from, _halo, _migrants} = msg, %{epoch: epoch} = st) do

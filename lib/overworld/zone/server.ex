@@ -80,7 +80,11 @@ defmodule Overworld.Zone.Server do
       running: nil,
       manual: :queue.new(),
       queries: %{},
-      clock: nil
+      clock: nil,
+      # Processes told of every finished tick: pid => shard; one list per worker, which sends
+      # the notices (no single process sends them all).
+      subscribers: %{},
+      shards: Tuple.duplicate([], config.workers)
     }
 
     case Callbacks.call(st, :init, [config.args]) do
@@ -182,6 +186,19 @@ defmodule Overworld.Zone.Server do
     for pid <- Tuple.to_list(st.workers), do: send(pid, {:query, st.epoch, ref, q})
     {:noreply, %{st | queries: Map.put(st.queries, ref, {from, q, st.config.workers, []})}}
   end
+
+  def handle_call({:subscribe, pid}, _from, st) do
+    if is_map_key(st.subscribers, pid) do
+      {:reply, :ok, st}
+    else
+      Process.monitor(pid)
+      shard = :erlang.phash2(pid, tuple_size(st.shards))
+      shards = put_elem(st.shards, shard, [pid | elem(st.shards, shard)])
+      {:reply, :ok, %{st | subscribers: Map.put(st.subscribers, pid, shard), shards: shards}}
+    end
+  end
+
+  def handle_call({:unsubscribe, pid}, _from, st), do: {:reply, :ok, unsubscribe(st, pid)}
 
   def handle_call(:info, _from, st) do
     {:reply,
@@ -320,9 +337,11 @@ defmodule Overworld.Zone.Server do
   end
 
   def handle_info({:DOWN, _ref, :process, pid, reason} = msg, st) do
-    if pid in Tuple.to_list(st.workers),
-      do: {:stop, {:bucket_down, reason}, st},
-      else: {:noreply, game_info(st, msg)}
+    cond do
+      pid in Tuple.to_list(st.workers) -> {:stop, {:bucket_down, reason}, st}
+      is_map_key(st.subscribers, pid) -> {:noreply, unsubscribe(st, pid)}
+      true -> {:noreply, game_info(st, msg)}
+    end
   end
 
   # Late or stale messages of the zone's own machinery never reach game code.
@@ -330,6 +349,17 @@ defmodule Overworld.Zone.Server do
   def handle_info({:query_reply, _ref, _w, _result}, st), do: {:noreply, st}
   def handle_info({:timeout, _ref, {:tick, _slot}}, st), do: {:noreply, st}
   def handle_info(msg, st), do: {:noreply, game_info(st, msg)}
+
+  defp unsubscribe(st, pid) do
+    case Map.pop(st.subscribers, pid) do
+      {nil, _} ->
+        st
+
+      {shard, subscribers} ->
+        shards = put_elem(st.shards, shard, List.delete(elem(st.shards, shard), pid))
+        %{st | subscribers: subscribers, shards: shards}
+    end
+  end
 
   defp game_info(st, msg),
     do: game_result(st, :handle_info, Callbacks.call(st, :handle_info, [msg, st.game]))
@@ -443,8 +473,12 @@ defmodule Overworld.Zone.Server do
   defp finish_tick(st, simulated?) do
     r = st.running
     total = System.monotonic_time() - r.t0
-    # The whole tick is done: the workers may collect garbage now.
-    for pid <- Tuple.to_list(st.workers), do: send(pid, {:idle, st.epoch})
+    # The whole tick is done: the workers tell the subscribers, then collect garbage.
+    notice = {:overworld_tick, st.config.id, r.n, r.t0}
+
+    for {pid, i} <- Enum.with_index(Tuple.to_list(st.workers)),
+        do: send(pid, {:idle, st.epoch, notice, elem(st.shards, i)})
+
     st = %{st | running: nil, tick: r.n, entity_count: r.count}
 
     if simulated? do

@@ -46,7 +46,7 @@ defmodule Overworld.Interest.RegionTest do
     )
   end
 
-  test "after any walk the region holds every cell within r and none beyond l (property)" do
+  test "after any walk the region holds every cell within r and none beyond l; next/6 agrees (property)" do
     g = Grid.new(300 * 1024, 300 * 1024, 12 * 1024)
     {r, l} = {40 * 1024, 60 * 1024}
 
@@ -56,11 +56,13 @@ defmodule Overworld.Interest.RegionTest do
           Enum.reduce(steps, {{150 * 1024, 150 * 1024}, %{}, true}, fn {dx, dy},
                                                                        {{x, y}, region, ok?} ->
             {x, y} = {min(max(x + dx, 0), 300 * 1024), min(max(y + dy, 0), 300 * 1024)}
+            # The fused one-pass computation gives the same region.
+            fused = Region.next(region, g, x, y, r, l)
             region = Region.update(region, Region.enter(g, x, y, r), Region.keep(g, x, y, l))
             held = cells(region)
 
             ok? =
-              ok? and MapSet.subset?(cells(Region.enter(g, x, y, r)), held) and
+              ok? and fused == region and MapSet.subset?(cells(Region.enter(g, x, y, r)), held) and
                 MapSet.subset?(held, cells(Region.keep(g, x, y, l)))
 
             {{x, y}, region, ok?}
