@@ -214,6 +214,42 @@ defmodule Overworld.ZoneTest do
     end
   end
 
+  describe "subscriptions" do
+    test "subscribers hear of every finished tick, from several workers; a dead one is dropped" do
+      zone = start(workers: 3)
+      others = for _ <- 1..5, do: spawn_link(fn -> Process.sleep(:infinity) end)
+      assert :ok = Zone.subscribe(zone)
+      # Subscribing twice is one subscription.
+      assert :ok = Zone.subscribe(zone)
+      for pid <- others, do: assert(:ok = Zone.subscribe(zone, pid))
+
+      {:ok, 3} = Zone.tick_now(zone, 3)
+
+      for n <- 1..3 do
+        assert_receive {:overworld_tick, ^zone, ^n, started} when is_integer(started), 1_000
+      end
+
+      refute_receive {:overworld_tick, _, _, _}, 50
+      for pid <- others, do: {:messages, [_, _, _]} = Process.info(pid, :messages)
+
+      # A subscriber that exits is removed; the zone carries on.
+      [dead | _] = others
+      Process.unlink(dead)
+      Process.exit(dead, :kill)
+      {:ok, 4} = Zone.tick_now(zone)
+      assert_receive {:overworld_tick, ^zone, 4, _}, 1_000
+      assert map_size(:sys.get_state(Zone.whereis(zone)).subscribers) == 5
+
+      assert :ok = Zone.unsubscribe(zone)
+      {:ok, 5} = Zone.tick_now(zone)
+      refute_receive {:overworld_tick, _, _, _}, 100
+    end
+
+    test "subscribing to a zone that is not running" do
+      assert Zone.subscribe({__MODULE__, :nope}) == {:error, :not_found}
+    end
+  end
+
   describe "the clock" do
     test "60 ticks at 30 Hz take about 2 seconds" do
       zone = {__MODULE__, make_ref()}
