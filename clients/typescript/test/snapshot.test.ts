@@ -48,3 +48,35 @@ describe("snapshot vectors", () => {
     }
   });
 });
+
+const frames = load("frames.json") as {
+  templates: number[];
+  frames: Array<{ tick: number; hex: string; left: number; deferred: number; cells: number[]; entities: Array<{ id: number; template: number; q: number[] }> }>;
+};
+const frameTemplates = frames.templates.map((id) => all.find((t) => t.id === id)!);
+
+describe("frame vectors (a real observer's frames)", () => {
+  it("a view applying the frames in order holds exactly the expected cells and entities", () => {
+    const view = new WorldView();
+    expect(frames.frames.length).toBeGreaterThanOrEqual(30);
+    for (const f of frames.frames) {
+      expect(view.apply(fromHex(f.hex), frameTemplates)).toEqual({ ok: true, value: f.tick });
+      expect([...view.cells.keys()].sort((a, b) => a - b)).toEqual(f.cells);
+      const got = [...view.entities().values()]
+        .sort((a, b) => a.id - b.id)
+        .map((e) => ({ id: e.id, template: frameTemplates[e.template]!.id, q: e.q }));
+      expect(got).toEqual(f.entities);
+    }
+  });
+
+  it("refuses a frame whose baseline the view does not hold, and stays unchanged", () => {
+    const view = new WorldView();
+    expect(view.apply(fromHex(frames.frames[0]!.hex), frameTemplates).ok).toBe(true);
+    expect(view.apply(fromHex(frames.frames[1]!.hex), frameTemplates).ok).toBe(true);
+    const before = JSON.stringify([...view.cells]);
+    // Frame 4 is a delta against tick 3, which this view never saw.
+    expect(view.apply(fromHex(frames.frames[3]!.hex), frameTemplates)).toEqual({ ok: false, error: "unknown_baseline" });
+    expect(JSON.stringify([...view.cells])).toBe(before);
+    expect(view.tick).toBe(2);
+  });
+});

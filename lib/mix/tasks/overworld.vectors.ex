@@ -12,7 +12,8 @@ defmodule Mix.Tasks.Overworld.Vectors do
   @impl true
   def run(argv) do
     {opts, _, _} = OptionParser.parse(argv, strict: [check: :boolean])
-    Mix.Task.run("compile")
+    # The frame vectors come from a real zone.
+    Mix.Task.run("app.start")
 
     for {name, map} <- Overworld.Protocol.Vectors.files() do
       path = Path.join("protocol/vectors", name)

@@ -36,7 +36,8 @@ defmodule Overworld.Protocol.Vectors do
     do: %{
       "templates.json" => templates(),
       "messages.json" => messages(),
-      "snapshots.json" => snapshots()
+      "snapshots.json" => snapshots(),
+      "frames.json" => frames()
     }
 
   # A sequence of snapshots over a few cells: a keyframe snapshot, then deltas in which entities
@@ -130,6 +131,112 @@ defmodule Overworld.Protocol.Vectors do
       "templates" => Enum.map(ts, & &1.id),
       "snapshots" => steps
     }
+  end
+
+  defmodule Drifters do
+    @moduledoc false
+    # 80 walkers drifting through a 120 m world at up to 4 m/s, bouncing off the edges, with
+    # velocities from each one's xorshift stream: the zone behind frames.json.
+    use Overworld.Zone
+    require Overworld.Entity
+    import Overworld.Entity, only: [entity: 2]
+
+    @impl true
+    def init(_args) do
+      walkers =
+        for i <- 1..80 do
+          {vx, s} = Overworld.Random.uniform(i * 7919, 8193)
+          {vy, _} = Overworld.Random.uniform(s, 8193)
+
+          [
+            kind: :walker,
+            x: rem(i * 48_271, 120 * 1024),
+            y: rem(i * 16_807 + i * i * 97, 120 * 1024),
+            vx: vx - 4096,
+            vy: vy - 4096,
+            heading: rem(i * 2654, 65_536)
+          ]
+        end
+
+      {:ok, %{}, [{:spawn, walkers}]}
+    end
+
+    @impl true
+    def handle_entity(e, _view, ctx) do
+      {x, vx} = bounce(entity(e, :x) + div(entity(e, :vx), ctx.tick_rate), entity(e, :vx))
+      {y, vy} = bounce(entity(e, :y) + div(entity(e, :vy), ctx.tick_rate), entity(e, :vy))
+      turn = if rem(ctx.tick + entity(e, :id), 5) == 0, do: 700, else: 0
+      heading = rem(entity(e, :heading) + turn, 65_536)
+      {:ok, entity(e, x: x, y: y, vx: vx, vy: vy, heading: heading)}
+    end
+
+    defp bounce(p, v) when p < 0, do: {-p, -v}
+    defp bounce(p, v) when p > 120 * 1024, do: {240 * 1024 - p, -v}
+    defp bounce(p, v), do: {p, v}
+  end
+
+  # Frames of a real observer (`Overworld.Interest`) of a real zone, tick after tick: the
+  # observer walks across the world (cells enter and leave), its byte budget is small (cells
+  # wait and catch up with several blocks in one frame), and it resyncs once (baseline 0).
+  defp frames do
+    alias Overworld.{Interest, Zone}
+    alias Overworld.Protocol.Snapshot
+
+    id = {__MODULE__, make_ref()}
+
+    {:ok, _} =
+      Overworld.start_zone(Drifters,
+        id: id,
+        clock: :manual,
+        workers: 1,
+        size: {120, 120},
+        wire: Wire
+      )
+
+    try do
+      {:ok, obs} = Interest.new(id, radius: 25, leave_radius: 45, budget: 4_500)
+      ts = Wire.__templates__()
+
+      {steps, _} =
+        Enum.map_reduce(1..40, {obs, %Snapshot.View{}}, fn n, {obs, view} ->
+          {:ok, ^n} = Zone.tick_now(id)
+          obs = if n == 25, do: Interest.resync(obs, :vectors), else: obs
+          # From the south-west corner towards the north-east, 2 m per tick.
+          pos = {(20 + 2 * n) * 1024, (15 + 2 * n) * 1024}
+          {frame, info, obs} = Interest.frame(obs, n, pos)
+          msg = IO.iodata_to_binary(frame)
+          {:ok, view} = Snapshot.apply(view, msg, ts)
+
+          entities =
+            for {eid, {ti, q}} <- Enum.sort(Snapshot.View.entities(view)),
+                do: %{"id" => eid, "template" => Enum.at(ts, ti).id, "q" => Tuple.to_list(q)}
+
+          step = %{
+            "tick" => n,
+            "hex" => Base.encode16(msg, case: :lower),
+            "left" => info.left,
+            "deferred" => info.deferred,
+            "cells" => view.cells |> Map.keys() |> Enum.sort(),
+            "entities" => entities
+          }
+
+          {step, {obs, view}}
+        end)
+
+      %{
+        "description" =>
+          "Frames of an observer of a real zone (Overworld.Interest): applied in order to an " <>
+            "empty view, after each the view holds exactly `cells` (keys) and `entities` (by " <>
+            "id). They include several blocks of one cell in a frame, keyframes of cells " <>
+            "entering the view, cells leaving it (`left`: how many), cells left waiting by the " <>
+            "byte budget (`deferred`), and a frame with baseline 0 (a resync: the client drops " <>
+            "everything first). Templates: those of templates.json.",
+        "templates" => Enum.map(Wire.__templates__(), & &1.id),
+        "frames" => steps
+      }
+    after
+      Overworld.stop_zone(id)
+    end
   end
 
   defp messages do

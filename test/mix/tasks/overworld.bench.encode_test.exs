@@ -25,7 +25,10 @@ defmodule Mix.Tasks.Overworld.Bench.EncodeTest do
 
     # Bytes per entity are properties of the template and the world, not of the machine.
     assert json["keyframe_bytes_per_entity"] > 5 and json["keyframe_bytes_per_entity"] < 15
-    assert json["delta_bytes_per_changed_entity"] > 1 and json["delta_bytes_per_changed_entity"] < 8
+
+    assert json["delta_bytes_per_changed_entity"] > 1 and
+             json["delta_bytes_per_changed_entity"] < 8
+
     # 20 observers for 2 s at 30 Hz, and the frames decode.
     assert json["frames"] >= 20 * 50
     assert json["decode_errors"] == 0

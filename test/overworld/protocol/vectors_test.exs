@@ -146,4 +146,50 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
       view
     end)
   end
+
+  test "frames.json: a client view applying a real observer's frames holds what the file says" do
+    json = "protocol/vectors/frames.json" |> File.read!() |> :jiffy.decode([:return_maps])
+    templates = Vectors.Wire.__templates__()
+    frames = json["frames"]
+
+    # The sequence covers what it claims to.
+    assert Enum.any?(frames, &(&1["left"] > 0))
+    assert Enum.any?(frames, &(&1["deferred"] > 0))
+
+    assert Enum.any?(
+             tl(frames),
+             &match?(<<2, _::binary>>, Base.decode16!(&1["hex"], case: :lower))
+           )
+
+    Enum.reduce(frames, %Overworld.Protocol.Snapshot.View{}, fn f, view ->
+      assert {:ok, view} =
+               Overworld.Protocol.Snapshot.apply(
+                 view,
+                 Base.decode16!(f["hex"], case: :lower),
+                 templates
+               )
+
+      assert view.tick == f["tick"]
+      assert view.cells |> Map.keys() |> Enum.sort() == f["cells"]
+
+      held =
+        for {id, {ti, q}} <- Enum.sort(Overworld.Protocol.Snapshot.View.entities(view)),
+            do: %{"id" => id, "template" => Enum.at(templates, ti).id, "q" => Tuple.to_list(q)}
+
+      assert held == f["entities"]
+      view
+    end)
+  end
+
+  test "frames.json: a frame whose baseline the view does not hold is refused" do
+    json = "protocol/vectors/frames.json" |> File.read!() |> :jiffy.decode([:return_maps])
+    templates = Vectors.Wire.__templates__()
+    [f1, f2, _f3, f4 | _] = Enum.map(json["frames"], &Base.decode16!(&1["hex"], case: :lower))
+
+    {:ok, view} =
+      Overworld.Protocol.Snapshot.apply(%Overworld.Protocol.Snapshot.View{}, f1, templates)
+
+    {:ok, view} = Overworld.Protocol.Snapshot.apply(view, f2, templates)
+    assert Overworld.Protocol.Snapshot.apply(view, f4, templates) == {:error, :unknown_baseline}
+  end
 end
