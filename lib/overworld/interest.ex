@@ -546,7 +546,7 @@ defmodule Overworld.Interest do
     end
   end
 
-  defp empty_keyframe(key), do: IO.iodata_to_binary([Codec.varint(key * 2), 0])
+  defp empty_keyframe(key), do: IO.iodata_to_binary([Codec.varint(key * 4), 0])
 
   # The slices of cells a..b of a row for ticks t..n, in tick order.
   defp slices(_o, cache, _row, _a, _b, t, n, io, cost, count) when t > n,

@@ -49,12 +49,16 @@ export class WorldView {
     const changed = new Map<number, Entry[]>();
     for (let i = 0; i < n; i++) {
       const head = r.varint();
-      const count = r.varint();
-      if (head === undefined || count === undefined) return fail("truncated");
-      const key = Math.floor(head / 2);
+      if (head === undefined) return fail("truncated");
+      // Kind in the low two bits: 0 keyframe, 1 delta without arrivals (no count), 3 delta with.
+      const kind = head % 4;
+      if (kind === 2) return fail("bad_block");
+      const count = kind === 1 ? 0 : r.varint();
+      if (count === undefined) return fail("truncated");
+      const key = Math.floor(head / 4);
       const bits = new BitReader(bytes, bytes.length * 8, r.offset * 8);
       const entries =
-        head % 2 === 0
+        kind === 0
           ? readKeyframes(bits, count, tb, templates)
           : readDelta(bits, changed.get(key) ?? held.get(key) ?? [], count, tb, templates);
       if (!entries.ok) return entries;

@@ -10,17 +10,19 @@ defmodule Overworld.Protocol.Snapshot do
   A block is byte-aligned and self-contained (its cell key is absolute), so the block of a cell
   at a tick can be shared by every observer of that cell:
 
-  * keyframe block: header varint `key * 2`, varint count, then bits: per entry the id gap from
+  * keyframe block: header varint `key * 4`, varint count, then bits: per entry the id gap from
     the previous entry (a bit varint: groups of 8 bits, a continuation bit then 7 value bits, low
     group first; the first gap is from 0), the template index (`ceil(log2(templates))` bits) and
     the template keyframe; zero bits to the byte boundary.
-  * delta block, against the cell at the baseline tick: header varint `key * 2 + 1`, varint
-    arrivals, then bits: 2 bits per entry the client holds in the cell (`00` unchanged, `01`
-    changed + template delta, `10` left the cell), then per arrival its id gap (from the
-    previous arrival), template index and keyframe; zero bits to the byte boundary.
+  * delta block, against the cell as the client holds it: header varint `key * 4 + 1` (no
+    arrivals) or `key * 4 + 3` then varint arrivals, then bits: 2 bits per entry the client
+    holds in the cell (`00` unchanged, `01` changed + template delta, `10` left the cell),
+    then per arrival its id gap (from the previous arrival), template index and keyframe; zero
+    bits to the byte boundary. (`key * 4 + 2` is invalid.)
 
   A snapshot: opcode `0x02`, varint tick, varint baseline, varint block count, the blocks,
-  varint count and keys of the cells that left the view.
+  varint count and keys of the cells that left the view. Blocks apply in order (several blocks
+  of one cell follow each other); baseline 0 means the client drops everything first.
   """
   import Bitwise
   alias Overworld.Protocol.Codec
@@ -63,7 +65,7 @@ defmodule Overworld.Protocol.Snapshot do
   @spec keyframe_block(non_neg_integer, [entry], [Template.t()] | module | encoder) :: binary
   def keyframe_block(key, entries, templates) do
     {tb, kf, _} = encoder(templates)
-    header = [Codec.varint(key * 2), Codec.varint(length(entries))]
+    header = [Codec.varint(key * 4), Codec.varint(length(entries))]
     finish(header, keyframes(entries, 0, tb, kf, []))
   end
 
@@ -95,8 +97,7 @@ defmodule Overworld.Protocol.Snapshot do
 
       {ops, arrivals, _changed} ->
         arrivals = :lists.reverse(arrivals)
-        header = [Codec.varint(key * 2 + 1), Codec.varint(length(arrivals))]
-        finish(header, keyframes(arrivals, 0, tb, kf, ops))
+        finish(delta_header(key, arrivals), keyframes(arrivals, 0, tb, kf, ops))
     end
   end
 
@@ -105,16 +106,20 @@ defmodule Overworld.Protocol.Snapshot do
   their simulation pass): the ops' bits and the arrivals sorted by id.
   """
   @spec delta_block_bits(non_neg_integer, bitstring, [entry], encoder) :: binary
-  def delta_block_bits(key, ops, [], _enc), do: pad_block(Codec.varint(key * 2 + 1), <<0>>, ops)
+  def delta_block_bits(key, ops, [], _enc), do: pad_block(Codec.varint(key * 4 + 1), ops)
 
   def delta_block_bits(key, ops, arrivals, {tb, kf, _}) do
     bits = :erlang.list_to_bitstring([ops | :lists.reverse(keyframes(arrivals, 0, tb, kf, []))])
-    pad_block(Codec.varint(key * 2 + 1), Codec.varint(length(arrivals)), bits)
+    pad_block(IO.iodata_to_binary(delta_header(key, arrivals)), bits)
   end
 
-  defp pad_block(head, count, bits) do
+  # Kind in the low two bits: 1 a delta without arrivals (no count), 3 with (count follows).
+  defp delta_header(key, []), do: [Codec.varint(key * 4 + 1)]
+  defp delta_header(key, arrivals), do: [Codec.varint(key * 4 + 3), Codec.varint(length(arrivals))]
+
+  defp pad_block(head, bits) do
     pad = rem(8 - rem(bit_size(bits), 8), 8)
-    <<head::binary, count::binary, bits::bitstring, 0::size(pad)>>
+    <<head::binary, bits::bitstring, 0::size(pad)>>
   end
 
   # A merge of the two id-sorted lists; op fragments and arrivals accumulate in reverse;
@@ -218,17 +223,22 @@ defmodule Overworld.Protocol.Snapshot do
 
   defp blocks(n, bin, cells, tb, ts) do
     with {:ok, head, rest} <- Codec.read_varint(bin),
-         {:ok, count, rest} <- Codec.read_varint(rest),
+         {:ok, count, rest} <- block_count(head &&& 3, rest),
          {:ok, entries, rest} <-
-           block(head &&& 1, Map.get(cells, head >>> 1, []), count, rest, tb, ts) do
+           block(head &&& 1, Map.get(cells, head >>> 2, []), count, rest, tb, ts) do
       cells =
         if entries == [],
-          do: Map.delete(cells, head >>> 1),
-          else: Map.put(cells, head >>> 1, entries)
+          do: Map.delete(cells, head >>> 2),
+          else: Map.put(cells, head >>> 2, entries)
 
       blocks(n - 1, rest, cells, tb, ts)
     end
   end
+
+  # A keyframe (0) and a delta with arrivals (3) carry a count; a delta without (1) does not.
+  defp block_count(1, rest), do: {:ok, 0, rest}
+  defp block_count(2, _rest), do: {:error, :bad_block}
+  defp block_count(_kind, rest), do: Codec.read_varint(rest)
 
   defp block(0, _old, count, bits, tb, ts) do
     with {:ok, entries, rest} <- read_keyframes(count, 0, bits, tb, ts, []),
