@@ -109,6 +109,7 @@ defmodule Overworld.Zone.Bucket do
        heap: @min_heap,
        encoder: config.wire && Snapshot.encoder(config.wire),
        wants: %{},
+       collect_due: false,
        tick: 0
      }}
   end
@@ -162,6 +163,7 @@ defmodule Overworld.Zone.Bucket do
          own: [],
          count: 0,
          inbox: [],
+         collect_due: false,
          tick: 0
      }}
   end
@@ -171,15 +173,25 @@ defmodule Overworld.Zone.Bucket do
         {:tick, epoch, n, simulate?, ctx, inputs, spawns, despawns, sent_at},
         %{epoch: epoch} = st
       ) do
+    st = if st.collect_due, do: collect_garbage(st), else: st
     {:noreply, run_tick(st, n, simulate?, ctx, inputs, spawns, despawns, sent_at)}
   end
 
-  # Every worker of the zone is done with the tick: tell our share of the zone's subscribers
-  # (`Overworld.Zone.subscribe/2`), then collect garbage (see collect_garbage/1).
+  # Every worker of the zone is done with the tick: collect garbage (see collect_garbage/1).
+  # With subscribers (`Overworld.Zone.subscribe/2`), first tell our share of them, and collect
+  # a little later (an eighth of the tick period), once they have had the CPU to build their
+  # frames: the collection would only delay them; or at the next tick at the latest.
+  def handle_info({:idle, epoch, _notice, []}, %{epoch: epoch} = st),
+    do: {:noreply, collect_garbage(st)}
+
   def handle_info({:idle, epoch, notice, subscribers}, %{epoch: epoch} = st) do
     for pid <- subscribers, do: send(pid, notice)
-    {:noreply, collect_garbage(st)}
+    Process.send_after(self(), {:collect, epoch}, max(div(1000, st.config.tick_rate * 8), 1))
+    {:noreply, %{st | collect_due: true}}
   end
+
+  def handle_info({:collect, epoch}, %{epoch: epoch, collect_due: true} = st),
+    do: {:noreply, collect_garbage(st)}
 
   # A faster worker's exchange can arrive before our tick starts; keep it for then.
   def handle_info({:xchg, epoch, _n, _from, _halo, _migrants} = msg, %{epoch: epoch} = st) do
@@ -330,6 +342,7 @@ defmodule Overworld.Zone.Bucket do
   # would take CPU from a worker still finishing the tick. The heap size follows the live
   # state, so a zone of any size never collects mid-tick.
   defp collect_garbage(st) do
+    st = %{st | collect_due: false}
     # What the tick allocated: the young heap in use since the last collection.
     {:garbage_collection_info, before} = Process.info(self(), :garbage_collection_info)
     :erlang.garbage_collect()
