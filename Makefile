@@ -69,6 +69,7 @@ test-ts:
 bench: deps
 	mix overworld.bench.goblins --entities 10000 --seconds 60 --reference --json bench/results/goblins-10k.json
 	mix overworld.bench.goblins --entities 100000 --seconds 30 --reference --json bench/results/goblins-100k.json
+	mix overworld.bench.encode --entities 10000 --observers 500 --seconds 60 --json bench/results/encode-10k.json
 
 clean:
 	rm -rf _build bench/reference/target clients/typescript/node_modules clients/typescript/dist
