@@ -4,7 +4,7 @@ defmodule Overworld.TemplateTest do
   doctest Overworld.Template.Field
 
   require Overworld.Entity
-  import Overworld.Entity, only: [entity: 1]
+  import Overworld.Entity, only: [entity: 1, entity: 2]
   alias Overworld.Template
   alias Overworld.Template.Test.Wire
   alias Overworld.Test.Prop
@@ -166,7 +166,7 @@ defmodule Overworld.Template.CompiledTest do
   # The compiled encoders produce exactly the bits of the generic ones.
   use ExUnit.Case, async: true
   require Overworld.Entity
-  import Overworld.Entity, only: [entity: 1]
+  import Overworld.Entity, only: [entity: 1, entity: 2]
   alias Overworld.Template
   alias Overworld.Test.Prop
 
@@ -244,7 +244,14 @@ defmodule Overworld.Template.CompiledTest do
             qa == Template.quantize(t, a) and qb == Template.quantize(t, b) and
               mod.__keyframe__(i, qa) == Template.encode_keyframe(t, qa) and
               mod.__delta__(i, qa, qb) == Template.encode_delta(t, qa, qb) and
-              mod.__delta__(i, qa, qa) == nil
+              mod.__delta__(i, qa, qa) == nil and
+              mod.__same__(i, a, a) and
+              (not mod.__same__(i, a, b) or qa == qb) and
+              mod.__same__(i, a, entity(a, vx: vx2, vy: vy2, rng: 7)) ==
+                not Enum.any?(
+                  t.fields,
+                  &((&1.source == :vx and vx != vx2) or (&1.source == :vy and vy != vy2))
+                )
           end)
         end
       ),

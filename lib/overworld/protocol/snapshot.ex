@@ -115,7 +115,9 @@ defmodule Overworld.Protocol.Snapshot do
 
   # Kind in the low two bits: 1 a delta without arrivals (no count), 3 with (count follows).
   defp delta_header(key, []), do: [Codec.varint(key * 4 + 1)]
-  defp delta_header(key, arrivals), do: [Codec.varint(key * 4 + 3), Codec.varint(length(arrivals))]
+
+  defp delta_header(key, arrivals),
+    do: [Codec.varint(key * 4 + 3), Codec.varint(length(arrivals))]
 
   defp pad_block(head, bits) do
     pad = rem(8 - rem(bit_size(bits), 8), 8)

@@ -9,6 +9,8 @@ defmodule Overworld.Template.Compiled do
   #   __quantize__(index, entity) :: values
   #   __keyframe__(index, values) :: bitstring
   #   __delta__(index, old, new) :: bitstring | nil
+  #   __same__(index, entity_a, entity_b) :: boolean  (every replicated source identical, so
+  #                                                    no delta: cheaper than quantizing both)
   #
   # `index` is the template's position in `__templates__/0`.
 
@@ -44,6 +46,9 @@ defmodule Overworld.Template.Compiled do
 
       @doc false
       unquote_splicing(Enum.map(indexed, fn {t, i} -> delta(t, i) end))
+
+      @doc false
+      unquote_splicing(Enum.map(indexed, fn {t, i} -> same(t, i) end))
     end
   end
 
@@ -105,6 +110,24 @@ defmodule Overworld.Template.Compiled do
         v when is_integer(v) -> min(Bitwise.bsr(v - unquote(min), unquote(shift)), unquote(max))
         _ -> 0
       end
+    end
+  end
+
+  ## Same sources
+
+  defp same(%Template{fields: fields}, index) do
+    a = Macro.var(:a, __MODULE__)
+    b = Macro.var(:b, __MODULE__)
+
+    checks =
+      fields
+      |> Enum.map(& &1.source)
+      |> Enum.uniq()
+      |> Enum.map(fn src -> quote(do: unquote(source(src, a)) === unquote(source(src, b))) end)
+      |> Enum.reduce(fn check, acc -> quote(do: unquote(acc) and unquote(check)) end)
+
+    quote do
+      def __same__(unquote(index), unquote(a), unquote(b)), do: unquote(checks)
     end
   end
 

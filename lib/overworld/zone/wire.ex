@@ -33,11 +33,13 @@ defmodule Overworld.Zone.Wire do
   @typedoc "The compiled functions of a templates module, captured once (no export lookups)."
   @type funs ::
           {(term -> non_neg_integer | nil), (non_neg_integer, tuple -> tuple),
-           (non_neg_integer, tuple, tuple -> bitstring | nil)}
+           (non_neg_integer, tuple, tuple -> bitstring | nil),
+           (non_neg_integer, tuple, tuple -> boolean)}
 
   @doc false
   @spec funs(module) :: funs
-  def funs(mod), do: {&mod.__index__/1, &mod.__quantize__/2, &mod.__delta__/3}
+  def funs(mod),
+    do: {&mod.__index__/1, &mod.__quantize__/2, &mod.__delta__/3, &mod.__same__/3}
 
   @doc false
   # The ops of a cell: {key, the ops' bit fragments in reverse, any op not 00?, arrivals in the
@@ -51,7 +53,7 @@ defmodule Overworld.Zone.Wire do
   # `new` is a subset of `old` (the entities that stayed), both in id order.
   defp walk(_funs, [], _new, ops, changed, arrivals), do: {ops, changed, arrivals}
 
-  defp walk({index, quantize, delta} = funs, [o | old], [n | rest] = new, ops, changed, arr) do
+  defp walk({index, quantize, delta, same} = funs, [o | old], [n | rest] = new, ops, changed, arr) do
     kind = entity(o, :kind)
 
     case index.(kind) do
@@ -68,6 +70,9 @@ defmodule Overworld.Zone.Wire do
           entity(n, :id) !== entity(o, :id) ->
             walk(funs, old, new, [<<2::2>> | ops], true, arr)
 
+          entity(n, :kind) === kind and same.(ti, o, n) ->
+            walk(funs, old, rest, [<<0::2>> | ops], changed, arr)
+
           entity(n, :kind) === kind or index.(entity(n, :kind)) === ti ->
             case delta.(ti, quantize.(ti, o), quantize.(ti, n)) do
               nil -> walk(funs, old, rest, [<<0::2>> | ops], changed, arr)
@@ -80,14 +85,14 @@ defmodule Overworld.Zone.Wire do
     end
   end
 
-  defp walk({index, _, _} = funs, [o | old], [], ops, changed, arrivals) do
+  defp walk({index, _, _, _} = funs, [o | old], [], ops, changed, arrivals) do
     case index.(entity(o, :kind)) do
       nil -> walk(funs, old, [], ops, changed, arrivals)
       _ -> walk(funs, old, [], [<<2::2>> | ops], true, arrivals)
     end
   end
 
-  defp arrival({index, quantize, _}, e, arrivals) do
+  defp arrival({index, quantize, _, _}, e, arrivals) do
     case index.(entity(e, :kind)) do
       nil -> arrivals
       ti -> [{entity(e, :id), ti, quantize.(ti, e)} | arrivals]
@@ -110,7 +115,7 @@ defmodule Overworld.Zone.Wire do
           integer,
           integer
         ) :: {binary, binary}
-  def publish({index, quantize, _}, enc, cells, arrivals, grid, first, stop) do
+  def publish({index, quantize, _, _}, enc, cells, arrivals, grid, first, stop) do
     incoming =
       arrivals
       |> Enum.flat_map(fn e ->
