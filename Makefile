@@ -5,9 +5,11 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-# Debian packages the project uses: Elixir/OTP, jiffy (JSON), PropEr for property tests,
-# runtime_tools (scheduler utilization, msacc) and tools (eprof) for the benchmarks.
-APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-proper erlang-runtime-tools erlang-tools
+# Debian packages the project uses: Elixir/OTP, jiffy (JSON), cowlib (WebSocket framing), Mnesia
+# (accounts), crypto (tokens), PropEr for property tests, runtime_tools (scheduler utilization,
+# msacc) and tools (eprof) for the benchmarks.
+APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
+  erlang-proper erlang-runtime-tools erlang-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # VM flags (see docs/performance.md): schedulers bound to CPUs, so the bucket workers of a zone

@@ -21,7 +21,9 @@ defmodule Overworld.MixProject do
 
   def application do
     [
-      extra_applications: [:logger, :runtime_tools, :jiffy],
+      extra_applications: [:logger, :runtime_tools, :crypto, :jiffy, :cowlib],
+      # Mnesia starts when a server starts, in its data directory (`Overworld.Accounts`).
+      included_applications: [:mnesia],
       mod: {Overworld.Application, []}
     ]
   end
@@ -36,6 +38,7 @@ defmodule Overworld.MixProject do
   defp deps do
     [
       system_dep(:jiffy, "~> 1.1", []),
+      system_dep(:cowlib, "~> 2.12", []),
       system_dep(:proper, "~> 1.4", only: :test, runtime: false)
     ]
     |> Enum.reject(&is_nil/1)

@@ -59,6 +59,7 @@ defmodule Overworld.Interest do
   defstruct @enforce_keys ++
               [
                 tick: 0,
+                input_ack: 0,
                 reset: true,
                 at: nil,
                 region: %{},
@@ -84,6 +85,7 @@ defmodule Overworld.Interest do
           leave: non_neg_integer,
           budget: pos_integer,
           tick: non_neg_integer,
+          input_ack: non_neg_integer,
           reset: boolean,
           region: Region.t(),
           held: %{optional(non_neg_integer) => [{non_neg_integer, non_neg_integer, integer}]},
@@ -199,6 +201,14 @@ defmodule Overworld.Interest do
   end
 
   @doc """
+  Sets the input acknowledgement the next frames carry: the newest input sequence number of the
+  client that the zone consumed (`Overworld.Zone.input_ack/2`).
+  """
+  @spec acknowledge(t, non_neg_integer) :: t
+  def acknowledge(%__MODULE__{} = o, seq) when is_integer(seq) and seq >= 0,
+    do: %{o | input_ack: seq}
+
+  @doc """
   The frame of tick `n` (the zone's last completed tick) for an observer at `(x, y)` (units):
   `{frame, info, observer}`, the frame an iolist of a snapshot message. A tick not after the
   last frame's answers `nil` for the frame.
@@ -306,6 +316,7 @@ defmodule Overworld.Interest do
       <<0x02>>,
       Codec.varint(n),
       Codec.varint(baseline),
+      Codec.varint(o.input_ack),
       Codec.varint(count),
       blocks,
       Codec.varint(length(left)) | Enum.map(left, &Codec.varint/1)

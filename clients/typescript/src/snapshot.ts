@@ -22,6 +22,8 @@ export const indexBits = (count: number): number => (count <= 1 ? 0 : Math.floor
 export class WorldView {
   readonly cells = new Map<number, Entry[]>();
   tick = 0;
+  /** The newest input sequence number the server had consumed at `tick` (0: none). */
+  inputAck = 0;
 
   /** Every entity held, by id. */
   entities(): Map<number, Entry> {
@@ -40,8 +42,10 @@ export class WorldView {
     if (r.u8() !== 0x02) return fail("not_a_snapshot");
     const tick = r.varint();
     const baseline = r.varint();
+    const ack = r.varint();
     const n = r.varint();
-    if (tick === undefined || baseline === undefined || n === undefined) return fail("truncated");
+    if (tick === undefined || baseline === undefined || ack === undefined || n === undefined)
+      return fail("truncated");
     // Baseline 0: start from nothing; otherwise the view must hold the baseline.
     if (baseline !== 0 && baseline !== this.tick) return fail("unknown_baseline");
     const held = baseline === 0 ? new Map<number, Entry[]>() : this.cells;
@@ -83,6 +87,7 @@ export class WorldView {
     }
     for (const key of gone) this.cells.delete(key);
     this.tick = tick;
+    this.inputAck = ack;
     return { ok: true, value: tick };
   }
 }

@@ -20,7 +20,7 @@ defmodule Overworld.Protocol.Snapshot do
     then per arrival its id gap (from the previous arrival), template index and keyframe; zero
     bits to the byte boundary. (`key * 4 + 2` is invalid.)
 
-  A snapshot: opcode `0x02`, varint tick, varint baseline, varint block count, the blocks,
+  A snapshot: opcode `0x02`, varint tick, varint baseline, varint input ack, varint block count, the blocks,
   varint count and keys of the cells that left the view. Blocks apply in order (several blocks
   of one cell follow each other); baseline 0 means the client drops everything first.
   """
@@ -157,12 +157,16 @@ defmodule Overworld.Protocol.Snapshot do
     end
   end
 
-  @doc "A snapshot message from blocks (iodata, shared binaries are not copied)."
-  @spec encode(non_neg_integer, non_neg_integer, [iodata], [non_neg_integer]) :: iodata
-  def encode(tick, baseline, blocks, left) do
+  @doc """
+  A snapshot message from blocks (iodata, shared binaries are not copied). `input_ack` is the
+  newest input sequence number of the client that the tick consumed (0: none).
+  """
+  @spec encode(non_neg_integer, non_neg_integer, [iodata], [non_neg_integer], non_neg_integer) ::
+          iodata
+  def encode(tick, baseline, blocks, left, input_ack \\ 0) do
     [
       <<0x02, Codec.varint(tick)::binary, Codec.varint(baseline)::binary,
-        Codec.varint(length(blocks))::binary>>,
+        Codec.varint(input_ack)::binary, Codec.varint(length(blocks))::binary>>,
       blocks,
       Codec.varint(length(left)),
       Enum.map(left, &Codec.varint/1)
@@ -173,13 +177,15 @@ defmodule Overworld.Protocol.Snapshot do
 
   defmodule View do
     @moduledoc """
-    What a client holds: its cells (key => entries sorted by id) and the tick they are at.
+    What a client holds: its cells (key => entries sorted by id), the tick they are at and the
+    newest input the server acknowledged.
     """
-    defstruct cells: %{}, tick: 0
+    defstruct cells: %{}, tick: 0, input_ack: 0
 
     @type t :: %__MODULE__{
             cells: %{optional(non_neg_integer) => [Overworld.Protocol.Snapshot.entry()]},
-            tick: non_neg_integer
+            tick: non_neg_integer,
+            input_ack: non_neg_integer
           }
 
     @doc "Every entity the client holds: id => {template index, values}."
@@ -203,11 +209,12 @@ defmodule Overworld.Protocol.Snapshot do
     with {:ok, tick, rest} <- Codec.read_varint(rest),
          {:ok, baseline, rest} <- Codec.read_varint(rest),
          {:ok, base} <- base(view, baseline),
+         {:ok, ack, rest} <- Codec.read_varint(rest),
          {:ok, n, rest} <- Codec.read_varint(rest),
          {:ok, cells, rest} <- blocks(n, rest, base, tb, ts),
          {:ok, left, rest} <- Codec.read_varint(rest),
          {:ok, cells, <<>>} <- leave(left, rest, cells) do
-      {:ok, %View{cells: cells, tick: tick}}
+      {:ok, %View{cells: cells, tick: tick, input_ack: ack}}
     else
       {:ok, _, _} -> {:error, :trailing_bytes}
       error -> error

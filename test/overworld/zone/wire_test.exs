@@ -68,7 +68,7 @@ defmodule Overworld.Zone.WireTest do
             end
 
           count = blocks |> Enum.map(&elem(&1, 0)) |> Enum.sum()
-          msg = [2, Codec.varint(n), Codec.varint(n - 1), Codec.varint(count)]
+          msg = [2, Codec.varint(n), Codec.varint(n - 1), 0, Codec.varint(count)]
           msg = IO.iodata_to_binary([msg, Enum.map(blocks, &elem(&1, 1)), 0])
           {:ok, view} = Snapshot.apply(view, msg, templates)
           assert Snapshot.View.entities(view) == expected(id, templates)
