@@ -106,6 +106,13 @@ defmodule Overworld.Zone do
               {:ok, Overworld.Entity.t()} | :despawn
   @callback terminate(reason :: term, state) :: term
 
+  @doc """
+  Turns the game payload of a client's INPUT message (bytes from the network) into the input
+  term `handle_input/3` gets. Runs in the player's session process, not in the zone; it must
+  not raise on any bytes. The default passes the binary on.
+  """
+  @callback decode_input(payload :: binary) :: {:ok, term} | {:error, reason :: term}
+
   @optional_callbacks terminate: 2
 
   defmacro __using__(_opts) do
@@ -130,7 +137,11 @@ defmodule Overworld.Zone do
       @impl Overworld.Zone
       def handle_entity(entity, _view, _ctx), do: {:ok, entity}
 
-      defoverridable handle_join: 3,
+      @impl Overworld.Zone
+      def decode_input(payload), do: {:ok, payload}
+
+      defoverridable decode_input: 1,
+                     handle_join: 3,
                      handle_leave: 3,
                      handle_input: 3,
                      handle_tick: 2,
@@ -182,6 +193,15 @@ defmodule Overworld.Zone do
   """
   @spec input(zone, player, term) :: :ok
   def input(zone, player, input), do: GenServer.cast(server(zone), {:input, player, input})
+
+  @doc """
+  Like `input/3`, with the client's input sequence number: once a tick consumed the input, the
+  zone's wire table says so (`Overworld.Zone.Wire.input_ack/2`; zones with `wire:` only), and
+  the player's snapshots carry it.
+  """
+  @spec input(zone, player, term, non_neg_integer) :: :ok
+  def input(zone, player, input, seq) when is_integer(seq) and seq >= 0,
+    do: GenServer.cast(server(zone), {:input, player, input, seq})
 
   @doc "Spawns entities from specs (visible after the next tick); returns their ids."
   @spec spawn(zone, [entity_spec]) :: {:ok, [pos_integer]} | {:error, term}

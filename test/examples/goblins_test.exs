@@ -69,22 +69,28 @@ defmodule GoblinsTest do
   test "players walk with their inputs and are clamped to the world" do
     id = {__MODULE__, make_ref()}
     {:ok, _} = Overworld.start_zone(Goblins, Goblins.zone_options(100, id: id, clock: :manual))
+    side = Goblins.side(100)
     {:ok, pid} = Zone.join(id, :ann)
-    Zone.input(id, :ann, {:move, 127, 0})
-    {:ok, _} = Zone.tick_now(id, 31)
+    # The first tick spawns the avatar at the player's spot.
+    {:ok, _} = Zone.tick_now(id)
+    x0 = entity(Zone.entity(id, pid), :x)
+    assert x0 == :erlang.phash2({:ann, :x}, side)
+    dir = if x0 > div(side, 2), do: -1, else: 1
+    Zone.input(id, :ann, {:move, 127 * dir, 0})
+    {:ok, _} = Zone.tick_now(id, 30)
     e = Zone.entity(id, pid)
-    # 30 ticks at 5 m/s from x = 0 (the first tick spawned the avatar); goblins in the way may
-    # push the player back a little, never forward.
-    assert entity(e, :vx) == 5 * 1024
-    assert entity(e, :x) in 3_000..(30 * div(5 * 1024, 30))
+    # 30 ticks at 5 m/s; goblins in the way may push the player back a little, never forward.
+    assert entity(e, :vx) == dir * 5 * 1024
+    assert abs(entity(e, :x) - x0) in 3_000..(30 * div(5 * 1024, 30))
     Zone.input(id, :ann, {:move, 500, 0})
     {:ok, _} = Zone.tick_now(id)
-    assert entity(Zone.entity(id, pid), :input) == {127, 0}
-    Zone.input(id, :ann, {:move, -127, 0})
-    {:ok, _} = Zone.tick_now(id, 40)
+    assert entity(Zone.entity(id, pid), :input) == {127 * dir, 0}
+    # Back towards the nearer edge, for longer than it takes: clamped there.
+    Zone.input(id, :ann, {:move, -127 * dir, 0})
+    {:ok, _} = Zone.tick_now(id, 260)
     e = Zone.entity(id, pid)
-    assert entity(e, :vx) == -5 * 1024
-    assert entity(e, :x) < 1024
+    assert entity(e, :vx) == -dir * 5 * 1024
+    if dir == 1, do: assert(entity(e, :x) < 1024), else: assert(entity(e, :x) > side - 1024)
     Overworld.stop_zone(id)
   end
 end

@@ -98,3 +98,30 @@ export function dequantize(f: FieldSchema, q: number): number | string | boolean
       return f.min + q * f.step;
   }
 }
+
+/** How decoded angles are expressed: turns in [0, 1) or radians in [0, 2π). */
+export type AngleUnit = "turns" | "radians";
+
+/** A decoded field value. */
+export type Value = number | string | boolean;
+
+/**
+ * The real value a quantized value stands for: `fixed` in metres, `angle` in turns or radians
+ * (`unit`, default radians), `uint` and `int` as integers, `enum` and `bool` as their value. An
+ * enum index without a value (never sent by a correct server) answers the index itself.
+ */
+export function decodeValue(f: FieldSchema, q: number, unit: AngleUnit = "radians"): Value {
+  switch (f.type) {
+    case "fixed":
+      return (f.min + q * f.step) / 1024;
+    case "angle": {
+      const turns = (q * 2 ** (16 - f.bits)) / 65536;
+      return unit === "turns" ? turns : turns * 2 * Math.PI;
+    }
+    case "enum":
+    case "bool":
+      return f.values?.[q] ?? q;
+    default:
+      return f.min + q * f.step;
+  }
+}

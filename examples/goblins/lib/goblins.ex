@@ -79,8 +79,12 @@ defmodule Goblins do
   end
 
   @impl true
-  def handle_join(_player, _meta, state) do
-    {:ok, [kind: :player, x: 0, y: 0, data: nil], state}
+  def handle_join(player, _meta, %{goblins: n} = state) do
+    # Players appear at a spot of the world picked from their id (the same spot every time).
+    s = side(n)
+    x = :erlang.phash2({player, :x}, s)
+    y = :erlang.phash2({player, :y}, s)
+    {:ok, [kind: :player, x: x, y: y, data: nil], state}
   end
 
   @impl true
@@ -89,6 +93,21 @@ defmodule Goblins do
       do: {:ok, {mx, my}, state}
 
   def handle_input(_player, _input, state), do: {:ignore, state}
+
+  @doc """
+  A client's input payload: two signed bytes, `mx` and `my` in -127..127 (the walking
+  direction and speed, 127 = full speed).
+
+      iex> Goblins.decode_input(<<100, 156>>)
+      {:ok, {:move, 100, -100}}
+      iex> Goblins.decode_input(<<1, 2, 3>>)
+      {:error, :bad_payload}
+  """
+  @impl true
+  def decode_input(<<mx::signed-8, my::signed-8>>) when mx > -128 and my > -128,
+    do: {:ok, {:move, mx, my}}
+
+  def decode_input(_payload), do: {:error, :bad_payload}
 
   @impl true
   def handle_entity({:entity, _, kind, _, _, _, _, _, _, _, _, _, _} = e, view, ctx)

@@ -1,10 +1,16 @@
 defmodule Mix.Tasks.Overworld.Server do
-  @shortdoc "Runs the goblin world and prints its tick statistics"
+  @shortdoc "Serves the goblin world over HTTP/WebSocket and prints its tick statistics"
   @moduledoc """
-  Starts Overworld with the goblin world (`examples/goblins`) and prints the zone's tick
-  statistics every few seconds until stopped (Ctrl-C twice). This is what `make run` does.
+  Starts Overworld with the goblin world (`examples/goblins`) and its server
+  (`Overworld.Server`: the status page on `/`, device authentication, WebSocket sessions on
+  `/ws`), and prints the zone's tick statistics every few seconds until stopped (Ctrl-C twice).
+  This is what `make run` does.
 
-      mix overworld.server [--entities 10000] [--workers N] [--tick-rate 30] [--interval 5] [--seconds S]
+      mix overworld.server [--port 4000] [--data-dir ./data] [--entities 10000] [--workers N]
+                           [--tick-rate 30] [--interval 5] [--seconds S]
+
+  `--port 0` picks a free port. Once the server listens it prints
+  `listening on http://127.0.0.1:<port>` (tools and tests wait for that line).
 
   Each line covers the last interval: tick duration p50/p99/max in microseconds, overruns, the
   average of each tick phase, and scheduler utilization beside OS CPU (the BEAM busy-waits, so
@@ -17,7 +23,9 @@ defmodule Mix.Tasks.Overworld.Server do
     workers: :integer,
     tick_rate: :integer,
     interval: :integer,
-    seconds: :integer
+    seconds: :integer,
+    port: :integer,
+    data_dir: :string
   ]
 
   @impl true
@@ -34,17 +42,29 @@ defmodule Mix.Tasks.Overworld.Server do
     interval = Keyword.get(opts, :interval, 5)
 
     zone_opts =
-      [id: :goblins, tick_rate: rate]
+      [id: :goblins, tick_rate: rate, wire: Goblins.Wire]
       |> then(&if opts[:workers], do: Keyword.put(&1, :workers, opts[:workers]), else: &1)
 
     {:ok, _} = Overworld.start_zone(Goblins, Goblins.zone_options(n, zone_opts))
     config = Overworld.Zone.info(:goblins).config
+
+    {:ok, _} =
+      Overworld.Server.start_link(
+        port: Keyword.get(opts, :port, 4000),
+        data_dir: Keyword.get(opts, :data_dir, "./data"),
+        zones: %{"goblins" => :goblins},
+        default_zone: "goblins"
+      )
+
+    port = Overworld.Server.port()
 
     Mix.shell().info(
       "Overworld: goblin world with #{n} goblins in #{Float.round(elem(config.size, 0), 1)} m x " <>
         "#{Float.round(elem(config.size, 1), 1)} m, #{rate} Hz, #{config.workers} bucket workers " <>
         "on #{System.schedulers_online()} schedulers. Statistics every #{interval} s (Ctrl-C to stop)."
     )
+
+    IO.puts("listening on http://127.0.0.1:#{port}")
 
     deadline = if opts[:seconds], do: System.monotonic_time(:second) + opts[:seconds]
     loop(Overworld.Bench.Report.start(:goblins), interval, deadline)

@@ -303,6 +303,7 @@ defmodule Overworld.Zone.Bucket do
     funs = Wire.funs(mod)
     {data, index} = Wire.publish(funs, st.encoder, cells || [], arrivals, grid, first, stop)
     :ets.insert(table, {{:tick, st.index, Wire.slot(n)}, n, data, index, first})
+    Wire.put_positions(table, own, stop, n)
 
     case drain_wants(st.wants) do
       wants when map_size(wants) == 0 ->

@@ -74,6 +74,8 @@ defmodule Overworld.Zone.Server do
       next_id: 1,
       entity_count: 0,
       inputs: %{},
+      # Input sequence numbers (player => newest), published when a tick consumes them.
+      acks: %{},
       players: %Players{},
       spawns: [],
       despawns: [],
@@ -237,8 +239,14 @@ defmodule Overworld.Zone.Server do
         st = %{
           st
           | players: Players.remove(st.players, player),
-            inputs: Map.delete(st.inputs, player)
+            inputs: Map.delete(st.inputs, player),
+            acks: Map.delete(st.acks, player)
         }
+
+        case st.config.shared do
+          %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_player(table, player, id)
+          _ -> true
+        end
 
         st = %{st | despawns: [id | st.despawns]}
 
@@ -274,6 +282,14 @@ defmodule Overworld.Zone.Server do
   def handle_cast({:input, player, input}, st) do
     if Players.joined?(st.players, player),
       do: {:noreply, %{st | inputs: Map.put(st.inputs, player, input)}},
+      else: {:noreply, st}
+  end
+
+  def handle_cast({:input, player, input, seq}, st) do
+    if Players.joined?(st.players, player),
+      do:
+        {:noreply,
+         %{st | inputs: Map.put(st.inputs, player, input), acks: Map.put(st.acks, player, seq)}},
       else: {:noreply, st}
   end
 
@@ -424,6 +440,15 @@ defmodule Overworld.Zone.Server do
 
   # handle_input for the newest input of each player; the inputs per worker (entity id => input).
   defp input_phase(%{inputs: inputs} = st) when map_size(inputs) == 0, do: {%{}, st}
+
+  defp input_phase(%{acks: acks} = st) when map_size(acks) > 0 do
+    case st.config.shared do
+      %{wire: table} when table != nil -> Overworld.Zone.Wire.put_acks(table, acks)
+      _ -> :ok
+    end
+
+    input_phase(%{st | acks: %{}})
+  end
 
   defp input_phase(st) do
     Enum.reduce(st.inputs, {%{}, %{st | inputs: %{}}}, fn {player, input}, {acc, st} ->

@@ -200,4 +200,59 @@ defmodule Overworld.Zone.Wire do
         entries != [],
         do: {k, Snapshot.keyframe_block(k, entries, enc)}
   end
+
+  ## Players: where their entities are and which input the zone consumed, for their sessions
+  ## (one ETS read each per tick, no message to the zone).
+
+  @doc false
+  # The positions of the owned entities (players' avatars) among a worker's cells (those before
+  # `stop`: its stripe), at tick n.
+  @spec put_positions(:ets.tid(), [{integer, [Overworld.Entity.t()]}], integer, non_neg_integer) ::
+          true
+  def put_positions(table, own, stop, n), do: :ets.insert(table, positions(own, stop, n, []))
+
+  defp positions([{k, es} | rest], stop, n, acc) when k < stop,
+    do: positions(rest, stop, n, owned(es, n, acc))
+
+  defp positions(_, _stop, _n, acc), do: acc
+
+  defp owned([], _n, acc), do: acc
+
+  defp owned([{:entity, id, _, x, y, _, _, _, _, _, _, owner, _} | rest], n, acc)
+       when owner !== nil,
+       do: owned(rest, n, [{{:pos, id}, x, y, n} | acc])
+
+  defp owned([_ | rest], n, acc), do: owned(rest, n, acc)
+
+  @doc false
+  # The position of a player's entity after the last tick that saw it: {x, y, tick} or nil.
+  @spec position(:ets.tid(), pos_integer) ::
+          {integer, integer, non_neg_integer} | nil
+  def position(table, id) do
+    case :ets.lookup(table, {:pos, id}) do
+      [{_, x, y, n}] -> {x, y, n}
+      [] -> nil
+    end
+  end
+
+  @doc false
+  @spec put_acks(:ets.tid(), %{optional(term) => non_neg_integer}) :: true
+  def put_acks(table, acks), do: :ets.insert(table, for({p, seq} <- acks, do: {{:ack, p}, seq}))
+
+  @doc false
+  # The newest input sequence number of a player that a tick consumed (0: none yet).
+  @spec input_ack(:ets.tid(), term) :: non_neg_integer
+  def input_ack(table, player) do
+    case :ets.lookup(table, {:ack, player}) do
+      [{_, seq}] -> seq
+      [] -> 0
+    end
+  end
+
+  @doc false
+  @spec forget_player(:ets.tid(), term, pos_integer | nil) :: true
+  def forget_player(table, player, id) do
+    :ets.delete(table, {:ack, player})
+    if id, do: :ets.delete(table, {:pos, id}), else: true
+  end
 end

@@ -1,0 +1,215 @@
+// Test-only encoders of server messages (the SDK only decodes them) and a scriptable WebSocket.
+import { ByteReader, ByteWriter, zigzag, type FieldSchema, type TemplateSchema } from "../src/index.js";
+
+/** Writes bits most significant first. */
+export class BitWriter {
+  private readonly bits: number[] = [];
+  uint(n: number, v: number): this {
+    for (let i = n - 1; i >= 0; i--) this.bits.push(Math.floor(v / 2 ** i) % 2);
+    return this;
+  }
+  /** The protocol's bit varint: groups of a continuation bit and 7 value bits, low group first. */
+  vbits(v: number): this {
+    do {
+      const low = v % 128;
+      v = Math.floor(v / 128);
+      this.uint(1, v > 0 ? 1 : 0).uint(7, low);
+    } while (v > 0);
+    return this;
+  }
+  toBytes(): Uint8Array {
+    const out = new Uint8Array(Math.ceil(this.bits.length / 8));
+    this.bits.forEach((b, i) => (out[i >> 3]! |= b << (7 - (i & 7))));
+    return out;
+  }
+}
+
+const field = (name: string, type: FieldSchema["type"], bits: number, extra: Partial<FieldSchema> = {}): FieldSchema => ({
+  name,
+  type,
+  bits,
+  min: 0,
+  step: 1,
+  diff_bits: 0,
+  values: type === "bool" ? [false, true] : null,
+  ...extra,
+});
+
+/** The goblin world's templates (Goblins.Wire): positions at 1/64 m (16 units) over 16 km. */
+export const GOBLIN: TemplateSchema = {
+  id: 1,
+  name: "goblin",
+  fields: [
+    field("x", "fixed", 20, { step: 16, diff_bits: 5 }),
+    field("y", "fixed", 20, { step: 16, diff_bits: 5 }),
+    field("heading", "angle", 8, { diff_bits: 3 }),
+    field("state", "enum", 2, { values: ["idle", "wander", "flee", "chase"] }),
+    field("kind", "enum", 1, { values: ["goblin", "warlord"] }),
+  ],
+};
+export const PLAYER: TemplateSchema = {
+  id: 2,
+  name: "player",
+  fields: [
+    field("x", "fixed", 20, { step: 16, diff_bits: 5 }),
+    field("y", "fixed", 20, { step: 16, diff_bits: 5 }),
+    field("heading", "angle", 8, { diff_bits: 3 }),
+  ],
+};
+export const TEMPLATES = [GOBLIN, PLAYER];
+
+/** Quantized x or y of a position in metres (1/64 m steps). */
+export const qm = (metres: number): number => Math.round(metres * 64);
+
+export function encodeHandshake(h: {
+  version?: number;
+  tickRate?: number;
+  entityId: number;
+  width?: number;
+  height?: number;
+  cellSize?: number;
+  templates?: TemplateSchema[];
+}): Uint8Array {
+  const templates = h.templates ?? TEMPLATES;
+  const w = new ByteWriter()
+    .u8(0x01)
+    .u16(h.version ?? 1)
+    .u16(h.tickRate ?? 30)
+    .varint(h.entityId)
+    .varint(h.width ?? 316 * 1024)
+    .varint(h.height ?? 316 * 1024)
+    .varint(h.cellSize ?? 12 * 1024)
+    .u8(templates.length);
+  for (const t of templates) {
+    w.u8(t.id).string(t.name).u8(t.fields.length);
+    for (const f of t.fields) {
+      w.string(f.name).u8(["uint", "int", "fixed", "angle", "enum", "bool"].indexOf(f.type));
+      w.u8(f.bits).u8(f.diff_bits).varint(zigzag(f.min)).varint(f.step);
+      if (f.type === "enum") {
+        w.u8(f.values!.length);
+        for (const v of f.values!) typeof v === "string" ? w.u8(0).string(v) : w.u8(1).varint(zigzag(v as number));
+      }
+    }
+  }
+  return w.toBytes();
+}
+
+export interface TestEntity {
+  id: number;
+  /** Index in the handshake's templates. */
+  template: number;
+  q: number[];
+}
+
+/** A SNAPSHOT of keyframe blocks (one per cell), entities sorted by id in each. */
+export function encodeSnapshot(s: {
+  tick: number;
+  baseline?: number;
+  ack?: number;
+  cells: Array<{ key: number; entities: TestEntity[] }>;
+  left?: number[];
+  templates?: TemplateSchema[];
+}): Uint8Array {
+  const templates = s.templates ?? TEMPLATES;
+  const tb = templates.length <= 1 ? 0 : Math.floor(Math.log2(templates.length - 1)) + 1;
+  const w = new ByteWriter().u8(0x02).varint(s.tick).varint(s.baseline ?? 0).varint(s.ack ?? 0).varint(s.cells.length);
+  for (const c of s.cells) {
+    w.varint(c.key * 4).varint(c.entities.length);
+    const b = new BitWriter();
+    let previous = 0;
+    for (const e of [...c.entities].sort((a, b) => a.id - b.id)) {
+      b.vbits(e.id - previous).uint(tb, e.template);
+      previous = e.id;
+      templates[e.template]!.fields.forEach((f, i) => b.uint(f.bits, e.q[i]!));
+    }
+    w.bytes(b.toBytes());
+  }
+  const left = s.left ?? [];
+  w.varint(left.length);
+  for (const k of left) w.varint(k);
+  return w.toBytes();
+}
+
+export const pong = (clientTime: number, serverTick: number) => new ByteWriter().u8(0x04).varint(clientTime).varint(serverTick).toBytes();
+export const error = (code: number, message: string) => new ByteWriter().u8(0x05).u16(code).string(message).toBytes();
+
+/** A client message decoded (what the fake server received). */
+export type Sent =
+  | { type: "hello"; version: number; token: string }
+  | { type: "input"; seq: number; ack: number; payload: number[] }
+  | { type: "ping"; client_time: number }
+  | { type: "resync"; reason: number; last_tick: number }
+  | { type: "other"; bytes: number[] };
+
+export function decodeClient(bytes: Uint8Array): Sent {
+  const r = new ByteReader(bytes);
+  switch (r.u8()) {
+    case 0x40:
+      return { type: "hello", version: r.u16()!, token: r.string()! };
+    case 0x41:
+      return { type: "input", seq: r.varint()!, ack: r.varint()!, payload: [...r.rest()] };
+    case 0x43:
+      return { type: "ping", client_time: r.varint()! };
+    case 0x44:
+      return { type: "resync", reason: r.u8()!, last_tick: r.varint()! };
+    default:
+      return { type: "other", bytes: [...bytes] };
+  }
+}
+
+/** A WebSocket the test drives: every instance is recorded; `accept`, `deliver`, `drop` play the server. */
+export class FakeSocket {
+  static instances: FakeSocket[] = [];
+  binaryType = "blob";
+  readyState = 0;
+  readonly sent: Sent[] = [];
+  closedWith: { code?: number; reason?: string } | undefined;
+  onopen: ((e: unknown) => void) | null = null;
+  onmessage: ((e: { data: unknown }) => void) | null = null;
+  onclose: ((e: { code: number; reason: string }) => void) | null = null;
+  onerror: ((e: unknown) => void) | null = null;
+
+  constructor(readonly url: string) {
+    FakeSocket.instances.push(this);
+  }
+
+  static reset(): void {
+    FakeSocket.instances = [];
+  }
+
+  static last(): FakeSocket {
+    return FakeSocket.instances[FakeSocket.instances.length - 1]!;
+  }
+
+  send(data: Uint8Array): void {
+    if (this.readyState !== 1) throw new Error("not open");
+    this.sent.push(decodeClient(data));
+  }
+
+  close(code?: number, reason?: string): void {
+    this.closedWith = { code, reason };
+    this.readyState = 3;
+  }
+
+  /** The server accepts the upgrade. */
+  accept(): void {
+    this.readyState = 1;
+    this.onopen?.({});
+  }
+
+  /** A binary message from the server (as an ArrayBuffer, binaryType "arraybuffer"). */
+  deliver(bytes: Uint8Array): void {
+    const copy = bytes.slice();
+    this.onmessage?.({ data: copy.buffer });
+  }
+
+  /** The server (or the network) closes. */
+  drop(code: number, reason = ""): void {
+    this.readyState = 3;
+    this.onclose?.({ code, reason });
+  }
+
+  of<T extends Sent["type"]>(type: T): Array<Extract<Sent, { type: T }>> {
+    return this.sent.filter((m): m is Extract<Sent, { type: T }> => m.type === type);
+  }
+}

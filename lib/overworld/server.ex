@@ -1,0 +1,239 @@
+defmodule Overworld.Server do
+  @moduledoc """
+  The network front of Overworld: one TCP port serving HTTP/1.1 (the status page, health,
+  device authentication) and WebSocket sessions of players (docs/protocol.md, "Transport").
+
+      {:ok, _} = Overworld.Server.start_link(port: 4000, zones: %{"goblins" => :goblins},
+                                             default_zone: "goblins", data_dir: "./data")
+
+  ## What runs
+
+  1. On start, accounts open in Mnesia (`disc_copies` under `:data_dir`, created on first
+     boot; `Overworld.Accounts`) and the token signing secret is read from
+     `<data_dir>/secret` (made on first boot, mode 0600) unless `:secret` is given.
+  2. `:acceptors` processes accept connections on the listening socket; each connection gets
+     its own process under a partitioned supervisor (no single supervisor or registry on the
+     accept path). When `:max_connections` are open, or the process runs out of file
+     descriptors, new connections get `503` and a log line (at most one per second), and the
+     acceptors back off; the server never crashes for it.
+  3. A connection reads HTTP requests (keep-alive); `GET /ws` upgrades it to a WebSocket and
+     the process becomes the player's session (`Overworld.Session`).
+
+  ## Options
+
+  * `:name` - the server's name (default `Overworld.Server`); several servers may run on one
+    node with different names and ports (they share the node's Mnesia data directory).
+  * `:port` - TCP port (default 4000; 0 picks a free port, see `port/1`).
+  * `:ip` - address to listen on (default `{0, 0, 0, 0}`).
+  * `:acceptors` - accepting processes (default 8).
+  * `:max_connections` - open connections at most (default: the node's file-descriptor limit
+    minus 256).
+  * `:data_dir` - where accounts and the secret live (default `"./data"`).
+  * `:secret` - the token signing secret (at least 32 bytes; default: from `:data_dir`).
+  * `:zones` - public zone names (strings, as clients send them) to zone ids (default `%{}`).
+  * `:default_zone` - the name joined when a client names none (default nil: join nothing).
+  * `:max_message_size` - largest WebSocket message in bytes (default 65,536; closed with 1009).
+  * `:idle_timeout` - ms without any frame from the client before closing with 4007 (45,000).
+  * `:hello_timeout` - ms to wait for HELLO after the upgrade (default 10,000).
+  * `:request_timeout` - ms to read one HTTP request, and to wait for the next (10,000).
+  * `:input_rate` - inputs per second per session; more are dropped and counted (default 60).
+  * `:grace_period` - ms a disconnected player stays in the zone, resumable (default 15,000).
+  * `:session_ttl`, `:refresh_ttl` - token lifetimes in seconds (3,600 and 604,800).
+  * `:max_outbound` - bytes queued towards one client before it is closed as too slow (4005;
+    default 262,144). Snapshots are skipped (coalesced) once a quarter of it is queued.
+  * `:slow_timeout` - ms a client may leave its queue unread before it is closed (5,000).
+  * `:interest` - options of each player's `Overworld.Interest` (view radius, budget).
+  """
+  use Supervisor
+  require Logger
+
+  alias Overworld.Options
+
+  defmodule Config do
+    @moduledoc false
+    defstruct [
+      :name,
+      :port,
+      :ip,
+      :acceptors,
+      :max_connections,
+      :data_dir,
+      :secret,
+      :keys,
+      :zones,
+      :default_zone,
+      :max_message_size,
+      :idle_timeout,
+      :hello_timeout,
+      :request_timeout,
+      :input_rate,
+      :grace_period,
+      :session_ttl,
+      :refresh_ttl,
+      :max_outbound,
+      :slow_timeout,
+      :interest,
+      :counters,
+      :started_at
+    ]
+
+    @type t :: %__MODULE__{}
+  end
+
+  # Counters of a server (`:counters`, one array): see `stats/1`.
+  @counters [
+    :connections,
+    :sessions,
+    :bytes_out,
+    :frames_out,
+    :inputs,
+    :inputs_dropped,
+    :frames_skipped,
+    :closed_slow,
+    :accepted,
+    :refused,
+    :warned_at
+  ]
+
+  @doc false
+  def counter(name), do: Enum.find_index(@counters, &(&1 == name)) + 1
+
+  @doc false
+  @spec schema() :: Options.schema()
+  def schema do
+    [
+      name: {:atom, __MODULE__},
+      port: {{:custom, &(is_integer(&1) and &1 in 0..65_535), "a port number"}, 4000},
+      ip: {{:custom, &is_tuple/1, "an IP address tuple"}, {0, 0, 0, 0}},
+      acceptors: {:pos_integer, 8},
+      max_connections:
+        {{:custom, &(is_nil(&1) or (is_integer(&1) and &1 > 0)), "nil or a positive integer"},
+         nil},
+      data_dir: {{:custom, &is_binary/1, "a path (string)"}, "./data"},
+      secret:
+        {{:custom, &(is_nil(&1) or (is_binary(&1) and byte_size(&1) >= 32)),
+          "nil or a binary of at least 32 bytes"}, nil},
+      zones: {{:custom, &valid_zones?/1, "a map of zone names (strings) to zone ids"}, %{}},
+      default_zone: {{:custom, &(is_nil(&1) or is_binary(&1)), "nil or a zone name"}, nil},
+      max_message_size: {:pos_integer, 65_536},
+      idle_timeout: {:pos_integer, 45_000},
+      hello_timeout: {:pos_integer, 10_000},
+      request_timeout: {:pos_integer, 10_000},
+      input_rate: {:pos_integer, 60},
+      grace_period: {:non_neg_integer, 15_000},
+      session_ttl: {:pos_integer, 3_600},
+      refresh_ttl: {:pos_integer, 604_800},
+      max_outbound: {:pos_integer, 262_144},
+      slow_timeout: {:pos_integer, 5_000},
+      interest: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
+    ]
+  end
+
+  defp valid_zones?(zones),
+    do: is_map(zones) and Enum.all?(zones, fn {k, _} -> is_binary(k) end)
+
+  @doc "Starts a server (see the options above). Raises `ArgumentError` on invalid options."
+  @spec start_link(keyword) :: Supervisor.on_start()
+  def start_link(opts) do
+    o = Options.validate!(opts, schema(), "Overworld.Server")
+
+    if o.default_zone && not Map.has_key?(o.zones, o.default_zone) do
+      raise ArgumentError,
+            "invalid options for Overworld.Server: :default_zone #{inspect(o.default_zone)} " <>
+              "is not one of :zones #{inspect(Map.keys(o.zones))}"
+    end
+
+    Supervisor.start_link(__MODULE__, o, name: o.name)
+  end
+
+  @doc false
+  def child_spec(opts) do
+    %{
+      id: Keyword.get(opts, :name, __MODULE__),
+      start: {__MODULE__, :start_link, [opts]},
+      type: :supervisor
+    }
+  end
+
+  @impl true
+  def init(o) do
+    with :ok <- Overworld.Accounts.start(o.data_dir),
+         {:ok, secret} <- secret(o) do
+      config = %Config{
+        name: o.name,
+        ip: o.ip,
+        acceptors: o.acceptors,
+        max_connections: o.max_connections || default_max_connections(),
+        data_dir: o.data_dir,
+        keys: [Overworld.Auth.Token.key(secret)],
+        zones: o.zones,
+        default_zone: o.default_zone,
+        max_message_size: o.max_message_size,
+        idle_timeout: o.idle_timeout,
+        hello_timeout: o.hello_timeout,
+        request_timeout: o.request_timeout,
+        input_rate: o.input_rate,
+        grace_period: o.grace_period,
+        session_ttl: o.session_ttl,
+        refresh_ttl: o.refresh_ttl,
+        max_outbound: o.max_outbound,
+        slow_timeout: o.slow_timeout,
+        interest: o.interest,
+        counters: :counters.new(length(@counters), [:write_concurrency]),
+        started_at: System.monotonic_time(:millisecond)
+      }
+
+      :persistent_term.put({__MODULE__, o.name}, config)
+
+      children = [
+        {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
+        {Overworld.Transport.Listener, {o.name, o.port}}
+      ]
+
+      Supervisor.init(children, strategy: :rest_for_one)
+    else
+      {:error, reason} ->
+        Logger.error("Overworld.Server #{inspect(o.name)} cannot start: #{inspect(reason)}")
+        {:stop, reason}
+    end
+  end
+
+  defp secret(%{secret: s}) when is_binary(s), do: {:ok, s}
+  defp secret(%{data_dir: dir}), do: Overworld.Auth.Token.load_or_create_secret(dir)
+
+  defp default_max_connections do
+    fds =
+      case :erlang.system_info(:check_io) |> List.flatten() |> Keyword.get(:max_fds) do
+        n when is_integer(n) -> n
+        _ -> 1024
+      end
+
+    max(fds - 256, 16)
+  end
+
+  @doc false
+  def connections(name), do: {:via, Registry, {Overworld.Registry, {:connections, name}}}
+
+  @doc false
+  @spec config(atom) :: Config.t()
+  def config(name \\ __MODULE__), do: :persistent_term.get({__MODULE__, name})
+
+  @doc "The TCP port the server listens on (useful with `port: 0`)."
+  @spec port(atom) :: :inet.port_number()
+  def port(name \\ __MODULE__), do: Overworld.Transport.Listener.port(name)
+
+  @doc """
+  The server's counters: open connections and sessions, bytes and snapshot frames sent,
+  inputs received and dropped (rate limit), snapshots skipped for slow clients, clients closed
+  as too slow, connections accepted and refused (limit reached).
+  """
+  @spec stats(atom) :: %{atom => non_neg_integer}
+  def stats(name \\ __MODULE__) do
+    c = config(name).counters
+
+    for {k, i} <- Enum.with_index(@counters, 1),
+        k != :warned_at,
+        into: %{},
+        do: {k, :counters.get(c, i)}
+  end
+end

@@ -1,0 +1,631 @@
+defmodule Overworld.Session do
+  @moduledoc """
+  A connected player: one process per WebSocket connection (the connection's own process,
+  turned into a session by the upgrade). See docs/protocol.md, "Transport".
+
+  ## Lifecycle
+
+  1. **Upgrade** (`GET /ws?token=...&zone=...`): the request is checked (RFC 6455), a token in
+     the URL is verified (`401` otherwise), the zone name is resolved (`404` for an unknown
+     one); `101`, and the process waits for HELLO (`:hello_timeout`, else closed with 1008).
+  2. **HELLO**: the protocol version is checked (4001), the token (URL or HELLO) verified
+     (4003). The session registers as the user's session: a live session of the same user is
+     replaced (it is closed with 4004) and a detached one (within its grace period) hands its
+     entity over. The session joins the zone as the player (the user id) or takes over the
+     entity, subscribes to the zone's ticks and sends HANDSHAKE.
+  3. **Live**: after each tick, the player's snapshot (`Overworld.Interest` at the player's
+     entity, carrying the newest input the zone consumed) is written to the socket without
+     ever blocking (`port_command` with `:nosuspend`). When the client does not read, snapshots
+     are skipped (the next one carries everything since: coalescing) and past
+     `:max_outbound` queued bytes or `:slow_timeout` the connection is closed (4005). INPUTs
+     are decoded by the zone module's `decode_input/1` and forwarded with their sequence
+     number, at most `:input_rate` per second (the excess is dropped and counted). PING gets
+     PONG, RESYNC restarts the snapshots from baseline 0, RELIABLE messages reach the zone's
+     `handle_info/2` as `{:overworld_event, user_id, payload}`.
+  4. **Disconnect**: a close frame 1000 from the client leaves the zone at once. Any other
+     end (a lost connection, 1001, a protocol error) keeps the player in the zone for the
+     `:grace_period`; a reconnect of the same user within it resumes the same entity. Then
+     the player leaves the zone and the process ends.
+
+  Every violation closes only this connection, with the close code of docs/protocol.md (and
+  an ERROR message first for the 4000s), and logs a line.
+  """
+  use GenServer
+  require Logger
+
+  alias Overworld.{Interest, Protocol, Server}
+  alias Overworld.Auth.Token
+  alias Overworld.Transport.{Conn, HTTP, WebSocket}
+  alias Overworld.Zone.Wire
+
+  # Messages delivered per {active, N} batch.
+  @active 64
+  # Time to wait for the client's close frame or FIN after ours.
+  @linger 1_000
+
+  defstruct [
+    :sock,
+    :cfg,
+    :zone,
+    :user,
+    :token_user,
+    :zone_pid,
+    :table,
+    :entity,
+    :obs,
+    :pos,
+    :module,
+    :slow_since,
+    :grace,
+    ws: nil,
+    buf: <<>>,
+    phase: :hello,
+    last_in: 0,
+    input_seq: 0,
+    event_seq: 0,
+    bucket: 0,
+    refilled: 0
+  ]
+
+  @type t :: %__MODULE__{}
+
+  ## Upgrade (in the connection process)
+
+  @doc false
+  # Upgrades the connection and runs the session (never returns), or answers the refusal and
+  # returns :ok.
+  @spec upgrade(:gen_tcp.socket(), Server.Config.t(), HTTP.Request.t()) :: :ok
+  def upgrade(sock, cfg, req) do
+    with {:ok, accept} <- ws_upgrade(req),
+         {:ok, query} <- query(req.query),
+         {:ok, token_user} <- url_token(cfg, query),
+         {:ok, zone} <- zone(cfg, query),
+         :ok <- :gen_tcp.send(sock, WebSocket.upgrade_response(accept)) do
+      :ok =
+        :inet.setopts(sock,
+          packet: :raw,
+          active: @active,
+          high_watermark: div(cfg.max_outbound, 2),
+          low_watermark: div(cfg.max_outbound, 4)
+        )
+
+      :counters.add(cfg.counters, Server.counter(:sessions), 1)
+      now = now()
+      :erlang.start_timer(cfg.hello_timeout, self(), :hello)
+      :erlang.start_timer(cfg.idle_timeout, self(), :idle)
+
+      st = %__MODULE__{
+        sock: sock,
+        cfg: cfg,
+        zone: zone,
+        token_user: token_user,
+        ws: WebSocket.new(cfg.max_message_size),
+        last_in: now,
+        bucket: cfg.input_rate * 1000,
+        refilled: now
+      }
+
+      :gen_server.enter_loop(__MODULE__, [hibernate_after: 2_000], st)
+    else
+      {:error, status, headers, message} ->
+        Logger.info("ws: upgrade refused with #{status}: #{message} (#{Conn.peer(sock)})")
+        code = if status == 401, do: "invalid_token", else: "bad_upgrade"
+        body = HTTP.error_body(code, message)
+        :gen_tcp.send(sock, HTTP.response(status, [Conn.json() | headers], body, false))
+        :ok
+
+      {:error, _closed} ->
+        :ok
+    end
+  end
+
+  defp ws_upgrade(req) do
+    case WebSocket.upgrade(req) do
+      {:ok, accept} -> {:ok, accept}
+      {:error, status, headers, message} -> {:error, status, headers, message}
+    end
+  end
+
+  defp query(q) do
+    {:ok, URI.decode_query(q)}
+  rescue
+    _ -> {:error, 400, [], "malformed query string"}
+  end
+
+  defp url_token(cfg, %{"token" => token}) when token != "" do
+    case Token.verify(cfg.keys, token, :session) do
+      {:ok, %{user_id: user}} -> {:ok, user}
+      {:error, why} -> {:error, 401, [], "invalid token: #{why}"}
+    end
+  end
+
+  defp url_token(_cfg, _query), do: {:ok, nil}
+
+  defp zone(_cfg, %{"zone" => ""}), do: {:ok, nil}
+
+  defp zone(cfg, %{"zone" => name}) do
+    case cfg.zones do
+      %{^name => id} -> {:ok, id}
+      _ -> {:error, 404, [], "unknown zone"}
+    end
+  end
+
+  defp zone(cfg, _query), do: {:ok, cfg.default_zone && Map.fetch!(cfg.zones, cfg.default_zone)}
+
+  ## GenServer
+
+  @impl true
+  def init(_), do: {:stop, :not_started_this_way}
+
+  @impl true
+  def handle_info({:tcp, sock, data}, %{sock: sock, phase: phase} = st)
+      when phase in [:hello, :live] do
+    frames(%{st | buf: st.buf <> data, last_in: now()})
+  end
+
+  def handle_info({:tcp, _sock, _data}, st), do: {:noreply, st}
+
+  def handle_info({:tcp_passive, sock}, %{sock: sock} = st) do
+    :inet.setopts(sock, active: @active)
+    {:noreply, st}
+  end
+
+  def handle_info({:overworld_tick, _zone, n, _t0}, %{phase: :live} = st), do: snapshot(st, n)
+
+  def handle_info({:overworld_tick, _, _, _}, st), do: {:noreply, st}
+
+  def handle_info({:inet_reply, _sock, :ok}, st), do: {:noreply, st}
+
+  def handle_info({:inet_reply, sock, {:error, _}}, %{sock: sock, phase: phase} = st)
+      when phase in [:hello, :live, :closing],
+      do: gone(st, lost(st))
+
+  def handle_info({:tcp_closed, sock}, %{sock: sock} = st), do: gone(st, lost(st))
+  def handle_info({:tcp_error, sock, _}, %{sock: sock} = st), do: gone(st, lost(st))
+
+  def handle_info({:timeout, _, :hello}, %{phase: :hello} = st),
+    do: close(st, 1008, "no HELLO within #{st.cfg.hello_timeout} ms")
+
+  def handle_info({:timeout, _, :idle}, %{phase: phase} = st) when phase in [:hello, :live] do
+    case st.last_in + st.cfg.idle_timeout - now() do
+      left when left > 0 ->
+        :erlang.start_timer(left, self(), :idle)
+        {:noreply, st}
+
+      _ ->
+        close(st, 4007, "heartbeat timeout: nothing for #{st.cfg.idle_timeout} ms", 7)
+    end
+  end
+
+  def handle_info({:timeout, _, :linger}, %{phase: :closing} = st), do: gone(st, st.grace)
+
+  def handle_info({:timeout, ref, :grace}, %{phase: :detached, grace: ref} = st) do
+    leave(st, :disconnected)
+    {:stop, :normal, st}
+  end
+
+  def handle_info({:DOWN, _, :process, pid, reason}, %{zone_pid: pid} = st) do
+    Logger.warning("session #{st.user}: zone #{inspect(st.zone)} went down: #{inspect(reason)}")
+    st = %{st | zone_pid: nil, entity: nil}
+
+    case st.phase do
+      :live -> close(st, 4006, "zone unavailable", 6)
+      :detached -> {:stop, :normal, st}
+      _ -> {:noreply, st}
+    end
+  end
+
+  def handle_info(_other, st), do: {:noreply, st}
+
+  # A newer connection of the same user takes the player over.
+  @impl true
+  def handle_call({:takeover, _pid}, _from, st) do
+    handoff = if st.entity, do: %{zone: st.zone, entity: st.entity, input_seq: st.input_seq}
+    Registry.unregister(Overworld.Registry, {:session, st.cfg.name, st.user})
+
+    if st.phase in [:hello, :live] do
+      send_msg(st, %{type: :error, code: 4, message: "replaced by a newer connection"})
+      send_data(st, WebSocket.close(4004, "replaced"))
+      disconnect(st)
+    end
+
+    {:stop, :normal, handoff, %{st | entity: nil}}
+  end
+
+  ## Frames from the client
+
+  defp frames(st) do
+    case WebSocket.next(st.buf, st.ws) do
+      :more ->
+        {:noreply, st}
+
+      {:message, :binary, payload, rest, ws} ->
+        case message(Protocol.decode(payload), %{st | buf: rest, ws: ws}) do
+          {:ok, st} -> frames(st)
+          stop -> stop
+        end
+
+      {:message, :text, _payload, _rest, _ws} ->
+        close(st, 1003, "text messages are not supported: the protocol is binary")
+
+      {:ping, data, rest, ws} ->
+        send_data(st, WebSocket.frame(10, data))
+        frames(%{st | buf: rest, ws: ws})
+
+      {:pong, rest, ws} ->
+        frames(%{st | buf: rest, ws: ws})
+
+      {:close, code, _reason} ->
+        # The client closes: answer its close and go (1000: the player leaves now).
+        send_data(st, WebSocket.close(1000, ""))
+        gone(st, if(code == 1000, do: :left, else: :lost))
+
+      {:error, code, why} ->
+        close(st, code, why)
+    end
+  end
+
+  # Each answers {:ok, st} to read on, or what the GenServer callback returns.
+  defp message({:ok, %{type: :hello} = m}, %{phase: :hello} = st), do: hello(m, st)
+
+  defp message({:ok, _}, %{phase: :hello} = st),
+    do: close(st, 4002, "expected HELLO first", 2)
+
+  defp message({:ok, %{type: :input, seq: seq, payload: p}}, st) do
+    :counters.add(st.cfg.counters, Server.counter(:inputs), 1)
+
+    case take_token(st) do
+      {:ok, st} when seq > st.input_seq ->
+        {:ok, forward_input(%{st | input_seq: seq}, seq, p)}
+
+      {:ok, st} ->
+        {:ok, st}
+
+      {:drop, st} ->
+        :counters.add(st.cfg.counters, Server.counter(:inputs_dropped), 1)
+        {:ok, st}
+    end
+  end
+
+  defp message({:ok, %{type: :ping, client_time: t}}, st) do
+    tick = if st.obs, do: st.obs.tick, else: 0
+    send_msg(st, %{type: :pong, client_time: t, server_tick: tick})
+    {:ok, st}
+  end
+
+  defp message({:ok, %{type: :resync, reason: r}}, st) do
+    {:ok, if(st.obs, do: %{st | obs: Interest.resync(st.obs, {:client, r})}, else: st)}
+  end
+
+  defp message({:ok, %{type: :client_event, seq: seq, payload: p}}, st) do
+    cond do
+      seq != st.event_seq + 1 ->
+        close(st, 4002, "reliable_seq #{seq} after #{st.event_seq}: a gap", 2)
+
+      true ->
+        case take_token(st) do
+          {:ok, st} ->
+            if st.zone_pid, do: send(st.zone_pid, {:overworld_event, st.user, p})
+            {:ok, %{st | event_seq: seq}}
+
+          {:drop, st} ->
+            close(st, 4002, "reliable messages beyond the rate limit", 2)
+        end
+    end
+  end
+
+  defp message({:ok, %{type: :hello}}, st), do: close(st, 4002, "HELLO twice", 2)
+
+  defp message({:ok, %{type: type}}, st),
+    do: close(st, 4002, "#{type} is a server message", 2)
+
+  defp message({:error, why}, st),
+    do: close(st, 4002, "undecodable message: #{inspect(why)}", 2)
+
+  # Token bucket: `input_rate` per second, in thousandths.
+  defp take_token(st) do
+    now = now()
+    cap = st.cfg.input_rate * 1000
+    bucket = min(cap, st.bucket + (now - st.refilled) * st.cfg.input_rate)
+    st = %{st | refilled: now}
+
+    if bucket >= 1000,
+      do: {:ok, %{st | bucket: bucket - 1000}},
+      else: {:drop, %{st | bucket: bucket}}
+  end
+
+  defp forward_input(%{zone_pid: nil} = st, _seq, _payload), do: st
+
+  defp forward_input(st, seq, payload) do
+    case decode_input(st.module, payload) do
+      {:ok, input} ->
+        GenServer.cast(st.zone_pid, {:input, st.user, input, seq})
+
+      _ ->
+        :counters.add(st.cfg.counters, Server.counter(:inputs_dropped), 1)
+    end
+
+    st
+  end
+
+  defp decode_input(module, payload) do
+    module.decode_input(payload)
+  catch
+    _, _ -> {:error, :raised}
+  end
+
+  ## HELLO: authenticate, take over or join, handshake
+
+  defp hello(%{version: v}, st) when v != 1 do
+    close(st, 4001, "unsupported protocol version #{v}, this server speaks 1", 1)
+  end
+
+  defp hello(%{token: token}, st) do
+    with {:ok, user} <- hello_user(token, st),
+         {:ok, handoff} <- register(st.cfg.name, user, 3),
+         st = %{st | user: user},
+         {:ok, st} <- enter_zone(st, handoff) do
+      {:ok, %{st | phase: :live}}
+    end
+  end
+
+  defp hello_user("", %{token_user: nil} = st),
+    do: close(st, 4003, "unauthorized: no token", 3)
+
+  defp hello_user("", %{token_user: user}), do: {:ok, user}
+
+  defp hello_user(token, st) do
+    case Token.verify(st.cfg.keys, token, :session) do
+      {:ok, %{user_id: user}} -> {:ok, user}
+      {:error, why} -> close(st, 4003, "unauthorized: #{why}", 3)
+    end
+  end
+
+  # Registers as the user's session, taking over an earlier one.
+  defp register(name, user, tries) do
+    case Registry.register(Overworld.Registry, {:session, name, user}, nil) do
+      {:ok, _} ->
+        {:ok, nil}
+
+      {:error, {:already_registered, pid}} when tries > 0 ->
+        handoff =
+          try do
+            GenServer.call(pid, {:takeover, self()}, 5_000)
+          catch
+            :exit, _ -> nil
+          end
+
+        case register(name, user, tries - 1) do
+          {:ok, nil} -> {:ok, handoff}
+          other -> other
+        end
+
+      {:error, _} ->
+        {:ok, nil}
+    end
+  end
+
+  defp enter_zone(%{zone: nil} = st, _handoff) do
+    send_msg(st, handshake(nil, 0))
+    {:ok, st}
+  end
+
+  defp enter_zone(st, handoff) do
+    with {:ok, info} <- zone_info(st.zone),
+         {:ok, entity} <- player_entity(st, info, handoff),
+         {:ok, obs} <- Interest.new(st.zone, st.cfg.interest),
+         :ok <- Overworld.Zone.subscribe(st.zone, self()) do
+      pid = Overworld.Zone.whereis(st.zone)
+      Process.monitor(pid)
+      config = info.config
+      seq = if handoff, do: handoff.input_seq, else: 0
+      send_msg(st, handshake(config, entity))
+
+      {:ok,
+       %{
+         st
+         | zone_pid: pid,
+           table: config.shared.wire,
+           entity: entity,
+           obs: obs,
+           module: config.module,
+           input_seq: max(seq, st.input_seq)
+       }}
+    else
+      {:error, why} -> close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
+    end
+  end
+
+  defp zone_info(zone) do
+    case Overworld.Zone.info(zone) do
+      %{config: %{wire: nil}} -> {:error, :no_wire}
+      info -> {:ok, info}
+    end
+  catch
+    :exit, _ -> {:error, :not_running}
+  end
+
+  defp player_entity(st, info, %{zone: zone, entity: id}) when zone == st.zone do
+    if Map.get(info.players, st.user) == id, do: {:ok, id}, else: player_entity(st, info, nil)
+  end
+
+  defp player_entity(st, info, handoff) do
+    if handoff, do: Overworld.Zone.leave(handoff.zone, st.user, :moved)
+
+    case Overworld.Zone.join(st.zone, st.user, %{session: self()}) do
+      {:ok, id} -> {:ok, id}
+      {:error, :already_joined} -> {:ok, Map.fetch!(info.players, st.user)}
+      {:error, why} -> {:error, why}
+    end
+  catch
+    :exit, _ -> {:error, :not_running}
+  end
+
+  defp handshake(nil, entity) do
+    %{
+      type: :handshake,
+      version: Protocol.version(),
+      tick_rate: 0,
+      entity_id: entity,
+      width: 0,
+      height: 0,
+      cell_size: 0,
+      templates: []
+    }
+  end
+
+  defp handshake(config, entity) do
+    %{
+      type: :handshake,
+      version: Protocol.version(),
+      tick_rate: config.tick_rate,
+      entity_id: entity,
+      width: config.width,
+      height: config.height,
+      cell_size: Overworld.Entity.meters(config.cell_size),
+      templates: config.wire.__templates__()
+    }
+  end
+
+  ## Snapshots
+
+  defp snapshot(st, n) do
+    queued = queued(st.sock)
+    cfg = st.cfg
+
+    cond do
+      queued > cfg.max_outbound ->
+        too_slow(st, "#{queued} bytes queued")
+
+      queued > div(cfg.max_outbound, 4) ->
+        # Coalescing: no snapshot now; the next one carries everything since.
+        :counters.add(cfg.counters, Server.counter(:frames_skipped), 1)
+        since = st.slow_since || now()
+
+        if now() - since > cfg.slow_timeout,
+          do: too_slow(st, "no progress for #{cfg.slow_timeout} ms"),
+          else: {:noreply, %{st | slow_since: since}}
+
+      true ->
+        {:noreply, send_snapshot(%{st | slow_since: nil}, n)}
+    end
+  end
+
+  defp send_snapshot(st, n) do
+    case position(st) do
+      nil ->
+        st
+
+      {x, y} = pos ->
+        obs = Interest.acknowledge(st.obs, Wire.input_ack(st.table, st.user))
+
+        case Interest.frame(obs, n, x, y) do
+          {nil, _, obs} ->
+            %{st | obs: obs, pos: pos}
+
+          {frame, info, obs} ->
+            if send_data(st, WebSocket.binary(frame)) do
+              c = st.cfg.counters
+              :counters.add(c, Server.counter(:bytes_out), info.bytes)
+              :counters.add(c, Server.counter(:frames_out), 1)
+              %{st | obs: obs, pos: pos}
+            else
+              # The port refused the frame: the client never saw it, start over from nothing.
+              :counters.add(st.cfg.counters, Server.counter(:frames_skipped), 1)
+              %{st | obs: Interest.resync(obs, :send_busy), pos: pos}
+            end
+        end
+    end
+  end
+
+  defp position(st) do
+    case Wire.position(st.table, st.entity) do
+      {x, y, _n} -> {x, y}
+      nil -> st.pos
+    end
+  end
+
+  defp too_slow(st, why) do
+    :counters.add(st.cfg.counters, Server.counter(:closed_slow), 1)
+    Logger.info("session #{st.user}: closed as too slow (#{why})")
+    send_data(st, WebSocket.close(4005, "too slow"))
+    gone(st, :lost)
+  end
+
+  defp queued(sock) do
+    case :erlang.port_info(sock, :queue_size) do
+      {:queue_size, n} -> n
+      _ -> 0
+    end
+  end
+
+  ## Sending and closing
+
+  defp send_msg(st, msg), do: send_data(st, WebSocket.binary(Protocol.encode(msg)))
+
+  # Never blocks: false when the port is busy (the data is not sent).
+  defp send_data(%{sock: sock}, data) do
+    :erlang.port_command(sock, data, [:nosuspend])
+  rescue
+    ArgumentError -> false
+  end
+
+  # Closes with a code (after an ERROR message for the 4000s), then waits a moment for the
+  # client's close or FIN before dropping the socket.
+  defp close(st, code, why, error \\ nil) do
+    Logger.info("session #{st.user || "(no user yet)"}: closing with #{code}: #{why}")
+    if error, do: send_msg(st, %{type: :error, code: error, message: why})
+    send_data(st, WebSocket.close(code, why))
+    :gen_tcp.shutdown(st.sock, :write)
+    :erlang.start_timer(@linger, self(), :linger)
+    grace = if code in [4003, 4004, 4006], do: :left, else: :lost
+    {:noreply, %{st | phase: :closing, grace: grace}}
+  end
+
+  # How a connection that ended went: as our close said, or lost.
+  defp lost(%{phase: :closing, grace: how}), do: how
+  defp lost(_st), do: :lost
+
+  # The socket is gone (or going): the counters drop once.
+  defp disconnect(%{phase: phase} = st) when phase in [:hello, :live, :closing] do
+    :gen_tcp.close(st.sock)
+    c = st.cfg.counters
+    :counters.sub(c, Server.counter(:sessions), 1)
+    :counters.sub(c, Server.counter(:connections), 1)
+  end
+
+  defp disconnect(_st), do: :ok
+
+  defp gone(st, how) do
+    disconnect(st)
+    how = if how == :error, do: :lost, else: how
+
+    case how do
+      :left ->
+        leave(st, :left)
+        {:stop, :normal, %{st | phase: :gone}}
+
+      _ ->
+        detach(st)
+    end
+  end
+
+  # Lost: the player stays in the zone for the grace period.
+  defp detach(%{entity: nil} = st), do: {:stop, :normal, %{st | phase: :gone}}
+
+  defp detach(st) do
+    if st.zone_pid, do: Overworld.Zone.unsubscribe(st.zone_pid, self())
+    ref = :erlang.start_timer(st.cfg.grace_period, self(), :grace)
+    {:noreply, %{st | phase: :detached, grace: ref, buf: <<>>, obs: nil}}
+  end
+
+  defp leave(%{entity: nil}, _reason), do: :ok
+
+  defp leave(st, reason) do
+    Overworld.Zone.leave(st.zone, st.user, reason)
+  catch
+    :exit, _ -> :ok
+  end
+
+  defp now, do: System.monotonic_time(:millisecond)
+end

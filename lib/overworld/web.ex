@@ -1,0 +1,191 @@
+defmodule Overworld.Web do
+  @moduledoc """
+  The HTTP routes of `Overworld.Server` (docs/protocol.md, "Transport"):
+
+  | route | answer |
+  | --- | --- |
+  | `GET /` | the status page (HTML and a little JS polling `/api/v1/status` every second) |
+  | `GET /api/v1/status` | zones (players, entities, tick p50/p99), sessions, bytes sent |
+  | `GET /healthz` | `{"status":"ok"}` |
+  | `POST /api/v1/auth/device` | `{"device_id"}` → tokens (the account is made on first use) |
+  | `POST /api/v1/auth/refresh` | `{"refresh_token"}` → new tokens |
+
+  Unknown paths answer 404, a known path with another method 405 (with `Allow`), a body that is
+  not a JSON object 400; every error body is `{"error": code, "message": text}`.
+  """
+  require Logger
+
+  alias Overworld.Auth.Token
+  alias Overworld.Server.Config
+
+  @type response :: {pos_integer, [{binary, iodata}], iodata}
+
+  @routes %{
+    "/" => "GET",
+    "/healthz" => "GET",
+    "/api/v1/status" => "GET",
+    "/api/v1/auth/device" => "POST",
+    "/api/v1/auth/refresh" => "POST"
+  }
+
+  @doc false
+  @spec handle(Overworld.Transport.HTTP.Request.t(), Config.t()) :: response
+  def handle(%{method: method, path: path} = req, cfg) do
+    case @routes do
+      %{^path => ^method} ->
+        route(method, path, req, cfg)
+
+      %{^path => allowed} ->
+        error(405, "method_not_allowed", "use #{allowed}", [{"allow", allowed}])
+
+      _ ->
+        error(404, "not_found", "no route for #{method} #{printable(path)}")
+    end
+  end
+
+  defp route("GET", "/", _req, _cfg),
+    do: {200, [{"content-type", "text/html; charset=utf-8"}], Overworld.Web.StatusPage.html()}
+
+  defp route("GET", "/healthz", _req, _cfg), do: json(200, %{status: "ok"})
+  defp route("GET", "/api/v1/status", _req, cfg), do: json(200, status(cfg))
+
+  defp route("POST", "/api/v1/auth/device", req, cfg) do
+    with {:ok, body} <- json_body(req),
+         {:ok, device} <- field(body, "device_id"),
+         {:ok, %{user_id: user, created: created?}} <- device_auth(device) do
+      json(200, Map.put(tokens(cfg, user), :created, created?))
+    end
+  end
+
+  defp route("POST", "/api/v1/auth/refresh", req, cfg) do
+    with {:ok, body} <- json_body(req),
+         {:ok, token} <- field(body, "refresh_token") do
+      case Token.verify(cfg.keys, token, :refresh) do
+        {:ok, %{user_id: user}} ->
+          case Overworld.Accounts.get_user(user) do
+            {:ok, _} -> json(200, tokens(cfg, user))
+            {:error, :not_found} -> error(401, "invalid_token", "unknown user")
+          end
+
+        {:error, why} ->
+          Logger.info("http: refused refresh token: #{why}")
+          error(401, "invalid_token", Atom.to_string(why))
+      end
+    end
+  end
+
+  defp device_auth(device) do
+    case Overworld.Accounts.authenticate_device(device) do
+      {:ok, _} = ok ->
+        ok
+
+      {:error, :invalid_device_id} ->
+        error(
+          400,
+          "invalid_device_id",
+          "device_id must be 10 to 128 printable ASCII characters without spaces"
+        )
+
+      {:error, other} ->
+        Logger.error("accounts: device authentication failed: #{inspect(other)}")
+        error(500, "internal", "account storage failed")
+    end
+  end
+
+  defp tokens(cfg, user) do
+    [key | _] = cfg.keys
+
+    %{
+      user_id: user,
+      token: Token.sign(key, :session, user, cfg.session_ttl),
+      expires_in: cfg.session_ttl,
+      refresh_token: Token.sign(key, :refresh, user, cfg.refresh_ttl),
+      refresh_expires_in: cfg.refresh_ttl
+    }
+  end
+
+  defp json_body(%{body: body}) do
+    case safe_decode(body) do
+      {:ok, map} when is_map(map) -> {:ok, map}
+      {:ok, _} -> error(400, "invalid_body", "expected a JSON object")
+      :error -> error(400, "bad_json", "the body is not valid JSON")
+    end
+  end
+
+  defp safe_decode(body) do
+    {:ok, :jiffy.decode(body, [:return_maps])}
+  catch
+    _, _ -> :error
+  end
+
+  defp field(map, name) do
+    case map do
+      %{^name => v} when is_binary(v) -> {:ok, v}
+      _ -> error(400, "invalid_body", "expected a string field #{inspect(name)}")
+    end
+  end
+
+  @doc false
+  @spec status(Config.t()) :: map
+  def status(cfg) do
+    stats = Overworld.Server.stats(cfg.name)
+
+    zones =
+      for {public, id} <- cfg.zones,
+          m = Overworld.Zone.metrics(id),
+          m != nil do
+        players =
+          case safe_info(id) do
+            %{players: p} -> map_size(p)
+            _ -> 0
+          end
+
+        %{
+          name: public,
+          tick: m.tick,
+          entities: m.entities,
+          players: players,
+          tick_p50_us: m.tick_us[:p50],
+          tick_p99_us: m.tick_us[:p99],
+          overruns: m.overruns
+        }
+      end
+
+    %{
+      uptime_ms: System.monotonic_time(:millisecond) - cfg.started_at,
+      now_ms: System.monotonic_time(:millisecond),
+      zones: zones,
+      connections: stats.connections,
+      sessions: stats.sessions,
+      bytes_out: stats.bytes_out,
+      frames_out: stats.frames_out,
+      inputs: stats.inputs,
+      inputs_dropped: stats.inputs_dropped,
+      frames_skipped: stats.frames_skipped,
+      closed_slow: stats.closed_slow,
+      refused: stats.refused,
+      memory_bytes: :erlang.memory(:total)
+    }
+  end
+
+  defp safe_info(id) do
+    Overworld.Zone.info(id)
+  catch
+    :exit, _ -> nil
+  end
+
+  defp json(status, map),
+    do: {status, [Overworld.Transport.Conn.json()], :jiffy.encode(map)}
+
+  @doc false
+  @spec error(pos_integer, binary, binary, list) :: response
+  def error(status, code, message, headers \\ []) do
+    {status, [Overworld.Transport.Conn.json() | headers],
+     Overworld.Transport.HTTP.error_body(code, message)}
+  end
+
+  # Paths come from the network: shown only when short and printable.
+  defp printable(path) do
+    if byte_size(path) <= 100 and String.printable?(path), do: path, else: "(unprintable path)"
+  end
+end

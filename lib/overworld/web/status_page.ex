@@ -1,0 +1,69 @@
+defmodule Overworld.Web.StatusPage do
+  @moduledoc false
+  # The page of `GET /`: plain HTML and a little JS that polls /api/v1/status every second and
+  # shows zones (players, entities, tick p50/p99) and the server's sessions and bytes out per
+  # second (from the difference of two polls).
+
+  @html """
+  <!doctype html>
+  <html lang="en">
+  <head>
+  <meta charset="utf-8">
+  <title>Overworld</title>
+  <style>
+    body { font: 15px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
+    table { border-collapse: collapse; margin: 1em 0; }
+    th, td { padding: .3em .9em; border-bottom: 1px solid #ddd; text-align: right; }
+    th:first-child, td:first-child { text-align: left; }
+    #error { color: #b00; }
+    .dim { color: #777; }
+  </style>
+  </head>
+  <body>
+  <h1>Overworld</h1>
+  <p id="server" class="dim">loading…</p>
+  <p id="error"></p>
+  <table>
+    <thead><tr><th>zone</th><th>players</th><th>entities</th><th>tick</th><th>tick p50 (ms)</th><th>tick p99 (ms)</th><th>overruns</th></tr></thead>
+    <tbody id="zones"></tbody>
+  </table>
+  <p class="dim">Players connect with WebSocket to <code>/ws</code> after
+  <code>POST /api/v1/auth/device</code>; see docs/protocol.md.</p>
+  <script>
+  let last = null;
+  const ms = (us) => (us == null ? "–" : (us / 1000).toFixed(2));
+  const cell = (text) => { const td = document.createElement("td"); td.textContent = text; return td; };
+  async function poll() {
+    try {
+      const res = await fetch("/api/v1/status", { cache: "no-store" });
+      const s = await res.json();
+      let rate = "–";
+      if (last && s.now_ms > last.now_ms) {
+        rate = Math.round((s.bytes_out - last.bytes_out) * 1000 / (s.now_ms - last.now_ms)).toLocaleString();
+      }
+      last = s;
+      document.getElementById("server").textContent =
+        `${s.sessions} sessions, ${s.connections} connections, ${rate} bytes out/s, ` +
+        `${s.inputs_dropped} inputs dropped, ${s.frames_skipped} snapshots coalesced, ` +
+        `${(s.memory_bytes / 1048576).toFixed(1)} MiB, up ${Math.round(s.uptime_ms / 1000)} s`;
+      const body = document.getElementById("zones");
+      body.replaceChildren(...s.zones.map((z) => {
+        const tr = document.createElement("tr");
+        for (const v of [z.name, z.players, z.entities, z.tick, ms(z.tick_p50_us), ms(z.tick_p99_us), z.overruns]) tr.appendChild(cell(v));
+        return tr;
+      }));
+      document.getElementById("error").textContent = "";
+    } catch (e) {
+      document.getElementById("error").textContent = "status unavailable: " + e;
+    }
+  }
+  poll();
+  setInterval(poll, 1000);
+  </script>
+  </body>
+  </html>
+  """
+
+  @spec html() :: binary
+  def html, do: @html
+end
