@@ -147,7 +147,10 @@ defmodule Overworld.Web do
           players: players,
           tick_p50_us: m.tick_us[:p50],
           tick_p99_us: m.tick_us[:p99],
-          overruns: m.overruns
+          overruns: m.overruns,
+          # The raw tick histogram (µs), so a tool can take the percentiles of a time window
+          # from two polls (`Overworld.Metrics.Histogram.diff/2`).
+          tick_histogram: histogram(id)
         }
       end
 
@@ -166,6 +169,17 @@ defmodule Overworld.Web do
       refused: stats.refused,
       memory_bytes: :erlang.memory(:total)
     }
+  end
+
+  defp histogram(id) do
+    case Overworld.Zone.metrics_ref(id) do
+      %{ticks_us: h} ->
+        snap = Overworld.Metrics.Histogram.snapshot(h)
+        %{counts: Tuple.to_list(snap.counts), count: snap.count, sum: snap.sum, max: snap.max}
+
+      _ ->
+        nil
+    end
   end
 
   defp safe_info(id) do

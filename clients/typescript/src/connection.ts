@@ -391,14 +391,17 @@ export class ZoneConnection {
       }
       this.receive(bytes);
     };
+    // A close event follows an error; its message (e.g. the 'ws' package's "Unexpected server
+    // response: 404" for a refused upgrade) stands in for an empty close reason.
+    let failure = "";
     ws.onclose = (event: { code?: number; reason?: string }) => {
       if (this.ws !== ws) return;
       this.ws = null;
       this.stopTimers();
-      this.closed(event.code ?? 1006, event.reason ?? "");
+      this.closed(event.code ?? 1006, event.reason || failure);
     };
-    ws.onerror = () => {
-      // A close event follows.
+    ws.onerror = (event: { message?: unknown } | undefined) => {
+      if (typeof event?.message === "string") failure = event.message;
     };
     this.lastReceived = this.now();
     this.armHeartbeat(this.heartbeatTimeout);

@@ -293,6 +293,13 @@ describe("ZoneConnection: closing and reconnecting", () => {
     expect(conn.entities.sampleOne(4, 23 / 30)).toBeUndefined();
   });
 
+  it("gives a failed socket's error message as the reason of a close without one", () => {
+    const { closes, socket } = connect();
+    socket.onerror!({ message: "Unexpected server response: 404" });
+    socket.drop(1006);
+    expect(closes).toEqual([{ code: 1006, reason: "Unexpected server response: 404", willReconnect: true }]);
+  });
+
   it("gives up after maxAttempts, and never reconnects when reconnect is false", () => {
     const { closes } = connect({ reconnect: { maxAttempts: 2 }, random: () => 0 });
     FakeSocket.last().drop(1006);

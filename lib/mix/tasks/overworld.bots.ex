@@ -1,0 +1,235 @@
+defmodule Mix.Tasks.Overworld.Bots do
+  @shortdoc "Runs a swarm of bots against an Overworld server"
+  @moduledoc """
+  A swarm of bots (`Overworld.Bots`) playing against a running server (`make run` or
+  `mix overworld.server`): each authenticates a device over HTTP, opens a WebSocket, and walks
+  randomly, sending `--input-hz` inputs per second.
+
+      mix overworld.bots --url ws://127.0.0.1:4000/ws --count N [--input-hz 10] [--seconds S]
+                         [--ramp 200] [--warmup 3] [--ips 1] [--json PATH]
+
+  Bots connect at `--ramp` per second, then after `--warmup` seconds the measured window of
+  `--seconds` starts. `--ips K` spreads the bots over the source addresses 127.0.0.1 ..
+  127.0.0.K (loopback servers only). Printed (and written with `--json`): bots connected and
+  failed, snapshots per second per bot, snapshot interval p50/p99 and its jitter p99 (distance
+  from the tick period), input-to-acknowledgement latency p50/p99 (ms and ticks), bytes
+  received per bot per second, and, from the server's `/api/v1/status`, the zone's tick
+  p50/p99 over the same window. Percentiles are bucket floors of a log-linear histogram (3 %
+  resolution), and each says how many samples it rests on.
+  """
+  use Mix.Task
+
+  alias Overworld.Bench.Stats
+  alias Overworld.Bots
+  alias Overworld.Metrics.Histogram
+
+  @switches [
+    url: :string,
+    count: :integer,
+    input_hz: :integer,
+    seconds: :integer,
+    ramp: :integer,
+    warmup: :integer,
+    ips: :integer,
+    json: :string
+  ]
+
+  @impl true
+  def run(argv) do
+    {opts, rest, invalid} = OptionParser.parse(argv, strict: @switches)
+
+    if invalid != [] or rest != [],
+      do:
+        Mix.raise("invalid arguments: #{inspect(invalid ++ rest)}; see `mix help overworld.bots`")
+
+    url = URI.parse(Keyword.get(opts, :url, "ws://127.0.0.1:4000/ws"))
+
+    unless url.scheme == "ws" and url.host && url.port,
+      do: Mix.raise("--url must look like ws://127.0.0.1:4000/ws")
+
+    o = %{
+      host: url.host,
+      port: url.port,
+      path: (url.path || "/ws") <> if(url.query, do: "?" <> url.query, else: ""),
+      count: Keyword.get(opts, :count, 100),
+      input_hz: Keyword.get(opts, :input_hz, 10),
+      seconds: Keyword.get(opts, :seconds, 30),
+      ramp: Keyword.get(opts, :ramp, 200),
+      warmup: Keyword.get(opts, :warmup, 3),
+      ips: Keyword.get(opts, :ips, 1)
+    }
+
+    for k <- [:count, :input_hz, :seconds, :ramp, :ips],
+        not (is_integer(o[k]) and o[k] > 0),
+        do: Mix.raise("--#{String.replace(to_string(k), "_", "-")} must be a positive integer")
+
+    Mix.Task.run("app.start")
+    result = swarm(o)
+    print(result)
+
+    if path = opts[:json] do
+      Stats.write_json(path, result)
+      Mix.shell().info("wrote #{path}")
+    end
+
+    result
+  end
+
+  @doc false
+  # Runs the swarm and answers the flat result map.
+  @spec swarm(map) :: map
+  def swarm(o) do
+    m = Bots.new()
+    run = :erlang.unique_integer([:positive])
+    gap = div(1000, o.ramp)
+    t0 = System.monotonic_time(:millisecond)
+
+    bots =
+      for i <- 1..o.count do
+        Process.sleep(max(t0 + i * gap - System.monotonic_time(:millisecond), 0))
+
+        Bots.start(m,
+          host: o.host,
+          port: o.port,
+          path: o.path,
+          device: "overworld-bot-#{run}-#{i}",
+          input_hz: o.input_hz,
+          ip: source_ip(o, i),
+          seed: i
+        )
+      end
+
+    wait_connected(m, o.count, System.monotonic_time(:millisecond) + 30_000)
+    ramp_s = (System.monotonic_time(:millisecond) - t0) / 1000
+    Process.sleep(o.warmup * 1000)
+
+    before = Bots.snapshot(m)
+    server_before = server_ticks(o)
+    Process.sleep(o.seconds * 1000)
+    later = Bots.snapshot(m)
+    server_after = server_ticks(o)
+
+    Enum.each(bots, &send(&1, :stop))
+    Process.sleep(200)
+    result(o, ramp_s, before, later, server_before, server_after)
+  end
+
+  defp source_ip(%{ips: 1}, _i), do: nil
+  defp source_ip(%{ips: k}, i), do: {127, 0, 0, 1 + rem(i, k)}
+
+  defp wait_connected(m, count, deadline) do
+    c = Bots.counts(m)
+
+    if c.connected + c.failed < count and System.monotonic_time(:millisecond) < deadline do
+      Process.sleep(100)
+      wait_connected(m, count, deadline)
+    end
+  end
+
+  # The zones' raw tick histograms from the server's status route.
+  defp server_ticks(o) do
+    case Overworld.Client.request(o.host, o.port, "GET", "/api/v1/status") do
+      {:ok, 200, _, body} ->
+        body
+        |> :jiffy.decode([:return_maps])
+        |> Map.get("zones", [])
+        |> Enum.filter(& &1["tick_histogram"])
+        |> Map.new(fn z ->
+          h = z["tick_histogram"]
+
+          {z["name"],
+           %{
+             counts: List.to_tuple(h["counts"]),
+             count: h["count"],
+             sum: h["sum"],
+             max: h["max"]
+           }}
+        end)
+
+      _ ->
+        %{}
+    end
+  end
+
+  defp result(o, ramp_s, before, later, server_before, server_after) do
+    secs = (later.at - before.at) / 1_000_000
+    d = fn k -> later.counts[k] - before.counts[k] end
+    connected = later.counts.connected
+    interval = Histogram.diff(later.interval, before.interval)
+    jitter = Histogram.diff(later.jitter, before.jitter)
+    ack = Histogram.diff(later.ack, before.ack)
+    period_ms = 1000 / 30
+    ms = fn us -> us && Float.round(us / 1000, 2) end
+    per_bot = fn v -> if connected > 0, do: Float.round(v / secs / connected, 1), else: 0.0 end
+
+    zone =
+      case Map.to_list(server_after) do
+        [{name, after_h} | _] ->
+          h = Histogram.diff(after_h, Map.get(server_before, name, empty(after_h)))
+
+          %{
+            zone: name,
+            zone_ticks: h.count,
+            tick_p50_us: Histogram.percentile(h, 50),
+            tick_p99_us: Histogram.percentile(h, 99),
+            tick_max_us: h.max
+          }
+
+        [] ->
+          %{zone: nil}
+      end
+
+    Map.merge(
+      %{
+        url: "ws://#{o.host}:#{o.port}#{o.path}",
+        count: o.count,
+        input_hz: o.input_hz,
+        seconds: Float.round(secs, 1),
+        ramp_seconds: Float.round(ramp_s, 1),
+        connected: connected,
+        failed: later.counts.failed,
+        closed: later.counts.closed,
+        snapshots: d.(:snapshots),
+        snapshots_per_second_per_bot: per_bot.(d.(:snapshots)),
+        interval_samples: interval.count,
+        interval_p50_ms: ms.(Histogram.percentile(interval, 50)),
+        interval_p99_ms: ms.(Histogram.percentile(interval, 99)),
+        jitter_p99_ms: ms.(Histogram.percentile(jitter, 99)),
+        inputs: d.(:inputs),
+        ack_samples: ack.count,
+        ack_p50_ms: ms.(Histogram.percentile(ack, 50)),
+        ack_p99_ms: ms.(Histogram.percentile(ack, 99)),
+        ack_p99_ticks:
+          (p = Histogram.percentile(ack, 99)) && Float.round(p / 1000 / period_ms, 2),
+        bytes_per_bot_per_second: per_bot.(d.(:bytes))
+      },
+      zone
+    )
+  end
+
+  defp empty(h), do: %{counts: Tuple.duplicate(0, tuple_size(h.counts)), count: 0, sum: 0, max: 0}
+
+  defp print(r) do
+    info(
+      "Bots: #{r.connected} connected, #{r.failed} failed of #{r.count} (ramp #{r.ramp_seconds} s), #{r.closed} closed by the server; window #{r.seconds} s, #{r.input_hz} inputs/s each"
+    )
+
+    info(
+      "  snapshots: #{r.snapshots_per_second_per_bot}/s per bot; interval p50 #{r.interval_p50_ms} ms, p99 #{r.interval_p99_ms} ms, jitter p99 #{r.jitter_p99_ms} ms (#{Stats.confidence(99, r.interval_samples)})"
+    )
+
+    info(
+      "  input to acknowledgement: p50 #{r.ack_p50_ms} ms, p99 #{r.ack_p99_ms} ms = #{r.ack_p99_ticks} ticks (#{r.ack_samples} inputs; #{Stats.confidence(99, r.ack_samples)})"
+    )
+
+    info("  received: #{r.bytes_per_bot_per_second} bytes/s per bot")
+
+    if r.zone do
+      info(
+        "  server zone #{r.zone}: #{r.zone_ticks} ticks in the window, tick p50 #{r.tick_p50_us} µs, p99 #{r.tick_p99_us} µs, max #{r.tick_max_us} µs (#{Stats.confidence(99, r.zone_ticks)})"
+      )
+    end
+  end
+
+  defp info(line), do: Mix.shell().info(line)
+end

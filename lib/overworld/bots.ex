@@ -1,0 +1,181 @@
+defmodule Overworld.Bots do
+  @moduledoc """
+  The bot swarm of `mix overworld.bots`: in-BEAM clients speaking the real protocol over real
+  sockets (`Overworld.Client`). Each bot authenticates its device over HTTP, opens a WebSocket,
+  sends HELLO, and then walks randomly: every `1 / input_hz` seconds an INPUT (two signed
+  bytes, the goblin world's payload), changing direction with probability 1/10 each time.
+
+  Measured (shared `:counters` and `Overworld.Metrics.Histogram`s, so no per-sample lists):
+  snapshots and bytes received, the interval between a bot's consecutive snapshots (and its
+  distance from the tick period: the jitter), and the input-to-acknowledgement latency (from
+  sending INPUT `seq` to receiving the first snapshot whose `input_ack` ≥ `seq`).
+  """
+  alias Overworld.Client
+  alias Overworld.Metrics.Histogram
+
+  @counters [:connected, :failed, :snapshots, :bytes, :inputs, :closed]
+
+  @typedoc "Shared measurements of a swarm."
+  @type t :: %{
+          counters: :counters.counters_ref(),
+          interval: Histogram.t(),
+          jitter: Histogram.t(),
+          ack: Histogram.t()
+        }
+
+  @doc false
+  @spec new() :: t
+  def new do
+    %{
+      counters: :counters.new(length(@counters), [:write_concurrency]),
+      interval: Histogram.new(),
+      jitter: Histogram.new(),
+      ack: Histogram.new()
+    }
+  end
+
+  @doc false
+  def counter(name), do: Enum.find_index(@counters, &(&1 == name)) + 1
+
+  @doc false
+  @spec counts(t) :: %{atom => non_neg_integer}
+  def counts(%{counters: c}),
+    do: for({k, i} <- Enum.with_index(@counters, 1), into: %{}, do: {k, :counters.get(c, i)})
+
+  @doc false
+  @spec snapshot(t) :: map
+  def snapshot(m) do
+    %{
+      counts: counts(m),
+      interval: Histogram.snapshot(m.interval),
+      jitter: Histogram.snapshot(m.jitter),
+      ack: Histogram.snapshot(m.ack),
+      at: System.monotonic_time(:microsecond)
+    }
+  end
+
+  @doc """
+  Starts one bot (linked to the caller). Options: `:host`, `:port`, `:path` (with its query),
+  `:device` (device id), `:input_hz`, `:ip` (local address), `:seed`.
+  """
+  @spec start(t, keyword) :: pid
+  def start(m, opts), do: spawn_link(fn -> run(m, opts) end)
+
+  defp run(m, opts) do
+    host = Keyword.fetch!(opts, :host)
+    port = Keyword.fetch!(opts, :port)
+    copts = if ip = opts[:ip], do: [ip: ip], else: []
+    :rand.seed(:exsss, {Keyword.get(opts, :seed, 1), 7, 11})
+
+    with {:ok, %{"token" => token}} <-
+           Client.authenticate_device(host, port, Keyword.fetch!(opts, :device), copts),
+         {:ok, c} <- Client.connect(host, port, Keyword.fetch!(opts, :path), copts),
+         :ok <- Client.send_msg(c, %{type: :hello, version: 1, token: token}),
+         {:ok, {:binary, hs}, c} <- Client.recv(c, 10_000),
+         {:ok, %{type: :handshake, tick_rate: rate}} <- Overworld.Protocol.decode(hs) do
+      :counters.add(m.counters, counter(:connected), 1)
+      :ok = :inet.setopts(c.sock, active: 100)
+      period = div(1_000_000, max(rate, 1))
+      every = div(1000, Keyword.get(opts, :input_hz, 10))
+      Process.send_after(self(), :input, :rand.uniform(every))
+
+      loop(%{
+        m: m,
+        c: c,
+        buf: c.buf,
+        period: period,
+        every: every,
+        seq: 0,
+        pending: :queue.new(),
+        tick: 0,
+        last: nil,
+        dir: {0, 0}
+      })
+    else
+      _ -> :counters.add(m.counters, counter(:failed), 1)
+    end
+  end
+
+  defp loop(%{c: %{sock: sock}} = b) do
+    receive do
+      {:tcp, ^sock, data} ->
+        loop(frames(%{b | buf: b.buf <> data}))
+
+      {:tcp_passive, ^sock} ->
+        :inet.setopts(sock, active: 100)
+        loop(b)
+
+      {:tcp_closed, ^sock} ->
+        :counters.add(b.m.counters, counter(:closed), 1)
+
+      :input ->
+        Process.send_after(self(), :input, b.every)
+        loop(input(b))
+
+      :stop ->
+        Client.close(b.c)
+    end
+  end
+
+  defp input(b) do
+    {mx, my} =
+      if b.seq == 0 or :rand.uniform(10) == 1,
+        do: {:rand.uniform(255) - 128, :rand.uniform(255) - 128},
+        else: b.dir
+
+    mx = max(mx, -127)
+    my = max(my, -127)
+    seq = b.seq + 1
+
+    Client.send_msg(b.c, %{type: :input, seq: seq, ack: b.tick, payload: <<mx::8, my::8>>})
+    :counters.add(b.m.counters, counter(:inputs), 1)
+    now = System.monotonic_time(:microsecond)
+    %{b | seq: seq, dir: {mx, my}, pending: :queue.in({seq, now}, b.pending)}
+  end
+
+  defp frames(b) do
+    case Client.parse(b.buf) do
+      {:ok, {:binary, <<2, _::binary>> = snap}, rest} -> frames(snapshot(%{b | buf: rest}, snap))
+      {:ok, {:close, _, _}, _rest} -> %{b | buf: <<>>}
+      {:ok, _other, rest} -> frames(%{b | buf: rest})
+      :more -> b
+    end
+  end
+
+  # Only the header is read (tick, baseline, input ack): bots do not hold the world.
+  defp snapshot(b, <<2, rest::binary>> = snap) do
+    now = System.monotonic_time(:microsecond)
+    m = b.m
+    :counters.add(m.counters, counter(:snapshots), 1)
+    :counters.add(m.counters, counter(:bytes), byte_size(snap) + frame_header(byte_size(snap)))
+
+    if b.last do
+      interval = now - b.last
+      Histogram.record(m.interval, interval)
+      Histogram.record(m.jitter, abs(interval - b.period))
+    end
+
+    with {:ok, tick, rest} <- Overworld.Protocol.Codec.read_varint(rest),
+         {:ok, _baseline, rest} <- Overworld.Protocol.Codec.read_varint(rest),
+         {:ok, ack, _} <- Overworld.Protocol.Codec.read_varint(rest) do
+      %{b | last: now, tick: tick, pending: acked(b.pending, ack, now, m.ack)}
+    else
+      _ -> %{b | last: now}
+    end
+  end
+
+  defp frame_header(n) when n < 126, do: 2
+  defp frame_header(n) when n < 65_536, do: 4
+  defp frame_header(_n), do: 10
+
+  defp acked(pending, ack, now, h) do
+    case :queue.peek(pending) do
+      {:value, {seq, sent}} when seq <= ack ->
+        Histogram.record(h, now - sent)
+        acked(:queue.drop(pending), ack, now, h)
+
+      _ ->
+        pending
+    end
+  end
+end
