@@ -470,7 +470,7 @@ describe("Client", () => {
     const client = new Client({ baseUrl: "https://game.example:8443", fetch: f, WebSocket: FakeSocket });
     expect(client.socketUrl()).toBe("wss://game.example:8443/ws");
     expect(client.socketUrl("")).toBe("wss://game.example:8443/ws?zone=");
-    const conn = client.connect(session(), { zone: "goblins" });
+    const conn = client.connect(session(), { zone: "goblins", random: () => 0.5 });
     expect(FakeSocket.last().url).toBe("wss://game.example:8443/ws?zone=goblins");
     FakeSocket.last().accept();
     FakeSocket.last().drop(4003);

@@ -90,6 +90,9 @@ defmodule Overworld.Zone.Bucket do
   @impl true
   def init({config, index}) do
     Logger.metadata(zone: inspect(config.id))
+    # The simulation runs ahead of ordinary work (sessions building frames, HTTP): a tick is
+    # not queued behind the frames of the previous one.
+    Process.flag(:priority, :high)
 
     {:ok,
      %{
