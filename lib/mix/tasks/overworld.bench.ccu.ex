@@ -4,7 +4,7 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
   How many authenticated WebSocket sessions one server node holds, and what each costs it.
 
       mix overworld.bench.ccu --count N [--clients 4] [--concurrency 64] [--heartbeat 15000]
-                              [--hold 10] [--json PATH]
+                              [--hold 10] [--data-dir DIR] [--json PATH]
 
   This node runs `Overworld.Server` (no zone: the sessions are idle, joined to nothing). The
   clients are `--clients` separate OS processes (peer nodes, `:peer`), each connecting from its
@@ -13,6 +13,7 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
   authenticates over HTTP (`POST /api/v1/auth/device`), then, with the server's memory
   measured, every session connects (`GET /ws?zone=`, HELLO, HANDSHAKE) and stays, sending a
   PING every `--heartbeat` ms. After `--hold` seconds the server's memory is measured again.
+  Accounts go to `--data-dir` (default: a new temporary directory).
 
   Printed (and written with `--json`): sessions held by the server (its own count), sessions
   opened and failed (with the first errors), the accept rate (sessions opened per second over
@@ -31,7 +32,8 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
     concurrency: :integer,
     heartbeat: :integer,
     hold: :integer,
-    json: :string
+    json: :string,
+    data_dir: :string
   ]
 
   @impl true
@@ -57,7 +59,10 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
         do: Mix.raise("--#{k} must be a positive integer")
 
     Mix.Task.run("app.start")
-    dir = Path.join(System.tmp_dir!(), "overworld-ccu-#{System.unique_integer([:positive])}")
+
+    dir =
+      opts[:data_dir] ||
+        Path.join(System.tmp_dir!(), "overworld-ccu-#{System.unique_integer([:positive])}")
 
     {:ok, sup} =
       Overworld.Server.start_link(name: :ccu_server, port: 0, data_dir: dir, idle_timeout: 60_000)
@@ -145,6 +150,7 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
     end
 
     Enum.each(peers, &:peer.stop/1)
+    Supervisor.stop(sup)
     result
   end
 
@@ -155,7 +161,6 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
   defp start_client(_i) do
     args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
     {:ok, peer, _node} = :peer.start_link(%{connection: :standard_io, args: args})
-    {:ok, _} = :peer.call(peer, :application, :ensure_all_started, [:elixir])
     {:ok, _} = :peer.call(peer, :application, :ensure_all_started, [:crypto])
     peer
   end

@@ -1,0 +1,60 @@
+defmodule Mix.Tasks.Overworld.BotsTest do
+  use ExUnit.Case, async: false
+  import ExUnit.CaptureIO
+
+  setup do
+    zone = {__MODULE__, make_ref()}
+
+    {:ok, _} =
+      Overworld.start_zone(Goblins, Goblins.zone_options(500, id: zone, wire: Goblins.Wire))
+
+    start_supervised!(
+      {Overworld.Server,
+       name: :bots_test_server,
+       port: 0,
+       data_dir: Overworld.Test.DataDir.path(),
+       zones: %{"goblins" => zone},
+       default_zone: "goblins"}
+    )
+
+    on_exit(fn -> Overworld.stop_zone(zone) end)
+    %{port: Overworld.Server.port(:bots_test_server), zone: zone}
+  end
+
+  test "bots connect over real sockets, walk, and report what they measured",
+       %{port: port} = ctx do
+    path = Path.join(System.tmp_dir!(), "bots-#{System.unique_integer([:positive])}.json")
+
+    out =
+      capture_io(fn ->
+        Mix.Tasks.Overworld.Bots.run(
+          ~w(--url ws://127.0.0.1:#{port}/ws --count 6 --seconds 2 --warmup 1 --input-hz 10 --json) ++
+            [path]
+        )
+      end)
+
+    assert out =~ "Bots: 6 connected, 0 failed of 6"
+    r = path |> File.read!() |> :jiffy.decode([:return_maps])
+    assert r["connected"] == 6 and r["failed"] == 0
+    # 30 Hz for 2 s: each bot gets most of the 60 snapshots.
+    assert r["snapshots_per_second_per_bot"] > 20
+    assert r["bytes_per_bot_per_second"] > 1_000
+    # ~10 inputs per second per bot, acknowledged within a few ticks.
+    assert r["ack_samples"] > 60
+    assert r["ack_p50_ms"] > 0 and r["ack_p50_ms"] < 200
+    assert r["zone"] == "goblins" and r["zone_ticks"] >= 50
+    # Every bot is a player of the zone while it plays; they leave with the grace period.
+    assert map_size(Overworld.Zone.info(ctx.zone).players) <= 6
+    File.rm(path)
+  end
+
+  test "bad options are refused" do
+    assert_raise Mix.Error, ~r/--url must look like/, fn ->
+      Mix.Tasks.Overworld.Bots.run(~w(--url http://x))
+    end
+
+    assert_raise Mix.Error, ~r/--count must be a positive integer/, fn ->
+      Mix.Tasks.Overworld.Bots.run(~w(--count 0))
+    end
+  end
+end
