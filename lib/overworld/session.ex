@@ -81,10 +81,15 @@ defmodule Overworld.Session do
          {:ok, token_user} <- url_token(cfg, query),
          {:ok, zone} <- zone(cfg, query),
          :ok <- :gen_tcp.send(sock, WebSocket.upgrade_response(accept)) do
+      # The kernel's send buffer is bounded too: left to autotuning it grows to megabytes
+      # (net.ipv4.tcp_wmem), which would hide a client that does not read from the
+      # outbound bound for a minute or more, and hold that much memory per client.
       :ok =
         :inet.setopts(sock,
           packet: :raw,
           active: @active,
+          exit_on_close: true,
+          sndbuf: max(div(cfg.max_outbound, 4), 4_096),
           high_watermark: div(cfg.max_outbound, 2),
           low_watermark: div(cfg.max_outbound, 4)
         )
@@ -105,12 +110,14 @@ defmodule Overworld.Session do
         refilled: now
       }
 
+      # Exits are trapped so that `terminate/2` runs when the server shuts down (1001) or
+      # the session crashes (1011): the counters drop and the player leaves the zone.
+      Process.flag(:trap_exit, true)
       :gen_server.enter_loop(__MODULE__, [hibernate_after: 2_000], st)
     else
       {:error, status, headers, message} ->
         Logger.info("ws: upgrade refused with #{status}: #{message} (#{Conn.peer(sock)})")
-        code = if status == 401, do: "invalid_token", else: "bad_upgrade"
-        body = HTTP.error_body(code, message)
+        body = HTTP.error_body(error_code(status), message)
         :gen_tcp.send(sock, HTTP.response(status, [Conn.json() | headers], body, false))
         :ok
 
@@ -118,6 +125,13 @@ defmodule Overworld.Session do
         :ok
     end
   end
+
+  # The error codes of docs/protocol.md ("Transport"); the upgrade's own refusals (400, 426)
+  # are "bad_upgrade".
+  defp error_code(401), do: "invalid_token"
+  defp error_code(404), do: "not_found"
+  defp error_code(405), do: "method_not_allowed"
+  defp error_code(_), do: "bad_upgrade"
 
   defp ws_upgrade(req) do
     case WebSocket.upgrade(req) do
@@ -201,7 +215,7 @@ defmodule Overworld.Session do
 
   def handle_info({:timeout, ref, :grace}, %{phase: :detached, grace: ref} = st) do
     leave(st, :disconnected)
-    {:stop, :normal, st}
+    {:stop, :normal, %{st | phase: :gone}}
   end
 
   def handle_info({:DOWN, _, :process, pid, reason}, %{zone_pid: pid} = st) do
@@ -210,7 +224,7 @@ defmodule Overworld.Session do
 
     case st.phase do
       :live -> close(st, 4006, "zone unavailable", 6)
-      :detached -> {:stop, :normal, st}
+      :detached -> {:stop, :normal, %{st | phase: :gone}}
       _ -> {:noreply, st}
     end
   end
@@ -226,11 +240,34 @@ defmodule Overworld.Session do
     if st.phase in [:hello, :live] do
       send_msg(st, %{type: :error, code: 4, message: "replaced by a newer connection"})
       send_data(st, WebSocket.close(4004, "replaced"))
-      disconnect(st)
     end
 
-    {:stop, :normal, handoff, %{st | entity: nil}}
+    # A session closing (its close sent, waiting for the client's) is taken over too: its
+    # socket and counters go now.
+    disconnect(st)
+    {:stop, :normal, handoff, %{st | entity: nil, phase: :gone}}
   end
+
+  # The server shuts down (1001) or the session crashed (1011, the crash is logged by
+  # gen_server): close the socket, drop the counters, and take the player out of the zone
+  # (nobody will resume it). Normal ends clean up before they stop (phase :gone).
+  @impl true
+  def terminate(_reason, %{phase: :gone}), do: :ok
+
+  def terminate(reason, st) do
+    if st.phase in [:hello, :live] do
+      code = if shutdown?(reason), do: 1001, else: 1011
+      send_data(st, WebSocket.close(code, if(code == 1001, do: "shutting down", else: "")))
+    end
+
+    disconnect(st)
+    leave(st, :left)
+  end
+
+  defp shutdown?(:normal), do: true
+  defp shutdown?(:shutdown), do: true
+  defp shutdown?({:shutdown, _}), do: true
+  defp shutdown?(_), do: false
 
   ## Frames from the client
 
@@ -238,6 +275,9 @@ defmodule Overworld.Session do
     case WebSocket.next(st.buf, st.ws) do
       :more ->
         {:noreply, st}
+
+      {:more, rest, ws} ->
+        {:noreply, %{st | buf: rest, ws: ws}}
 
       {:message, :binary, payload, rest, ws} ->
         case message(Protocol.decode(payload), %{st | buf: rest, ws: ws}) do
@@ -548,6 +588,8 @@ defmodule Overworld.Session do
   defp too_slow(st, why) do
     :counters.add(st.cfg.counters, Server.counter(:closed_slow), 1)
     Logger.info("session #{st.user}: closed as too slow (#{why})")
+    # Most likely refused by the busy port; sent when the socket can still take it.
+    send_msg(st, %{type: :error, code: 5, message: "too slow"})
     send_data(st, WebSocket.close(4005, "too slow"))
     gone(st, :lost)
   end
@@ -588,13 +630,25 @@ defmodule Overworld.Session do
 
   # The socket is gone (or going): the counters drop once.
   defp disconnect(%{phase: phase} = st) when phase in [:hello, :live, :closing] do
-    :gen_tcp.close(st.sock)
+    close_socket(st.sock)
     c = st.cfg.counters
     :counters.sub(c, Server.counter(:sessions), 1)
     :counters.sub(c, Server.counter(:connections), 1)
   end
 
   defp disconnect(_st), do: :ok
+
+  # With bytes still queued in the port (a client that does not read), `gen_tcp.close/1`
+  # would wait for them to be sent, blocking this process as long as the client does not
+  # read: the queue is dropped instead (and the connection reset).
+  defp close_socket(sock) do
+    case :erlang.port_info(sock, :queue_size) do
+      {:queue_size, n} when n > 0 -> :inet.setopts(sock, linger: {true, 0})
+      _ -> :ok
+    end
+
+    :gen_tcp.close(sock)
+  end
 
   defp gone(st, how) do
     disconnect(st)

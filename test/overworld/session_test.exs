@@ -45,7 +45,9 @@ defmodule Overworld.SessionTest do
       assert p.entity > 0
       assert p.handshake.version == 1
       assert p.handshake.tick_rate == 30
-      assert p.handshake.width > 0 and p.handshake.cell_size == 12
+      # Sizes in units (1/1024 m).
+      assert p.handshake.width == Goblins.side(400)
+      assert p.handshake.cell_size == 12 * 1024
       assert length(p.templates) == 2
       assert Enum.map(p.templates, & &1.name) |> Enum.sort() == ["goblin", "player"]
 
@@ -66,14 +68,20 @@ defmodule Overworld.SessionTest do
       p =
         Enum.reduce(1..15, p, fn seq, p ->
           :ok =
-            Client.send_msg(p.conn, %{type: :input, seq: seq, ack: p.view.tick, payload: <<127, 0>>})
+            Client.send_msg(p.conn, %{
+              type: :input,
+              seq: seq,
+              ack: p.view.tick,
+              payload: <<127, 0>>
+            })
 
           snapshots(p, 1)
         end)
 
-      p = Enum.reduce_while(1..30, p, fn _, p ->
-        if p.view.input_ack >= 15, do: {:halt, p}, else: {:cont, snapshots(p, 1)}
-      end)
+      p =
+        Enum.reduce_while(1..30, p, fn _, p ->
+          if p.view.input_ack >= 15, do: {:halt, p}, else: {:cont, snapshots(p, 1)}
+        end)
 
       assert p.view.input_ack == 15
       assert my_x(p) > x0
@@ -90,15 +98,16 @@ defmodule Overworld.SessionTest do
       p = w |> join() |> snapshots(3)
       :ok = Client.send_msg(p.conn, %{type: :resync, reason: 1, last_tick: p.view.tick})
       # Snapshots already sent still apply; one with baseline 0 arrives soon after.
-      fresh = Enum.reduce_while(1..20, p, fn _, p ->
-        {{:snapshot, snap}, conn} = recv(p.conn)
-        <<0x02, rest::binary>> = snap
-        {:ok, _tick, rest} = Overworld.Protocol.Codec.read_varint(rest)
-        {:ok, baseline, _} = Overworld.Protocol.Codec.read_varint(rest)
-        {:ok, view} = Overworld.Protocol.Snapshot.apply(p.view, snap, p.templates)
-        p = %{p | conn: conn, view: view}
-        if baseline == 0, do: {:halt, {:resynced, p}}, else: {:cont, p}
-      end)
+      fresh =
+        Enum.reduce_while(1..20, p, fn _, p ->
+          {{:snapshot, snap}, conn} = recv(p.conn)
+          <<0x02, rest::binary>> = snap
+          {:ok, _tick, rest} = Overworld.Protocol.Codec.read_varint(rest)
+          {:ok, baseline, _} = Overworld.Protocol.Codec.read_varint(rest)
+          {:ok, view} = Overworld.Protocol.Snapshot.apply(p.view, snap, p.templates)
+          p = %{p | conn: conn, view: view}
+          if baseline == 0, do: {:halt, {:resynced, p}}, else: {:cont, p}
+        end)
 
       assert {:resynced, p} = fresh
       snapshots(p, 3)
@@ -130,7 +139,7 @@ defmodule Overworld.SessionTest do
       assert p.entity > 0
 
       assert {:error, {:status, 404, body}} = Client.connect(host(), w.port, "/ws?zone=elves")
-      assert %{"error" => "bad_upgrade"} = :jiffy.decode(body, [:return_maps])
+      assert %{"error" => "not_found"} = :jiffy.decode(body, [:return_maps])
     end
   end
 
@@ -205,6 +214,7 @@ defmodule Overworld.SessionTest do
 
     test "an empty binary message: ERROR 2, close 4002", %{world: w, witness: witness} do
       p = join(w)
+
       capture_log(fn ->
         :ok = Client.send_raw(p.conn, Client.frame(2, <<>>))
         assert {4002, [2]} = expect_close(p.conn)
@@ -349,7 +359,11 @@ defmodule Overworld.SessionTest do
 
       flood =
         for seq <- 1..2_000,
-            do: Client.frame(2, Overworld.Protocol.encode(%{type: :input, seq: seq, ack: 0, payload: <<0, 100>>}))
+            do:
+              Client.frame(
+                2,
+                Overworld.Protocol.encode(%{type: :input, seq: seq, ack: 0, payload: <<0, 100>>})
+              )
 
       :ok = Client.send_raw(p.conn, flood)
 
@@ -415,6 +429,7 @@ defmodule Overworld.SessionTest do
           goblins: 500,
           max_outbound: 16_384,
           slow_timeout: 1_000,
+          grace_period: 300,
           interest: [radius: 400, budget: 2_000_000]
         )
 
@@ -423,23 +438,34 @@ defmodule Overworld.SessionTest do
       conn = connect(w)
       :ok = :inet.setopts(conn.sock, recbuf: 4096)
       send_hello(conn, a["token"])
-      mem0 = :erlang.memory(:total)
 
       log =
         capture_log(fn ->
           # The witness reads all along; the slow client never does.
-          witness = read_until(witness, fn -> Server.stats(w.name).closed_slow >= 1 end, 8_000)
+          witness = read_until(witness, fn -> Server.stats(w.name).frames_skipped > 0 end, 5_000)
+
+          # Stalled: what the server holds for the client stays bounded.
+          [{pid, _}] = Registry.lookup(Overworld.Registry, {:session, w.name, a["user_id"]})
+          %{sock: sock} = :sys.get_state(pid)
+          {:queue_size, queued} = :erlang.port_info(sock, :queue_size)
+          assert queued <= 16_384
+          {:memory, mem} = Process.info(pid, :memory)
+          assert mem < 4_000_000
+
+          witness = read_until(witness, fn -> Server.stats(w.name).closed_slow >= 1 end, 5_000)
           stats = Server.stats(w.name)
           assert stats.frames_skipped > 0
           assert stats.closed_slow == 1
+          # The socket is dropped even though the client still does not read.
+          eventually(fn -> Port.info(sock) == nil end, 1_000)
           send(self(), {:witness, witness})
         end)
 
       assert log =~ "closed as too slow"
       assert_received {:witness, witness}
       alive!(witness, w)
-      assert :erlang.memory(:total) - mem0 < 200_000_000
-      eventually(fn -> not Map.has_key?(players(w), a["user_id"]) end, 3_000)
+      assert Server.stats(w.name).sessions == 1
+      eventually(fn -> not Map.has_key?(players(w), a["user_id"]) end, 2_000)
       :gen_tcp.close(conn.sock)
     end
   end

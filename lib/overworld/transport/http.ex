@@ -29,7 +29,9 @@ defmodule Overworld.Transport.HTTP do
   @spec read(:gen_tcp.socket(), pos_integer, non_neg_integer) :: {:ok, Request.t()} | failure
   def read(sock, timeout, max_body) do
     deadline = System.monotonic_time(:millisecond) + timeout
-    :ok = :inet.setopts(sock, packet: :http_bin, packet_size: @line)
+    # exit_on_close: false, or a line over `packet_size` (emsgsize) closes the socket in the
+    # driver before the 431 can be written.
+    :ok = :inet.setopts(sock, packet: :http_bin, packet_size: @line, exit_on_close: false)
 
     with {:ok, req} <- request_line(sock, deadline),
          {:ok, req} <- headers(sock, req, 0, deadline),

@@ -27,6 +27,7 @@ defmodule Overworld.Transport.WebSocket do
           | {:pong, binary, t}
           | {:close, non_neg_integer | nil, binary}
           | {:error, 1002 | 1007 | 1009, String.t()}
+          | {:more, binary, t}
           | :more
 
   @doc false
@@ -84,7 +85,9 @@ defmodule Overworld.Transport.WebSocket do
   end
 
   @doc false
-  # The next event from the bytes received so far.
+  # The next event from the bytes received so far: `:more` when they do not hold a whole
+  # frame, `{:more, rest, ws}` when they held fragments of a message (kept in `ws`) and then
+  # part of a frame.
   @spec next(binary, t) :: event
   def next(buf, %__MODULE__{} = ws) do
     case :cow_ws.parse_header(buf, %{}, ws.frag) do
@@ -97,7 +100,10 @@ defmodule Overworld.Transport.WebSocket do
       {_type, _frag, _rsv, _len, :undefined, _rest} ->
         {:error, 1002, "client frames must be masked"}
 
-      {_type, _frag, _rsv, len, _mask, _rest} when len > ws.max or ws.size + len > ws.max ->
+      # Control frames (at most 125 bytes, checked by `:cow_ws`) may come between the
+      # fragments of a message: they do not count towards its size.
+      {type, _frag, _rsv, len, _mask, _rest}
+      when type in [:text, :binary, :fragment] and ws.size + len > ws.max ->
         {:error, 1009, "message larger than #{ws.max} bytes"}
 
       {_type, _frag, _rsv, len, _mask, rest} when byte_size(rest) < len ->
@@ -130,14 +136,16 @@ defmodule Overworld.Transport.WebSocket do
   defp event(type, _frag, data, _utf8, rest, ws) when type in [:text, :binary],
     do: {:message, type, data, rest, ws}
 
+  # A fragment is kept in the state; when the bytes after it do not hold a whole frame yet,
+  # the caller gets that state (`{:more, rest, ws}`), so fragments are parsed once each however
+  # the message trickles in.
   defp event(:fragment, {:nofin, _, _} = frag, data, utf8, rest, ws) do
-    next(rest, %{
-      ws
-      | frag: frag,
-        acc: [ws.acc | data],
-        size: ws.size + byte_size(data),
-        utf8: utf8
-    })
+    ws = %{ws | frag: frag, acc: [ws.acc | data], size: ws.size + byte_size(data), utf8: utf8}
+
+    case next(rest, ws) do
+      :more -> {:more, rest, ws}
+      event -> event
+    end
   end
 
   defp event(:fragment, {:fin, type, _}, data, _utf8, rest, ws) do
