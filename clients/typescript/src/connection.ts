@@ -177,6 +177,7 @@ export class ZoneConnection {
   private carry = new Map<number, number>();
   private carryUntil = 0;
   private seq = 0;
+  private eventSeq = 0;
   private attempt = 0;
   private refreshed = false;
   private srtt: number | undefined;
@@ -330,6 +331,18 @@ export class ZoneConnection {
     return seq;
   }
 
+  /**
+   * Sends a RELIABLE game message (`reliable_seq` 1, 2, ... on each connection); the zone gets
+   * it in order in `handle_info/2`. Answers false when not connected (nothing is sent).
+   */
+  sendEvent(payload: Uint8Array): boolean {
+    if (this.status !== "open") return false;
+    const seq = this.eventSeq + 1;
+    if (!this.send({ type: "client_event", seq, payload })) return false;
+    this.eventSeq = seq;
+    return true;
+  }
+
   /** Sends a PING now (the answer updates `rtt`). */
   ping(): void {
     if (this.status !== "open") return;
@@ -363,6 +376,7 @@ export class ZoneConnection {
 
   private open(): void {
     this.stats.connects++;
+    this.eventSeq = 0;
     this.view = new WorldView();
     this.resyncAt = undefined;
     this.pings.clear();

@@ -482,3 +482,25 @@ describe("Client", () => {
     expect(new Client({ baseUrl: "http://h:1" }).socketUrl("a b")).toBe("ws://h:1/ws?zone=a+b");
   });
 });
+
+describe("ZoneConnection: reliable events", () => {
+  it("numbers events 1, 2, ... on each connection and sends nothing before the handshake", async () => {
+    const { conn, socket } = connect();
+    expect(conn.sendEvent(new Uint8Array([7]))).toBe(false);
+    establish(socket);
+    expect(conn.sendEvent(new Uint8Array([7]))).toBe(true);
+    expect(conn.sendEvent(new Uint8Array([8, 9]))).toBe(true);
+    expect(socket.of("other")).toEqual([
+      { type: "other", bytes: [0x42, 1, 7] },
+      { type: "other", bytes: [0x42, 2, 8, 9] },
+    ]);
+    socket.drop(1006);
+    await vi.advanceTimersByTimeAsync(20_000);
+    const again = FakeSocket.last();
+    expect(again).not.toBe(socket);
+    establish(again);
+    expect(conn.sendEvent(new Uint8Array([1]))).toBe(true);
+    expect(again.of("other")).toEqual([{ type: "other", bytes: [0x42, 1, 1] }]);
+    conn.close();
+  });
+});
