@@ -55,6 +55,9 @@ defmodule Overworld.Accounts do
       with :ok <- File.mkdir_p(dir),
            :ok <- load_mnesia(),
            :ok <- Application.put_env(:mnesia, :dir, String.to_charlist(dir)),
+           # Bursts of first authentications (thousands per second) write the transaction
+           # log faster than the default threshold of 1,000 records dumps it.
+           :ok <- Application.put_env(:mnesia, :dump_log_write_threshold, 50_000),
            :ok <- create_schema(),
            :ok <- start_mnesia() do
         ensure_tables()
