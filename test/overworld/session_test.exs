@@ -90,8 +90,10 @@ defmodule Overworld.SessionTest do
     test "PING gets PONG with the client's time", %{world: w} do
       p = w |> join() |> snapshots(2)
       :ok = Client.send_msg(p.conn, %{type: :ping, client_time: 987_654_321})
-      assert {%{type: :pong, client_time: 987_654_321, server_tick: tick}, _} = recv_msg(p.conn)
+      assert {%{type: :pong, client_time: 987_654_321, server_tick: tick}, p} = next_msg(p)
       assert tick > 0
+      # The snapshots around the PONG still apply one after the other.
+      snapshots(p, 2)
     end
 
     test "RESYNC: the next snapshot has baseline 0 and applies on an empty view", %{world: w} do
@@ -167,6 +169,29 @@ defmodule Overworld.SessionTest do
       assert {4004, [4]} = expect_close(first.conn)
       snapshots(second, 3)
       assert players(w)[first.user] == first.entity
+    end
+
+    test "a connection being closed is replaced too; the counters stay right", %{world: w} do
+      before = Server.stats(@name)
+      p = w |> join() |> snapshots(1)
+
+      capture_log(fn ->
+        :ok = Client.send_raw(p.conn, Client.frame(2, <<0xEE>>))
+        # The close is read but the socket kept open: the server lingers, waiting for it.
+        assert {%{type: :error, code: 2}, conn} = recv_msg(p.conn)
+        assert {{:close, 4002, _}, _conn} = recv_msg(conn)
+        again = join(w, auth: p.auth) |> snapshots(2)
+        assert again.entity == p.entity
+        send(self(), {:again, again})
+      end)
+
+      assert_received {:again, again}
+      Process.sleep(1_100)
+      s = Server.stats(@name)
+      assert s.sessions == before.sessions + 1
+      assert s.connections == before.connections + 1
+      snapshots(again, 2)
+      Client.close(p.conn)
     end
 
     test "close 1000 from the client: the player leaves the zone at once", %{world: w} do
@@ -379,8 +404,25 @@ defmodule Overworld.SessionTest do
 
       # The connection is still open and served.
       :ok = Client.send_msg(p.conn, %{type: :ping, client_time: 42})
-      assert {%{type: :pong, client_time: 42}, conn} = recv_msg(p.conn)
-      snapshots(%{p | conn: conn}, 3)
+      assert {%{type: :pong, client_time: 42}, p} = next_msg(p)
+      snapshots(p, 3)
+      alive!(witness, w)
+    end
+
+    test "RELIABLE messages reach the zone in order; a gap closes with 4002",
+         %{world: w, witness: witness} do
+      p = w |> join() |> snapshots(1)
+      :ok = Client.send_msg(p.conn, %{type: :client_event, seq: 1, payload: "hi"})
+      :ok = Client.send_msg(p.conn, %{type: :client_event, seq: 2, payload: "there"})
+      p = snapshots(p, 2)
+
+      log =
+        capture_log(fn ->
+          :ok = Client.send_msg(p.conn, %{type: :client_event, seq: 4, payload: "gap"})
+          assert {4002, [2]} = expect_close(p.conn)
+        end)
+
+      assert log =~ "reliable_seq 4 after 2"
       alive!(witness, w)
     end
 

@@ -53,6 +53,13 @@ defmodule Overworld.Test.ServerCase do
       ]
       |> Keyword.merge(opts)
 
+    # Servers of modules running at once would each create the secret on a fresh data
+    # directory, and keep different ones (the last rename wins on disc): made once here.
+    {:ok, _} =
+      :global.trans({__MODULE__, :secret}, fn ->
+        Overworld.Auth.Token.load_or_create_secret(DataDir.path())
+      end)
+
     start_supervised!({Overworld.Server, server_opts})
     %{name: name, port: Server.port(name), zone: zone}
   end
@@ -123,6 +130,21 @@ defmodule Overworld.Test.ServerCase do
     case recv(conn, timeout) do
       {{:snapshot, _}, conn} -> recv_msg(conn, timeout)
       other -> other
+    end
+  end
+
+  @doc """
+  The next message that is not a snapshot, for a player: the snapshots before it are applied.
+  Answers `{message, player}`.
+  """
+  def next_msg(player) do
+    case recv(player.conn) do
+      {{:snapshot, snap}, conn} ->
+        assert {:ok, view} = Snapshot.apply(player.view, snap, player.templates)
+        next_msg(%{player | conn: conn, view: view})
+
+      {msg, conn} ->
+        {msg, %{player | conn: conn}}
     end
   end
 

@@ -93,8 +93,14 @@ defmodule Overworld.Transport.Listener do
           :counters.add(c, Server.counter(:connections), 1)
 
           case :gen_tcp.controlling_process(sock, pid) do
-            :ok -> send(pid, {:go, sock})
-            {:error, _} -> Process.exit(pid, :kill)
+            :ok ->
+              send(pid, {:go, sock})
+
+            {:error, _} ->
+              # The connection process never got the socket: it is not counted any more.
+              Process.exit(pid, :kill)
+              :counters.sub(c, Server.counter(:connections), 1)
+              :gen_tcp.close(sock)
           end
 
         {:error, reason} ->
