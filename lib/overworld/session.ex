@@ -564,15 +564,21 @@ defmodule Overworld.Session do
             %{st | obs: obs, pos: pos}
 
           {frame, info, obs} ->
-            if send_data(st, WebSocket.binary(frame)) do
-              c = st.cfg.counters
-              :counters.add(c, Server.counter(:bytes_out), info.bytes)
-              :counters.add(c, Server.counter(:frames_out), 1)
-              %{st | obs: obs, pos: pos}
-            else
-              # The port refused the frame: the client never saw it, start over from nothing.
-              :counters.add(st.cfg.counters, Server.counter(:frames_skipped), 1)
-              %{st | obs: Interest.resync(obs, :send_busy), pos: pos}
+            cond do
+              send_data(st, WebSocket.frame(2, frame, info.bytes)) ->
+                c = st.cfg.counters
+                :counters.add(c, Server.counter(:bytes_out), info.bytes)
+                :counters.add(c, Server.counter(:frames_out), 1)
+                %{st | obs: obs, pos: pos}
+
+              Port.info(st.sock) == nil ->
+                # The socket is closed; its :tcp_closed message follows.
+                %{st | pos: pos}
+
+              true ->
+                # The port refused the frame: the client never saw it, start over from nothing.
+                :counters.add(st.cfg.counters, Server.counter(:frames_skipped), 1)
+                %{st | obs: Interest.resync(obs, :send_busy), pos: pos}
             end
         end
     end

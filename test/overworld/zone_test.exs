@@ -238,7 +238,11 @@ defmodule Overworld.ZoneTest do
       Process.exit(dead, :kill)
       {:ok, 4} = Zone.tick_now(zone)
       assert_receive {:overworld_tick, ^zone, 4, _}, 1_000
-      assert map_size(:sys.get_state(Zone.whereis(zone)).subscribers) == 5
+      # The zone hears of the exit by a monitor, which may come after the tick.
+      assert Enum.any?(1..100, fn _ ->
+               map_size(:sys.get_state(Zone.whereis(zone)).subscribers) == 5 or
+                 (Process.sleep(10) && false)
+             end)
 
       assert :ok = Zone.unsubscribe(zone)
       {:ok, 5} = Zone.tick_now(zone)
@@ -330,7 +334,7 @@ defmodule Overworld.ZoneSupervisionTest do
     id
   end
 
-  defp await_new_server(zone, old, tries \\ 100) do
+  defp await_new_server(zone, old, tries \\ 1_000) do
     case Zone.whereis(zone) do
       pid when is_pid(pid) and pid != old -> pid
       _ when tries > 0 -> Process.sleep(10) && await_new_server(zone, old, tries - 1)

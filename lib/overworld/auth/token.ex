@@ -131,7 +131,9 @@ defmodule Overworld.Auth.Token do
            :ok <- File.touch(tmp),
            :ok <- File.chmod(tmp, 0o600),
            :ok <- write_synced(tmp, secret),
-           :ok <- File.rename(tmp, path) do
+           # A hard link never replaces an existing file: when two servers boot at once on a
+           # fresh directory, the first link wins and the other reads the secret it made.
+           :ok <- File.ln(tmp, path) do
         {:ok, secret}
       end
 
@@ -139,6 +141,7 @@ defmodule Overworld.Auth.Token do
 
     case result do
       {:ok, secret} -> {:ok, secret}
+      {:error, :eexist} -> read_secret(path, File.stat!(path))
       {:error, reason} -> {:error, {:secret_file, path, reason}}
     end
   end

@@ -156,8 +156,13 @@ defmodule Overworld.Transport.WebSocket do
   @doc false
   # A server frame (unmasked) around iodata.
   @spec frame(0..15, iodata) :: iodata
-  def frame(opcode, payload) do
-    case IO.iodata_length(payload) do
+  def frame(opcode, payload), do: frame(opcode, payload, IO.iodata_length(payload))
+
+  @doc false
+  # The same when the payload's size is known.
+  @spec frame(0..15, iodata, non_neg_integer) :: iodata
+  def frame(opcode, payload, size) do
+    case size do
       n when n < 126 -> [<<1::1, 0::3, opcode::4, 0::1, n::7>> | payload]
       n when n < 65_536 -> [<<1::1, 0::3, opcode::4, 0::1, 126::7, n::16>> | payload]
       n -> [<<1::1, 0::3, opcode::4, 0::1, 127::7, n::64>> | payload]

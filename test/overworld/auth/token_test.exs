@@ -293,6 +293,22 @@ defmodule Overworld.Auth.TokenTest do
       assert %Key{} = Token.key(secret)
     end
 
+    test "servers booting at once on a fresh directory all get the one secret on disc",
+         %{tmp_dir: tmp_dir} do
+      for round <- 1..5 do
+        dir = Path.join(tmp_dir, "race-#{round}")
+
+        secrets =
+          1..8
+          |> Enum.map(fn _ -> Task.async(fn -> Token.load_or_create_secret(dir) end) end)
+          |> Enum.map(&Task.await/1)
+
+        assert [{:ok, secret}] = Enum.uniq(secrets)
+        assert File.read!(Path.join(dir, "secret")) == secret
+        assert File.ls!(dir) == ["secret"]
+      end
+    end
+
     test "two data directories have different secrets", %{tmp_dir: tmp_dir} do
       assert {:ok, a} = Token.load_or_create_secret(Path.join(tmp_dir, "a"))
       assert {:ok, b} = Token.load_or_create_secret(Path.join(tmp_dir, "b"))
