@@ -171,6 +171,7 @@ end
 
 defmodule Overworld.ProtocolFuzzTest do
   # Not async: the atom count is the node's, and tests running beside this one load modules.
+  # Not async: the node's atom count must not move because of other tests loading modules.
   use ExUnit.Case, async: false
   alias Overworld.Test.Prop
 

@@ -354,9 +354,19 @@ defmodule Overworld.Zone.Server do
 
   def handle_info({:DOWN, _ref, :process, pid, reason} = msg, st) do
     cond do
-      pid in Tuple.to_list(st.workers) -> {:stop, {:bucket_down, reason}, st}
-      is_map_key(st.subscribers, pid) -> {:noreply, unsubscribe(st, pid)}
-      true -> {:noreply, game_info(st, msg)}
+      # A worker that dies takes `Buckets` down, and the zone supervisor (rest_for_one) then
+      # restarts the workers and this server in order. Stopping here as well would race that
+      # restart (a new server looking for workers not yet restarted) and could exhaust the
+      # supervisor's restart intensity.
+      pid in Tuple.to_list(st.workers) ->
+        Logger.error("zone #{inspect(st.config.id)}: bucket worker down: #{inspect(reason)}")
+        {:noreply, st}
+
+      is_map_key(st.subscribers, pid) ->
+        {:noreply, unsubscribe(st, pid)}
+
+      true ->
+        {:noreply, game_info(st, msg)}
     end
   end
 
