@@ -81,17 +81,19 @@ defmodule Overworld.Transport.Listener do
   defp handoff(sock, name) do
     cfg = Server.config(name)
     c = cfg.counters
+    conns = Server.counter(:connections)
     :counters.add(c, Server.counter(:accepted), 1)
+    # Taken before the check, so that acceptors racing each other never exceed the limit.
+    :counters.add(c, conns, 1)
 
-    if :counters.get(c, Server.counter(:connections)) >= cfg.max_connections do
+    if :counters.get(c, conns) > cfg.max_connections do
+      :counters.sub(c, conns, 1)
       refuse(sock, name, cfg, "connection limit (#{cfg.max_connections}) reached")
     else
       sup = {:via, PartitionSupervisor, {Server.connections(name), self()}}
 
       case DynamicSupervisor.start_child(sup, {Conn, name}) do
         {:ok, pid} ->
-          :counters.add(c, Server.counter(:connections), 1)
-
           case :gen_tcp.controlling_process(sock, pid) do
             :ok ->
               send(pid, {:go, sock})
@@ -99,11 +101,12 @@ defmodule Overworld.Transport.Listener do
             {:error, _} ->
               # The connection process never got the socket: it is not counted any more.
               Process.exit(pid, :kill)
-              :counters.sub(c, Server.counter(:connections), 1)
+              :counters.sub(c, conns, 1)
               :gen_tcp.close(sock)
           end
 
         {:error, reason} ->
+          :counters.sub(c, conns, 1)
           refuse(sock, name, cfg, "cannot start a connection process: #{inspect(reason)}")
       end
     end
