@@ -6,11 +6,13 @@ defmodule Mix.Tasks.Overworld.Bots do
   randomly, sending `--input-hz` inputs per second.
 
       mix overworld.bots --url ws://127.0.0.1:4000/ws --count N [--input-hz 10] [--seconds S]
-                         [--ramp 200] [--warmup 3] [--ips 1] [--json PATH]
+                         [--ramp 200] [--warmup 3] [--ips 1] [--nice N] [--json PATH]
 
   Bots connect at `--ramp` per second, then after `--warmup` seconds the measured window of
   `--seconds` starts. `--ips K` spreads the bots over the source addresses 127.0.0.1 ..
-  127.0.0.K (loopback servers only). Printed (and written with `--json`): bots connected and
+  127.0.0.K (loopback servers only). `--nice N` lowers this OS process's scheduling priority
+  (`renice`) so that, on a machine it shares with the server, the load generator yields the
+  CPU to the server instead of competing with it (as bots on other machines would). Printed (and written with `--json`): bots connected and
   failed, snapshots per second per bot, snapshot interval p50/p99 and its jitter p99 (distance
   from the tick period), input-to-acknowledgement latency p50/p99 (ms and ticks), bytes
   received per bot per second, and, from the server's `/api/v1/status`, the zone's tick
@@ -31,6 +33,7 @@ defmodule Mix.Tasks.Overworld.Bots do
     ramp: :integer,
     warmup: :integer,
     ips: :integer,
+    nice: :integer,
     json: :string
   ]
 
@@ -63,8 +66,9 @@ defmodule Mix.Tasks.Overworld.Bots do
         not (is_integer(o[k]) and o[k] > 0),
         do: Mix.raise("--#{String.replace(to_string(k), "_", "-")} must be a positive integer")
 
+    if n = opts[:nice], do: renice(n)
     Mix.Task.run("app.start")
-    result = swarm(o)
+    result = swarm(o) |> Map.put(:nice, Keyword.get(opts, :nice, 0))
     print(result)
 
     if path = opts[:json] do
@@ -232,4 +236,15 @@ defmodule Mix.Tasks.Overworld.Bots do
   end
 
   defp info(line), do: Mix.shell().info(line)
+
+  defp renice(n) when is_integer(n) and n in 0..19 do
+    case System.cmd("renice", ["-n", Integer.to_string(n), "-p", System.pid()],
+           stderr_to_stdout: true
+         ) do
+      {_, 0} -> info("bots run at nice #{n}")
+      {out, _} -> Mix.raise("renice failed: #{String.trim(out)}")
+    end
+  end
+
+  defp renice(_n), do: Mix.raise("--nice must be an integer in 0..19")
 end
