@@ -11,7 +11,9 @@ defmodule Overworld.Web do
   | `POST /api/v1/auth/refresh` | `{"refresh_token"}` → new tokens |
 
   Unknown paths answer 404, a known path with another method 405 (with `Allow`), a body that is
-  not a JSON object 400; every error body is `{"error": code, "message": text}`.
+  not a JSON object 400; every error body is `{"error": code, "message": text}`. The API routes
+  and `/healthz` allow any origin (CORS, with `OPTIONS` preflights answered 204), so game pages
+  served from elsewhere can authenticate.
   """
   require Logger
 
@@ -31,17 +33,39 @@ defmodule Overworld.Web do
   @doc false
   @spec handle(Overworld.Transport.HTTP.Request.t(), Config.t()) :: response
   def handle(%{method: method, path: path} = req, cfg) do
-    case @routes do
-      %{^path => ^method} ->
-        route(method, path, req, cfg)
+    response =
+      case @routes do
+        %{^path => ^method} ->
+          route(method, path, req, cfg)
 
-      %{^path => allowed} ->
-        error(405, "method_not_allowed", "use #{allowed}", [{"allow", allowed}])
+        %{^path => allowed} when method == "OPTIONS" ->
+          # A browser's CORS preflight (a game page served from another origin).
+          {204,
+           [
+             {"access-control-allow-methods", allowed <> ", OPTIONS"},
+             {"access-control-allow-headers", "content-type, authorization"},
+             {"access-control-max-age", "600"}
+           ], ""}
 
-      _ ->
-        error(404, "not_found", "no route for #{method} #{printable(path)}")
-    end
+        %{^path => allowed} ->
+          error(405, "method_not_allowed", "use #{allowed}", [{"allow", allowed}])
+
+        _ ->
+          error(404, "not_found", "no route for #{method} #{printable(path)}")
+      end
+
+    cors(path, response)
   end
+
+  # The API may be called from game pages of any origin: tokens travel in bodies and
+  # messages, never in cookies.
+  defp cors("/api/" <> _, {status, headers, body}),
+    do: {status, [{"access-control-allow-origin", "*"} | headers], body}
+
+  defp cors("/healthz", {status, headers, body}),
+    do: {status, [{"access-control-allow-origin", "*"} | headers], body}
+
+  defp cors(_path, response), do: response
 
   defp route("GET", "/", _req, _cfg),
     do: {200, [{"content-type", "text/html; charset=utf-8"}], Overworld.Web.StatusPage.html()}

@@ -33,6 +33,29 @@ defmodule Overworld.WebTest do
     {status, decode(body)}
   end
 
+  describe "CORS (game pages served from another origin)" do
+    test "API answers allow any origin; preflights get 204 with the methods", %{world: w} do
+      assert {:ok, 204, headers, ""} =
+               Client.request(host(), w.port, "OPTIONS", "/api/v1/auth/device")
+
+      assert headers["access-control-allow-origin"] == "*"
+      assert headers["access-control-allow-methods"] == "POST, OPTIONS"
+      assert headers["access-control-allow-headers"] =~ "content-type"
+
+      assert {:ok, 200, headers, _} =
+               post(w, "/api/v1/auth/device", :jiffy.encode(%{device_id: "cors-device-0001"}))
+
+      assert headers["access-control-allow-origin"] == "*"
+      assert {:ok, 400, headers, _} = post(w, "/api/v1/auth/device", "{")
+      assert headers["access-control-allow-origin"] == "*"
+      # The status page is not an API: no CORS header.
+      assert {:ok, 200, headers, _} = get(w, "/")
+      refute Map.has_key?(headers, "access-control-allow-origin")
+      # OPTIONS on an unknown path is still a 404.
+      assert {:ok, 404, _, _} = Client.request(host(), w.port, "OPTIONS", "/nope")
+    end
+  end
+
   describe "GET" do
     test "/healthz", %{world: w} do
       assert {:ok, 200, headers, body} = get(w, "/healthz")

@@ -169,6 +169,7 @@ defmodule Overworld.Transport.HTTP do
   @spec reason(pos_integer) :: binary
   def reason(101), do: "Switching Protocols"
   def reason(200), do: "OK"
+  def reason(204), do: "No Content"
   def reason(400), do: "Bad Request"
   def reason(401), do: "Unauthorized"
   def reason(404), do: "Not Found"
