@@ -184,7 +184,18 @@ defmodule Overworld.Session do
     {:noreply, st}
   end
 
-  def handle_info({:overworld_tick, _zone, n, _t0}, %{phase: :live} = st), do: snapshot(st, n)
+  # A session that fell behind (an overloaded node) builds one frame for the newest tick, not
+  # one per notice waiting: it catches up instead of falling further behind.
+  def handle_info({:overworld_tick, _zone, n, _t0}, %{phase: :live} = st) do
+    case newest_tick(n, 0) do
+      {n, 0} ->
+        snapshot(st, n)
+
+      {n, stale} ->
+        :counters.add(st.cfg.counters, Server.counter(:frames_skipped), stale)
+        snapshot(st, n)
+    end
+  end
 
   def handle_info({:overworld_tick, _, _, _}, st), do: {:noreply, st}
 
@@ -528,6 +539,14 @@ defmodule Overworld.Session do
   end
 
   ## Snapshots
+
+  defp newest_tick(n, stale) do
+    receive do
+      {:overworld_tick, _zone, m, _t0} -> newest_tick(max(n, m), stale + 1)
+    after
+      0 -> {n, stale}
+    end
+  end
 
   defp snapshot(st, n) do
     queued = queued(st.sock)
