@@ -44,12 +44,16 @@ deps-rust:
 	  $(SUDO) apt-get install -y -q cargo || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cargo; }; }
 	@cd bench/reference && cargo build --release --quiet
 
-# The TypeScript SDK (clients/typescript): Node 20 and npm, then the locked dev dependencies
-# (`npm ci`; the npm 11 of our machines writes lock files without the other platforms' optional
-# packages, which `npm ci` may refuse: then `npm install` from the same lock).
+# The TypeScript SDK (clients/typescript): Node 20 and npm, Debian's Chromium for the browser
+# test (test/browser.test.ts drives /usr/bin/chromium with playwright-core, which never downloads
+# a browser of its own), then the locked dev dependencies (`npm ci`; the npm 11 of our machines
+# writes lock files without the other platforms' optional packages, which `npm ci` may refuse:
+# then `npm install` from the same lock).
 deps-ts:
 	@command -v npm >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get install -y -q nodejs npm || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q nodejs npm; }; }
+	@[ -x /usr/bin/chromium ] || { export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get install -y -q chromium || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }; }
 	@cd clients/typescript && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || \
 	  npm ci --no-audit --no-fund --loglevel=silent || npm install --no-save --no-audit --no-fund --loglevel=error; }
 

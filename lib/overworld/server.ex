@@ -40,9 +40,11 @@ defmodule Overworld.Server do
   * `:grace_period` - ms a disconnected player stays in the zone, resumable (default 15,000).
   * `:session_ttl`, `:refresh_ttl` - token lifetimes in seconds (3,600 and 604,800).
   * `:max_outbound` - bytes queued towards one client before it is closed as too slow (4005;
-    default 262,144). Snapshots are skipped (coalesced) once a quarter of it is queued. The
-    socket's kernel send buffer is set to a quarter of it too (left alone, the kernel grows it
-    to megabytes and a client that stopped reading would go unnoticed for a minute).
+    default 262,144). The socket's kernel send buffer is set to a sixteenth of it (left alone,
+    the kernel grows it to megabytes and a client that stopped reading would go unnoticed for
+    a minute); once it is full, snapshots are skipped (coalesced: the next one carries
+    everything since) until the client has read, and a client that reads nothing for
+    `:slow_timeout` is closed.
   * `:slow_timeout` - ms a client may leave its queue unread before it is closed (5,000).
   * `:interest` - options of each player's `Overworld.Interest` (view radius, budget).
   """

@@ -89,7 +89,7 @@ defmodule Overworld.Session do
           packet: :raw,
           active: @active,
           exit_on_close: true,
-          sndbuf: max(div(cfg.max_outbound, 4), 4_096),
+          sndbuf: max(div(cfg.max_outbound, 16), 4_096),
           high_watermark: div(cfg.max_outbound, 2),
           low_watermark: div(cfg.max_outbound, 4)
         )
@@ -556,8 +556,11 @@ defmodule Overworld.Session do
       queued > cfg.max_outbound ->
         too_slow(st, "#{queued} bytes queued")
 
-      queued > div(cfg.max_outbound, 4) ->
-        # Coalescing: no snapshot now; the next one carries everything since.
+      queued > 0 ->
+        # The kernel's send buffer is full (the client is a good part of a second behind):
+        # no snapshot now; the next one carries everything since (coalescing). Waiting any
+        # longer would put the client beyond the ring of recent ticks, and every catch-up
+        # would need keyframes, costing the zone's workers and the client's bandwidth more.
         :counters.add(cfg.counters, Server.counter(:frames_skipped), 1)
         since = st.slow_since || now()
 

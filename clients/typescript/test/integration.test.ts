@@ -1,10 +1,5 @@
 // Against the real server: `mix overworld.server --port 0` from the repository root.
 // Skipped only when OVERWORLD_SKIP_INTEGRATION=1.
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebSocket } from "ws";
 import {
@@ -18,68 +13,11 @@ import {
   type Session,
   type ZoneConnection,
 } from "../src/index.js";
+import { START_TIMEOUT, startServer, type RunningServer } from "./server.js";
 
 const SKIP = process.env.OVERWORLD_SKIP_INTEGRATION === "1";
-const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
-const START_TIMEOUT = 60_000;
 
-let server: ChildProcess | undefined;
-let output = "";
-let baseUrl = "";
-let dataDir = "";
-
-/** Starts the server in its own process group and waits for its `listening on` line. */
-function startServer(): Promise<string> {
-  dataDir = mkdtempSync(join(tmpdir(), "overworld-ts-"));
-  const child = spawn(
-    "mix",
-    ["overworld.server", "--port", "0", "--entities", "2000", "--data-dir", dataDir, "--interval", "3600"],
-    { cwd: ROOT, env: { ...process.env, MIX_ENV: "dev" }, detached: true, stdio: ["ignore", "pipe", "pipe"] },
-  );
-  server = child;
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`no 'listening on' line within ${START_TIMEOUT / 1000} s; output:\n${output.slice(-4000)}`)),
-      START_TIMEOUT,
-    );
-    const read = (chunk: Buffer) => {
-      output += chunk.toString();
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output);
-      if (m) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    };
-    child.stdout!.on("data", read);
-    child.stderr!.on("data", read);
-    child.on("exit", (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`server exited (${code ?? signal}) before listening; output:\n${output.slice(-4000)}`));
-    });
-  });
-}
-
-async function stopServer(): Promise<void> {
-  const child = server;
-  server = undefined;
-  if (child?.pid !== undefined && child.exitCode === null && child.signalCode === null) {
-    const exited = new Promise((resolve) => child.once("exit", resolve));
-    try {
-      process.kill(-child.pid, "SIGTERM");
-    } catch {
-      // Already gone.
-    }
-    const timeout = new Promise((resolve) => setTimeout(resolve, 5000, "timeout"));
-    if ((await Promise.race([exited, timeout])) === "timeout") {
-      try {
-        process.kill(-child.pid, "SIGKILL");
-      } catch {
-        // Already gone.
-      }
-    }
-  }
-  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
-}
+let server: RunningServer | undefined;
 
 async function waitFor(what: string, check: () => boolean, ms = 10_000): Promise<void> {
   const end = Date.now() + ms;
@@ -112,13 +50,13 @@ describe.skipIf(SKIP)("against the real server (mix overworld.server)", () => {
   };
 
   beforeAll(async () => {
-    baseUrl = await startServer();
-    client = new Client({ baseUrl, WebSocket });
+    server = await startServer();
+    client = new Client({ baseUrl: server.baseUrl, WebSocket });
   }, START_TIMEOUT + 10_000);
 
   afterAll(async () => {
     for (const c of open) c.close();
-    await stopServer();
+    await server?.stop();
   }, 15_000);
 
   it("authenticates a device, and the same device again without creating an account", async () => {
