@@ -41,7 +41,8 @@ defmodule Overworld.Interest do
   * `:leave_radius`: leave radius in metres (default: the view radius plus two cells); at least
     the view radius plus a cell diagonal.
   * `:budget`: bytes per second (default 65,536, i.e. 64 KiB/s); each frame gets
-    `budget / tick_rate` bytes.
+    `budget / tick_rate` bytes, times the ticks since the previous frame (at most 8) when the
+    sender skipped ticks.
   """
   require Logger
   require Overworld.Entity
@@ -54,6 +55,8 @@ defmodule Overworld.Interest do
   # How far (metres) an observer moves before its region is computed again.
   @slack_m 1
   @slack @slack_m * 1024
+  # Ticks of budget a frame may gather after skipped ticks.
+  @accrue 8
 
   @enforce_keys [:zone, :table, :grid, :owners, :workers, :radius, :leave, :budget]
   defstruct @enforce_keys ++
@@ -277,6 +280,15 @@ defmodule Overworld.Interest do
     end
   end
 
+  # The budget of the ticks since the last frame (at most #{@accrue}): a frame after ticks the
+  # sender skipped (a client that lagged, coalesced) may carry what those ticks would have,
+  # so the client catches up with deltas instead of falling out of the ring of recent ticks.
+  # The first frame and the first after a resync get one tick's budget.
+  defp frame_budget(%__MODULE__{tick: last, reset: false, budget: b}, n) when last > 0,
+    do: b * min(n - last, @accrue)
+
+  defp frame_budget(%__MODULE__{budget: b}, _n), do: b
+
   # Runs held at the uniform tick (see `fast/3`) get it written in.
   defp materialize(%__MODULE__{uniform: nil} = o), do: o
 
@@ -292,7 +304,7 @@ defmodule Overworld.Interest do
     {items, o, cache} = held_items(o, n, me)
     {kf_items, o, cache} = pending_items(o, n, me, cache)
     left_bytes = Enum.reduce(left, 0, &(&2 + byte_size(Codec.varint(&1))))
-    room = o.budget - 16 - left_bytes
+    room = frame_budget(o, n) - 16 - left_bytes
 
     {sent, deferred, again} =
       take(Enum.sort(items ++ kf_items), room, [], 0, {o, cache, n, room, []})

@@ -135,6 +135,50 @@ defmodule Overworld.InterestTest do
     assert Enum.max(lags) <= 20, inspect(Enum.frequencies(lags))
   end
 
+  test "a sender that skips ticks gets their budget in its next frame and keeps up with deltas" do
+    zone = start(workers: 2)
+    budget = 30_000
+    per_tick = div(budget, 30)
+    templates = Wire.__templates__()
+    {:ok, obs} = Interest.new(zone, radius: 60, budget: budget)
+    here = {100 * 1024, 100 * 1024}
+
+    # A frame every tick until the view is full, then one every 4th tick (a lagging client).
+    {obs, view} =
+      Enum.reduce(1..60, {obs, %Snapshot.View{}}, fn n, {obs, view} ->
+        {:ok, ^n} = Zone.tick_now(zone)
+        {frame, _info, obs} = Interest.frame(obs, n, here)
+        {:ok, view} = Snapshot.apply(view, IO.iodata_to_binary(frame), templates)
+        {obs, view}
+      end)
+
+    {_obs, _view, infos} =
+      Enum.reduce(61..160, {obs, view, []}, fn n, {obs, view, infos} ->
+        {:ok, ^n} = Zone.tick_now(zone)
+
+        if rem(n, 4) == 0 do
+          {frame, info, obs} = Interest.frame(obs, n, here)
+          {:ok, view} = Snapshot.apply(view, IO.iodata_to_binary(frame), templates)
+          # Once caught up, every cell the client holds is the zone's cell as it is now.
+          now = cells(zone)
+
+          if n > 72,
+            do:
+              for({k, entries} <- view.cells, do: assert(entries == Map.get(now, k), "tick #{n}"))
+
+          {obs, view, [info | infos]}
+        else
+          {obs, view, infos}
+        end
+      end)
+
+    # Frames went beyond one tick's budget (they carried four ticks), never beyond four.
+    assert Enum.any?(infos, &(&1.bytes > per_tick))
+    assert Enum.all?(infos, &(&1.bytes <= 4 * per_tick))
+    # Caught up with deltas: after the first gaps no cell waits, none needs a keyframe again.
+    assert infos |> Enum.drop(-3) |> Enum.all?(&(&1.pending == 0 and &1.deferred == 0))
+  end
+
   test "resync starts over from nothing; a jump away lists the cells left behind" do
     zone = start(workers: 1)
     {:ok, obs} = Interest.new(zone, radius: 30, budget: 10_000_000)
