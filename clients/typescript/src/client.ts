@@ -96,7 +96,9 @@ export class Client {
     let response: Awaited<ReturnType<FetchLike>>;
     let text: string;
     try {
-      response = await this.fetch(this.baseUrl + path, {
+      // Called unbound: a browser's fetch throws "Illegal invocation" when `this` is not the window.
+      const fetch = this.fetch;
+      response = await fetch(this.baseUrl + path, {
         method: "POST",
         headers: { "content-type": "application/json", accept: "application/json" },
         body: JSON.stringify(body),
