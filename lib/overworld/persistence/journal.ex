@@ -1,0 +1,281 @@
+defmodule Overworld.Persistence.Journal do
+  @moduledoc """
+  An append-only journal of durable events, one file, with group commit (issue 5 builds zone
+  recovery on it; see DESIGN.md §7).
+
+  ## Format
+
+  A file starts with the 8-byte header `"OWJ" 1 0 0 0 0` (magic and format version). Each
+  record is `<<length::32, crc32::32, payload::binary-size(length)>>`: the payload is the
+  event as `:erlang.term_to_binary/1`, the CRC-32 (`:erlang.crc32/1`) covers the payload.
+  Records are at most `#{16 * 1024 * 1024}` bytes.
+
+  ## Writing
+
+  `append/3` hands an event to the journal's writer process and returns at once with the
+  record's sequence number (1, 2, ...); the writer gathers the records that arrive within the
+  commit interval (option `:commit_ms`, default 2) and writes them with one `write` and one
+  `fsync` (group commit), then tells each caller that asked (`{:journal_synced, ref, seq}`)
+  that everything up to `seq` is on disk. A durable event is acknowledged to a client only
+  after that message. `sync_append/2` waits for it.
+
+  ## Reading
+
+  `read/1` never raises: it answers the events of every valid record in order, and how the
+  file ended. A torn tail (a partial header or payload), a record whose CRC does not match, a
+  length beyond the maximum or a payload that does not decode end the reading at the last
+  valid record (`{:stopped_at, offset, reason}`); nothing after it is applied.
+
+      iex> path = Path.join(System.tmp_dir!(), "journal-doc-#{System.os_time()}")
+      iex> File.rm(path)
+      iex> {:ok, j} = Overworld.Persistence.Journal.open(path)
+      iex> {:ok, 1} = Overworld.Persistence.Journal.sync_append(j, {:picked_up, "ann", 7})
+      iex> {:ok, 2} = Overworld.Persistence.Journal.sync_append(j, {:left, "ann"})
+      iex> :ok = Overworld.Persistence.Journal.close(j)
+      iex> Overworld.Persistence.Journal.read(path)
+      {:ok, [{:picked_up, "ann", 7}, {:left, "ann"}], :complete}
+      iex> File.rm(path)
+      :ok
+  """
+  use GenServer
+  require Logger
+
+  @header <<"OWJ", 1, 0, 0, 0, 0>>
+  @max_record 16 * 1024 * 1024
+
+  @type t :: pid
+  @type ending :: :complete | {:stopped_at, non_neg_integer, atom}
+
+  ## API
+
+  @doc """
+  Opens (creating it if needed) the journal at `path` and starts its writer, linked to the
+  caller. An existing file is read first: appends continue after its last valid record (a
+  torn tail is cut off). Options: `:commit_ms` (group commit interval, default 2).
+  """
+  @spec open(Path.t(), keyword) :: {:ok, t} | {:error, term}
+  def open(path, opts \\ []) do
+    commit = Keyword.get(opts, :commit_ms, 2)
+
+    unless is_integer(commit) and commit >= 0,
+      do:
+        raise(
+          ArgumentError,
+          "expected :commit_ms to be a non-negative integer, got: #{inspect(commit)}"
+        )
+
+    GenServer.start_link(__MODULE__, {path, commit})
+  end
+
+  @doc """
+  Appends an event. Answers its sequence number at once; with `notify: ref` the caller gets
+  `{:journal_synced, ref, seq}` once the record is on disk (fsynced).
+  """
+  @spec append(t, term, keyword) :: {:ok, pos_integer}
+  def append(j, event, opts \\ []) do
+    GenServer.call(j, {:append, :erlang.term_to_binary(event), opts[:notify]})
+  end
+
+  @doc "Appends an event and waits until it is on disk."
+  @spec sync_append(t, term, timeout) :: {:ok, pos_integer} | {:error, term}
+  def sync_append(j, event, timeout \\ 5_000) do
+    ref = make_ref()
+    {:ok, seq} = append(j, event, notify: ref)
+
+    receive do
+      {:journal_synced, ^ref, ^seq} -> {:ok, seq}
+      {:journal_failed, ^ref, reason} -> {:error, reason}
+    after
+      timeout -> {:error, :timeout}
+    end
+  end
+
+  @doc "Writes and syncs what is pending, then closes the file and stops the writer."
+  @spec close(t) :: :ok
+  def close(j), do: GenServer.stop(j, :normal)
+
+  @doc "How many records were written and how many fsyncs it took (group commit at work)."
+  @spec stats(t) :: %{records: non_neg_integer, syncs: non_neg_integer}
+  def stats(j), do: GenServer.call(j, :stats)
+
+  @doc "Reads a journal file (see the moduledoc); never raises."
+  @spec read(Path.t()) :: {:ok, [term], ending} | {:error, term}
+  def read(path) do
+    case File.read(path) do
+      {:ok, bin} -> decode(bin)
+      {:error, :enoent} -> {:ok, [], :complete}
+      {:error, reason} -> {:error, reason}
+    end
+  end
+
+  @doc """
+  Decodes a journal's bytes: the events of the valid records and how the bytes ended, plus
+  the byte offset where the valid part ends.
+
+      iex> Overworld.Persistence.Journal.decode(<<"OWJ", 1, 0, 0, 0, 0, 0, 0>>)
+      {:ok, [], {:stopped_at, 8, :torn_header}}
+      iex> Overworld.Persistence.Journal.decode("nonsense")
+      {:error, :not_a_journal}
+  """
+  @spec decode(binary) :: {:ok, [term], ending} | {:error, :not_a_journal}
+  def decode(bin) do
+    case valid(bin) do
+      {:ok, events, _end, ending} -> {:ok, events, ending}
+      error -> error
+    end
+  end
+
+  # The events of the valid prefix and where it ends (byte offset).
+  defp valid(<<@header, rest::binary>>), do: records(rest, byte_size(@header), [])
+  defp valid(<<>>), do: {:ok, [], 0, :complete}
+  defp valid(_), do: {:error, :not_a_journal}
+
+  defp records(<<>>, at, acc), do: {:ok, Enum.reverse(acc), at, :complete}
+
+  defp records(<<len::32, _crc::32, _::binary>>, at, acc) when len > @max_record,
+    do: stop(acc, at, :bad_length)
+
+  defp records(<<len::32, crc::32, payload::binary-size(len), rest::binary>>, at, acc) do
+    with true <- :erlang.crc32(payload) == crc,
+         {:ok, event} <- safe_decode(payload) do
+      records(rest, at + 8 + len, [event | acc])
+    else
+      false -> stop(acc, at, :bad_checksum)
+      :error -> stop(acc, at, :undecodable)
+    end
+  end
+
+  defp records(<<_len::32, _crc::32, _::binary>>, at, acc), do: stop(acc, at, :torn_payload)
+  defp records(_partial, at, acc), do: stop(acc, at, :torn_header)
+
+  defp stop(acc, at, reason), do: {:ok, Enum.reverse(acc), at, {:stopped_at, at, reason}}
+
+  # Our own records, checked by their CRC first; `:safe` still refuses new atoms and funs.
+  defp safe_decode(payload) do
+    {:ok, :erlang.binary_to_term(payload, [:safe])}
+  rescue
+    ArgumentError -> :error
+  end
+
+  ## Writer
+
+  @impl true
+  def init({path, commit}) do
+    Process.flag(:trap_exit, true)
+    File.mkdir_p!(Path.dirname(path))
+
+    with {:ok, seq, size} <- recover(path),
+         {:ok, io} <- :file.open(path, [:read, :write, :raw, :binary]),
+         {:ok, _} <- :file.position(io, size),
+         :ok <- :file.truncate(io),
+         :ok <- header(io, size) do
+      {:ok,
+       %{
+         io: io,
+         path: path,
+         commit: commit,
+         seq: seq,
+         pending: [],
+         pending_n: 0,
+         waiters: [],
+         timer: nil,
+         records: 0,
+         syncs: 0
+       }}
+    else
+      {:error, reason} -> {:stop, reason}
+    end
+  end
+
+  # The valid part of an existing file: its record count and byte size (the rest is cut).
+  defp recover(path) do
+    case File.read(path) do
+      {:error, :enoent} ->
+        {:ok, 0, 0}
+
+      {:ok, bin} ->
+        case valid(bin) do
+          {:ok, events, size, :complete} ->
+            {:ok, length(events), size}
+
+          {:ok, events, size, {:stopped_at, _, reason}} ->
+            Logger.warning(
+              "journal #{path}: tail cut at byte #{size} (#{reason}); #{length(events)} records kept"
+            )
+
+            {:ok, length(events), size}
+
+          {:error, reason} ->
+            {:error, {reason, path}}
+        end
+
+      error ->
+        error
+    end
+  end
+
+  defp header(io, 0) do
+    with :ok <- :file.write(io, @header), do: :file.sync(io)
+  end
+
+  defp header(_io, _size), do: :ok
+
+  @impl true
+  def handle_call({:append, payload, notify}, {pid, _}, st) do
+    seq = st.seq + 1
+    record = [<<byte_size(payload)::32, :erlang.crc32(payload)::32>>, payload]
+    waiters = if notify, do: [{pid, notify, seq} | st.waiters], else: st.waiters
+
+    st = %{
+      st
+      | seq: seq,
+        pending: [st.pending | record],
+        pending_n: st.pending_n + 1,
+        waiters: waiters
+    }
+
+    {:reply, {:ok, seq}, arm(st)}
+  end
+
+  def handle_call(:stats, _from, st), do: {:reply, %{records: st.records, syncs: st.syncs}, st}
+
+  @impl true
+  def handle_info(:commit, st), do: {:noreply, commit(%{st | timer: nil})}
+  def handle_info({:EXIT, _pid, reason}, st), do: {:stop, reason, st}
+  def handle_info(_other, st), do: {:noreply, st}
+
+  @impl true
+  def terminate(_reason, st) do
+    commit(st)
+    :file.close(st.io)
+  end
+
+  defp arm(%{timer: nil, commit: 0} = st), do: commit(st)
+  defp arm(%{timer: nil} = st), do: %{st | timer: Process.send_after(self(), :commit, st.commit)}
+  defp arm(st), do: st
+
+  # One write and one fsync for everything pending, then the waiters hear of it.
+  defp commit(%{pending: []} = st), do: st
+
+  defp commit(st) do
+    result = with :ok <- :file.write(st.io, st.pending), do: :file.datasync(st.io)
+
+    case result do
+      :ok ->
+        for {pid, ref, seq} <- st.waiters, do: send(pid, {:journal_synced, ref, seq})
+
+      {:error, reason} ->
+        Logger.error("journal #{st.path}: write failed: #{inspect(reason)}")
+        for {pid, ref, _seq} <- st.waiters, do: send(pid, {:journal_failed, ref, reason})
+    end
+
+    %{
+      st
+      | pending: [],
+        pending_n: 0,
+        waiters: [],
+        records: st.records + st.pending_n,
+        syncs: st.syncs + 1
+    }
+  end
+end

@@ -1,0 +1,164 @@
+defmodule Overworld.Persistence.JournalTest do
+  use ExUnit.Case, async: true
+  import ExUnit.CaptureLog
+  import Bitwise
+
+  alias Overworld.Persistence.Journal
+  alias Overworld.Test.Prop
+
+  doctest Journal
+
+  @moduletag :tmp_dir
+
+  defp events(n), do: for(i <- 1..n, do: {:picked_up, "player-#{rem(i, 7)}", i, %{loot: i * 3}})
+
+  defp write(path, events) do
+    {:ok, j} = Journal.open(path)
+    for e <- events, do: {:ok, _} = Journal.sync_append(j, e)
+    :ok = Journal.close(j)
+    File.read!(path)
+  end
+
+  # Byte offsets where each record ends (after the 8-byte header).
+  defp boundaries(events) do
+    Enum.scan(events, 8, fn e, at -> at + 8 + byte_size(:erlang.term_to_binary(e)) end)
+  end
+
+  test "appends are numbered, survive a reopen, and continue after it", %{tmp_dir: dir} do
+    path = Path.join(dir, "zone.journal")
+    {:ok, j} = Journal.open(path)
+    assert {:ok, 1} = Journal.sync_append(j, :a)
+    assert {:ok, 2} = Journal.sync_append(j, {:b, "two"})
+    :ok = Journal.close(j)
+
+    {:ok, j} = Journal.open(path)
+    assert {:ok, 3} = Journal.sync_append(j, [:c])
+    :ok = Journal.close(j)
+    assert Journal.read(path) == {:ok, [:a, {:b, "two"}, [:c]], :complete}
+  end
+
+  test "group commit: concurrent appenders share fsyncs, and every acknowledged event is on disk",
+       %{tmp_dir: dir} do
+    path = Path.join(dir, "group.journal")
+    {:ok, j} = Journal.open(path, commit_ms: 5)
+
+    acked =
+      1..200
+      |> Task.async_stream(fn i -> {i, Journal.sync_append(j, {:event, i})} end,
+        max_concurrency: 50
+      )
+      |> Enum.map(fn {:ok, {i, {:ok, seq}}} -> {i, seq} end)
+
+    stats = Journal.stats(j)
+    :ok = Journal.close(j)
+    # Sequence numbers are 1..200, each once.
+    assert acked |> Enum.map(&elem(&1, 1)) |> Enum.sort() == Enum.to_list(1..200)
+    assert stats.records == 200
+    assert stats.syncs < 100, "#{inspect(stats)}: no grouping"
+    {:ok, read, :complete} = Journal.read(path)
+    # In sequence order, every acknowledged event.
+    by_seq = acked |> Enum.sort_by(&elem(&1, 1)) |> Enum.map(fn {i, _} -> {:event, i} end)
+    assert read == by_seq
+  end
+
+  test "the notify message comes only once the record is synced", %{tmp_dir: dir} do
+    path = Path.join(dir, "notify.journal")
+    {:ok, j} = Journal.open(path, commit_ms: 50)
+    ref = make_ref()
+    {:ok, 1} = Journal.append(j, :durable, notify: ref)
+    # Within the commit interval nothing is acknowledged (and nothing is on disk yet).
+    refute_receive {:journal_synced, ^ref, 1}, 20
+    assert {:ok, [], :complete} = Journal.read(path)
+    assert_receive {:journal_synced, ^ref, 1}, 500
+    assert {:ok, [:durable], :complete} = Journal.read(path)
+    :ok = Journal.close(j)
+  end
+
+  test "a tail cut at any byte of the last records: exactly the whole records before the cut",
+       %{tmp_dir: dir} do
+    evs = events(10)
+    bin = write(Path.join(dir, "cut.journal"), evs)
+    ends = boundaries(evs)
+    assert List.last(ends) == byte_size(bin)
+    from = Enum.at(ends, 6)
+
+    for cut <- from..byte_size(bin) do
+      whole = Enum.count(ends, &(&1 <= cut))
+      {:ok, read, ending} = Journal.decode(binary_part(bin, 0, cut))
+      assert read == Enum.take(evs, whole), "cut at #{cut}"
+
+      if cut in ends,
+        do: assert(ending == :complete),
+        else:
+          assert({:stopped_at, _, reason} = ending) &&
+            assert(reason in [:torn_header, :torn_payload])
+    end
+  end
+
+  test "reopening a torn journal cuts the tail, warns, and appends after the valid records",
+       %{tmp_dir: dir} do
+    path = Path.join(dir, "torn.journal")
+    evs = events(5)
+    bin = write(path, evs)
+    File.write!(path, binary_part(bin, 0, byte_size(bin) - 3))
+
+    log =
+      capture_log(fn ->
+        {:ok, j} = Journal.open(path)
+        assert {:ok, 5} = Journal.sync_append(j, :after)
+        :ok = Journal.close(j)
+      end)
+
+    assert log =~ "tail cut"
+    assert Journal.read(path) == {:ok, Enum.take(evs, 4) ++ [:after], :complete}
+  end
+
+  test "bit flips (property): decoding never raises and never applies a corrupt record",
+       %{tmp_dir: dir} do
+    evs = events(40)
+    bin = write(Path.join(dir, "flips.journal"), evs)
+    size = byte_size(bin)
+
+    Prop.check(
+      :proper.forall(
+        :proper_types.non_empty(
+          :proper_types.list(
+            :proper_types.tuple([
+              :proper_types.integer(8, size - 1),
+              :proper_types.integer(0, 7)
+            ])
+          )
+        ),
+        fn flips ->
+          flips = Enum.take(flips, 3)
+
+          corrupt =
+            Enum.reduce(flips, bin, fn {at, b}, acc ->
+              <<pre::binary-size(at), byte, post::binary>> = acc
+              <<pre::binary, bxor(byte, 1 <<< b), post::binary>>
+            end)
+
+          {:ok, read, _ending} = Journal.decode(corrupt)
+          # What is read is the journal's beginning, untouched: a prefix of the events.
+          read == Enum.take(evs, length(read)) and
+            (corrupt == bin or length(read) < length(evs))
+        end
+      ),
+      2_000
+    )
+  end
+
+  test "what is not a journal is refused; an empty or missing file is an empty journal",
+       %{tmp_dir: dir} do
+    assert Journal.decode("OWX" <> <<1, 0, 0, 0, 0>>) == {:error, :not_a_journal}
+    assert Journal.decode(<<>>) == {:ok, [], :complete}
+    assert Journal.read(Path.join(dir, "missing")) == {:ok, [], :complete}
+    # A length beyond the maximum stops reading (no huge allocation).
+    assert {:ok, [], {:stopped_at, 8, :bad_length}} =
+             Journal.decode(<<"OWJ", 1, 0, 0, 0, 0, 0xFFFFFFFF::32, 0::32, "x">>)
+
+    assert_raise ArgumentError, ~r/:commit_ms/, fn ->
+      Journal.open(Path.join(dir, "x"), commit_ms: -1)
+    end
+  end
+end
