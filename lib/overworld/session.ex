@@ -598,9 +598,10 @@ defmodule Overworld.Session do
                 %{st | pos: pos}
 
               true ->
-                # The port refused the frame: the client never saw it, start over from nothing.
+                # The port refused the frame: the client never saw it, so the observer stays
+                # as it was before it (the next frame carries everything since).
                 :counters.add(st.cfg.counters, Server.counter(:frames_skipped), 1)
-                %{st | obs: Interest.resync(obs, :send_busy), pos: pos}
+                %{st | pos: pos}
             end
         end
     end
