@@ -13,7 +13,7 @@ defmodule Overworld.Bots do
   alias Overworld.Client
   alias Overworld.Metrics.Histogram
 
-  @counters [:connected, :failed, :snapshots, :bytes, :inputs, :closed]
+  use Overworld.Metrics.Counters, [:connected, :failed, :snapshots, :bytes, :inputs, :closed]
 
   @typedoc "Shared measurements of a swarm."
   @type t :: %{
@@ -27,7 +27,7 @@ defmodule Overworld.Bots do
   @spec new() :: t
   def new do
     %{
-      counters: :counters.new(length(@counters), [:write_concurrency]),
+      counters: new_counters(),
       interval: Histogram.new(),
       jitter: Histogram.new(),
       ack: Histogram.new()
@@ -35,12 +35,8 @@ defmodule Overworld.Bots do
   end
 
   @doc false
-  def counter(name), do: Enum.find_index(@counters, &(&1 == name)) + 1
-
-  @doc false
   @spec counts(t) :: %{atom => non_neg_integer}
-  def counts(%{counters: c}),
-    do: for({k, i} <- Enum.with_index(@counters, 1), into: %{}, do: {k, :counters.get(c, i)})
+  def counts(%{counters: c}), do: read_counters(c)
 
   @doc false
   @spec snapshot(t) :: map

@@ -85,7 +85,7 @@ defmodule Overworld.Server do
   end
 
   # Counters of a server (`:counters`, one array): see `stats/1`.
-  @counters [
+  use Overworld.Metrics.Counters, [
     :connections,
     :sessions,
     :bytes_out,
@@ -98,9 +98,6 @@ defmodule Overworld.Server do
     :refused,
     :warned_at
   ]
-
-  @doc false
-  def counter(name), do: Enum.find_index(@counters, &(&1 == name)) + 1
 
   @doc false
   @spec schema() :: Options.schema()
@@ -183,7 +180,7 @@ defmodule Overworld.Server do
         max_outbound: o.max_outbound,
         slow_timeout: o.slow_timeout,
         interest: o.interest,
-        counters: :counters.new(length(@counters), [:write_concurrency]),
+        counters: new_counters(),
         started_at: System.monotonic_time(:millisecond)
       }
 
@@ -232,12 +229,6 @@ defmodule Overworld.Server do
   as too slow, connections accepted and refused (limit reached).
   """
   @spec stats(atom) :: %{atom => non_neg_integer}
-  def stats(name \\ __MODULE__) do
-    c = config(name).counters
-
-    for {k, i} <- Enum.with_index(@counters, 1),
-        k != :warned_at,
-        into: %{},
-        do: {k, :counters.get(c, i)}
-  end
+  def stats(name \\ __MODULE__),
+    do: name |> config() |> Map.fetch!(:counters) |> read_counters() |> Map.delete(:warned_at)
 end
