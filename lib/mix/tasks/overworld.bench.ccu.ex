@@ -38,13 +38,7 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
 
   @impl true
   def run(argv) do
-    {opts, rest, invalid} = OptionParser.parse(argv, strict: @switches)
-
-    if invalid != [] or rest != [],
-      do:
-        Mix.raise(
-          "invalid arguments: #{inspect(invalid ++ rest)}; see `mix help overworld.bench.ccu`"
-        )
+    opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bench.ccu")
 
     o = %{
       count: Keyword.get(opts, :count, 1_000),
@@ -54,9 +48,7 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
       hold: Keyword.get(opts, :hold, 10)
     }
 
-    for {k, v} <- o,
-        not (is_integer(v) and v > 0),
-        do: Mix.raise("--#{k} must be a positive integer")
+    Overworld.Bench.Args.at_least!(o, Map.keys(o))
 
     Mix.Task.run("app.start")
 

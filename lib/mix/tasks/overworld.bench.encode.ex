@@ -53,13 +53,7 @@ defmodule Mix.Tasks.Overworld.Bench.Encode do
 
   @impl true
   def run(argv) do
-    {opts, rest, invalid} = OptionParser.parse(argv, strict: @switches)
-
-    if invalid != [] or rest != [],
-      do:
-        Mix.raise(
-          "invalid arguments: #{inspect(invalid ++ rest)}; see `mix help overworld.bench.encode`"
-        )
+    opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bench.encode")
 
     o = %{
       entities: Keyword.get(opts, :entities, 10_000),
@@ -72,14 +66,8 @@ defmodule Mix.Tasks.Overworld.Bench.Encode do
       decoders: Keyword.get(opts, :decoders, 4)
     }
 
-    for {k, v} <- o,
-        k not in [:observers, :decoders, :warmup],
-        not (is_integer(v) and v > 0),
-        do: Mix.raise("--#{k} must be a positive integer")
-
-    for k <- [:observers, :decoders, :warmup],
-        not (is_integer(o[k]) and o[k] >= 0),
-        do: Mix.raise("--#{k} must be a non-negative integer")
+    Overworld.Bench.Args.at_least!(o, Map.keys(o) -- [:observers, :decoders, :warmup])
+    Overworld.Bench.Args.at_least!(o, [:observers, :decoders, :warmup], 0)
 
     Stats.start_node()
     machine = Stats.machine()

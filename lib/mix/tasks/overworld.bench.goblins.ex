@@ -33,13 +33,7 @@ defmodule Mix.Tasks.Overworld.Bench.Goblins do
 
   @impl true
   def run(argv) do
-    {opts, rest, invalid} = OptionParser.parse(argv, strict: @switches)
-
-    if invalid != [] or rest != [],
-      do:
-        Mix.raise(
-          "invalid arguments: #{inspect(invalid ++ rest)}; see `mix help overworld.bench.goblins`"
-        )
+    opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bench.goblins")
 
     n = Keyword.get(opts, :entities, 10_000)
     seconds = Keyword.get(opts, :seconds, 30)
@@ -47,9 +41,10 @@ defmodule Mix.Tasks.Overworld.Bench.Goblins do
     warmup = Keyword.get(opts, :warmup, 3)
     workers = Keyword.get(opts, :workers, System.schedulers_online())
 
-    for {k, v} <- [entities: n, seconds: seconds, tick_rate: rate, workers: workers],
-        not (is_integer(v) and v > 0),
-        do: Mix.raise("--#{String.replace(to_string(k), "_", "-")} must be a positive integer")
+    Overworld.Bench.Args.at_least!(
+      [entities: n, seconds: seconds, tick_rate: rate, workers: workers],
+      [:entities, :seconds, :tick_rate, :workers]
+    )
 
     Overworld.Bench.Stats.start_node()
 

@@ -39,11 +39,7 @@ defmodule Mix.Tasks.Overworld.Bots do
 
   @impl true
   def run(argv) do
-    {opts, rest, invalid} = OptionParser.parse(argv, strict: @switches)
-
-    if invalid != [] or rest != [],
-      do:
-        Mix.raise("invalid arguments: #{inspect(invalid ++ rest)}; see `mix help overworld.bots`")
+    opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bots")
 
     url = URI.parse(Keyword.get(opts, :url, "ws://127.0.0.1:4000/ws"))
 
@@ -62,9 +58,7 @@ defmodule Mix.Tasks.Overworld.Bots do
       ips: Keyword.get(opts, :ips, 1)
     }
 
-    for k <- [:count, :input_hz, :seconds, :ramp, :ips],
-        not (is_integer(o[k]) and o[k] > 0),
-        do: Mix.raise("--#{String.replace(to_string(k), "_", "-")} must be a positive integer")
+    Overworld.Bench.Args.at_least!(o, [:count, :input_hz, :seconds, :ramp, :ips])
 
     if n = opts[:nice], do: renice(n)
     Mix.Task.run("app.start")

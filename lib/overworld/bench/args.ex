@@ -1,0 +1,31 @@
+defmodule Overworld.Bench.Args do
+  @moduledoc false
+  # Command-line arguments of the benchmark and tool tasks: strict parsing and the checks
+  # every task makes, with the same messages everywhere.
+
+  @doc "Parses `argv` strictly; raises `Mix.Error` naming the task's help on anything else."
+  @spec parse!([String.t()], keyword, String.t()) :: keyword
+  def parse!(argv, switches, task) do
+    case OptionParser.parse(argv, strict: switches) do
+      {opts, [], []} ->
+        opts
+
+      {_opts, rest, invalid} ->
+        Mix.raise("invalid arguments: #{inspect(invalid ++ rest)}; see `mix help #{task}`")
+    end
+  end
+
+  @doc """
+  Raises `Mix.Error` unless each of `keys` of `o` (a map or keyword list) is an integer of at
+  least `min` (1 by default).
+  """
+  @spec at_least!(map | keyword, [atom], integer) :: :ok
+  def at_least!(o, keys, min \\ 1) do
+    for k <- keys, not (is_integer(o[k]) and o[k] >= min) do
+      kind = if min == 0, do: "non-negative", else: "positive"
+      Mix.raise("--#{String.replace(to_string(k), "_", "-")} must be a #{kind} integer")
+    end
+
+    :ok
+  end
+end
