@@ -187,14 +187,9 @@ defmodule Overworld.Session do
   # A session that fell behind (an overloaded node) builds one frame for the newest tick, not
   # one per notice waiting: it catches up instead of falling further behind.
   def handle_info({:overworld_tick, _zone, n, _t0}, %{phase: :live} = st) do
-    case newest_tick(n, 0) do
-      {n, 0} ->
-        snapshot(st, n)
-
-      {n, stale} ->
-        :counters.add(st.cfg.counters, Server.counter(:frames_skipped), stale)
-        snapshot(st, n)
-    end
+    {n, stale} = newest_tick(n, 0)
+    if stale > 0, do: :counters.add(st.cfg.counters, Server.counter(:frames_skipped), stale)
+    snapshot(st, n)
   end
 
   def handle_info({:overworld_tick, _, _, _}, st), do: {:noreply, st}

@@ -59,13 +59,11 @@ defmodule Overworld.Web do
 
   # The API may be called from game pages of any origin: tokens travel in bodies and
   # messages, never in cookies.
-  defp cors("/api/" <> _, {status, headers, body}),
-    do: {status, [{"access-control-allow-origin", "*"} | headers], body}
-
-  defp cors("/healthz", {status, headers, body}),
-    do: {status, [{"access-control-allow-origin", "*"} | headers], body}
-
-  defp cors(_path, response), do: response
+  defp cors(path, {status, headers, body} = response) do
+    if path == "/healthz" or String.starts_with?(path, "/api/"),
+      do: {status, [{"access-control-allow-origin", "*"} | headers], body},
+      else: response
+  end
 
   defp route("GET", "/", _req, _cfg),
     do: {200, [{"content-type", "text/html; charset=utf-8"}], Overworld.Web.StatusPage.html()}
