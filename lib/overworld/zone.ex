@@ -24,8 +24,10 @@ defmodule Overworld.Zone do
         requested during the tick take effect (they are visible from the next tick).
   5. Other messages sent to the zone process reach `c:handle_info/2`.
 
-  Callbacks returning `{:ok, state, actions}` may request `{:spawn, spec | [spec]}` and
-  `{:despawn, id | [id]}`. An entity spec is a keyword list or map of `Overworld.Entity`
+  Callbacks returning `{:ok, state, actions}` may request `{:spawn, spec | [spec]}`,
+  `{:despawn, id | [id]}`, `{:durable, event}` (journal a durable event, see
+  `c:handle_durable/2`) and `{:send, player, payload}` (a reliable message, binary payload, to
+  the player's session: the protocol's EVENT message). An entity spec is a keyword list or map of `Overworld.Entity`
   fields without `id` (`:x` and `:y` are required); `:rng` defaults to
   `Overworld.Random.seed_for(zone_seed, id)`.
 
@@ -65,6 +67,32 @@ defmodule Overworld.Zone do
     while it lasts: a `handle_entity/3` that never returns stalls its zone, not the others
     (default 5_000)
 
+  Persistence and recovery (see "Persistence and recovery" below):
+
+  * `:data_dir` — a directory: the zone keeps snapshots and a journal in `<data_dir>/<id>/`
+    and recovers from them when it starts (default nil: no disk)
+  * `:snapshot_ticks` — a snapshot every this many ticks (default 300)
+  * `:snapshot_ms` — and at least every this many milliseconds (default nil: ticks only)
+  * `:commit_ms` — the journal's group commit interval (default 2)
+  * `:history` — ticks kept for time travel (default 300; 0 keeps none)
+  * `:keyframe_ticks` — a keyframe of the history every this many ticks (default 30)
+  * `:debug` — hashes every tick's state for replay checks and allows `rewind/2` (default false)
+  * `:rejoin_ms` — after a recovery from disk, players whose session has not come back within
+    this time leave (default 15_000)
+
+  ## Persistence and recovery
+
+  A zone server that dies (a bug escaping the callback boundary, `Process.exit(pid, :kill)`)
+  restarts from an in-memory copy in the zone's ETS table (owned by the zone's supervisor):
+  the entities stay in the bucket workers, the server's state (game state, players, pending
+  spawns, subscribers, the tick in flight) is read back, and the first tick runs at once.
+  Sessions stay connected. A bucket worker that dies takes the workers down: the zone restarts
+  from the last snapshot (kept in memory by the zone's store) plus the journal. A zone started
+  on a `:data_dir` that holds a snapshot or a journal (a node that was killed) recovers from
+  them: the newest valid snapshot, then every durable record after it (joins, leaves,
+  `c:replay_durable/2`). Lost at most: the tick state since the last snapshot, and durable
+  events not yet fsynced (never acknowledged).
+
   ## Example
 
       defmodule MyZone do
@@ -89,7 +117,11 @@ defmodule Overworld.Zone do
   @type state :: term
   @type player :: term
   @type entity_spec :: keyword | map
-  @type action :: {:spawn, entity_spec | [entity_spec]} | {:despawn, pos_integer | [pos_integer]}
+  @type action ::
+          {:spawn, entity_spec | [entity_spec]}
+          | {:despawn, pos_integer | [pos_integer]}
+          | {:durable, term}
+          | {:send, player, binary}
 
   @callback init(args :: term) :: {:ok, state} | {:ok, state, [action]} | {:stop, reason :: term}
   @callback handle_join(player, meta :: term, state) ::
@@ -103,8 +135,25 @@ defmodule Overworld.Zone do
               {:ok, state} | {:ok, state, [action]} | {:stop, reason :: term, state}
   @callback handle_info(msg :: term, state) :: {:ok, state} | {:ok, state, [action]}
   @callback handle_entity(Overworld.Entity.t(), Overworld.Spatial.View.t(), Context.t()) ::
-              {:ok, Overworld.Entity.t()} | :despawn
+              {:ok, Overworld.Entity.t()} | {:ok, Overworld.Entity.t(), [event :: term]} | :despawn
   @callback terminate(reason :: term, state) :: term
+
+  @doc """
+  A durable event (returned by `c:handle_entity/3` as `{:ok, entity, events}`, or by any
+  callback as the action `{:durable, event}`) is on disk: the journal record that holds it is
+  fsynced (at once when the zone has no `:data_dir`). The place to acknowledge it to players,
+  with the action `{:send, player, payload}` (a reliable message to the player's session).
+  """
+  @callback handle_durable(event :: term, state) :: {:ok, state} | {:ok, state, [action]}
+
+  @doc """
+  Recovery from disk replays the durable events journaled after the last snapshot onto its
+  entities (`%{id => entity}`): the entities the event changed, as the simulation changed them.
+  It must be idempotent (a record replayed twice changes nothing more). Join and leave records
+  are replayed by the zone itself.
+  """
+  @callback replay_durable(event :: term, entities :: %{pos_integer => Overworld.Entity.t()}) ::
+              %{pos_integer => Overworld.Entity.t()}
 
   @doc """
   Turns the game payload of a client's INPUT message (bytes from the network) into the input
@@ -113,7 +162,7 @@ defmodule Overworld.Zone do
   """
   @callback decode_input(payload :: binary) :: {:ok, term} | {:error, reason :: term}
 
-  @optional_callbacks terminate: 2
+  @optional_callbacks terminate: 2, handle_durable: 2, replay_durable: 2
 
   defmacro __using__(_opts) do
     quote do

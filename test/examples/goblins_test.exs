@@ -52,8 +52,8 @@ defmodule GoblinsTest do
   test "the checksum sees every field: one changed timer changes it" do
     entities = run_zone(200, 10, [])
     [e | rest] = Enum.sort_by(entities, &entity(&1, :id))
-    {timer, qx, qy} = entity(e, :data)
-    changed = [entity(e, data: {timer + 1, qx, qy}) | rest]
+    {timer, qx, qy, loot} = entity(e, :data)
+    changed = [entity(e, data: {timer + 1, qx, qy, loot}) | rest]
     assert Goblins.checksum(changed) != Goblins.checksum(entities)
   end
 

@@ -311,9 +311,9 @@ defmodule Overworld.ZoneTest do
 end
 
 defmodule Overworld.ZoneSupervisionTest do
-  # A zone whose server or worker dies is restarted as a whole and works again; other zones
-  # never notice. (Recovering the entities comes with persistence, issue 5: today `init/1` runs
-  # again.)
+  # A zone whose server dies restarts from its in-memory copy (same tick, same entities); a zone
+  # without a data directory whose worker dies restarts from `init/1`. Other zones never notice.
+  # (Recovery with players, sessions and the store: test/overworld/zone/recovery_test.exs.)
   use ExUnit.Case, async: true
   import ExUnit.CaptureLog
   alias Overworld.Zone
@@ -341,24 +341,29 @@ defmodule Overworld.ZoneSupervisionTest do
     end
   end
 
-  test "a killed server comes back, resets its workers and runs init again" do
+  test "a killed server comes back from memory: same tick, same entities" do
     zone = start()
     other = start()
     {:ok, 3} = Zone.tick_now(zone, 3)
+    hash = Zone.state_hash(zone)
     old = Zone.whereis(zone)
 
-    capture_log(fn ->
-      Process.exit(old, :kill)
-      new = await_new_server(zone, old)
-      assert new != old
-    end)
+    log =
+      capture_log(fn ->
+        Process.exit(old, :kill)
+        new = await_new_server(zone, old)
+        assert new != old
+        assert Zone.info(zone).tick == 3
+      end)
 
+    assert log =~ "restarted from memory at tick 3"
     assert Zone.count(zone) == 100
-    assert {:ok, 1} = Zone.tick_now(zone)
+    assert Zone.state_hash(zone) == hash
+    assert {:ok, 4} = Zone.tick_now(zone)
     assert {:ok, 1} = Zone.tick_now(other)
   end
 
-  test "a killed bucket worker restarts the whole zone" do
+  test "a killed bucket worker restarts the whole zone (from init/1 without a data directory)" do
     zone = start()
     {:ok, 2} = Zone.tick_now(zone, 2)
     old = Zone.whereis(zone)

@@ -11,6 +11,19 @@ defmodule Goblins do
   Aggressive goblins (id divisible by 20, 5 %) have kind `:warlord`, the others `:goblin`.
   Players (kind `:player`) walk with inputs `{:move, mx, my}`, `mx`, `my` in -127..127.
 
+  ## Loot (durable events)
+
+  Every goblin carries a little loot (1 to 10 coins, from its id). A player who touches a goblin
+  (closer than 1 m) picks its loot up: the goblin's loot drops to 0 and the player's total (the
+  player entity's `data`) grows. When several players touch the same goblin, the nearest (then
+  the lowest entity id) gets it; both sides decide from the previous tick's positions, so the
+  loot is never duplicated nor lost. Each pickup is a durable event
+  `{:loot, player, player_entity, goblin_id, amount, new_total}`: the zone journals it, and
+  only once it is on disk (`c:Overworld.Zone.handle_durable/2`) the player's session gets a
+  reliable message `<<"L", goblin_id::32, amount::16, total::32>>`. Recovery replays it onto the
+  last snapshot (`c:Overworld.Zone.replay_durable/2`). Loot does not change how goblins move:
+  the world still matches the native reference bit for bit.
+
       {:ok, _} = Overworld.start_zone(Goblins, Goblins.zone_options(10_000, id: :goblins))
   """
   use Overworld.Zone
@@ -74,9 +87,18 @@ defmodule Goblins do
       r = Random.next(r)
       timer = rate + rem(r, 2 * rate)
       kind = if rem(id, 20) == 0, do: :warlord, else: :goblin
-      [kind: kind, x: x, y: y, state: :idle, rng: r, data: {timer, x, y}]
+      [kind: kind, x: x, y: y, state: :idle, rng: r, data: {timer, x, y, loot(id)}]
     end
   end
+
+  @doc """
+  The loot a goblin starts with: 1 to 10 coins, from its id.
+
+      iex> Enum.map(1..4, &Goblins.loot/1)
+      [8, 5, 2, 9]
+  """
+  @spec loot(pos_integer) :: 1..10
+  def loot(id), do: 1 + rem(id * 7, 10)
 
   @impl true
   def handle_join(player, _meta, %{goblins: n} = state) do
@@ -84,7 +106,7 @@ defmodule Goblins do
     s = side(n)
     x = :erlang.phash2({player, :x}, s)
     y = :erlang.phash2({player, :y}, s)
-    {:ok, [kind: :player, x: x, y: y, data: nil], state}
+    {:ok, [kind: :player, x: x, y: y, data: 0], state}
   end
 
   @impl true
@@ -115,8 +137,43 @@ defmodule Goblins do
     {:ok, goblin(e, view, ctx.tick_rate, ctx.width)}
   end
 
-  def handle_entity(entity(kind: :player) = e, view, ctx), do: {:ok, player(e, view, ctx)}
+  def handle_entity(entity(kind: :player) = e, view, ctx) do
+    # Pickups are decided from the previous tick's positions, as the goblins decide.
+    case pickups(e, view) do
+      [] -> {:ok, player(e, view, ctx)}
+      found -> loot_up(player(e, view, ctx), found)
+    end
+  end
+
   def handle_entity(e, _view, _ctx), do: {:ok, e}
+
+  # A durable pickup is acknowledged to the player once journaled.
+  @impl true
+  def handle_durable({:loot, player, _pid, gid, amount, total}, state),
+    do: {:ok, state, [{:send, player, <<"L", gid::32, amount::16, total::32>>}]}
+
+  def handle_durable(_event, state), do: {:ok, state}
+
+  # Replayed onto a snapshot after a crash: the goblin is empty, the player has the total
+  # (absolute values, so replaying a record twice changes nothing).
+  @impl true
+  def replay_durable({:loot, _player, pid, gid, _amount, total}, entities) do
+    entities
+    |> update_entity(gid, fn g ->
+      {t, qx, qy, _} = entity(g, :data)
+      entity(g, data: {t, qx, qy, 0})
+    end)
+    |> update_entity(pid, &entity(&1, data: total))
+  end
+
+  def replay_durable(_event, entities), do: entities
+
+  defp update_entity(entities, id, fun) do
+    case entities do
+      %{^id => e} -> Map.put(entities, id, fun.(e))
+      _ -> entities
+    end
+  end
 
   ## Goblins (docs/goblins-scenario.md, step by step)
 
@@ -125,12 +182,18 @@ defmodule Goblins do
   # neighbours close enough to overlap after this tick's move (within 1 m plus the longest
   # possible step) for step 5. The result is the same as walking `View.neighbours/3` twice.
   defp goblin(e, view, rate, side) do
-    {:entity, id, kind, x, y, _, _, _, st, r, {timer, qx, qy}, _, _} = e
+    {:entity, id, kind, x, y, _, _, _, st, r, {timer, qx, qy, loot}, _, _} = e
     agg = kind === :warlord
     near = @contact + div(@speed, rate) + 2
 
     {bid, bx, by, sx, sy, close} =
       scan([], View.candidates(view), agg, id, x, y, @r_view2 + 1, 0, 0, 0, 0, 0, near * near, [])
+
+    # Touched by a player: the loot is gone (the player's side takes it, see pickups/2).
+    e =
+      if loot > 0 and close != [] and touched?(close, x, y),
+        do: entity(e, data: {timer, qx, qy, 0}),
+        else: e
 
     # Step 2, the state machine, each branch handing the desired velocity on to steering.
     cond do
@@ -186,12 +249,12 @@ defmodule Goblins do
   # Steps 3 to 6: steer (capped at 3 m/s), move and clamp, resolve overlaps, heading.
   # Standing still with nothing pushing (most idle goblins): v = 0, no move, heading kept.
   defp steer(e, st, timer, qx, qy, r, 0, 0, 0, 0, [], _rate, _side) do
-    {:entity, id, kind, x, y, _, _, heading, _, _, _, owner, input} = e
-    {:entity, id, kind, x, y, 0, 0, heading, st, r, {timer, qx, qy}, owner, input}
+    {:entity, id, kind, x, y, _, _, heading, _, _, {_, _, _, loot}, owner, input} = e
+    {:entity, id, kind, x, y, 0, 0, heading, st, r, {timer, qx, qy, loot}, owner, input}
   end
 
   defp steer(e, st, timer, qx, qy, r, wx, wy, sx, sy, close, rate, side) do
-    {:entity, id, kind, x, y, vx0, vy0, heading, _, _, _, owner, input} = e
+    {:entity, id, kind, x, y, vx0, vy0, heading, _, _, {_, _, _, loot}, owner, input} = e
     {vx, vy} = cap_to(wx + sx, wy + sy, @speed)
 
     px = clamp(x + div(vx, rate), side)
@@ -200,13 +263,13 @@ defmodule Goblins do
 
     case close do
       [] ->
-        {:entity, id, kind, px, py, vx, vy, heading, st, r, {timer, qx, qy}, owner, input}
+        {:entity, id, kind, px, py, vx, vy, heading, st, r, {timer, qx, qy, loot}, owner, input}
 
       _ ->
         {ox, oy} = overlap(close, id, px, py, 0, 0)
 
         {:entity, id, kind, clamp(px + ox, side), clamp(py + oy, side), vx, vy, heading, st, r,
-         {timer, qx, qy}, owner, input}
+         {timer, qx, qy, loot}, owner, input}
     end
   end
 
@@ -297,6 +360,14 @@ defmodule Goblins do
     end
   end
 
+  defp touched?(close, x, y) do
+    Enum.any?(close, fn n ->
+      dx = x - entity(n, :x)
+      dy = y - entity(n, :y)
+      entity(n, :kind) == :player and dx * dx + dy * dy < @contact2
+    end)
+  end
+
   defp overlap([], _id, _x, _y, ox, oy), do: {ox, oy}
 
   defp overlap([n | rest], id, x, y, ox, oy) do
@@ -354,6 +425,49 @@ defmodule Goblins do
     )
   end
 
+  # The goblins with loot this player touches (previous tick's positions) and gets: for each,
+  # the player is the nearest of the players touching it (then the lowest id). The goblin's
+  # side (touched?/3) empties it from the same positions.
+  defp pickups(e, view) do
+    prev = View.neighbours(view, e, @contact)
+
+    for g <- prev,
+        entity(g, :kind) in [:goblin, :warlord],
+        elem(entity(g, :data), 3) > 0,
+        d2(g, e) < @contact2,
+        mine?(view, g, e),
+        do: g
+  end
+
+  defp mine?(view, g, me) do
+    mine = {d2(g, me), entity(me, :id)}
+
+    view
+    |> View.neighbours(g, @contact)
+    |> Enum.all?(fn p ->
+      entity(p, :kind) != :player or entity(p, :id) == entity(me, :id) or
+        d2(g, p) >= @contact2 or {d2(g, p), entity(p, :id)} > mine
+    end)
+  end
+
+  defp d2(a, b) do
+    dx = entity(a, :x) - entity(b, :x)
+    dy = entity(a, :y) - entity(b, :y)
+    dx * dx + dy * dy
+  end
+
+  defp loot_up(e, goblins) do
+    {total, events} =
+      Enum.reduce(Enum.sort_by(goblins, &entity(&1, :id)), {entity(e, :data) || 0, []}, fn g,
+                                                                                          {t, evs} ->
+        amount = elem(entity(g, :data), 3)
+        t = t + amount
+        {t, [{:loot, entity(e, :owner), entity(e, :id), entity(g, :id), amount, t} | evs]}
+      end)
+
+    {:ok, entity(e, data: total), Enum.reverse(events)}
+  end
+
   defp cap_to(vx, vy, max) do
     if vx * vx + vy * vy > max * max do
       d = :math.sqrt(vx * vx + vy * vy)
@@ -375,7 +489,7 @@ defmodule Goblins do
     |> Enum.filter(&(entity(&1, :kind) in [:goblin, :warlord]))
     |> Enum.sort_by(&entity(&1, :id))
     |> Enum.reduce(0xCBF29CE484222325, fn e, h ->
-      {timer, qx, qy} = entity(e, :data)
+      {timer, qx, qy, _loot} = entity(e, :data)
 
       [
         entity(e, :id),

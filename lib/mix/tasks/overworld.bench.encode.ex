@@ -76,9 +76,7 @@ defmodule Mix.Tasks.Overworld.Bench.Encode do
       "Encode benchmark: #{o.entities} goblins, #{o.observers} observers (radius #{o.radius} m, budget #{o.budget} B/s), #{o.workers} workers, #{o.warmup} s warm-up + #{o.seconds} s measured"
     )
 
-    info(
-      "Machine: #{machine.cpu}, #{machine.schedulers} schedulers, OTP #{machine.otp} (JIT #{machine.jit}), Elixir #{machine.elixir}"
-    )
+    info(Stats.machine_line(machine))
 
     encoding = encoding(o)
     info("encoding measured; starting the live run")
@@ -86,14 +84,7 @@ defmodule Mix.Tasks.Overworld.Bench.Encode do
     result = Map.merge(encoding, live)
     print(result)
 
-    if path = opts[:json] do
-      Stats.write_json(
-        path,
-        Map.merge(result, %{machine_cpu: machine.cpu, otp: machine.otp, elixir: machine.elixir})
-      )
-
-      info("wrote #{path}")
-    end
+    Stats.write_result(opts[:json], result, machine)
 
     result
   end

@@ -54,9 +54,7 @@ defmodule Mix.Tasks.Overworld.Bench.Goblins do
       "Goblin benchmark: #{n} goblins, #{rate} Hz, #{workers} bucket workers, #{warmup} s warm-up + #{seconds} s measured"
     )
 
-    info(
-      "Machine: #{machine.cpu}, #{machine.schedulers} schedulers, OTP #{machine.otp} (erts #{machine.erts}, JIT #{machine.jit}), Elixir #{machine.elixir}"
-    )
+    info(Stats.machine_line(machine))
 
     result = measure(n, seconds, rate, warmup, workers)
     print(result)
@@ -71,14 +69,7 @@ defmodule Mix.Tasks.Overworld.Bench.Goblins do
         result
       end
 
-    if path = opts[:json] do
-      Stats.write_json(
-        path,
-        Map.merge(result, %{machine_cpu: machine.cpu, otp: machine.otp, elixir: machine.elixir})
-      )
-
-      info("wrote #{path}")
-    end
+    Stats.write_result(opts[:json], result, machine)
 
     result
   end

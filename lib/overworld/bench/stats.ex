@@ -100,6 +100,28 @@ defmodule Overworld.Bench.Stats do
     end
   end
 
+  @doc "The line that names the machine (`machine/0`) in a benchmark's header."
+  @spec machine_line(map) :: String.t()
+  def machine_line(m) do
+    "Machine: #{m.cpu}, #{m.schedulers} schedulers, OTP #{m.otp} (erts #{m.erts}, JIT #{m.jit}), Elixir #{m.elixir}"
+  end
+
+  @doc """
+  Writes a benchmark's result for `--json PATH` (nothing when `path` is nil), with the machine's
+  CPU, OTP and Elixir versions, and says so.
+  """
+  @spec write_result(Path.t() | nil, map, map) :: :ok
+  def write_result(nil, _result, _machine), do: :ok
+
+  def write_result(path, result, machine) do
+    write_json(
+      path,
+      Map.merge(result, %{machine_cpu: machine.cpu, otp: machine.otp, elixir: machine.elixir})
+    )
+
+    Mix.shell().info("wrote #{path}")
+  end
+
   @doc "Writes a flat map as one JSON object (creating the directory)."
   @spec write_json(Path.t(), map) :: :ok
   def write_json(path, map) do

@@ -76,6 +76,28 @@ defmodule Overworld.Persistence.Journal do
     GenServer.call(j, {:append, :erlang.term_to_binary(event), opts[:notify]})
   end
 
+  @doc """
+  Appends an event without waiting at all (a message; for callers that must never block, such
+  as a zone between ticks): the caller gets `{:journal_synced, ref, seq}` once the record is on
+  disk, or `{:journal_failed, ref, reason}`. Records of one caller keep their order.
+  """
+  @spec append_async(t, term, reference) :: :ok
+  def append_async(j, event, ref) do
+    send(j, {:append, :erlang.term_to_binary(event), self(), ref})
+    :ok
+  end
+
+  @doc """
+  Moves on to a new file (a message, ordered with the caller's `append_async/3`): what is
+  pending is written and synced to the current file first. Zones start a new segment with
+  every snapshot, so that old segments can be deleted.
+  """
+  @spec roll(t, Path.t()) :: :ok
+  def roll(j, path) do
+    send(j, {:roll, path})
+    :ok
+  end
+
   @doc "Appends an event and waits until it is on disk."
   @spec sync_append(t, term, timeout) :: {:ok, pos_integer} | {:error, term}
   def sync_append(j, event, timeout \\ 5_000) do
@@ -89,6 +111,10 @@ defmodule Overworld.Persistence.Journal do
       timeout -> {:error, :timeout}
     end
   end
+
+  @doc "Writes and syncs what is pending now (every append made before the call)."
+  @spec sync(t) :: :ok
+  def sync(j), do: GenServer.call(j, :sync, 30_000)
 
   @doc "Writes and syncs what is pending, then closes the file and stops the writer."
   @spec close(t) :: :ok
@@ -162,6 +188,29 @@ defmodule Overworld.Persistence.Journal do
   @impl true
   def init({path, commit}) do
     Process.flag(:trap_exit, true)
+
+    case open_file(path) do
+      {:ok, io, seq} ->
+        {:ok,
+         %{
+           io: io,
+           path: path,
+           commit: commit,
+           seq: seq,
+           pending: [],
+           pending_n: 0,
+           waiters: [],
+           timer: nil,
+           records: 0,
+           syncs: 0
+         }}
+
+      {:error, reason} ->
+        {:stop, reason}
+    end
+  end
+
+  defp open_file(path) do
     File.mkdir_p!(Path.dirname(path))
 
     with {:ok, seq, size} <- recover(path),
@@ -169,21 +218,7 @@ defmodule Overworld.Persistence.Journal do
          {:ok, _} <- :file.position(io, size),
          :ok <- :file.truncate(io),
          :ok <- header(io, size) do
-      {:ok,
-       %{
-         io: io,
-         path: path,
-         commit: commit,
-         seq: seq,
-         pending: [],
-         pending_n: 0,
-         waiters: [],
-         timer: nil,
-         records: 0,
-         syncs: 0
-       }}
-    else
-      {:error, reason} -> {:stop, reason}
+      {:ok, io, seq}
     end
   end
 
@@ -222,6 +257,14 @@ defmodule Overworld.Persistence.Journal do
 
   @impl true
   def handle_call({:append, payload, notify}, {pid, _}, st) do
+    {seq, st} = add(st, payload, pid, notify)
+    {:reply, {:ok, seq}, arm(st)}
+  end
+
+  def handle_call(:stats, _from, st), do: {:reply, %{records: st.records, syncs: st.syncs}, st}
+  def handle_call(:sync, _from, st), do: {:reply, :ok, commit(st)}
+
+  defp add(st, payload, pid, notify) do
     seq = st.seq + 1
     record = [<<byte_size(payload)::32, :erlang.crc32(payload)::32>>, payload]
     waiters = if notify, do: [{pid, notify, seq} | st.waiters], else: st.waiters
@@ -234,12 +277,25 @@ defmodule Overworld.Persistence.Journal do
         waiters: waiters
     }
 
-    {:reply, {:ok, seq}, arm(st)}
+    {seq, st}
   end
 
-  def handle_call(:stats, _from, st), do: {:reply, %{records: st.records, syncs: st.syncs}, st}
-
   @impl true
+  def handle_info({:append, payload, pid, ref}, st) do
+    {_seq, st} = add(st, payload, pid, ref)
+    {:noreply, arm(st)}
+  end
+
+  def handle_info({:roll, path}, st) do
+    st = commit(st)
+    :file.close(st.io)
+
+    case open_file(path) do
+      {:ok, io, _seq} -> {:noreply, %{st | io: io, path: path}}
+      {:error, reason} -> {:stop, {:roll_failed, path, reason}, st}
+    end
+  end
+
   def handle_info(:commit, st), do: {:noreply, commit(%{st | timer: nil})}
   def handle_info({:EXIT, _pid, reason}, st), do: {:stop, reason, st}
   def handle_info(_other, st), do: {:noreply, st}

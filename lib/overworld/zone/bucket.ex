@@ -26,7 +26,7 @@ defmodule Overworld.Zone.Bucket do
 
   alias Overworld.Protocol.Snapshot
   alias Overworld.Spatial.{Grid, Sweep}
-  alias Overworld.Zone.{Config, Pass, Wire}
+  alias Overworld.Zone.{Config, Memory, Pass, Wire}
 
   # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
   # tick (see collect_garbage/1), so a small zone stays small.
@@ -113,6 +113,8 @@ defmodule Overworld.Zone.Bucket do
        encoder: config.wire && Snapshot.encoder(config.wire),
        wants: %{},
        collect_due: false,
+       jobs: [],
+       loaded: false,
        tick: 0
      }}
   end
@@ -154,28 +156,35 @@ defmodule Overworld.Zone.Bucket do
     |> List.to_tuple()
   end
 
+  # A (new) zone server takes the workers over: with `keep?` they keep their entities (the
+  # server restarts from memory) and say what they hold; otherwise they start empty.
   @impl true
-  def handle_call({:reset, epoch, workers, server}, _from, st) do
-    {:reply, :ok,
-     %{
-       st
-       | epoch: epoch,
-         workers: workers,
-         server: server,
-         view: [],
-         own: [],
-         count: 0,
-         inbox: [],
-         collect_due: false,
-         tick: 0
-     }}
+  def handle_call({:attach, epoch, workers, server, keep?}, _from, st) do
+    st = %{st | epoch: epoch, workers: workers, server: server, inbox: []}
+
+    st =
+      if keep?,
+        do: st,
+        else: %{st | view: [], own: [], count: 0, collect_due: false, jobs: [], loaded: false, tick: 0}
+
+    owned =
+      for {_k, l} <- own_pairs(st), e <- l, entity(e, :owner) != nil, do: entity(e, :id)
+
+    {:reply, %{tick: st.tick, loaded: st.loaded, count: st.count, owned: owned}, st}
   end
 
+  # The server sends each tick to worker 0, which hands the others their parts.
   @impl true
+  def handle_info({:tick_all, others, mine}, st) do
+    for {pid, msg} <- others, do: send(pid, msg)
+    handle_info(mine, st)
+  end
+
   def handle_info(
         {:tick, epoch, n, simulate?, ctx, inputs, spawns, despawns, sent_at},
         %{epoch: epoch} = st
-      ) do
+      )
+      when n > st.tick or not st.loaded do
     st = if st.collect_due, do: collect_garbage(st), else: st
     {:noreply, run_tick(st, n, simulate?, ctx, inputs, spawns, despawns, sent_at)}
   end
@@ -184,13 +193,13 @@ defmodule Overworld.Zone.Bucket do
   # With subscribers (`Overworld.Zone.subscribe/2`), first tell our share of them, and collect
   # a little later (an eighth of the tick period), once they have had the CPU to build their
   # frames: the collection would only delay them; or at the next tick at the latest.
-  def handle_info({:idle, epoch, _notice, []}, %{epoch: epoch} = st),
-    do: {:noreply, collect_garbage(st)}
+  def handle_info({:idle, epoch, _notice, [], jobs}, %{epoch: epoch} = st),
+    do: {:noreply, collect_garbage(%{st | jobs: jobs})}
 
-  def handle_info({:idle, epoch, notice, subscribers}, %{epoch: epoch} = st) do
+  def handle_info({:idle, epoch, notice, subscribers, jobs}, %{epoch: epoch} = st) do
     for pid <- subscribers, do: send(pid, notice)
     Process.send_after(self(), {:collect, epoch}, max(div(1000, st.config.tick_rate * 8), 1))
-    {:noreply, %{st | collect_due: true}}
+    {:noreply, %{st | collect_due: true, jobs: jobs}}
   end
 
   def handle_info({:collect, epoch}, %{epoch: epoch, collect_due: true} = st),
@@ -249,7 +258,8 @@ defmodule Overworld.Zone.Bucket do
           out: [],
           moves: [],
           gone: [],
-          errors: {0, nil}
+          errors: {0, nil},
+          events: []
         }
       end
 
@@ -284,11 +294,19 @@ defmodule Overworld.Zone.Bucket do
          waited: waited,
          errors: elem(pass.errors, 0),
          moves: pass.moves,
+         events: pass.events,
          gone: for(e <- pass.gone, entity(e, :owner) != nil, do: entity(e, :id))
        }}
     )
 
-    %{st | view: before ++ own, own: own, count: count, logged_at: log_time(st, pass.errors)}
+    %{
+      st
+      | view: before ++ own,
+        own: own,
+        count: count,
+        loaded: true,
+        logged_at: log_time(st, pass.errors)
+    }
   end
 
   # The first key of our stripe, from the first key past its first row.
@@ -346,7 +364,8 @@ defmodule Overworld.Zone.Bucket do
   # would take CPU from a worker still finishing the tick. The heap size follows the live
   # state, so a zone of any size never collects mid-tick.
   defp collect_garbage(st) do
-    st = %{st | collect_due: false}
+    run_jobs(st)
+    st = %{st | collect_due: false, jobs: []}
     # What the tick allocated: the young heap in use since the last collection.
     {:garbage_collection_info, before} = Process.info(self(), :garbage_collection_info)
     :erlang.garbage_collect()
@@ -365,6 +384,26 @@ defmodule Overworld.Zone.Bucket do
     else
       st
     end
+  end
+
+  # After a tick, before the collection: our cells for a snapshot (to the zone's store), for a
+  # history keyframe, our state hash (debug zones). Each is one copy of our cells, off the
+  # tick's critical path.
+  defp run_jobs(%{jobs: []}), do: :ok
+
+  defp run_jobs(st) do
+    memory = st.config.shared.memory
+
+    Enum.each(st.jobs, fn
+      {:snapshot, store, n} ->
+        send(store, {:snapshot_part, n, st.index, own_pairs(st)})
+
+      {:keyframe, slot} ->
+        Memory.put_keyframe(memory, st.index, slot, st.tick, own_pairs(st))
+
+      {:hash, slots} ->
+        Memory.put_hash(memory, st.index, slots, st.tick, Memory.cells_hash(own_pairs(st)))
+    end)
   end
 
   # Despawns are applied during the pass (the entity is simply not carried over); on the load

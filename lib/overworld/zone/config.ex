@@ -6,7 +6,8 @@ defmodule Overworld.Zone.Config do
   alias Overworld.Entity
   alias Overworld.Spatial.Grid
 
-  # `shared`: the zone's registry value (`Overworld.Zone.Metrics`: metrics and the wire table),
+  # `shared`: the zone's registry value (`Overworld.Zone.Metrics`: metrics, the wire table and
+  # the memory table),
   # made by the zone's supervisor when it starts, so that it outlives a server restart.
   @enforce_keys [:id, :module, :grid]
   defstruct [
@@ -23,6 +24,14 @@ defmodule Overworld.Zone.Config do
         :seed,
         :max_entities,
         :stall_timeout,
+        :data_dir,
+        :snapshot_ticks,
+        :snapshot_ms,
+        :commit_ms,
+        :history,
+        :keyframe_ticks,
+        :debug,
+        :rejoin_ms,
         :wire,
         :wire_kinds,
         :width,
@@ -45,6 +54,14 @@ defmodule Overworld.Zone.Config do
           seed: integer,
           max_entities: pos_integer,
           stall_timeout: pos_integer,
+          data_dir: Path.t() | nil,
+          snapshot_ticks: pos_integer,
+          snapshot_ms: pos_integer | nil,
+          commit_ms: non_neg_integer,
+          history: non_neg_integer,
+          keyframe_ticks: pos_integer,
+          debug: boolean,
+          rejoin_ms: pos_integer,
           wire: module | nil,
           wire_kinds: %{optional(term) => non_neg_integer},
           shared: Overworld.Zone.Metrics.t() | nil,
@@ -69,6 +86,14 @@ defmodule Overworld.Zone.Config do
       seed: {:integer, 0},
       max_entities: {:pos_integer, 1_000_000},
       stall_timeout: {:pos_integer, 5_000},
+      data_dir: {{:custom, &(is_nil(&1) or is_binary(&1)), "nil or a directory path"}, nil},
+      snapshot_ticks: {:pos_integer, 300},
+      snapshot_ms: {{:custom, &(is_nil(&1) or (is_integer(&1) and &1 > 0)), "nil or ms > 0"}, nil},
+      commit_ms: {:non_neg_integer, 2},
+      history: {:non_neg_integer, 300},
+      keyframe_ticks: {:pos_integer, 30},
+      debug: {:boolean, false},
+      rejoin_ms: {:pos_integer, 15_000},
       wire: {{:custom, &wire?/1, "nil or a module using Overworld.Template"}, nil}
     ]
   end

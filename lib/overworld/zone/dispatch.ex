@@ -18,7 +18,8 @@ defmodule Overworld.Zone.Dispatch do
           grid: integer,
           count: non_neg_integer,
           errors: non_neg_integer,
-          reported: [non_neg_integer]
+          reported: [non_neg_integer],
+          events: list
         }
 
   @doc "The tick context of tick `n`."
@@ -56,13 +57,17 @@ defmodule Overworld.Zone.Dispatch do
     spawns = Enum.group_by(spawns, &Config.owner_of(config, entity(&1, :x), entity(&1, :y)))
     despawns = Map.new(despawns, &{&1, true})
 
-    for w <- 0..(config.workers - 1) do
-      send(
-        elem(workers, w),
-        {:tick, epoch, n, simulate?, ctx, Map.get(inputs, w, %{}),
-         Enum.reverse(Map.get(spawns, w, [])), despawns, System.monotonic_time()}
-      )
-    end
+    [first | others] =
+      for w <- 0..(config.workers - 1) do
+        {elem(workers, w),
+         {:tick, epoch, n, simulate?, ctx, Map.get(inputs, w, %{}),
+          Enum.reverse(Map.get(spawns, w, [])), despawns, System.monotonic_time()}}
+      end
+
+    # One message, to worker 0, which forwards the others' parts: a server killed while
+    # sending leaves either every worker with the tick or none (see Overworld.Zone.Server).
+    {pid, msg} = first
+    send(pid, {:tick_all, others, msg})
 
     %{
       n: n,
@@ -74,7 +79,8 @@ defmodule Overworld.Zone.Dispatch do
       grid: 0,
       count: 0,
       errors: 0,
-      reported: []
+      reported: [],
+      events: []
     }
   end
 
@@ -88,7 +94,8 @@ defmodule Overworld.Zone.Dispatch do
         systems: max(r.systems, stats.systems),
         grid: max(r.grid, stats.grid),
         count: r.count + stats.count,
-        errors: r.errors + stats.errors
+        errors: r.errors + stats.errors,
+        events: if(stats.events == [], do: r.events, else: [stats.events | r.events])
     }
   end
 

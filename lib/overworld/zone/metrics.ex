@@ -24,14 +24,16 @@ defmodule Overworld.Zone.Metrics do
   # `wire`: the zone's wire table (owned by the zone's supervisor, so it outlives a server
   # restart), or nil. This struct is the zone's registry value: what anybody may read without
   # a message to the zone.
+  # `memory`: the zone's in-memory copy (`Overworld.Zone.Memory`), also owned by the supervisor.
   @enforce_keys [:counters, :ticks_us, :cpu]
-  defstruct [:wire | @enforce_keys]
+  defstruct [:wire, :memory | @enforce_keys]
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
           ticks_us: Histogram.t(),
           cpu: Overworld.Metrics.CPU.t(),
-          wire: :ets.tid() | nil
+          wire: :ets.tid() | nil,
+          memory: :ets.tid() | nil
         }
 
   @spec new(boolean) :: t
@@ -40,6 +42,7 @@ defmodule Overworld.Zone.Metrics do
       counters: :atomics.new(length(@fields), signed: true),
       ticks_us: Histogram.new(),
       cpu: Overworld.Metrics.CPU.sample(),
+      memory: :ets.new(:overworld_memory, [:set, :public]),
       wire:
         if(wire?,
           do:

@@ -23,7 +23,8 @@ defmodule Overworld.Zone.Pass do
           out: [{non_neg_integer, Overworld.Entity.t()}],
           moves: [{pos_integer, non_neg_integer}],
           gone: [Overworld.Entity.t()],
-          errors: {non_neg_integer, nil | {pos_integer, term}}
+          errors: {non_neg_integer, nil | {pos_integer, term}},
+          events: [term]
         }
 
   @doc false
@@ -49,7 +50,7 @@ defmodule Overworld.Zone.Pass do
     env = {mod, grid, owners, me, w, h, ctx, inputs, despawns, wire && Wire.funs(wire)}
     plain? = map_size(inputs) == 0 and map_size(despawns) == 0
 
-    {desc, border, wired, {movers, out, moves, gone, errors}} =
+    {desc, border, wired, {movers, out, moves, gone, errors, events}} =
       cells(
         own,
         view,
@@ -59,7 +60,7 @@ defmodule Overworld.Zone.Pass do
         env,
         plain?,
         {[], [], if(wire, do: [], else: nil)},
-        {[], [], [], [], {0, nil}}
+        {[], [], [], [], {0, nil}, []}
       )
 
     %{
@@ -70,7 +71,8 @@ defmodule Overworld.Zone.Pass do
       out: out,
       moves: moves,
       gone: gone,
-      errors: errors
+      errors: errors,
+      events: events
     }
   end
 
@@ -194,6 +196,12 @@ defmodule Overworld.Zone.Pass do
         k2 = Grid.key(grid, entity(e2, :x), entity(e2, :y))
         if k2 === k, do: {[e2 | stays], acc}, else: {stays, moved(acc, e2, k2, env)}
 
+      # Durable events of game code (`c:Overworld.Zone.handle_entity/3`): journaled by the zone.
+      {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2, events}
+      when is_integer(x) and is_integer(y) and is_list(events) ->
+        {movers, out, moves, gone, errors, evs} = acc
+        settle({:ok, e2}, e, id, k, stays, {movers, out, moves, gone, errors, events ++ evs}, env)
+
       :despawn ->
         {stays, gone(acc, e)}
 
@@ -205,26 +213,27 @@ defmodule Overworld.Zone.Pass do
   defp clamp(e, x, y, w, h) when x >= 0 and x <= w and y >= 0 and y <= h, do: e
   defp clamp(e, x, y, w, h), do: entity(e, x: x |> max(0) |> min(w), y: y |> max(0) |> min(h))
 
-  defp moved({movers, out, moves, gone, errors}, e, k2, env) do
+  defp moved({movers, out, moves, gone, errors, evs}, e, k2, env) do
     {_, grid, owners, me, _, _, _, _, _, _} = env
     owner = elem(owners, Grid.row(grid, k2))
 
     cond do
       owner === me ->
-        {[e | movers], out, moves, gone, errors}
+        {[e | movers], out, moves, gone, errors, evs}
 
       entity(e, :owner) == nil ->
-        {movers, [{owner, e} | out], moves, gone, errors}
+        {movers, [{owner, e} | out], moves, gone, errors, evs}
 
       true ->
-        {movers, [{owner, e} | out], [{entity(e, :id), owner} | moves], gone, errors}
+        {movers, [{owner, e} | out], [{entity(e, :id), owner} | moves], gone, errors, evs}
     end
   end
 
-  defp gone({movers, out, moves, gone, errors}, e), do: {movers, out, moves, [e | gone], errors}
+  defp gone({movers, out, moves, gone, errors, evs}, e),
+    do: {movers, out, moves, [e | gone], errors, evs}
 
-  defp failed({movers, out, moves, gone, {count, first}}, e, result) do
+  defp failed({movers, out, moves, gone, {count, first}, evs}, e, result) do
     first = first || {entity(e, :id), result}
-    {movers, out, moves, gone, {count + 1, first}}
+    {movers, out, moves, gone, {count + 1, first}, evs}
   end
 end

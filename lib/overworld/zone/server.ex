@@ -16,7 +16,8 @@ defmodule Overworld.Zone.Server do
   import Overworld.Entity, only: [entity: 2]
 
   alias Overworld.Telemetry
-  alias Overworld.Zone.{Callbacks, Clock, Config, Dispatch, Metrics, Players, Spawn}
+  alias Overworld.Persistence.Journal
+  alias Overworld.Zone.{Callbacks, Clock, Config, Dispatch, Memory, Metrics, Players, Spawn, Store}
 
   @spec start_link(Config.t()) :: GenServer.on_start()
   def start_link(%Config{} = config) do
@@ -41,9 +42,14 @@ defmodule Overworld.Zone.Server do
   end
 
   ## Init
+  #
+  # Three ways to start: fresh (`init/1`), from the in-memory copy (`Overworld.Zone.Memory`:
+  # the server died, the workers kept the entities), or from the store (snapshot + journal: a
+  # bucket worker died, or the node was restarted on the same data directory).
 
   @impl true
   def init({%Config{} = config, metrics}) do
+    started = System.monotonic_time()
     Logger.metadata(zone: inspect(config.id))
     Process.flag(:trap_exit, true)
     # The clock and the per-tick bookkeeping are small; run them ahead of ordinary work so
@@ -58,16 +64,15 @@ defmodule Overworld.Zone.Server do
       end
       |> List.to_tuple()
 
-    # A new epoch: messages of a previous server (before a restart) are recognised and dropped.
-    epoch = :erlang.unique_integer([:positive, :monotonic])
-
-    for pid <- Tuple.to_list(workers),
-        do: :ok = GenServer.call(pid, {:reset, epoch, workers, self()}, :infinity)
+    store = config.data_dir && Store.whereis(config.id)
+    {journal, segment} = if store, do: Store.journal(store), else: {nil, 0}
 
     st = %{
       config: config,
       metrics: metrics,
-      epoch: epoch,
+      memory: metrics.memory,
+      # A new epoch: messages of a previous server (before a restart) are recognised and dropped.
+      epoch: :erlang.unique_integer([:positive, :monotonic]),
       workers: workers,
       game: nil,
       tick: 0,
@@ -77,6 +82,10 @@ defmodule Overworld.Zone.Server do
       # Input sequence numbers (player => newest), published when a tick consumes them.
       acks: %{},
       players: %Players{},
+      # player => session pid (from the join's meta `%{session: pid}`), for `{:send, ...}`.
+      sessions: %{},
+      # Players recovered from disk whose session has not come back yet.
+      orphans: %{},
       spawns: [],
       despawns: [],
       running: nil,
@@ -86,10 +95,33 @@ defmodule Overworld.Zone.Server do
       # Processes told of every finished tick: pid => shard; one list per worker, which sends
       # the notices (no single process sends them all).
       subscribers: %{},
-      shards: Tuple.duplicate([], config.workers)
+      shards: Tuple.duplicate([], config.workers),
+      store: store,
+      journal: journal,
+      segment: segment,
+      # Durable events waiting for their fsync: journal ref => events.
+      unsynced: %{},
+      snap_tick: nil,
+      snap_at: System.monotonic_time(:millisecond),
+      started: started
     }
 
-    case Callbacks.call(st, :init, [config.args]) do
+    with %{} = last <- Memory.last(st.memory),
+         {:ok, st} <- from_memory(st, last) do
+      {:ok, st, {:continue, {:recovered, :memory}}}
+    else
+      _ ->
+        st = attach(st, false)
+
+        case if(store, do: Store.recover(store), else: {nil, []}) do
+          {nil, []} -> fresh(st)
+          {snapshot, records} -> from_store(st, snapshot, records)
+        end
+    end
+  end
+
+  defp fresh(st) do
+    case Callbacks.call(st, :init, [st.config.args]) do
       {:ok, {:ok, game}} ->
         finish_init(%{st | game: game}, [])
 
@@ -100,7 +132,7 @@ defmodule Overworld.Zone.Server do
         {:stop, reason}
 
       {:ok, other} ->
-        {:stop, {:bad_return, {config.module, :init, other}}}
+        {:stop, {:bad_return, {st.config.module, :init, other}}}
 
       {:error, kind, reason, _stack} ->
         {:stop, {:init_failed, kind, reason}}
@@ -127,13 +159,241 @@ defmodule Overworld.Zone.Server do
     {:ok, start_clock(st)}
   end
 
+  # The workers, told of the new epoch; with `keep?` they keep their entities and answer what
+  # they hold. Worker 0 first: it forwards every tick to the others (`Dispatch`), so once it
+  # has answered, the others have the last tick it forwarded ahead of our call.
+  defp attach(st, keep?) do
+    [w0 | rest] = Tuple.to_list(st.workers)
+    msg = {:attach, st.epoch, st.workers, self(), keep?}
+    first = GenServer.call(w0, msg, :infinity)
+    refs = for pid <- rest, do: :gen_server.send_request(pid, msg)
+    others = for ref <- refs, do: :gen_server.wait_response(ref, :infinity)
+    summaries = [first | for({:reply, r} <- others, do: r)]
+    if keep?, do: summaries, else: st
+  end
+
+  defp from_memory(st, last) do
+    summaries = attach(st, true)
+    ticks = summaries |> Enum.map(& &1.tick) |> Enum.uniq()
+
+    case ticks do
+      [t] when last.n in [t, t + 1] ->
+        if Enum.all?(summaries, & &1.loaded), do: {:ok, restore(st, last, summaries, t)}, else: :error
+
+      _ ->
+        Logger.error("zone #{inspect(st.config.id)}: workers disagree (ticks #{inspect(ticks)})")
+        :error
+    end
+  end
+
+  # The server's state from the memory table; the tick in flight when the old server died is
+  # sent again if the workers never got it (the record is written before the send).
+  defp restore(st, last, summaries, t) do
+    mem = st.memory
+    pending = Memory.pending(mem, last.n + 1)
+
+    where =
+      for {s, w} <- Enum.with_index(summaries), id <- s.owned, into: %{}, do: {id, w}
+
+    rows = for {p, id, session} <- Memory.players(mem), is_map_key(where, id), do: {p, id, session}
+    players = Enum.reduce(rows, %Players{}, fn {p, id, _}, acc -> Players.add(acc, p, id, where[id]) end)
+    sessions = for {p, _id, pid} <- rows, is_pid(pid), into: %{}, do: {p, pid}
+
+    st = %{
+      st
+      | tick: t,
+        game: (pending && pending.game) || last.game,
+        next_id: max(last.next_id, (pending && pending.next_id) || 0),
+        segment: st.segment,
+        players: players,
+        sessions: sessions,
+        entity_count: Enum.sum(Enum.map(summaries, & &1.count)),
+        spawns: (pending && pending.spawns) || [],
+        despawns: (pending && pending.despawns) || []
+    }
+
+    st = Enum.reduce(Memory.subscribers(mem), st, fn {pid, _}, st -> add_subscriber(st, pid) end)
+
+    if last.n == t + 1 do
+      # Lost in flight: sent again, with our epoch.
+      d = last.dispatch
+      ctx = Dispatch.context(st.config, last.n)
+
+      running =
+        Dispatch.send_tick(st.config, st.workers, st.epoch, last.n, d.simulate, ctx, d.inputs, d.spawns, d.despawns)
+
+      await_resent(%{st | running: running})
+    else
+      st
+    end
+  end
+
+  defp await_resent(%{running: nil} = st), do: st
+
+  defp await_resent(st) do
+    epoch = st.epoch
+    n = st.running.n
+
+    receive do
+      {:done, ^epoch, ^n, w, stats} ->
+        st = worker_done(st, w, stats, :resent)
+        await_resent(st)
+    end
+  end
+
+  # From the store: the newest snapshot (or `init/1`'s world when there is none) and the
+  # journal records after it, loaded into the workers at the snapshot's tick.
+  defp from_store(st, snapshot, records) do
+    base =
+      case snapshot do
+        nil ->
+          case fresh_world(st) do
+            {:ok, base} -> base
+            {:stop, _} = stop -> stop
+          end
+
+        s ->
+          %{
+            tick: s.tick,
+            game: s.game,
+            next_id: s.next_id,
+            players: s.players,
+            entities: Map.new(s.entities ++ s.spawns, &{entity(&1, :id), &1}),
+            despawns: s.despawns
+          }
+      end
+
+    case base do
+      {:stop, reason} ->
+        {:stop, reason}
+
+      base ->
+        base = Enum.reduce(records, base, &replay_record(st.config.module, &1, &2))
+        entities = Map.drop(base.entities, base.despawns) |> Map.values() |> Enum.sort_by(&entity(&1, :id))
+
+        players =
+          for {p, id} <- base.players, e = base.entities[id], e != nil, reduce: %Players{} do
+            acc -> Players.add(acc, p, id, Config.owner_of(st.config, entity(e, :x), entity(e, :y)))
+          end
+
+        # Sessions still alive (the workers restarted, not the node) keep their players.
+        live = for {p, _id, pid} <- Memory.players(st.memory), is_pid(pid), Process.alive?(pid), into: %{}, do: {p, pid}
+        orphans = for {p, _} <- base.players, not is_map_key(live, p), into: %{}, do: {p, true}
+        if orphans != %{}, do: Process.send_after(self(), :orphans, st.config.rejoin_ms)
+
+        Logger.info(
+          "zone #{inspect(st.config.id)} recovered from " <>
+            if(snapshot, do: "the snapshot of tick #{base.tick}", else: "its initial state") <>
+            " and #{length(records)} journal records: #{length(entities)} entities, " <>
+            "#{map_size(base.players)} players"
+        )
+
+        st = %{
+          st
+          | tick: base.tick,
+            game: base.game,
+            next_id: base.next_id,
+            players: players,
+            sessions: Map.take(live, Map.keys(base.players)),
+            orphans: orphans,
+            spawns: entities
+        }
+
+        for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
+        st = Enum.reduce(Memory.subscribers(st.memory), st, fn {pid, _}, st -> add_subscriber(st, pid) end)
+        st = dispatch(st, base.tick, false, %{}, Dispatch.context(st.config, base.tick))
+        st = await_load(st)
+        {:ok, st, {:continue, {:recovered, :store}}}
+    end
+  end
+
+  # init/1's world, as a base for the journal when no snapshot was written yet.
+  defp fresh_world(st) do
+    result =
+      case Callbacks.call(st, :init, [st.config.args]) do
+        {:ok, {:ok, game}} -> {:ok, game, []}
+        {:ok, {:ok, game, actions}} when is_list(actions) -> {:ok, game, actions}
+        {:ok, {:stop, reason}} -> {:stop, reason}
+        other -> {:stop, {:init_failed, other}}
+      end
+
+    case result do
+      {:ok, game, actions} ->
+        st = apply_actions(%{st | game: game}, actions, :init)
+
+        {:ok,
+         %{
+           tick: 0,
+           game: st.game,
+           next_id: st.next_id,
+           players: %{},
+           entities: Map.new(st.spawns, &{entity(&1, :id), &1}),
+           despawns: []
+         }}
+
+      stop ->
+        stop
+    end
+  end
+
+  # One journal record onto the recovering state (idempotent: see Overworld.Zone).
+  defp replay_record(module, record, base) do
+    case record do
+      {:join, _tick, player, e} ->
+        id = entity(e, :id)
+
+        if is_map_key(base.players, player) or is_map_key(base.entities, id),
+          do: base,
+          else: %{
+            base
+            | players: Map.put(base.players, player, id),
+              entities: Map.put(base.entities, id, e),
+              next_id: max(base.next_id, id + 1)
+          }
+
+      {:leave, _tick, player, id} ->
+        %{base | players: Map.delete(base.players, player), entities: Map.delete(base.entities, id)}
+
+      {:events, _tick, events} ->
+        if function_exported?(module, :replay_durable, 2),
+          do: %{base | entities: Enum.reduce(events, base.entities, &module.replay_durable(&1, &2))},
+          else: base
+
+      _other ->
+        base
+    end
+  end
+
+  @impl true
+  def handle_continue({:recovered, from}, st) do
+    us = System.convert_time_unit(System.monotonic_time() - st.started, :native, :microsecond)
+
+    Logger.warning(
+      "zone #{inspect(st.config.id)} restarted from #{from} at tick #{st.tick} in #{us} µs " <>
+        "(#{st.entity_count} entities, #{map_size(st.subscribers)} subscribers)"
+    )
+
+    Telemetry.execute(
+      [:overworld, :zone, :recovered],
+      %{duration: System.monotonic_time() - st.started},
+      %{zone: st.config.id, from: from, tick: st.tick}
+    )
+
+    # The first tick runs at once; the clock starts again from it.
+    case st.config.clock do
+      :manual -> {:noreply, st}
+      :realtime -> {:noreply, begin_tick(%{st | clock: %{t0: System.monotonic_time(), slot: 0, timer: nil}}, 0)}
+    end
+  end
+
   defp await_load(%{running: nil} = st), do: st
 
   defp await_load(st) do
     epoch = st.epoch
+    n = st.running.n
 
     receive do
-      {:done, ^epoch, 0, w, stats} -> await_load(worker_done(st, w, stats, false))
+      {:done, ^epoch, ^n, w, stats} -> await_load(worker_done(st, w, stats, false))
     end
   end
 
@@ -189,16 +449,7 @@ defmodule Overworld.Zone.Server do
     {:noreply, %{st | queries: Map.put(st.queries, ref, {from, q, st.config.workers, []})}}
   end
 
-  def handle_call({:subscribe, pid}, _from, st) do
-    if is_map_key(st.subscribers, pid) do
-      {:reply, :ok, st}
-    else
-      Process.monitor(pid)
-      shard = :erlang.phash2(pid, tuple_size(st.shards))
-      shards = put_elem(st.shards, shard, [pid | elem(st.shards, shard)])
-      {:reply, :ok, %{st | subscribers: Map.put(st.subscribers, pid, shard), shards: shards}}
-    end
-  end
+  def handle_call({:subscribe, pid}, _from, st), do: {:reply, :ok, add_subscriber(st, pid)}
 
   def handle_call({:unsubscribe, pid}, _from, st), do: {:reply, :ok, unsubscribe(st, pid)}
 
@@ -209,14 +460,16 @@ defmodule Overworld.Zone.Server do
 
   def handle_call({:join, player, meta}, _from, st) do
     if Players.joined?(st.players, player) do
+      # A session coming back (after a reconnect, a takeover or a recovery) takes the player.
+      st = %{set_session(st, player, meta) | orphans: Map.delete(st.orphans, player)}
       {:reply, {:error, :already_joined}, st}
     else
       case Callbacks.call(st, :handle_join, [player, meta, st.game]) do
         {:ok, {:ok, spec, game}} ->
-          join(%{st | game: game}, player, spec, [])
+          join(%{st | game: game}, player, meta, spec, [])
 
         {:ok, {:ok, spec, game, actions}} when is_list(actions) ->
-          join(%{st | game: game}, player, spec, actions)
+          join(%{st | game: game}, player, meta, spec, actions)
 
         {:ok, {:reject, reason, game}} ->
           {:reply, {:error, {:rejected, reason}}, %{st | game: game}}
@@ -236,45 +489,90 @@ defmodule Overworld.Zone.Server do
         {:reply, {:error, :not_joined}, st}
 
       id ->
-        st = %{
-          st
-          | players: Players.remove(st.players, player),
-            inputs: Map.delete(st.inputs, player),
-            acks: Map.delete(st.acks, player)
-        }
-
-        case st.config.shared do
-          %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_player(table, player, id)
-          _ -> true
-        end
-
+        st = drop_player(st, player, id)
         st = %{st | despawns: [id | st.despawns]}
 
-        {:reply, :ok,
-         game_result(
-           st,
-           :handle_leave,
-           Callbacks.call(st, :handle_leave, [player, reason, st.game])
-         )}
+        st =
+          game_result(
+            st,
+            :handle_leave,
+            Callbacks.call(st, :handle_leave, [player, reason, st.game])
+          )
+
+        {:reply, :ok, remember(st)}
     end
   end
 
   def handle_call({:spawn, specs}, _from, st) do
     case build_all(st, specs, nil) do
-      {:ok, entities, st} -> {:reply, {:ok, Enum.map(entities, &entity(&1, :id))}, st}
+      {:ok, entities, st} -> {:reply, {:ok, Enum.map(entities, &entity(&1, :id))}, remember(st)}
       {:error, reason} -> {:reply, {:error, reason}, st}
     end
   end
 
   def handle_call({:despawn, ids}, _from, st) do
-    {:reply, :ok, %{st | despawns: Enum.reverse(ids, st.despawns)}}
+    {:reply, :ok, remember(%{st | despawns: Enum.reverse(ids, st.despawns)})}
   end
 
-  defp join(st, player, spec, actions) do
+  def handle_call(:store_info, _from, st), do: {:reply, st.store && Store.info(st.store), st}
+
+  defp join(st, player, meta, spec, actions) do
     case build_all(st, [spec], player) do
-      {:ok, [e], st} -> {:reply, {:ok, entity(e, :id)}, apply_actions(st, actions, :handle_join)}
-      {:error, reason} -> {:reply, {:error, reason}, st}
+      {:ok, [e], st} ->
+        st = set_session(st, player, meta)
+        journal(st, {:join, next_tick(st), player, e})
+        {:reply, {:ok, entity(e, :id)}, remember(apply_actions(st, actions, :handle_join))}
+
+      {:error, reason} ->
+        {:reply, {:error, reason}, st}
     end
+  end
+
+  # The session of a player (from the join's meta `%{session: pid}`), remembered with it.
+  defp set_session(st, player, meta) do
+    session =
+      case meta do
+        %{session: pid} when is_pid(pid) -> pid
+        _ -> Map.get(st.sessions, player)
+      end
+
+    Memory.put_player(st.memory, player, Players.entity(st.players, player), session)
+    if session, do: %{st | sessions: Map.put(st.sessions, player, session)}, else: st
+  end
+
+  defp drop_player(st, player, id) do
+    case st.config.shared do
+      %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_player(table, player, id)
+      _ -> true
+    end
+
+    Memory.delete_player(st.memory, player)
+    journal(st, {:leave, next_tick(st), player, id})
+
+    %{
+      st
+      | players: Players.remove(st.players, player),
+        inputs: Map.delete(st.inputs, player),
+        acks: Map.delete(st.acks, player),
+        sessions: Map.delete(st.sessions, player),
+        orphans: Map.delete(st.orphans, player)
+    }
+  end
+
+  # The tick at which changes made now take effect.
+  defp next_tick(%{running: nil, tick: t}), do: t + 1
+  defp next_tick(%{running: %{n: n}}), do: n + 1
+
+  # Changes between ticks, into the memory table (a restarted server finds them).
+  defp remember(st) do
+    Memory.put_pending(st.memory, next_tick(st), %{
+      spawns: st.spawns,
+      despawns: st.despawns,
+      next_id: st.next_id,
+      game: st.game
+    })
+
+    st
   end
 
   # The newest input of each joined player is kept until the next tick (latest wins).
@@ -370,11 +668,61 @@ defmodule Overworld.Zone.Server do
     end
   end
 
+  # Durable events on disk: now game code may acknowledge them (c:handle_durable/2).
+  def handle_info({:journal_synced, ref, _seq}, st) when is_map_key(st.unsynced, ref) do
+    {events, unsynced} = Map.pop(st.unsynced, ref)
+    {:noreply, durable_done(%{st | unsynced: unsynced}, events)}
+  end
+
+  def handle_info({:journal_failed, ref, reason}, st) when is_map_key(st.unsynced, ref) do
+    {events, unsynced} = Map.pop(st.unsynced, ref)
+
+    Logger.error(
+      "zone #{inspect(st.config.id)}: #{length(events)} durable events not journaled " <>
+        "(#{inspect(reason)}): not acknowledged"
+    )
+
+    {:noreply, %{st | unsynced: unsynced}}
+  end
+
+  # Players recovered from disk whose session never came back leave.
+  def handle_info(:orphans, st) do
+    st =
+      Enum.reduce(Map.keys(st.orphans), st, fn player, st ->
+        case Players.entity(st.players, player) do
+          nil -> st
+          id -> remember(%{drop_player(st, player, id) | despawns: [id | st.despawns]})
+        end
+      end)
+
+    {:noreply, %{st | orphans: %{}}}
+  end
+
   # Late or stale messages of the zone's own machinery never reach game code.
+  def handle_info({:journal_synced, _ref, _seq}, st), do: {:noreply, st}
   def handle_info({:done, _epoch, _n, _w, _stats}, st), do: {:noreply, st}
   def handle_info({:query_reply, _ref, _w, _result}, st), do: {:noreply, st}
   def handle_info({:timeout, _ref, {:tick, _slot}}, st), do: {:noreply, st}
   def handle_info(msg, st), do: {:noreply, game_info(st, msg)}
+
+  # Subscribers are remembered in the memory table: a restarted server keeps telling them.
+  defp add_subscriber(st, pid) do
+    cond do
+      is_map_key(st.subscribers, pid) ->
+        st
+
+      not Process.alive?(pid) ->
+        Memory.delete_subscriber(st.memory, pid)
+        st
+
+      true ->
+        Process.monitor(pid)
+        shard = :erlang.phash2(pid, tuple_size(st.shards))
+        shards = put_elem(st.shards, shard, [pid | elem(st.shards, shard)])
+        Memory.put_subscriber(st.memory, pid, shard)
+        %{st | subscribers: Map.put(st.subscribers, pid, shard), shards: shards}
+    end
+  end
 
   defp unsubscribe(st, pid) do
     case Map.pop(st.subscribers, pid) do
@@ -382,6 +730,7 @@ defmodule Overworld.Zone.Server do
         st
 
       {shard, subscribers} ->
+        Memory.delete_subscriber(st.memory, pid)
         shards = put_elem(st.shards, shard, List.delete(elem(st.shards, shard), pid))
         %{st | subscribers: subscribers, shards: shards}
     end
@@ -482,6 +831,18 @@ defmodule Overworld.Zone.Server do
   end
 
   defp dispatch(st, n, simulate?, inputs, ctx) do
+    # The in-memory copy first: a server killed after this line and before the workers have
+    # the tick finds the tick here and sends it again.
+    Memory.put_tick(st.memory, st.config.history, %{
+      n: n,
+      simulate: simulate?,
+      inputs: inputs,
+      spawns: st.spawns,
+      despawns: st.despawns,
+      game: st.game,
+      next_id: st.next_id
+    })
+
     running =
       Dispatch.send_tick(
         st.config,
@@ -500,27 +861,114 @@ defmodule Overworld.Zone.Server do
   end
 
   defp worker_done(st, w, stats, simulated?) do
-    {_gone, players} = Players.report(st.players, stats.moves, stats.gone)
-    st = %{st | running: Dispatch.collect(st.running, w, stats), players: players}
+    {gone, players} = Players.report(st.players, stats.moves, stats.gone)
+
+    st =
+      Enum.reduce(gone, %{st | players: players}, fn player, st ->
+        Memory.delete_player(st.memory, player)
+        journal(st, {:leave, st.running.n, player, nil})
+        %{st | sessions: Map.delete(st.sessions, player)}
+      end)
+
+    st = %{st | running: Dispatch.collect(st.running, w, stats)}
     if st.running.pending == 0, do: finish_tick(st, simulated?), else: st
   end
 
   defp finish_tick(st, simulated?) do
     r = st.running
     total = System.monotonic_time() - r.t0
-    # The whole tick is done: the workers tell the subscribers, then collect garbage.
+    st = %{st | running: nil, tick: r.n, entity_count: r.count}
+    st = durable(st, r.n, List.flatten(r.events))
+    {st, jobs} = jobs(st, r.n)
+    # The whole tick is done: the workers tell the subscribers, do the jobs (snapshot,
+    # history), then collect garbage.
     notice = {:overworld_tick, st.config.id, r.n, r.t0}
 
     for {pid, i} <- Enum.with_index(Tuple.to_list(st.workers)),
-        do: send(pid, {:idle, st.epoch, notice, elem(st.shards, i)})
+        do: send(pid, {:idle, st.epoch, notice, elem(st.shards, i), jobs})
 
-    st = %{st | running: nil, tick: r.n, entity_count: r.count}
+    case simulated? do
+      true ->
+        Dispatch.report(st.config, st.metrics, r, total)
+        st |> after_manual_tick() |> after_tick_clock(total)
 
-    if simulated? do
-      Dispatch.report(st.config, st.metrics, r, total)
-      st |> after_manual_tick() |> after_tick_clock(total)
+      _ ->
+        Metrics.put(st.metrics, :entities, r.count)
+        st
+    end
+  end
+
+  # What the workers do after the tick: their part of a snapshot, of a history keyframe, and
+  # (debug zones) their state hash.
+  defp jobs(st, n) do
+    c = st.config
+    {st, snap} = maybe_snapshot(st, n)
+    history? = c.history > 0 and rem(n, c.keyframe_ticks) == 0
+
+    jobs =
+      [
+        snap,
+        history? && {:keyframe, rem(div(n, c.keyframe_ticks), div(c.history, c.keyframe_ticks) + 2)},
+        c.debug && {:hash, Memory.slots(c.history)}
+      ]
+      |> Enum.filter(& &1)
+
+    {st, jobs}
+  end
+
+  defp maybe_snapshot(%{store: nil} = st, _n), do: {st, nil}
+
+  defp maybe_snapshot(st, n) do
+    c = st.config
+    now = System.monotonic_time(:millisecond)
+
+    due =
+      st.snap_tick == nil or n - st.snap_tick >= c.snapshot_ticks or
+        (c.snapshot_ms != nil and now - st.snap_at >= c.snapshot_ms)
+
+    if due do
+      # A new journal segment: the records after this snapshot start there.
+      segment = st.segment + 1
+      Journal.roll(st.journal, Store.segment_path(Store.dir(c), segment))
+
+      part = %{
+        game: st.game,
+        next_id: st.next_id,
+        players: Players.to_map(st.players),
+        spawns: st.spawns,
+        despawns: st.despawns,
+        segment: segment
+      }
+
+      send(st.store, {:snapshot_begin, n, part, c.workers})
+      {%{st | segment: segment, snap_tick: n, snap_at: now}, {:snapshot, st.store, n}}
     else
-      Metrics.put(st.metrics, :entities, r.count)
+      {st, nil}
+    end
+  end
+
+  ## Durable events
+
+  defp journal(%{journal: nil}, _record), do: :ok
+  defp journal(st, record), do: Journal.append_async(st.journal, record, make_ref())
+
+  # Events of tick n: journaled (acknowledged once on disk), or acknowledged at once without
+  # a data directory.
+  defp durable(st, _n, []), do: st
+  defp durable(%{journal: nil} = st, _n, events), do: durable_done(st, events)
+
+  defp durable(st, n, events) do
+    ref = make_ref()
+    Journal.append_async(st.journal, {:events, n, events}, ref)
+    %{st | unsynced: Map.put(st.unsynced, ref, events)}
+  end
+
+  defp durable_done(st, events) do
+    if function_exported?(st.config.module, :handle_durable, 2) do
+      Enum.reduce(events, st, fn ev, st ->
+        game_result(st, :handle_durable, Callbacks.call(st, :handle_durable, [ev, st.game]))
+      end)
+    else
       st
     end
   end
@@ -528,13 +976,16 @@ defmodule Overworld.Zone.Server do
   defp after_manual_tick(%{config: %Config{clock: :realtime}} = st), do: st
 
   defp after_manual_tick(st) do
-    {{:value, {from, left}}, rest} = :queue.out(st.manual)
+    case :queue.out(st.manual) do
+      {{:value, {from, left}}, rest} when left > 1 ->
+        begin_tick(%{st | manual: :queue.in_r({from, left - 1}, rest)}, 0)
 
-    if left > 1 do
-      begin_tick(%{st | manual: :queue.in_r({from, left - 1}, rest)}, 0)
-    else
-      GenServer.reply(from, {:ok, st.tick})
-      maybe_manual_tick(%{st | manual: rest})
+      {{:value, {from, _}}, rest} ->
+        GenServer.reply(from, {:ok, st.tick})
+        maybe_manual_tick(%{st | manual: rest})
+
+      {:empty, _} ->
+        st
     end
   end
 
@@ -550,6 +1001,17 @@ defmodule Overworld.Zone.Server do
 
       {:despawn, ids}, st ->
         %{st | despawns: Enum.reverse(List.wrap(ids), st.despawns)}
+
+      {:durable, event}, st ->
+        durable(st, next_tick(st), [event])
+
+      {:send, player, payload}, st when is_binary(payload) ->
+        case st.sessions do
+          %{^player => pid} -> send(pid, {:overworld_send, payload})
+          _ -> :ok
+        end
+
+        st
 
       other, st ->
         failed(st, callback, {:bad_action, other})

@@ -1,6 +1,6 @@
 defmodule Overworld.Zone.Supervisor do
   @moduledoc false
-  # One zone: its bucket workers, then its server (`:rest_for_one`: the server depends on the
+  # One zone: its store (with a data directory), its bucket workers, then its server (`:rest_for_one`: the server depends on the
   # workers). A worker crash takes the bucket supervisor down (it allows no restarts), so the
   # whole zone restarts consistently; a server crash restarts only the server, which resets the
   # workers it finds. The server is significant: when it stops on purpose the zone shuts down.
@@ -19,7 +19,9 @@ defmodule Overworld.Zone.Supervisor do
   def init(config) do
     # Made here, in the supervisor's process: it survives a server restart.
     config = %{config | shared: Overworld.Zone.Metrics.new(config.wire != nil)}
-    children = [Buckets.child_spec(config), Server.child_spec(config)]
+    # The store (zones with a data directory) first: it outlives worker and server restarts.
+    store = if config.data_dir, do: [Overworld.Zone.Store.child_spec(config)], else: []
+    children = store ++ [Buckets.child_spec(config), Server.child_spec(config)]
     # Elixir 1.14's Supervisor.init/2 does not pass :auto_shutdown on; give OTP the flags.
     flags = %{strategy: :rest_for_one, intensity: 3, period: 5, auto_shutdown: :any_significant}
     {:ok, {flags, children}}

@@ -1,0 +1,260 @@
+defmodule Overworld.Bench.Persistence do
+  @moduledoc """
+  The measurements of `mix overworld.bench.persistence`: what durability costs (DESIGN.md §7).
+
+  1. **Snapshots** (`snapshot/4`): a goblin world's snapshot state
+     (`%{tick:, game:, next_id:, players:, entities:}`, the entities built from
+     `Goblins.placement/3` with `Overworld.Zone.Spawn` as a zone builds them) written with
+     `Overworld.Persistence.SnapshotFile.write/2` again and again (after one write not counted):
+     its size, the time of a whole write (encode, write, fsync, read back and verify, renames)
+     and of the encoding alone.
+  2. **Journal** (`journal/3`): appender processes in a closed loop, each appending one
+     small event with `notify:` and waiting for its `{:journal_synced, ...}` before the next,
+     against one `Overworld.Persistence.Journal` with group commit (`commit_ms: 2`): durable
+     events per second, the ack latency (append to ack) and the events per fsync.
+  3. **Raw fsync** (`fsync/2`): the time of `:file.datasync/1` after writing 4 KB to a file.
+  4. **Zone** (`zone_figures/1`): the zone's own figures.
+
+  Every file goes to a new directory under `System.tmp_dir!/0`, removed afterwards. Times are
+  in milliseconds; percentiles are nearest-rank over every sample (`Overworld.Bench.Stats`).
+  """
+
+  alias Overworld.Bench.Stats
+  alias Overworld.Persistence.{Journal, SnapshotFile}
+  alias Overworld.Zone.{Config, Spawn}
+
+  @type opts :: %{
+          entities: pos_integer,
+          samples: pos_integer,
+          seconds: pos_integer,
+          appenders: pos_integer
+        }
+
+  @commit_ms 2
+  @fsync_samples 200
+  @fsync_bytes 4096
+  # The snapshot's tick: five minutes at 30 Hz.
+  @tick 9_000
+
+  @doc """
+  Runs every measurement in a new temporary directory (removed afterwards) and answers all
+  figures as one flat map. `progress` is called with a line before each part.
+  """
+  @spec run(opts, (String.t() -> any)) :: map
+  def run(o, progress \\ fn _ -> :ok end) do
+    dir =
+      Path.join(
+        System.tmp_dir!(),
+        "overworld-bench-persistence-#{System.unique_integer([:positive])}"
+      )
+
+    File.mkdir_p!(dir)
+
+    try do
+      parts = [
+        {"snapshots of #{o.entities} goblins",
+         fn -> snapshot(:small, o.entities, o.samples, dir) end},
+        {"snapshots of #{10 * o.entities} goblins",
+         fn -> snapshot(:large, 10 * o.entities, o.samples, dir) end},
+        {"the journal, #{o.appenders} appenders for #{o.seconds} s",
+         fn -> journal(o.appenders, o.seconds, dir) end},
+        {"raw fsync, #{@fsync_samples} samples", fn -> fsync(@fsync_samples, dir) end},
+        {"the zone", fn -> zone_figures(o) end}
+      ]
+
+      Enum.reduce(parts, %{dir: dir, filesystem: filesystem(dir)}, fn {what, fun}, acc ->
+        progress.("measuring #{what}")
+        Map.merge(acc, fun.())
+      end)
+    after
+      File.rm_rf!(dir)
+    end
+  end
+
+  ## 1. Snapshots
+
+  @doc """
+  The snapshot state of a goblin world of `n` goblins, as a zone would hand it to its writer.
+  """
+  @spec state(pos_integer) :: map
+  def state(n) do
+    config = Config.new!(Goblins, Goblins.zone_options(n, id: :bench_persistence))
+
+    entities =
+      for {spec, id} <- Enum.with_index(Goblins.placement(n, 0, 30), 1) do
+        {:ok, e} = Spawn.build(config, spec, id, nil)
+        e
+      end
+
+    %{tick: @tick, game: %{goblins: n}, next_id: n + 1, players: %{}, entities: entities}
+  end
+
+  @doc """
+  Snapshot figures for `n` goblins over `samples` writes, the keys prefixed with
+  `snapshot_<label>_`: `entities, bytes, bytes_per_entity, samples, encode_p50_ms,
+  encode_p99_ms, write_p50_ms, write_p99_ms, write_max_ms`.
+  """
+  @spec snapshot(:small | :large, pos_integer, pos_integer, Path.t()) :: map
+  def snapshot(label, n, samples, dir) do
+    state = state(n)
+    path = Path.join(dir, "#{label}.snap")
+    bytes = IO.iodata_length(SnapshotFile.encode(state))
+    # A first write, not counted: the files exist from here on, as in a running zone.
+    :ok = SnapshotFile.write(path, state)
+    encode = sample(samples, fn -> IO.iodata_to_binary(SnapshotFile.encode(state)) end)
+    write = sample(samples, fn -> :ok = SnapshotFile.write(path, state) end)
+    e = Stats.summary(encode)
+    w = Stats.summary(write)
+
+    prefixed("snapshot_#{label}_", %{
+      entities: n,
+      bytes: bytes,
+      bytes_per_entity: Float.round(bytes / n, 1),
+      samples: samples,
+      encode_p50_ms: r3(e.p50),
+      encode_p99_ms: r3(e.p99),
+      write_p50_ms: r3(w.p50),
+      write_p99_ms: r3(w.p99),
+      write_max_ms: r3(w.max)
+    })
+  end
+
+  # The times (ms) of `n` calls of `fun`, each after a garbage collection.
+  defp sample(n, fun) do
+    for _ <- 1..n do
+      :erlang.garbage_collect()
+      t = System.monotonic_time()
+      fun.()
+      ms_since(t)
+    end
+  end
+
+  ## 2. The journal
+
+  @doc """
+  Journal figures: `appenders` processes append in a closed loop for `seconds` (see the
+  moduledoc). Keys prefixed with `journal_`: `appenders, commit_ms, seconds, event_bytes,
+  events, events_per_second, fsyncs, events_per_fsync, ack_samples, ack_p50_ms, ack_p99_ms,
+  ack_max_ms`.
+  """
+  @spec journal(pos_integer, pos_integer, Path.t()) :: map
+  def journal(appenders, seconds, dir) do
+    {:ok, j} = Journal.open(Path.join(dir, "bench.journal"), commit_ms: @commit_ms)
+    me = self()
+    t0 = System.monotonic_time()
+    deadline = t0 + System.convert_time_unit(seconds, :second, :native)
+
+    pids =
+      for i <- 1..appenders do
+        event = {:loot, "player-#{100 + i}", 4567, 890, 7}
+        spawn_link(fn -> send(me, {:appender, self(), append_loop(j, event, deadline, [])}) end)
+      end
+
+    acks = Enum.flat_map(pids, fn pid -> receive(do: ({:appender, ^pid, lats} -> lats)) end)
+    elapsed_s = ms_since(t0) / 1000
+    %{records: records, syncs: syncs} = Journal.stats(j)
+    :ok = Journal.close(j)
+    a = Stats.summary(acks)
+
+    prefixed("journal_", %{
+      appenders: appenders,
+      commit_ms: @commit_ms,
+      seconds: Float.round(elapsed_s, 2),
+      event_bytes: byte_size(:erlang.term_to_binary({:loot, "player-123", 4567, 890, 7})) + 8,
+      events: records,
+      events_per_second: round(a.count / elapsed_s),
+      fsyncs: syncs,
+      events_per_fsync: Float.round(records / max(syncs, 1), 1),
+      ack_samples: a.count,
+      ack_p50_ms: r3(a.p50),
+      ack_p99_ms: r3(a.p99),
+      ack_max_ms: r3(a.max)
+    })
+  end
+
+  # One appender: append, wait for the fsync that covers it, again until the deadline.
+  defp append_loop(j, event, deadline, acc) do
+    t = System.monotonic_time()
+
+    if t >= deadline do
+      acc
+    else
+      ref = make_ref()
+      {:ok, seq} = Journal.append(j, event, notify: ref)
+
+      receive do
+        {:journal_synced, ^ref, ^seq} -> append_loop(j, event, deadline, [ms_since(t) | acc])
+        {:journal_failed, ^ref, reason} -> exit({:journal_failed, reason})
+      end
+    end
+  end
+
+  ## 3. Raw fsync
+
+  @doc """
+  The time of `:file.datasync/1` after writing #{@fsync_bytes} bytes, `samples` times:
+  `fsync_samples, fsync_p50_ms, fsync_p99_ms, fsync_max_ms`.
+  """
+  @spec fsync(pos_integer, Path.t()) :: map
+  def fsync(samples, dir) do
+    {:ok, io} = :file.open(Path.join(dir, "fsync.bin"), [:write, :raw, :binary])
+    block = :crypto.strong_rand_bytes(@fsync_bytes)
+
+    times =
+      try do
+        for _ <- 1..samples do
+          :ok = :file.write(io, block)
+          t = System.monotonic_time()
+          :ok = :file.datasync(io)
+          ms_since(t)
+        end
+      after
+        :file.close(io)
+      end
+
+    s = Stats.summary(times)
+
+    %{
+      fsync_samples: s.count,
+      fsync_p50_ms: r3(s.p50),
+      fsync_p99_ms: r3(s.p99),
+      fsync_max_ms: r3(s.max)
+    }
+  end
+
+  ## 4. The zone
+
+  # ---------------------------------------------------------------------------------------
+  # TO BE FILLED IN: the zone's figures (tick p99 with persistence on and off, recovery
+  # p50/p99 from memory and from disk, ring memory). The task prints and writes to JSON
+  # whatever this map holds (flat, atom keys, numbers or strings).
+  # ---------------------------------------------------------------------------------------
+  @doc "The zone's persistence figures (a flat map, merged into the report)."
+  @spec zone_figures(opts) :: map
+  def zone_figures(_opts) do
+    %{}
+  end
+
+  ## Helpers
+
+  # The file system the files were written to (fsync on tmpfs proves nothing).
+  defp filesystem(dir) do
+    with df when is_binary(df) <- System.find_executable("df"),
+         {out, 0} <- System.cmd(df, ["-PT", dir], stderr_to_stdout: true),
+         [_header, line | _] <- String.split(out, "\n", trim: true),
+         [_device, type | _] <- String.split(line) do
+      type
+    else
+      _ -> "unknown"
+    end
+  end
+
+  defp prefixed(prefix, map),
+    do: Map.new(map, fn {k, v} -> {String.to_atom(prefix <> Atom.to_string(k)), v} end)
+
+  defp ms_since(t),
+    do: System.convert_time_unit(System.monotonic_time() - t, :native, :microsecond) / 1000
+
+  defp r3(nil), do: nil
+  defp r3(v), do: Float.round(v / 1, 3)
+end

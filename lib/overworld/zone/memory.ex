@@ -1,0 +1,120 @@
+defmodule Overworld.Zone.Memory do
+  @moduledoc false
+  # The zone's in-memory copy: an ETS table owned by the zone's supervisor, so it outlives the
+  # zone server. The server writes, before it sends a tick to the workers, the tick's record
+  # (game state, next entity id, journal segment and the tick's dispatch: inputs, spawns,
+  # despawns); between ticks, what changed since (pending spawns and despawns, game state); and
+  # a row per player and per subscriber. A restarted server reads it back (the entities never
+  # left the bucket workers). The tick records form a ring of the last `history` ticks, which
+  # with the workers' keyframes is the zone's time-travel history (`Overworld.Zone.History`).
+
+  @type t :: :ets.tid()
+  @type dispatch :: %{
+          n: non_neg_integer,
+          simulate: boolean,
+          inputs: map,
+          spawns: [Overworld.Entity.t()],
+          despawns: [pos_integer]
+        }
+
+  @doc "Rows kept for tick records: the last `history` ticks and the current one."
+  @spec slots(non_neg_integer) :: pos_integer
+  def slots(history), do: history + 1
+
+  @spec put_tick(t, non_neg_integer, map) :: true
+  def put_tick(t, history, %{n: n} = record) do
+    slot = rem(n, slots(history))
+    :ets.insert(t, [{{:tick, slot}, n, record}, {:last, n, slot}])
+  end
+
+  @doc "The record of the last tick sent to the workers, or nil."
+  @spec last(t) :: map | nil
+  def last(t) do
+    with [{:last, n, slot}] <- :ets.lookup(t, :last),
+         [{_, ^n, record}] <- :ets.lookup(t, {:tick, slot}) do
+      record
+    else
+      _ -> nil
+    end
+  end
+
+  @doc "The record of tick `n`, if still in the ring."
+  @spec tick(t, non_neg_integer, non_neg_integer) :: map | nil
+  def tick(t, history, n) do
+    case :ets.lookup(t, {:tick, rem(n, slots(history))}) do
+      [{_, ^n, record}] -> record
+      _ -> nil
+    end
+  end
+
+  @doc "Changes since the last tick record, for the tick `for_tick` (stale once it is sent)."
+  @spec put_pending(t, non_neg_integer, map) :: true
+  def put_pending(t, for_tick, pending), do: :ets.insert(t, {:pending, for_tick, pending})
+
+  @spec pending(t, non_neg_integer) :: map | nil
+  def pending(t, for_tick) do
+    case :ets.lookup(t, :pending) do
+      [{:pending, ^for_tick, p}] -> p
+      _ -> nil
+    end
+  end
+
+  @spec put_player(t, term, pos_integer, pid | nil) :: true
+  def put_player(t, player, id, session), do: :ets.insert(t, {{:player, player}, id, session})
+
+  @spec delete_player(t, term) :: true
+  def delete_player(t, player), do: :ets.delete(t, {:player, player})
+
+  @doc "Players as `{player, entity id, session pid | nil}`."
+  @spec players(t) :: [{term, pos_integer, pid | nil}]
+  def players(t),
+    do: :ets.select(t, [{{{:player, :"$1"}, :"$2", :"$3"}, [], [{{:"$1", :"$2", :"$3"}}]}])
+
+  @spec put_subscriber(t, pid, non_neg_integer) :: true
+  def put_subscriber(t, pid, shard), do: :ets.insert(t, {{:sub, pid}, shard})
+
+  @spec delete_subscriber(t, pid) :: true
+  def delete_subscriber(t, pid), do: :ets.delete(t, {:sub, pid})
+
+  @spec subscribers(t) :: [{pid, non_neg_integer}]
+  def subscribers(t), do: :ets.select(t, [{{{:sub, :"$1"}, :"$2"}, [], [{{:"$1", :"$2"}}]}])
+
+  @doc "A worker's cells at tick `n` (a history keyframe), in slot `slot`."
+  @spec put_keyframe(t, non_neg_integer, non_neg_integer, non_neg_integer, list) :: true
+  def put_keyframe(t, w, slot, n, pairs), do: :ets.insert(t, {{:kf, w, slot}, n, pairs})
+
+  @spec keyframes(t) :: [{non_neg_integer, non_neg_integer, list}]
+  def keyframes(t),
+    do: :ets.select(t, [{{{:kf, :"$1", :_}, :"$2", :"$3"}, [], [{{:"$1", :"$2", :"$3"}}]}])
+
+  @doc "A worker's state hash at tick `n` (debug zones hash every tick)."
+  @spec put_hash(t, non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer) :: true
+  def put_hash(t, w, slots, n, hash), do: :ets.insert(t, {{:hash, w, rem(n, slots)}, n, hash})
+
+  @doc "The zone's hash at tick `n` (the sum of its workers'), if every worker recorded it."
+  @spec hash(t, non_neg_integer, non_neg_integer, non_neg_integer) :: non_neg_integer | nil
+  def hash(t, workers, slots, n) do
+    Enum.reduce_while(0..(workers - 1), 0, fn w, acc ->
+      case :ets.lookup(t, {:hash, w, rem(n, slots)}) do
+        [{_, ^n, h}] -> {:cont, acc + h}
+        _ -> {:halt, nil}
+      end
+    end)
+    |> case do
+      nil -> nil
+      sum -> rem(sum, 0x100000000)
+    end
+  end
+
+  @doc """
+  The hash of a list of cells `{key, entities}`: the sum of one `:erlang.phash2/1` per cell,
+  so it does not depend on how the cells are split between workers.
+
+      iex> a = [{1, [:x]}, {2, [:y]}]
+      iex> Overworld.Zone.Memory.cells_hash(a) ==
+      ...>   Overworld.Zone.Memory.cells_hash([{1, [:x]}]) + Overworld.Zone.Memory.cells_hash([{2, [:y]}])
+      true
+  """
+  @spec cells_hash([{integer, list}]) :: non_neg_integer
+  def cells_hash(pairs), do: Enum.reduce(pairs, 0, fn cell, acc -> acc + :erlang.phash2(cell) end)
+end

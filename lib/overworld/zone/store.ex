@@ -1,0 +1,245 @@
+defmodule Overworld.Zone.Store do
+  @moduledoc false
+  # A zone's files (zones with a `:data_dir`): the journal of durable events and the snapshots,
+  # in `<data_dir>/<zone>/`. It starts before the bucket workers and the server and outlives
+  # their restarts.
+  #
+  # * The journal (`Overworld.Persistence.Journal`, linked) is written in segments
+  #   `journal.<n>`: the server appends to it directly (`append_async/3`, never waiting) and
+  #   starts a new segment with every snapshot (`roll/2`, ordered with its appends). A new
+  #   store never appends to an old segment: it opens the next one.
+  # * Snapshots are assembled here, off the tick path: the server sends its part
+  #   (`{:snapshot_begin, tick, part, workers}`) and every worker, once the tick is over, its
+  #   cells (`{:snapshot_part, tick, w, cells}`). The whole state is kept in memory (the newest,
+  #   for a restart of the workers) and written with `Overworld.Persistence.SnapshotFile`
+  #   (temporary file, fsync, verified, then renamed; the previous one kept). A snapshot still
+  #   incomplete when a newer one begins is dropped (newest wins). Segments older than the
+  #   previous snapshot's are deleted once a snapshot is written.
+  # * `recover/1`: the newest valid snapshot (memory, then disk) and every journal record after
+  #   it, in order; a torn or corrupt tail ends a segment's records (with a warning).
+
+  use GenServer
+  require Logger
+
+  alias Overworld.Persistence.{Journal, SnapshotFile}
+  alias Overworld.Zone.Config
+
+  @format 1
+
+  @spec start_link(Config.t()) :: GenServer.on_start()
+  def start_link(%Config{} = config) do
+    GenServer.start_link(__MODULE__, config,
+      name: {:via, Registry, {Overworld.Registry, {:zone_store, config.id}}}
+    )
+  end
+
+  @spec child_spec(Config.t()) :: Supervisor.child_spec()
+  def child_spec(config),
+    do: %{id: __MODULE__, start: {__MODULE__, :start_link, [config]}, shutdown: 30_000}
+
+  @spec whereis(term) :: pid | nil
+  def whereis(zone) do
+    case Registry.lookup(Overworld.Registry, {:zone_store, zone}) do
+      [{pid, _}] -> pid
+      [] -> nil
+    end
+  end
+
+  @doc "The directory of a zone's files."
+  @spec dir(Config.t()) :: Path.t()
+  def dir(%Config{data_dir: data_dir, id: id}), do: Path.join(data_dir, dir_name(id))
+
+  # A file name for any zone id: printable ids as they are (made safe), others by hash.
+  defp dir_name(id) when is_atom(id) or is_binary(id) or is_integer(id) do
+    name = to_string(id)
+
+    if name =~ ~r/\A[A-Za-z0-9_.-]{1,64}\z/ and name not in [".", ".."],
+      do: name,
+      else: "zone-" <> hash(id)
+  end
+
+  defp dir_name(id), do: "zone-" <> hash(id)
+
+  defp hash(id),
+    do: :crypto.hash(:sha256, :erlang.term_to_binary(id)) |> Base.encode16(case: :lower)
+
+  @spec segment_path(Path.t(), non_neg_integer) :: Path.t()
+  def segment_path(dir, n),
+    do: Path.join(dir, "journal." <> String.pad_leading(Integer.to_string(n), 8, "0"))
+
+  @doc "The journal's writer and its current segment."
+  @spec journal(pid) :: {pid, non_neg_integer}
+  def journal(store), do: GenServer.call(store, :journal)
+
+  @doc """
+  The state to recover: `{snapshot | nil, records}` (records of the journal after the snapshot,
+  in order). Everything appended to the journal before the call is on disk first.
+  """
+  @spec recover(pid) :: {map | nil, [term]}
+  def recover(store), do: GenServer.call(store, :recover, 60_000)
+
+  @doc "Snapshots written, the last one's tick, size and write time."
+  @spec info(pid) :: map
+  def info(store), do: GenServer.call(store, :info)
+
+  @doc "Waits until the snapshot of `tick` (or a newer one) is written; false on timeout."
+  @spec await_snapshot(pid, non_neg_integer, timeout) :: boolean
+  def await_snapshot(store, tick, timeout \\ 10_000) do
+    deadline = System.monotonic_time(:millisecond) + timeout
+
+    Stream.repeatedly(fn -> info(store) end)
+    |> Enum.find_value(fn info ->
+      cond do
+        (info.last_tick || -1) >= tick -> true
+        System.monotonic_time(:millisecond) > deadline -> false
+        true -> Process.sleep(5) && nil
+      end
+    end)
+  end
+
+  ## Server
+
+  @impl true
+  def init(config) do
+    Logger.metadata(zone: inspect(config.id))
+    dir = dir(config)
+    File.mkdir_p!(dir)
+    segment = (segments(dir) |> Enum.map(&elem(&1, 0)) |> Enum.max(fn -> 0 end)) + 1
+    {:ok, journal} = Journal.open(segment_path(dir, segment), commit_ms: config.commit_ms)
+
+    {:ok,
+     %{
+       config: config,
+       dir: dir,
+       journal: journal,
+       segment: segment,
+       latest: nil,
+       assembling: nil,
+       written: [],
+       last_tick: nil,
+       last_bytes: nil,
+       last_write_us: nil,
+       writes: 0,
+       dropped: 0,
+       failures: 0
+     }}
+  end
+
+  # Existing segments, as {number, path}, in order.
+  defp segments(dir) do
+    case File.ls(dir) do
+      {:ok, names} ->
+        for "journal." <> n <- names, {i, ""} <- [Integer.parse(n)], do: {i, Path.join(dir, "journal." <> n)}
+
+      _ ->
+        []
+    end
+    |> Enum.sort()
+  end
+
+  defp snapshot_path(dir), do: Path.join(dir, "snapshot")
+
+  @impl true
+  def handle_call(:journal, _from, st), do: {:reply, {st.journal, st.segment}, st}
+
+  def handle_call(:info, _from, st) do
+    {:reply,
+     Map.take(st, [:last_tick, :last_bytes, :last_write_us, :writes, :dropped, :failures]), st}
+  end
+
+  def handle_call(:recover, _from, st) do
+    :ok = Journal.sync(st.journal)
+    snapshot = st.latest || from_disk(st.dir)
+    from = if snapshot, do: snapshot.segment, else: 0
+
+    records =
+      for {n, path} <- segments(st.dir), n >= from, record <- read_segment(path), do: record
+
+    {:reply, {snapshot, records}, st}
+  end
+
+  @impl true
+  def handle_info({:snapshot_begin, tick, part, parts}, st) do
+    if st.assembling, do: Logger.warning("snapshot of tick #{st.assembling.tick} dropped: newer one")
+    dropped = if st.assembling, do: st.dropped + 1, else: st.dropped
+    {:noreply, %{st | assembling: %{tick: tick, part: part, missing: parts, cells: []}, dropped: dropped}}
+  end
+
+  def handle_info({:snapshot_part, tick, _w, cells}, %{assembling: %{tick: tick} = a} = st) do
+    a = %{a | missing: a.missing - 1, cells: [cells | a.cells]}
+    if a.missing == 0, do: {:noreply, write(%{st | assembling: nil}, a)}, else: {:noreply, %{st | assembling: a}}
+  end
+
+  def handle_info({:EXIT, _pid, reason}, st), do: {:stop, reason, st}
+  def handle_info(_stale, st), do: {:noreply, st}
+
+  defp write(st, a) do
+    entities = for cells <- a.cells, {_key, list} <- cells, e <- list, do: e
+    state = Map.merge(a.part, %{format: @format, zone: st.config.id, tick: a.tick, entities: entities})
+    t0 = System.monotonic_time()
+    path = snapshot_path(st.dir)
+
+    case SnapshotFile.write(path, state) do
+      :ok ->
+        us = System.convert_time_unit(System.monotonic_time() - t0, :native, :microsecond)
+        written = Enum.take([state.segment | st.written], 2)
+        # Segments before the previous snapshot's are needed by nobody any more.
+        case written do
+          [_, prev] -> for {n, p} <- segments(st.dir), n < prev, do: File.rm(p)
+          _ -> :ok
+        end
+
+        %{
+          st
+          | latest: state,
+            written: written,
+            last_tick: a.tick,
+            last_bytes: File.stat!(path).size,
+            last_write_us: us,
+            writes: st.writes + 1
+        }
+
+      {:error, reason} ->
+        Logger.error("snapshot of tick #{a.tick} not written: #{inspect(reason)}")
+        %{st | latest: state, failures: st.failures + 1}
+    end
+  end
+
+  defp from_disk(dir) do
+    case SnapshotFile.read(snapshot_path(dir)) do
+      {:ok, %{format: @format} = state, which} ->
+        if which == :previous,
+          do: Logger.warning("recovering from the previous snapshot (tick #{state.tick})")
+
+        state
+
+      {:ok, other, _} ->
+        Logger.error("snapshot of an unknown shape ignored: #{inspect(other, limit: 5)}")
+        nil
+
+      {:error, :no_snapshot, _why} ->
+        nil
+    end
+  end
+
+  defp read_segment(path) do
+    case Journal.read(path) do
+      {:ok, records, :complete} ->
+        records
+
+      {:ok, records, {:stopped_at, offset, reason}} ->
+        Logger.warning(
+          "journal #{path}: replay ends at byte #{offset} (#{reason}); #{length(records)} records kept"
+        )
+
+        records
+
+      {:error, reason} ->
+        Logger.error("journal #{path} unreadable (#{inspect(reason)}): skipped")
+        []
+    end
+  end
+
+  @impl true
+  def terminate(_reason, st), do: Journal.close(st.journal)
+end
