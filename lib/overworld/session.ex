@@ -38,6 +38,11 @@ defmodule Overworld.Session do
   alias Overworld.Transport.{Conn, HTTP, WebSocket}
   alias Overworld.Zone.Wire
 
+  # Reliable messages from the zone waiting for a busy socket, at most.
+  @max_outbox 1_024
+  # A restarted zone server is looked for every 5 ms for up to 5 s.
+  @reattach_tries 1_000
+
   # Messages delivered per {active, N} batch.
   @active 64
   # Time to wait for the client's close frame or FIN after ours.
@@ -50,6 +55,7 @@ defmodule Overworld.Session do
     :user,
     :token_user,
     :zone_pid,
+    :zone_was,
     :table,
     :entity,
     :obs,
@@ -63,6 +69,9 @@ defmodule Overworld.Session do
     last_in: 0,
     input_seq: 0,
     event_seq: 0,
+    # Reliable messages from the zone (EVENT), numbered; those the busy socket refused wait.
+    out_seq: 0,
+    outbox: [],
     bucket: 0,
     refilled: 0
   ]
@@ -186,13 +195,43 @@ defmodule Overworld.Session do
 
   # A session that fell behind (an overloaded node) builds one frame for the newest tick, not
   # one per notice waiting: it catches up instead of falling further behind.
+  # While the zone restarts (and until we re-attached), its ticks may go back (a recovery from
+  # the last snapshot): no frames until the observer starts over.
+  def handle_info({:overworld_tick, _zone, _n, _t0}, %{zone_pid: nil} = st), do: {:noreply, st}
+
   def handle_info({:overworld_tick, _zone, n, _t0}, %{phase: :live} = st) do
     {n, stale} = newest_tick(n, 0)
     if stale > 0, do: :counters.add(st.cfg.counters, Server.counter(:frames_skipped), stale)
-    snapshot(st, n)
+    snapshot(flush_outbox(st), n)
   end
 
   def handle_info({:overworld_tick, _, _, _}, st), do: {:noreply, st}
+
+  # A reliable message from the zone (`{:send, player, payload}`, e.g. a durable event's
+  # acknowledgement): numbered and sent in order; those a busy socket refuses wait (bounded).
+  def handle_info({:overworld_send, payload}, %{phase: :live} = st) do
+    st = %{st | out_seq: st.out_seq + 1, outbox: [{st.out_seq + 1, payload} | st.outbox]}
+
+    if length(st.outbox) > @max_outbox,
+      do: too_slow(st, "#{@max_outbox} reliable messages waiting"),
+      else: {:noreply, flush_outbox(st)}
+  end
+
+  def handle_info({:overworld_send, _payload}, st), do: {:noreply, st}
+
+  # The zone server died: it restarts (from its in-memory copy or its store) and keeps our
+  # player and our subscription; we find it again and start the client over from a keyframe.
+  def handle_info({:reattach, tries}, %{zone_pid: nil, phase: phase} = st)
+      when phase in [:live, :detached] do
+    # (The registry may still name the dead server for a moment.)
+    case Overworld.Zone.whereis(st.zone) do
+      pid when is_pid(pid) and pid != st.zone_was -> reattach(st, pid)
+      _ when tries > 0 -> Process.send_after(self(), {:reattach, tries - 1}, 5) && {:noreply, st}
+      _ -> zone_lost(st)
+    end
+  end
+
+  def handle_info({:reattach, _}, st), do: {:noreply, st}
 
   def handle_info({:inet_reply, _sock, :ok}, st), do: {:noreply, st}
 
@@ -225,14 +264,12 @@ defmodule Overworld.Session do
   end
 
   def handle_info({:DOWN, _, :process, pid, reason}, %{zone_pid: pid} = st) do
-    Logger.warning("session #{st.user}: zone #{inspect(st.zone)} went down: #{inspect(reason)}")
-    st = %{st | zone_pid: nil, entity: nil}
+    Logger.info(
+      "session #{st.user}: zone #{inspect(st.zone)} went down (#{inspect(reason)}); re-attaching"
+    )
 
-    case st.phase do
-      :live -> close(st, 4006, "zone unavailable", 6)
-      :detached -> {:stop, :normal, %{st | phase: :gone}}
-      _ -> {:noreply, st}
-    end
+    send(self(), {:reattach, @reattach_tries})
+    {:noreply, %{st | zone_pid: nil, zone_was: pid}}
   end
 
   def handle_info(_other, st), do: {:noreply, st}
@@ -480,6 +517,43 @@ defmodule Overworld.Session do
     else
       {:error, why} -> close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
     end
+  end
+
+  defp reattach(st, pid) do
+    with {:ok, info} <- zone_info(st.zone),
+         true <- Map.get(info.players, st.user) == st.entity,
+         {:error, :already_joined} <- Overworld.Zone.join(st.zone, st.user, %{session: self()}),
+         :ok <- Overworld.Zone.subscribe(st.zone, self()) do
+      Process.monitor(pid)
+      obs = st.obs && Interest.resync(st.obs, :zone_restarted)
+      {:noreply, %{st | zone_pid: pid, obs: obs}}
+    else
+      _ -> zone_lost(st)
+    end
+  catch
+    :exit, _ -> zone_lost(st)
+  end
+
+  defp zone_lost(st) do
+    Logger.warning("session #{st.user}: zone #{inspect(st.zone)} is gone, or lost our player")
+    st = %{st | zone_pid: nil, entity: nil}
+
+    case st.phase do
+      :live -> close(st, 4006, "zone unavailable", 6)
+      :detached -> {:stop, :normal, %{st | phase: :gone}}
+      _ -> {:noreply, st}
+    end
+  end
+
+  defp flush_outbox(%{outbox: []} = st), do: st
+
+  defp flush_outbox(st) do
+    {_sent, left} =
+      st.outbox
+      |> Enum.reverse()
+      |> Enum.split_while(fn {seq, p} -> send_msg(st, %{type: :event, seq: seq, payload: p}) end)
+
+    %{st | outbox: Enum.reverse(left)}
   end
 
   defp zone_info(zone) do

@@ -459,7 +459,8 @@ defmodule Goblins do
   defp loot_up(e, goblins) do
     {total, events} =
       Enum.reduce(Enum.sort_by(goblins, &entity(&1, :id)), {entity(e, :data) || 0, []}, fn g,
-                                                                                          {t, evs} ->
+                                                                                           {t,
+                                                                                            evs} ->
         amount = elem(entity(g, :data), 3)
         t = t + amount
         {t, [{:loot, entity(e, :owner), entity(e, :id), entity(g, :id), amount, t} | evs]}

@@ -7,7 +7,13 @@ defmodule Mix.Tasks.Overworld.Server do
   This is what `make run` does.
 
       mix overworld.server [--port 4000] [--data-dir ./data] [--entities 10000] [--workers N]
-                           [--tick-rate 30] [--interval 5] [--seconds S]
+                           [--tick-rate 30] [--interval 5] [--seconds S] [--no-persist]
+                           [--snapshot-ticks 300]
+
+  The zone keeps its snapshots and journal in `<data-dir>/zones/goblins/` and recovers from
+  them when it starts again (after a crash, a `kill -9`): the goblins where the last snapshot
+  left them, every acknowledged loot pickup, the players (who resume their avatar when they
+  reconnect within 15 s). `--no-persist` starts a fresh world without files.
 
   `--port 0` picks a free port. Once the server listens it prints
   `listening on http://127.0.0.1:<port>` (tools and tests wait for that line).
@@ -25,7 +31,9 @@ defmodule Mix.Tasks.Overworld.Server do
     interval: :integer,
     seconds: :integer,
     port: :integer,
-    data_dir: :string
+    data_dir: :string,
+    persist: :boolean,
+    snapshot_ticks: :integer
   ]
 
   @impl true
@@ -41,9 +49,21 @@ defmodule Mix.Tasks.Overworld.Server do
     rate = Keyword.get(opts, :tick_rate, 30)
     interval = Keyword.get(opts, :interval, 5)
 
+    data_dir = Keyword.get(opts, :data_dir, "./data")
+
     zone_opts =
       [id: :goblins, tick_rate: rate, wire: Goblins.Wire]
       |> then(&if opts[:workers], do: Keyword.put(&1, :workers, opts[:workers]), else: &1)
+      |> then(
+        &if opts[:snapshot_ticks],
+          do: Keyword.put(&1, :snapshot_ticks, opts[:snapshot_ticks]),
+          else: &1
+      )
+      |> then(
+        &if Keyword.get(opts, :persist, true),
+          do: Keyword.put(&1, :data_dir, Path.join(data_dir, "zones")),
+          else: &1
+      )
 
     {:ok, _} = Overworld.start_zone(Goblins, Goblins.zone_options(n, zone_opts))
     config = Overworld.Zone.info(:goblins).config
@@ -51,7 +71,7 @@ defmodule Mix.Tasks.Overworld.Server do
     {:ok, _} =
       Overworld.Server.start_link(
         port: Keyword.get(opts, :port, 4000),
-        data_dir: Keyword.get(opts, :data_dir, "./data"),
+        data_dir: data_dir,
         zones: %{"goblins" => :goblins},
         default_zone: "goblins"
       )
@@ -64,6 +84,7 @@ defmodule Mix.Tasks.Overworld.Server do
         "on #{System.schedulers_online()} schedulers. Statistics every #{interval} s (Ctrl-C to stop)."
     )
 
+    IO.puts("os pid #{System.pid()}")
     IO.puts("listening on http://127.0.0.1:#{port}")
 
     deadline = if opts[:seconds], do: System.monotonic_time(:second) + opts[:seconds]

@@ -165,10 +165,18 @@ defmodule Overworld.Zone.Bucket do
     st =
       if keep?,
         do: st,
-        else: %{st | view: [], own: [], count: 0, collect_due: false, jobs: [], loaded: false, tick: 0}
+        else: %{
+          st
+          | view: [],
+            own: [],
+            count: 0,
+            collect_due: false,
+            jobs: [],
+            loaded: false,
+            tick: 0
+        }
 
-    owned =
-      for {_k, l} <- own_pairs(st), e <- l, entity(e, :owner) != nil, do: entity(e, :id)
+    owned = for {_k, l} <- own_pairs(st), e <- l, entity(e, :owner) != nil, do: entity(e, :id)
 
     {:reply, %{tick: st.tick, loaded: st.loaded, count: st.count, owned: owned}, st}
   end

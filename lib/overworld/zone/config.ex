@@ -32,6 +32,8 @@ defmodule Overworld.Zone.Config do
         :keyframe_ticks,
         :debug,
         :rejoin_ms,
+        :max_restarts,
+        :max_seconds,
         :wire,
         :wire_kinds,
         :width,
@@ -62,6 +64,8 @@ defmodule Overworld.Zone.Config do
           keyframe_ticks: pos_integer,
           debug: boolean,
           rejoin_ms: pos_integer,
+          max_restarts: non_neg_integer,
+          max_seconds: pos_integer,
           wire: module | nil,
           wire_kinds: %{optional(term) => non_neg_integer},
           shared: Overworld.Zone.Metrics.t() | nil,
@@ -88,12 +92,15 @@ defmodule Overworld.Zone.Config do
       stall_timeout: {:pos_integer, 5_000},
       data_dir: {{:custom, &(is_nil(&1) or is_binary(&1)), "nil or a directory path"}, nil},
       snapshot_ticks: {:pos_integer, 300},
-      snapshot_ms: {{:custom, &(is_nil(&1) or (is_integer(&1) and &1 > 0)), "nil or ms > 0"}, nil},
+      snapshot_ms:
+        {{:custom, &(is_nil(&1) or (is_integer(&1) and &1 > 0)), "nil or ms > 0"}, nil},
       commit_ms: {:non_neg_integer, 2},
       history: {:non_neg_integer, 300},
       keyframe_ticks: {:pos_integer, 30},
       debug: {:boolean, false},
       rejoin_ms: {:pos_integer, 15_000},
+      max_restarts: {:non_neg_integer, 20},
+      max_seconds: {:pos_integer, 5},
       wire: {{:custom, &wire?/1, "nil or a module using Overworld.Template"}, nil}
     ]
   end

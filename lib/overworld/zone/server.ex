@@ -17,7 +17,18 @@ defmodule Overworld.Zone.Server do
 
   alias Overworld.Telemetry
   alias Overworld.Persistence.Journal
-  alias Overworld.Zone.{Callbacks, Clock, Config, Dispatch, Memory, Metrics, Players, Spawn, Store}
+
+  alias Overworld.Zone.{
+    Callbacks,
+    Clock,
+    Config,
+    Dispatch,
+    Memory,
+    Metrics,
+    Players,
+    Spawn,
+    Store
+  }
 
   @spec start_link(Config.t()) :: GenServer.on_start()
   def start_link(%Config{} = config) do
@@ -176,12 +187,20 @@ defmodule Overworld.Zone.Server do
     summaries = attach(st, true)
     ticks = summaries |> Enum.map(& &1.tick) |> Enum.uniq()
 
-    case ticks do
-      [t] when last.n in [t, t + 1] ->
-        if Enum.all?(summaries, & &1.loaded), do: {:ok, restore(st, last, summaries, t)}, else: :error
+    cond do
+      # Workers restarted too (a worker died): their entities are gone.
+      not Enum.all?(summaries, & &1.loaded) ->
+        :error
 
-      _ ->
-        Logger.error("zone #{inspect(st.config.id)}: workers disagree (ticks #{inspect(ticks)})")
+      match?([_], ticks) and last.n in [hd(ticks), hd(ticks) + 1] ->
+        {:ok, restore(st, last, summaries, hd(ticks))}
+
+      true ->
+        Logger.error(
+          "zone #{inspect(st.config.id)}: workers at ticks #{inspect(ticks)}, last tick sent " <>
+            "#{last.n}: recovering from the store instead"
+        )
+
         :error
     end
   end
@@ -192,11 +211,14 @@ defmodule Overworld.Zone.Server do
     mem = st.memory
     pending = Memory.pending(mem, last.n + 1)
 
-    where =
-      for {s, w} <- Enum.with_index(summaries), id <- s.owned, into: %{}, do: {id, w}
+    where = for {s, w} <- Enum.with_index(summaries), id <- s.owned, into: %{}, do: {id, w}
 
-    rows = for {p, id, session} <- Memory.players(mem), is_map_key(where, id), do: {p, id, session}
-    players = Enum.reduce(rows, %Players{}, fn {p, id, _}, acc -> Players.add(acc, p, id, where[id]) end)
+    rows =
+      for {p, id, session} <- Memory.players(mem), is_map_key(where, id), do: {p, id, session}
+
+    players =
+      Enum.reduce(rows, %Players{}, fn {p, id, _}, acc -> Players.add(acc, p, id, where[id]) end)
+
     sessions = for {p, _id, pid} <- rows, is_pid(pid), into: %{}, do: {p, pid}
 
     st = %{
@@ -220,7 +242,17 @@ defmodule Overworld.Zone.Server do
       ctx = Dispatch.context(st.config, last.n)
 
       running =
-        Dispatch.send_tick(st.config, st.workers, st.epoch, last.n, d.simulate, ctx, d.inputs, d.spawns, d.despawns)
+        Dispatch.send_tick(
+          st.config,
+          st.workers,
+          st.epoch,
+          last.n,
+          d.simulate,
+          ctx,
+          d.inputs,
+          d.spawns,
+          d.despawns
+        )
 
       await_resent(%{st | running: running})
     else
@@ -269,15 +301,24 @@ defmodule Overworld.Zone.Server do
 
       base ->
         base = Enum.reduce(records, base, &replay_record(st.config.module, &1, &2))
-        entities = Map.drop(base.entities, base.despawns) |> Map.values() |> Enum.sort_by(&entity(&1, :id))
+
+        entities =
+          Map.drop(base.entities, base.despawns) |> Map.values() |> Enum.sort_by(&entity(&1, :id))
 
         players =
           for {p, id} <- base.players, e = base.entities[id], e != nil, reduce: %Players{} do
-            acc -> Players.add(acc, p, id, Config.owner_of(st.config, entity(e, :x), entity(e, :y)))
+            acc ->
+              Players.add(acc, p, id, Config.owner_of(st.config, entity(e, :x), entity(e, :y)))
           end
 
         # Sessions still alive (the workers restarted, not the node) keep their players.
-        live = for {p, _id, pid} <- Memory.players(st.memory), is_pid(pid), Process.alive?(pid), into: %{}, do: {p, pid}
+        live =
+          for {p, _id, pid} <- Memory.players(st.memory),
+              is_pid(pid),
+              Process.alive?(pid),
+              into: %{},
+              do: {p, pid}
+
         orphans = for {p, _} <- base.players, not is_map_key(live, p), into: %{}, do: {p, true}
         if orphans != %{}, do: Process.send_after(self(), :orphans, st.config.rejoin_ms)
 
@@ -300,7 +341,17 @@ defmodule Overworld.Zone.Server do
         }
 
         for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
-        st = Enum.reduce(Memory.subscribers(st.memory), st, fn {pid, _}, st -> add_subscriber(st, pid) end)
+
+        case st.config.shared do
+          %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_ticks(table)
+          _ -> true
+        end
+
+        st =
+          Enum.reduce(Memory.subscribers(st.memory), st, fn {pid, _}, st ->
+            add_subscriber(st, pid)
+          end)
+
         st = dispatch(st, base.tick, false, %{}, Dispatch.context(st.config, base.tick))
         st = await_load(st)
         {:ok, st, {:continue, {:recovered, :store}}}
@@ -352,11 +403,18 @@ defmodule Overworld.Zone.Server do
           }
 
       {:leave, _tick, player, id} ->
-        %{base | players: Map.delete(base.players, player), entities: Map.delete(base.entities, id)}
+        %{
+          base
+          | players: Map.delete(base.players, player),
+            entities: Map.delete(base.entities, id)
+        }
 
       {:events, _tick, events} ->
         if function_exported?(module, :replay_durable, 2),
-          do: %{base | entities: Enum.reduce(events, base.entities, &module.replay_durable(&1, &2))},
+          do: %{
+            base
+            | entities: Enum.reduce(events, base.entities, &module.replay_durable(&1, &2))
+          },
           else: base
 
       _other ->
@@ -381,8 +439,12 @@ defmodule Overworld.Zone.Server do
 
     # The first tick runs at once; the clock starts again from it.
     case st.config.clock do
-      :manual -> {:noreply, st}
-      :realtime -> {:noreply, begin_tick(%{st | clock: %{t0: System.monotonic_time(), slot: 0, timer: nil}}, 0)}
+      :manual ->
+        {:noreply, st}
+
+      :realtime ->
+        {:noreply,
+         begin_tick(%{st | clock: %{t0: System.monotonic_time(), slot: 0, timer: nil}}, 0)}
     end
   end
 
@@ -908,7 +970,8 @@ defmodule Overworld.Zone.Server do
     jobs =
       [
         snap,
-        history? && {:keyframe, rem(div(n, c.keyframe_ticks), div(c.history, c.keyframe_ticks) + 2)},
+        history? &&
+          {:keyframe, rem(div(n, c.keyframe_ticks), div(c.history, c.keyframe_ticks) + 2)},
         c.debug && {:hash, Memory.slots(c.history)}
       ]
       |> Enum.filter(& &1)

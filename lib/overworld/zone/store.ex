@@ -129,7 +129,9 @@ defmodule Overworld.Zone.Store do
   defp segments(dir) do
     case File.ls(dir) do
       {:ok, names} ->
-        for "journal." <> n <- names, {i, ""} <- [Integer.parse(n)], do: {i, Path.join(dir, "journal." <> n)}
+        for "journal." <> n <- names,
+            {i, ""} <- [Integer.parse(n)],
+            do: {i, Path.join(dir, "journal." <> n)}
 
       _ ->
         []
@@ -160,14 +162,21 @@ defmodule Overworld.Zone.Store do
 
   @impl true
   def handle_info({:snapshot_begin, tick, part, parts}, st) do
-    if st.assembling, do: Logger.warning("snapshot of tick #{st.assembling.tick} dropped: newer one")
+    if st.assembling,
+      do: Logger.warning("snapshot of tick #{st.assembling.tick} dropped: newer one")
+
     dropped = if st.assembling, do: st.dropped + 1, else: st.dropped
-    {:noreply, %{st | assembling: %{tick: tick, part: part, missing: parts, cells: []}, dropped: dropped}}
+
+    {:noreply,
+     %{st | assembling: %{tick: tick, part: part, missing: parts, cells: []}, dropped: dropped}}
   end
 
   def handle_info({:snapshot_part, tick, _w, cells}, %{assembling: %{tick: tick} = a} = st) do
     a = %{a | missing: a.missing - 1, cells: [cells | a.cells]}
-    if a.missing == 0, do: {:noreply, write(%{st | assembling: nil}, a)}, else: {:noreply, %{st | assembling: a}}
+
+    if a.missing == 0,
+      do: {:noreply, write(%{st | assembling: nil}, a)},
+      else: {:noreply, %{st | assembling: a}}
   end
 
   def handle_info({:EXIT, _pid, reason}, st), do: {:stop, reason, st}
@@ -175,7 +184,10 @@ defmodule Overworld.Zone.Store do
 
   defp write(st, a) do
     entities = for cells <- a.cells, {_key, list} <- cells, e <- list, do: e
-    state = Map.merge(a.part, %{format: @format, zone: st.config.id, tick: a.tick, entities: entities})
+
+    state =
+      Map.merge(a.part, %{format: @format, zone: st.config.id, tick: a.tick, entities: entities})
+
     t0 = System.monotonic_time()
     path = snapshot_path(st.dir)
 

@@ -23,7 +23,13 @@ defmodule Overworld.Zone.Supervisor do
     store = if config.data_dir, do: [Overworld.Zone.Store.child_spec(config)], else: []
     children = store ++ [Buckets.child_spec(config), Server.child_spec(config)]
     # Elixir 1.14's Supervisor.init/2 does not pass :auto_shutdown on; give OTP the flags.
-    flags = %{strategy: :rest_for_one, intensity: 3, period: 5, auto_shutdown: :any_significant}
+    flags = %{
+      strategy: :rest_for_one,
+      intensity: config.max_restarts,
+      period: config.max_seconds,
+      auto_shutdown: :any_significant
+    }
+
     {:ok, {flags, children}}
   end
 end

@@ -255,4 +255,14 @@ defmodule Overworld.Zone.Wire do
     :ets.delete(table, {:ack, player})
     if id, do: :ets.delete(table, {:pos, id}), else: true
   end
+
+  @doc """
+  Forgets every published block (ticks and keyframes): a zone recovered from a snapshot ticks
+  again from an older tick, and must not be mixed with blocks of the lost timeline.
+  """
+  @spec forget_ticks(:ets.tid()) :: true
+  def forget_ticks(table) do
+    :ets.match_delete(table, {{:tick, :_, :_}, :_, :_, :_, :_})
+    :ets.match_delete(table, {{:kf, :_}, :_, :_})
+  end
 end
