@@ -200,7 +200,19 @@ defmodule Overworld.Interest do
   @spec resync(t, term) :: t
   def resync(%__MODULE__{} = o, reason) do
     Logger.info("interest: resync of an observer of zone #{inspect(o.zone)}: #{inspect(reason)}")
-    %{o | reset: true, held: %{}, pending: %{}, kfs: %{}, region: %{}, at: nil, uniform: nil}
+    # From scratch, at whatever tick comes next (a zone recovered from a snapshot, or rewound,
+    # goes back in ticks).
+    %{
+      o
+      | reset: true,
+        tick: 0,
+        held: %{},
+        pending: %{},
+        kfs: %{},
+        region: %{},
+        at: nil,
+        uniform: nil
+    }
   end
 
   @doc """

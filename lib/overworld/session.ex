@@ -233,6 +233,12 @@ defmodule Overworld.Session do
 
   def handle_info({:reattach, _}, st), do: {:noreply, st}
 
+  # A debug zone went back to a past tick: the client starts over from a keyframe.
+  def handle_info({:overworld_rewound, _zone}, %{obs: obs} = st) when obs != nil,
+    do: {:noreply, %{st | obs: Interest.resync(obs, :zone_rewound)}}
+
+  def handle_info({:overworld_rewound, _zone}, st), do: {:noreply, st}
+
   def handle_info({:inet_reply, _sock, :ok}, st), do: {:noreply, st}
 
   def handle_info({:inet_reply, sock, {:error, _}}, %{sock: sock, phase: phase} = st)

@@ -9,6 +9,7 @@ defmodule Overworld.Telemetry do
   | `[:overworld, :zone, :tick, :stop]` | `duration`, `input`, `systems`, `grid`, `other`, `entities`, `lateness` | `zone`, `tick` |
   | `[:overworld, :zone, :overrun]` | `duration`, `skipped` | `zone`, `tick` |
   | `[:overworld, :zone, :callback, :exception]` | `count` | `zone`, `tick`, `callback`, `kind`, `reason` |
+  | `[:overworld, :zone, :recovered]` | `duration` | `zone`, `from` (`:memory` or `:store`), `tick` |
 
   * `tick.stop`: `duration` is the whole tick (from the clock firing to the last worker done);
     `input` the input phase, `systems` the slowest worker's simulation pass, `grid` the slowest
@@ -18,6 +19,8 @@ defmodule Overworld.Telemetry do
     run in a burst.
   * `callback.exception`: game code raised, threw or exited (or returned something invalid);
     `count` is the number of failures it stands for (a worker reports a tick's failures at once).
+  * `recovered`: a restarted zone server is about to run its first tick; `duration` is from the
+    start of its `init` (the zone's state from memory, or loaded from its store).
 
   Handlers run in the process that emits the event: the tick events in the zone server, between
   ticks, so a slow handler delays the zone; keep them cheap (send a message, bump a counter).
@@ -33,7 +36,8 @@ defmodule Overworld.Telemetry do
     [:overworld, :zone, :start],
     [:overworld, :zone, :tick, :stop],
     [:overworld, :zone, :overrun],
-    [:overworld, :zone, :callback, :exception]
+    [:overworld, :zone, :callback, :exception],
+    [:overworld, :zone, :recovered]
   ]
 
   @doc "The events Overworld emits."

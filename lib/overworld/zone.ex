@@ -79,6 +79,8 @@ defmodule Overworld.Zone do
   * `:debug` — hashes every tick's state for replay checks and allows `rewind/2` (default false)
   * `:rejoin_ms` — after a recovery from disk, players whose session has not come back within
     this time leave (default 15_000)
+  * `:max_restarts`, `:max_seconds` — a zone that restarts more than `max_restarts` times
+    within `max_seconds` seconds (a crash loop) is stopped (defaults 20 and 5)
 
   ## Persistence and recovery
 
@@ -135,7 +137,9 @@ defmodule Overworld.Zone do
               {:ok, state} | {:ok, state, [action]} | {:stop, reason :: term, state}
   @callback handle_info(msg :: term, state) :: {:ok, state} | {:ok, state, [action]}
   @callback handle_entity(Overworld.Entity.t(), Overworld.Spatial.View.t(), Context.t()) ::
-              {:ok, Overworld.Entity.t()} | {:ok, Overworld.Entity.t(), [event :: term]} | :despawn
+              {:ok, Overworld.Entity.t()}
+              | {:ok, Overworld.Entity.t(), [event :: term]}
+              | :despawn
   @callback terminate(reason :: term, state) :: term
 
   @doc """
@@ -369,6 +373,46 @@ defmodule Overworld.Zone do
       [{_pid, m}] -> m
       [] -> nil
     end
+  end
+
+  @doc """
+  The zone's time-travel history (`Overworld.Zone.History.dump/1`): its oldest complete
+  keyframe, the records of every tick since, and the later keyframes. Zones keep
+  `:history` ticks (default 300) and a keyframe every `:keyframe_ticks`.
+  """
+  @spec history(zone) :: {:ok, Overworld.Zone.History.dump()} | {:error, term}
+  def history(zone), do: Overworld.Zone.History.dump(zone)
+
+  @doc """
+  The cells (`{cell key, entities}`, entities sorted by id) and the game state after a past
+  `tick` still in the zone's history, replayed from its keyframe (`Overworld.Zone.History`).
+  """
+  @spec state_at(zone, non_neg_integer) :: {:ok, list, state} | {:error, term}
+  def state_at(zone, tick), do: Overworld.Zone.History.state_at(zone, tick)
+
+  @doc """
+  Debug zones (`debug: true`): the zone goes back to a past `tick` still in its history (the
+  state replayed from its keyframe, `state_at/2`) and goes on from there; players whose avatar
+  did not exist then leave, observers start over from a keyframe, the history starts again.
+  Answers `{:ok, tick}`, or `{:error, :not_debug | :no_keyframe | {:out_of_range, range} |
+  :not_found}`.
+  """
+  @spec rewind(zone, non_neg_integer) :: {:ok, non_neg_integer} | {:error, term}
+  def rewind(zone, tick) when is_integer(tick) and tick >= 0 do
+    with {:ok, dump} <- Overworld.Zone.History.dump(zone),
+         {:ok, cells, game} <- Overworld.Zone.History.state_at(dump, tick) do
+      entities = for {_key, list} <- cells, e <- list, do: e
+      tagged_call(zone, {:rewind, tick, entities, game})
+    end
+  end
+
+  @doc """
+  Writes the zone's history to a file, for `mix overworld.replay FILE` (which replays it
+  offline and checks it against the zone's recorded hashes and keyframes).
+  """
+  @spec dump_history(zone, Path.t()) :: :ok | {:error, term}
+  def dump_history(zone, path) do
+    with {:ok, dump} <- history(zone), do: Overworld.Zone.History.write(dump, path)
   end
 
   # Calls that answer a tagged tuple: a zone that is not running is `{:error, :not_found}`.

@@ -438,3 +438,63 @@ defmodule Overworld.ZoneStallTest do
     Overworld.stop_zone(other)
   end
 end
+
+defmodule Overworld.ZoneInFlightTest do
+  # The zone server writes a tick's record to its memory table before it sends the tick to the
+  # workers; killed in between, its successor sends the tick again. The window is a few
+  # instructions wide, so the test makes it: it writes the record of the next tick (what the
+  # server would have written) and kills the server.
+  use ExUnit.Case, async: true
+  import ExUnit.CaptureLog
+  alias Overworld.Zone
+  alias Overworld.Zone.Memory
+
+  defp start(id) do
+    spawn = for i <- 1..50, do: [kind: :rock, x: i * 300, y: i * 200]
+
+    {:ok, _} =
+      Overworld.start_zone(Overworld.Test.ProbeZone,
+        id: id,
+        clock: :manual,
+        workers: 2,
+        args: [spawn: spawn]
+      )
+
+    on_exit(fn -> Overworld.stop_zone(id) end)
+  end
+
+  test "a tick lost in flight is sent again by the restarted server" do
+    zone = {__MODULE__, make_ref()}
+    twin = {__MODULE__, make_ref()}
+    start(zone)
+    start(twin)
+    {:ok, 3} = Zone.tick_now(zone, 3)
+    {:ok, 4} = Zone.tick_now(twin, 4)
+    table = Zone.metrics_ref(zone).memory
+    last = Memory.last(table)
+    assert last.n == 3
+    # Tick 4 as the server sends it: no inputs, spawns nor despawns.
+    Memory.put_tick(table, 300, %{
+      last
+      | n: 4,
+        simulate: true,
+        inputs: %{},
+        spawns: [],
+        despawns: []
+    })
+
+    old = Zone.whereis(zone)
+
+    capture_log(fn ->
+      Process.exit(old, :kill)
+
+      Stream.repeatedly(fn -> Process.sleep(5) && Zone.whereis(zone) end)
+      |> Enum.find(&(is_pid(&1) and &1 != old))
+
+      assert Zone.info(zone).tick == 4
+    end)
+
+    assert Zone.state_hash(zone) == Zone.state_hash(twin)
+    assert {:ok, 5} = Zone.tick_now(zone)
+  end
+end

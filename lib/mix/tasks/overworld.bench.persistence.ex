@@ -29,6 +29,8 @@ defmodule Mix.Tasks.Overworld.Bench.Persistence do
     samples: :integer,
     seconds: :integer,
     appenders: :integer,
+    zone_seconds: :integer,
+    kills: :integer,
     json: :string
   ]
 
@@ -40,7 +42,9 @@ defmodule Mix.Tasks.Overworld.Bench.Persistence do
       entities: Keyword.get(opts, :entities, 10_000),
       samples: Keyword.get(opts, :samples, 20),
       seconds: Keyword.get(opts, :seconds, 3),
-      appenders: Keyword.get(opts, :appenders, 64)
+      appenders: Keyword.get(opts, :appenders, 64),
+      zone_seconds: Keyword.get(opts, :zone_seconds, 20),
+      kills: Keyword.get(opts, :kills, 200)
     }
 
     Overworld.Bench.Args.at_least!(o, Map.keys(o))

@@ -224,15 +224,215 @@ defmodule Overworld.Bench.Persistence do
 
   ## 4. The zone
 
-  # ---------------------------------------------------------------------------------------
-  # TO BE FILLED IN: the zone's figures (tick p99 with persistence on and off, recovery
-  # p50/p99 from memory and from disk, ring memory). The task prints and writes to JSON
-  # whatever this map holds (flat, atom keys, numbers or strings).
-  # ---------------------------------------------------------------------------------------
-  @doc "The zone's persistence figures (a flat map, merged into the report)."
+  @doc """
+  The zone's figures, on goblin worlds of `o.entities` goblins at 30 Hz with the wire and 50
+  players walking (an input each per tick, loot picked up: durable events):
+
+  * the tick duration with persistence off (no data directory, no history: only the small
+    in-memory record of each tick) and on (snapshots every 300 ticks, the journal, the history
+    of 300 ticks with a keyframe every 30), `o.zone_seconds` each, alternating, two rounds;
+  * recovery from memory: the zone server killed `o.kills` times at random moments, from the
+    kill to the first tick of the new server (`[:overworld, :zone, :recovered]`);
+  * recovery from the store: a bucket worker killed (the snapshot kept in memory by the
+    store + the journal from disk), and the zone stopped and started again on its directory
+    (snapshot and journal from disk), from the start to the first tick;
+  * the memory the history takes (the zone's memory table, history 300 versus 0).
+  """
   @spec zone_figures(opts) :: map
-  def zone_figures(_opts) do
-    %{}
+  def zone_figures(o) do
+    dir =
+      Path.join(System.tmp_dir!(), "overworld-bench-zone-#{System.unique_integer([:positive])}")
+
+    File.mkdir_p!(dir)
+    me = self()
+    handler = {__MODULE__, me}
+
+    Overworld.Telemetry.attach({handler, :tick}, [:overworld, :zone, :tick, :stop], fn _,
+                                                                                       m,
+                                                                                       meta,
+                                                                                       _ ->
+      send(me, {:tick_us, meta.zone, System.convert_time_unit(m.duration, :native, :microsecond)})
+    end)
+
+    Overworld.Telemetry.attach({handler, :rec}, [:overworld, :zone, :recovered], fn _,
+                                                                                    _,
+                                                                                    meta,
+                                                                                    _ ->
+      send(me, {:recovered, meta.zone, meta.from, System.monotonic_time()})
+    end)
+
+    try do
+      Map.merge(ticks_on_off(o, dir), recoveries(o, dir))
+    after
+      Overworld.Telemetry.detach({handler, :tick})
+      Overworld.Telemetry.detach({handler, :rec})
+      File.rm_rf!(dir)
+    end
+  end
+
+  @players 50
+
+  defp start_goblins(o, id, extra) do
+    opts = Goblins.zone_options(o.entities, [id: id, wire: Goblins.Wire] ++ extra)
+    {:ok, _} = Overworld.start_zone(Goblins, opts)
+    for i <- 1..@players, do: {:ok, _} = Overworld.Zone.join(id, "bench-#{i}", %{})
+    driver = spawn_link(fn -> drive(id, 1) end)
+    {id, driver}
+  end
+
+  # An input per player per tick period, in a new direction every second.
+  defp drive(id, seq) do
+    for i <- 1..@players do
+      :rand.seed(:exsss, {i, div(seq, 30), 7})
+
+      Overworld.Zone.input(
+        id,
+        "bench-#{i}",
+        {:move, :rand.uniform(255) - 128, :rand.uniform(255) - 128},
+        seq
+      )
+    end
+
+    receive do
+      :stop -> :ok
+    after
+      33 -> drive(id, seq + 1)
+    end
+  end
+
+  defp stop_goblins({id, driver}) do
+    send(driver, :stop)
+    Overworld.stop_zone(id)
+  end
+
+  defp ticks_on_off(o, dir) do
+    modes = [off: [history: 0], on: [data_dir: dir, history: 300]]
+
+    runs =
+      for round <- 1..2, {mode, extra} <- modes do
+        z = start_goblins(o, {:bench_ticks, mode, round}, extra)
+        Process.sleep(min(o.zone_seconds, 3) * 1000)
+        flush_ticks()
+        Process.sleep(o.zone_seconds * 1000)
+        ticks = collect_ticks(elem(z, 0), [])
+        memory = table_bytes(elem(z, 0))
+        records = journal_records(elem(z, 0))
+        stop_goblins(z)
+        {mode, ticks, memory, records}
+      end
+
+    off = for {:off, t, _, _} <- runs, x <- t, do: x
+    on = for {:on, t, _, _} <- runs, x <- t, do: x
+    s_off = Overworld.Bench.Stats.summary(off)
+    s_on = Overworld.Bench.Stats.summary(on)
+
+    %{
+      zone_tick_off_p50_ms: r3(s_off.p50 / 1000),
+      zone_tick_off_p99_ms: r3(s_off.p99 / 1000),
+      zone_tick_on_p50_ms: r3(s_on.p50 / 1000),
+      zone_tick_on_p99_ms: r3(s_on.p99 / 1000),
+      zone_tick_samples: min(s_off.count, s_on.count),
+      zone_tick_p99_on_vs_off_percent: r3((s_on.p99 / s_off.p99 - 1) * 100),
+      zone_durable_events: Enum.sum(for {:on, _, _, r} <- runs, do: r),
+      zone_memory_table_history_0_bytes: Enum.max(for {:off, _, m, _} <- runs, do: m),
+      zone_memory_table_history_300_bytes: Enum.max(for {:on, _, m, _} <- runs, do: m)
+    }
+  end
+
+  defp flush_ticks do
+    receive do
+      {:tick_us, _, _} -> flush_ticks()
+    after
+      0 -> :ok
+    end
+  end
+
+  defp collect_ticks(id, acc) do
+    receive do
+      {:tick_us, ^id, us} -> collect_ticks(id, [us | acc])
+      {:tick_us, _, _} -> collect_ticks(id, acc)
+    after
+      0 -> acc
+    end
+  end
+
+  defp table_bytes(id),
+    do: :ets.info(Overworld.Zone.metrics_ref(id).memory, :memory) * :erlang.system_info(:wordsize)
+
+  defp journal_records(id) do
+    case Overworld.Zone.Store.whereis(id) do
+      nil ->
+        0
+
+      store ->
+        store |> Overworld.Zone.Store.journal() |> elem(0) |> Journal.stats() |> Map.get(:records)
+    end
+  end
+
+  defp recoveries(o, dir) do
+    id = :bench_recovery
+    z = start_goblins(o, id, data_dir: dir, max_restarts: 100_000, max_seconds: 1)
+    Process.sleep(min(o.zone_seconds, 2) * 1000)
+
+    memory =
+      for _ <- 1..o.kills do
+        Process.sleep(50 + :rand.uniform(150))
+        kill_and_time(id, Overworld.Zone.whereis(id), :memory)
+      end
+
+    worker =
+      for _ <- 1..min(o.kills, 10) do
+        Process.sleep(300 + :rand.uniform(300))
+        [{w, _}] = Registry.lookup(Overworld.Registry, {:bucket, id, 0})
+        kill_and_time(id, w, :store)
+      end
+
+    send(elem(z, 1), :stop)
+
+    disk =
+      for _ <- 1..min(o.kills, 10) do
+        Overworld.stop_zone(id)
+        t0 = System.monotonic_time()
+        opts = Goblins.zone_options(o.entities, id: id, wire: Goblins.Wire, data_dir: dir)
+        {:ok, _} = Overworld.start_zone(Goblins, opts)
+        await_recovered(id, :store, t0)
+      end
+
+    Overworld.stop_zone(id)
+    m = Overworld.Bench.Stats.summary(memory)
+    w = Overworld.Bench.Stats.summary(worker)
+    d = Overworld.Bench.Stats.summary(disk)
+
+    %{
+      zone_recovery_memory_p50_ms: r3(m.p50),
+      zone_recovery_memory_p99_ms: r3(m.p99),
+      zone_recovery_memory_max_ms: r3(m.max),
+      zone_recovery_memory_samples: m.count,
+      zone_recovery_worker_p50_ms: r3(w.p50),
+      zone_recovery_worker_max_ms: r3(w.max),
+      zone_recovery_worker_samples: w.count,
+      zone_recovery_disk_p50_ms: r3(d.p50),
+      zone_recovery_disk_max_ms: r3(d.max),
+      zone_recovery_disk_samples: d.count
+    }
+  end
+
+  defp kill_and_time(id, pid, from) do
+    t0 = System.monotonic_time()
+    Process.exit(pid, :kill)
+    await_recovered(id, from, t0)
+  end
+
+  defp await_recovered(id, from, t0) do
+    receive do
+      {:recovered, ^id, ^from, t} ->
+        System.convert_time_unit(t - t0, :native, :microsecond) / 1000
+
+      {:recovered, ^id, other, _t} ->
+        raise "zone recovered from #{other}, expected #{from}"
+    after
+      30_000 -> raise "the zone did not recover within 30 s"
+    end
   end
 
   ## Helpers

@@ -120,6 +120,13 @@ defmodule Overworld.Zone.Config do
     end
 
     o = Overworld.Options.validate!(opts, schema(), "Overworld.Zone")
+
+    if o.history > 0 and o.keyframe_ticks > o.history do
+      raise ArgumentError,
+            "Overworld.Zone: :keyframe_ticks (#{o.keyframe_ticks}) must be at most :history " <>
+              "(#{o.history}): the history must hold a keyframe"
+    end
+
     {w_m, h_m} = o.size
     width = Entity.meters(w_m)
     height = Entity.meters(h_m)

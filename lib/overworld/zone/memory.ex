@@ -2,8 +2,8 @@ defmodule Overworld.Zone.Memory do
   @moduledoc false
   # The zone's in-memory copy: an ETS table owned by the zone's supervisor, so it outlives the
   # zone server. The server writes, before it sends a tick to the workers, the tick's record
-  # (game state, next entity id, journal segment and the tick's dispatch: inputs, spawns,
-  # despawns); between ticks, what changed since (pending spawns and despawns, game state); and
+  # (game state, next entity id and the tick's dispatch: inputs, spawns, despawns); between
+  # ticks, what changed since (pending spawns and despawns, game state); and
   # a row per player and per subscriber. A restarted server reads it back (the entities never
   # left the bucket workers). The tick records form a ring of the last `history` ticks, which
   # with the workers' keyframes is the zone's time-travel history (`Overworld.Zone.History`).
@@ -78,6 +78,15 @@ defmodule Overworld.Zone.Memory do
 
   @spec subscribers(t) :: [{pid, non_neg_integer}]
   def subscribers(t), do: :ets.select(t, [{{{:sub, :"$1"}, :"$2"}, [], [{{:"$1", :"$2"}}]}])
+
+  @doc "Forgets the tick records, keyframes and hashes (a zone recovered from a snapshot)."
+  @spec forget_history(t) :: true
+  def forget_history(t) do
+    :ets.match_delete(t, {{:tick, :_}, :_, :_})
+    :ets.match_delete(t, {{:kf, :_, :_}, :_, :_})
+    :ets.match_delete(t, {{:hash, :_, :_}, :_, :_})
+    :ets.delete(t, :last)
+  end
 
   @doc "A worker's cells at tick `n` (a history keyframe), in slot `slot`."
   @spec put_keyframe(t, non_neg_integer, non_neg_integer, non_neg_integer, list) :: true

@@ -114,6 +114,8 @@ defmodule Overworld.Zone.Server do
       unsynced: %{},
       snap_tick: nil,
       snap_at: System.monotonic_time(:millisecond),
+      # Rewinds asked for while a tick runs (debug zones).
+      rewinds: [],
       started: started
     }
 
@@ -238,7 +240,6 @@ defmodule Overworld.Zone.Server do
 
     if last.n == t + 1 do
       # Lost in flight: sent again, with our epoch.
-      d = last.dispatch
       ctx = Dispatch.context(st.config, last.n)
 
       running =
@@ -247,11 +248,11 @@ defmodule Overworld.Zone.Server do
           st.workers,
           st.epoch,
           last.n,
-          d.simulate,
+          last.simulate,
           ctx,
-          d.inputs,
-          d.spawns,
-          d.despawns
+          last.inputs,
+          last.spawns,
+          last.despawns
         )
 
       await_resent(%{st | running: running})
@@ -342,10 +343,14 @@ defmodule Overworld.Zone.Server do
 
         for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
 
+        # The ticks after the snapshot happened in a timeline that is gone: their blocks,
+        # history and hashes go too.
         case st.config.shared do
           %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_ticks(table)
           _ -> true
         end
+
+        Memory.forget_history(st.memory)
 
         st =
           Enum.reduce(Memory.subscribers(st.memory), st, fn {pid, _}, st ->
@@ -577,6 +582,20 @@ defmodule Overworld.Zone.Server do
   end
 
   def handle_call(:store_info, _from, st), do: {:reply, st.store && Store.info(st.store), st}
+
+  def handle_call(
+        {:rewind, _tick, _entities, _game},
+        _from,
+        %{config: %Config{debug: false}} = st
+      ),
+      do: {:reply, {:error, :not_debug}, st}
+
+  # A rewind waits for the tick running, if any (see finish_tick/2).
+  def handle_call({:rewind, tick, entities, game}, from, %{running: nil} = st),
+    do: {:noreply, rewind(st, from, tick, entities, game)}
+
+  def handle_call({:rewind, _, _, _} = msg, from, st),
+    do: {:noreply, %{st | rewinds: [{from, msg} | st.rewinds]}}
 
   defp join(st, player, meta, spec, actions) do
     case build_all(st, [spec], player) do
@@ -952,7 +971,7 @@ defmodule Overworld.Zone.Server do
     case simulated? do
       true ->
         Dispatch.report(st.config, st.metrics, r, total)
-        st |> after_manual_tick() |> after_tick_clock(total)
+        st |> pending_rewinds() |> after_manual_tick() |> after_tick_clock(total)
 
       _ ->
         Metrics.put(st.metrics, :entities, r.count)
@@ -1034,6 +1053,70 @@ defmodule Overworld.Zone.Server do
     else
       st
     end
+  end
+
+  ## Rewind (debug zones): the workers start over from a past state (from the history).
+
+  defp rewind(st, from, tick, entities, game) do
+    st = attach(%{st | epoch: :erlang.unique_integer([:positive, :monotonic])}, false)
+    ids = MapSet.new(entities, &entity(&1, :id))
+
+    st =
+      Enum.reduce(Players.to_map(st.players), st, fn {player, id}, st ->
+        if MapSet.member?(ids, id), do: st, else: drop_player(st, player, id)
+      end)
+
+    players =
+      Enum.reduce(entities, st.players, fn e, acc ->
+        case entity(e, :owner) do
+          nil ->
+            acc
+
+          owner ->
+            Players.add(
+              acc,
+              owner,
+              entity(e, :id),
+              Config.owner_of(st.config, entity(e, :x), entity(e, :y))
+            )
+        end
+      end)
+
+    Memory.forget_history(st.memory)
+
+    case st.config.shared do
+      %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_ticks(table)
+      _ -> true
+    end
+
+    st = %{
+      st
+      | tick: tick,
+        game: game,
+        players: players,
+        spawns: entities,
+        despawns: [],
+        inputs: %{}
+    }
+
+    st = st |> dispatch(tick, false, %{}, Dispatch.context(st.config, tick)) |> await_load()
+
+    Logger.warning(
+      "zone #{inspect(st.config.id)} rewound to tick #{tick} (#{length(entities)} entities)"
+    )
+
+    # Observers start over: the ticks went back.
+    for pid <- Map.keys(st.subscribers), do: send(pid, {:overworld_rewound, st.config.id})
+    GenServer.reply(from, {:ok, tick})
+    st
+  end
+
+  defp pending_rewinds(%{rewinds: []} = st), do: st
+
+  defp pending_rewinds(st) do
+    [{from, {:rewind, tick, entities, game}} | rest] = Enum.reverse(st.rewinds)
+    for {f, _} <- rest, do: GenServer.reply(f, {:error, :superseded})
+    rewind(%{st | rewinds: []}, from, tick, entities, game)
   end
 
   defp after_manual_tick(%{config: %Config{clock: :realtime}} = st), do: st

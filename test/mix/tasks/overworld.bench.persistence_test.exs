@@ -12,7 +12,8 @@ defmodule Mix.Tasks.Overworld.Bench.PersistenceTest do
     out =
       capture_io(fn ->
         Mix.Tasks.Overworld.Bench.Persistence.run(
-          ~w(--entities 200 --samples 3 --seconds 1 --appenders 4 --json #{path})
+          ~w(--entities 200 --samples 3 --seconds 1 --appenders 4 --zone-seconds 1 --kills 3
+             --json #{path})
         )
       end)
 
@@ -45,6 +46,14 @@ defmodule Mix.Tasks.Overworld.Bench.PersistenceTest do
     assert json["journal_events"] >= json["journal_ack_samples"]
     assert json["journal_events_per_fsync"] >= 1
     assert json["fsync_samples"] == 200
+    # The zone: ticks measured with persistence on and off, recoveries timed.
+    for key <- ~w(zone_tick_off_p99_ms zone_tick_on_p99_ms zone_recovery_memory_p50_ms
+                  zone_recovery_worker_p50_ms zone_recovery_disk_p50_ms
+                  zone_memory_table_history_300_bytes),
+        do: assert(is_number(json[key]) and json[key] > 0, "#{key}: #{inspect(json[key])}")
+
+    assert json["zone_recovery_memory_samples"] == 3
+    assert json["zone_tick_samples"] > 20
     # The temporary files are gone.
     refute File.exists?(json["dir"])
   end

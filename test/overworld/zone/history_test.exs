@@ -1,0 +1,265 @@
+defmodule Overworld.Zone.HistoryTest do
+  use ExUnit.Case, async: true
+  import ExUnit.CaptureIO
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+  alias Overworld.Spatial.Sweep
+  alias Overworld.Zone
+  alias Overworld.Zone.History
+
+  doctest History
+
+  @moduletag timeout: 300_000
+  @players ~w(p1 p2 p3 p4 p5)
+
+  # A debug goblin zone with 5 players, ticked one tick at a time for `ticks` ticks with random
+  # inputs; the entities after the ticks in `record` (sorted by id).
+  defp run_zone(ticks, record) do
+    id = {__MODULE__, make_ref()}
+
+    opts =
+      Goblins.zone_options(2_000,
+        id: id,
+        clock: :manual,
+        workers: 2,
+        history: 300,
+        keyframe_ticks: 30,
+        debug: true
+      )
+
+    {:ok, _} = Overworld.start_zone(Goblins, opts)
+    on_exit(fn -> Overworld.stop_zone(id) end)
+    for p <- @players, do: {:ok, _} = Zone.join(id, p, %{})
+    :rand.seed(:exsss, 42)
+
+    seen =
+      for n <- 1..ticks, reduce: %{} do
+        seen ->
+          for p <- @players,
+              :rand.uniform(3) == 1,
+              do: Zone.input(id, p, {:move, :rand.uniform(255) - 128, :rand.uniform(255) - 128})
+
+          {:ok, ^n} = Zone.tick_now(id)
+          # Also a barrier: the workers have done the tick's jobs (hash, keyframe) once they
+          # answer a query sent after the tick.
+          entities = sorted(Zone.entities(id))
+          if n in record, do: Map.put(seen, n, entities), else: seen
+      end
+
+    {id, seen}
+  end
+
+  defp sorted(entities), do: Enum.sort_by(entities, &entity(&1, :id))
+
+  defp tmp(name),
+    do: Path.join(System.tmp_dir!(), "history-#{name}-#{System.unique_integer([:positive])}")
+
+  setup_all do
+    {id, seen} = run_zone(300, [250, 280, 299])
+    {:ok, dump} = History.dump(id)
+    final = sorted(Zone.entities(id))
+    %{zone: id, dump: dump, seen: seen, final: final}
+  end
+
+  test "the dump starts at the oldest complete keyframe and holds every tick after it", %{dump: d} do
+    assert d.format == 1
+    assert d.config.workers == 2 and d.config.shared == nil
+    assert d.keyframe.tick == 0
+    assert Enum.map(d.ticks, & &1.n) == Enum.to_list(1..300)
+    assert d.keyframes |> Map.keys() |> Enum.sort() == Enum.to_list(30..300//30)
+    assert Enum.count(d.ticks, &is_integer(&1.hash)) >= 290
+    # Player inputs were recorded.
+    assert Enum.count(d.ticks, &(map_size(&1.inputs) > 0)) > 100
+  end
+
+  test "a replay reproduces every recorded hash, every keyframe and the final state", %{
+    dump: dump,
+    final: final
+  } do
+    r = History.replay(dump)
+    assert r.mismatches == []
+    assert r.first_mismatch == nil
+    assert r.ticks == 300
+    assert r.checked >= 290
+    assert r.keyframes == 10
+    assert r.tick == 300
+    assert r.count == length(final)
+
+    {:ok, cells, game} = History.state_at(dump, 300)
+    assert sorted(Sweep.entities(cells)) == final
+    assert game == List.last(dump.ticks).game
+  end
+
+  test "state_at a past tick is what the zone held then", %{zone: zone, dump: dump, seen: seen} do
+    for t <- [250, 280, 299] do
+      {:ok, cells, _game} = History.state_at(dump, t)
+      assert sorted(Sweep.entities(cells)) == seen[t]
+    end
+
+    # From the running zone too.
+    {:ok, cells, _} = Zone.state_at(zone, 280)
+    assert sorted(Sweep.entities(cells)) == seen[280]
+    assert {:ok, _, _} = History.state_at(dump, 0)
+    assert History.state_at(dump, 301) == {:error, {:out_of_range, 0..300}}
+  end
+
+  test "an altered input is detected at its tick or later", %{dump: dump} do
+    # Tick 120's first input, turned around.
+    i = Enum.find_index(dump.ticks, &(&1.n >= 120 and map_size(&1.inputs) > 0))
+    t = Enum.at(dump.ticks, i)
+    {w, m} = Enum.at(t.inputs, 0)
+    {id, {mx, my}} = Enum.at(m, 0)
+    altered = %{t | inputs: Map.put(t.inputs, w, Map.put(m, id, {-mx - 1, -my - 1}))}
+    bad = %{dump | ticks: List.replace_at(dump.ticks, i, altered)}
+
+    r = History.replay(bad)
+    assert r.first_mismatch != nil and r.first_mismatch >= t.n
+    assert [%{kind: :hash} | _] = r.mismatches
+    # The later keyframes differ too.
+    assert Enum.any?(r.mismatches, &(&1.kind == :keyframe))
+    # Up to the tick before, the replay still matches.
+    assert History.replay(bad, to_tick: t.n - 1).mismatches == []
+
+    # The mix task fails on it.
+    path = tmp("bad")
+    on_exit(fn -> File.rm(path) end)
+    :ok = History.write(bad, path)
+
+    assert_raise Mix.Error, ~r/replay mismatch: first at tick #{r.first_mismatch} /, fn ->
+      capture_io(fn -> Mix.Tasks.Overworld.Replay.run([path]) end)
+    end
+  end
+
+  test "a zone without history, or not running, has no dump" do
+    id = {__MODULE__, make_ref()}
+    opts = Goblins.zone_options(50, id: id, clock: :manual, workers: 1, history: 0)
+    {:ok, _} = Overworld.start_zone(Goblins, opts)
+    on_exit(fn -> Overworld.stop_zone(id) end)
+    {:ok, 3} = Zone.tick_now(id, 3)
+    assert Zone.history(id) == {:error, :no_history}
+    assert Zone.state_at(id, 2) == {:error, :no_history}
+    assert Zone.history({__MODULE__, :nowhere}) == {:error, :not_found}
+    assert Zone.dump_history({__MODULE__, :nowhere}, tmp("none")) == {:error, :not_found}
+  end
+
+  test "a dump file round-trips; damaged files are refused", %{dump: dump} do
+    path = tmp("dump")
+    on_exit(fn -> File.rm(path) end)
+    assert :ok = History.write(dump, path)
+    assert {:ok, ^dump} = History.read(path)
+
+    bin = File.read!(path)
+    at = div(byte_size(bin), 2)
+    <<a::binary-size(at), b, c::binary>> = bin
+    flipped = <<a::binary, Bitwise.bxor(b, 4), c::binary>>
+    assert History.decode(flipped) == {:error, :checksum}
+    assert {:error, {:truncated, _, _}} = History.decode(binary_part(bin, 0, at))
+    assert History.decode("garbage") == {:error, :not_a_dump}
+    assert {:error, :enoent} = History.read(path <> ".missing")
+    assert History.format_error(:checksum) =~ "damaged"
+  end
+
+  # A dump file around any term body, as History.encode/1 writes it.
+  defp file(name, term) do
+    body = <<byte_size(name)::16, name::binary, term::binary>>
+    <<"OVERWORLD-HISTORY", 1, :erlang.crc32(body)::32, byte_size(body)::64, body::binary>>
+  end
+
+  test "decoding makes no atom: unknown atoms or modules are refused", %{dump: dump} do
+    fresh = "hx" <> Base.encode16(:crypto.strong_rand_bytes(8))
+    placeholder = String.to_atom("hy" <> binary_part(fresh, 2, 16))
+    term = :erlang.term_to_binary(%{dump | keyframe: %{dump.keyframe | game: placeholder}})
+    term = :binary.replace(term, Atom.to_string(placeholder), fresh)
+    assert {:ok, _} = History.decode(file("Elixir.Goblins", :erlang.term_to_binary(dump)))
+
+    assert History.decode(file("Elixir.Goblins", term)) ==
+             {:error, {:unknown_atoms, "Elixir.Goblins"}}
+
+    assert History.format_error({:unknown_atoms, "Elixir.Goblins"}) =~ "atoms: :create"
+    assert_raise ArgumentError, fn -> String.to_existing_atom(fresh) end
+    # Allowed, they are created.
+    assert {:ok, %{keyframe: %{game: game}}} =
+             History.decode(file("Elixir.Goblins", term), atoms: :create)
+
+    assert Atom.to_string(game) == fresh
+
+    missing = "Elixir.Overworld.NoSuchZone" <> fresh
+    assert History.decode(file(missing, term)) == {:error, {:unknown_module, missing}}
+    assert_raise ArgumentError, fn -> String.to_existing_atom(missing) end
+  end
+
+  test "mix overworld.replay replays a dump file and fails on a bad one", %{zone: zone} do
+    path = tmp("task")
+    on_exit(fn -> File.rm(path) end)
+    assert :ok = Zone.dump_history(zone, path)
+
+    out = capture_io(fn -> Mix.Tasks.Overworld.Replay.run([path]) end)
+    assert out =~ "replayed 300 ticks"
+    assert out =~ "0 mismatches"
+    assert out =~ "state at tick 300"
+
+    out = capture_io(fn -> Mix.Tasks.Overworld.Replay.run([path, "--to-tick", "100"]) end)
+    assert out =~ "replayed 100 ticks"
+
+    File.write!(path, "not a dump")
+
+    assert_raise Mix.Error, ~r/not an Overworld history dump/, fn ->
+      Mix.Tasks.Overworld.Replay.run([path])
+    end
+
+    assert_raise Mix.Error, ~r/usage/, fn -> Mix.Tasks.Overworld.Replay.run([]) end
+  end
+end
+
+defmodule Overworld.Zone.RewindTest do
+  # Debug zones go back to a past tick and go on from there, deterministically.
+  use ExUnit.Case, async: true
+  import ExUnit.CaptureLog
+  alias Overworld.Zone
+
+  defp start(opts) do
+    id = {__MODULE__, make_ref()}
+
+    {:ok, _} =
+      Overworld.start_zone(
+        Goblins,
+        Goblins.zone_options(
+          500,
+          [id: id, clock: :manual, workers: 2, keyframe_ticks: 10] ++ opts
+        )
+      )
+
+    on_exit(fn -> Overworld.stop_zone(id) end)
+    id
+  end
+
+  test "rewind to a past tick: the state of that tick, and the same future again" do
+    zone = start(debug: true)
+    {:ok, _} = Zone.join(zone, "ann", %{})
+
+    hashes =
+      for n <- 1..60, into: %{} do
+        if n < 30, do: Zone.input(zone, "ann", {:move, 100, -50})
+        {:ok, ^n} = Zone.tick_now(zone)
+        {n, Zone.state_hash(zone)}
+      end
+
+    log = capture_log(fn -> assert {:ok, 35} = Zone.rewind(zone, 35) end)
+    assert log =~ "rewound to tick 35"
+    assert Zone.info(zone).tick == 35
+    assert Zone.state_hash(zone) == hashes[35]
+    assert Map.has_key?(Zone.info(zone).players, "ann")
+    # No inputs after tick 30 in either run: the same ticks come again.
+    {:ok, 50} = Zone.tick_now(zone, 15)
+    assert Zone.state_hash(zone) == hashes[50]
+    # Beyond the history (it restarted at the rewind), or too old: refused.
+    assert {:error, {:out_of_range, _}} = Zone.rewind(zone, 10)
+  end
+
+  test "only debug zones rewind" do
+    zone = start([])
+    {:ok, 20} = Zone.tick_now(zone, 20)
+    assert {:error, :not_debug} = Zone.rewind(zone, 15)
+  end
+end
