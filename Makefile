@@ -21,7 +21,7 @@ export ELIXIR_ERL_OPTIONS ?= +sbt db
 help:
 	@echo "make run    start the goblin world (10,000 goblins) and print its tick statistics"
 	@echo "make test   run every test suite (Elixir, Rust reference, TypeScript SDK)"
-	@echo "make bench  the goblin benchmark at 10K and 100K with the native reference, the wire, 19,000 sessions"
+	@echo "make bench  the goblin benchmark at 10K and 100K with the native reference, the wire, 19,000 sessions, persistence"
 
 deps: deps-elixir deps-rust deps-ts
 
@@ -77,6 +77,7 @@ bench: deps
 	mix overworld.bench.goblins --entities 100000 --seconds 30 --reference --json bench/results/goblins-100k.json
 	mix overworld.bench.encode --entities 10000 --observers 500 --seconds 60 --json bench/results/encode-10k.json
 	mix overworld.bench.ccu --count 19000 --hold 5 --json bench/results/ccu-19k.json
+	mix overworld.bench.persistence --entities 10000 --json bench/results/persistence-10k.json
 
 clean:
 	rm -rf _build bench/reference/target clients/typescript/node_modules clients/typescript/dist

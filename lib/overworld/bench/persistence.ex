@@ -19,6 +19,7 @@ defmodule Overworld.Bench.Persistence do
   in milliseconds; percentiles are nearest-rank over every sample (`Overworld.Bench.Stats`).
   """
 
+  require Logger
   alias Overworld.Bench.Stats
   alias Overworld.Persistence.{Journal, SnapshotFile}
   alias Overworld.Zone.{Config, Spawn}
@@ -261,9 +262,14 @@ defmodule Overworld.Bench.Persistence do
       send(me, {:recovered, meta.zone, meta.from, System.monotonic_time()})
     end)
 
+    # Every restart logs a line; the figures say it better.
+    level = Logger.level()
+    Logger.configure(level: :error)
+
     try do
       Map.merge(ticks_on_off(o, dir), recoveries(o, dir))
     after
+      Logger.configure(level: level)
       Overworld.Telemetry.detach({handler, :tick})
       Overworld.Telemetry.detach({handler, :rec})
       File.rm_rf!(dir)
@@ -305,12 +311,15 @@ defmodule Overworld.Bench.Persistence do
     Overworld.stop_zone(id)
   end
 
+  # Off and on alternate (off first in odd rounds, on first in even ones), so that drift of
+  # the machine falls on both alike.
   defp ticks_on_off(o, dir) do
-    modes = [off: [history: 0], on: [data_dir: dir, history: 300]]
+    modes = %{off: [history: 0], on: [data_dir: dir, history: 300]}
 
     runs =
-      for round <- 1..2, {mode, extra} <- modes do
-        z = start_goblins(o, {:bench_ticks, mode, round}, extra)
+      for round <- 1..o.rounds,
+          mode <- if(rem(round, 2) == 1, do: [:off, :on], else: [:on, :off]) do
+        z = start_goblins(o, {:bench_ticks, mode, round}, modes[mode])
         Process.sleep(min(o.zone_seconds, 3) * 1000)
         flush_ticks()
         Process.sleep(o.zone_seconds * 1000)
@@ -318,13 +327,20 @@ defmodule Overworld.Bench.Persistence do
         memory = table_bytes(elem(z, 0))
         records = journal_records(elem(z, 0))
         stop_goblins(z)
-        {mode, ticks, memory, records}
+        {mode, round, ticks, memory, records}
       end
 
-    off = for {:off, t, _, _} <- runs, x <- t, do: x
-    on = for {:on, t, _, _} <- runs, x <- t, do: x
-    s_off = Overworld.Bench.Stats.summary(off)
-    s_on = Overworld.Bench.Stats.summary(on)
+    all = fn mode -> for {^mode, _, t, _, _} <- runs, x <- t, do: x end
+    s_off = Overworld.Bench.Stats.summary(all.(:off))
+    s_on = Overworld.Bench.Stats.summary(all.(:on))
+
+    # The p99 ratio of each round on its own: how much the figure moves between runs.
+    per_round =
+      for round <- 1..o.rounds do
+        [off] = for {:off, ^round, t, _, _} <- runs, do: Overworld.Bench.Stats.summary(t).p99
+        [on] = for {:on, ^round, t, _, _} <- runs, do: Overworld.Bench.Stats.summary(t).p99
+        r3((on / off - 1) * 100)
+      end
 
     %{
       zone_tick_off_p50_ms: r3(s_off.p50 / 1000),
@@ -332,10 +348,13 @@ defmodule Overworld.Bench.Persistence do
       zone_tick_on_p50_ms: r3(s_on.p50 / 1000),
       zone_tick_on_p99_ms: r3(s_on.p99 / 1000),
       zone_tick_samples: min(s_off.count, s_on.count),
+      zone_tick_rounds: o.rounds,
+      zone_tick_p50_on_vs_off_percent: r3((s_on.p50 / s_off.p50 - 1) * 100),
       zone_tick_p99_on_vs_off_percent: r3((s_on.p99 / s_off.p99 - 1) * 100),
-      zone_durable_events: Enum.sum(for {:on, _, _, r} <- runs, do: r),
-      zone_memory_table_history_0_bytes: Enum.max(for {:off, _, m, _} <- runs, do: m),
-      zone_memory_table_history_300_bytes: Enum.max(for {:on, _, m, _} <- runs, do: m)
+      zone_tick_p99_on_vs_off_per_round: Enum.join(per_round, " "),
+      zone_durable_events: Enum.sum(for {:on, _, _, _, r} <- runs, do: r),
+      zone_memory_table_history_0_bytes: Enum.max(for {:off, _, _, m, _} <- runs, do: m),
+      zone_memory_table_history_300_bytes: Enum.max(for {:on, _, _, m, _} <- runs, do: m)
     }
   end
 

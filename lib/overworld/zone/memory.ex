@@ -79,6 +79,18 @@ defmodule Overworld.Zone.Memory do
   @spec subscribers(t) :: [{pid, non_neg_integer}]
   def subscribers(t), do: :ets.select(t, [{{{:sub, :"$1"}, :"$2"}, [], [{{:"$1", :"$2"}}]}])
 
+  @doc "The journal segment the zone writes to (0 when it never rolled one)."
+  @spec segment(t) :: non_neg_integer
+  def segment(t) do
+    case :ets.lookup(t, :segment) do
+      [{:segment, n}] -> n
+      [] -> 0
+    end
+  end
+
+  @spec put_segment(t, non_neg_integer) :: true
+  def put_segment(t, n), do: :ets.insert(t, {:segment, n})
+
   @doc "Forgets the tick records, keyframes and hashes (a zone recovered from a snapshot)."
   @spec forget_history(t) :: true
   def forget_history(t) do

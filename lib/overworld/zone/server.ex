@@ -77,6 +77,8 @@ defmodule Overworld.Zone.Server do
 
     store = config.data_dir && Store.whereis(config.id)
     {journal, segment} = if store, do: Store.journal(store), else: {nil, 0}
+    # The segment a previous server of this zone rolled to, if any.
+    segment = max(segment, Memory.segment(metrics.memory))
 
     st = %{
       config: config,
@@ -116,6 +118,8 @@ defmodule Overworld.Zone.Server do
       snap_at: System.monotonic_time(:millisecond),
       # Rewinds asked for while a tick runs (debug zones).
       rewinds: [],
+      # Queries asked for while a tick runs, newest first.
+      held_queries: [],
       started: started
     }
 
@@ -510,11 +514,12 @@ defmodule Overworld.Zone.Server do
     {:noreply, maybe_manual_tick(%{st | manual: :queue.in({from, count}, st.manual)})}
   end
 
-  def handle_call({:query, q}, from, st) do
-    ref = make_ref()
-    for pid <- Tuple.to_list(st.workers), do: send(pid, {:query, st.epoch, ref, q})
-    {:noreply, %{st | queries: Map.put(st.queries, ref, {from, q, st.config.workers, []})}}
-  end
+  # Queries see one completed tick: one asked while a tick runs waits for its end (worker 0
+  # forwards the tick to the others, so a query sent now could reach them on either side of it).
+  def handle_call({:query, q}, from, %{running: nil} = st), do: {:noreply, query(st, from, q)}
+
+  def handle_call({:query, q}, from, st),
+    do: {:noreply, %{st | held_queries: [{from, q} | st.held_queries]}}
 
   def handle_call({:subscribe, pid}, _from, st), do: {:reply, :ok, add_subscriber(st, pid)}
 
@@ -805,6 +810,12 @@ defmodule Overworld.Zone.Server do
     end
   end
 
+  defp query(st, from, q) do
+    ref = make_ref()
+    for pid <- Tuple.to_list(st.workers), do: send(pid, {:query, st.epoch, ref, q})
+    %{st | queries: Map.put(st.queries, ref, {from, q, st.config.workers, []})}
+  end
+
   defp unsubscribe(st, pid) do
     case Map.pop(st.subscribers, pid) do
       {nil, _} ->
@@ -968,6 +979,11 @@ defmodule Overworld.Zone.Server do
     for {pid, i} <- Enum.with_index(Tuple.to_list(st.workers)),
         do: send(pid, {:idle, st.epoch, notice, elem(st.shards, i), jobs})
 
+    st =
+      Enum.reduce(Enum.reverse(st.held_queries), %{st | held_queries: []}, fn {from, q}, st ->
+        query(st, from, q)
+      end)
+
     case simulated? do
       true ->
         Dispatch.report(st.config, st.metrics, r, total)
@@ -1012,6 +1028,7 @@ defmodule Overworld.Zone.Server do
       # A new journal segment: the records after this snapshot start there.
       segment = st.segment + 1
       Journal.roll(st.journal, Store.segment_path(Store.dir(c), segment))
+      Memory.put_segment(st.memory, segment)
 
       part = %{
         game: st.game,

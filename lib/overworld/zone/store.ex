@@ -102,6 +102,10 @@ defmodule Overworld.Zone.Store do
   @impl true
   def init(config) do
     Logger.metadata(zone: inspect(config.id))
+    # Encoding and writing snapshots gives way to the zone's ticks and sessions.
+    Process.flag(:priority, :low)
+    # A zone that stops finishes the snapshot under way and closes its journal (terminate/2).
+    Process.flag(:trap_exit, true)
     dir = dir(config)
     File.mkdir_p!(dir)
     segment = (segments(dir) |> Enum.map(&elem(&1, 0)) |> Enum.max(fn -> 0 end)) + 1

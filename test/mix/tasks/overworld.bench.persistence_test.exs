@@ -12,7 +12,7 @@ defmodule Mix.Tasks.Overworld.Bench.PersistenceTest do
     out =
       capture_io(fn ->
         Mix.Tasks.Overworld.Bench.Persistence.run(
-          ~w(--entities 200 --samples 3 --seconds 1 --appenders 4 --zone-seconds 1 --kills 3
+          ~w(--entities 200 --samples 3 --seconds 1 --appenders 4 --zone-seconds 1 --rounds 2 --kills 3
              --json #{path})
         )
       end)

@@ -1,0 +1,126 @@
+defmodule Overworld.Zone.StoreTest do
+  # A zone's files after a crash, damaged: a torn or corrupt journal tail ends the replay at
+  # the last valid record (with a warning), a corrupt snapshot falls back to the previous one;
+  # the zone always starts.
+  use ExUnit.Case, async: true
+  import ExUnit.CaptureLog
+  alias Overworld.Zone
+  alias Overworld.Zone.Store
+
+  setup do
+    dir = Path.join(Overworld.Test.DataDir.path(), "store-#{System.unique_integer([:positive])}")
+    on_exit(fn -> File.rm_rf(dir) end)
+    %{dir: dir}
+  end
+
+  defp start(dir, id) do
+    opts = Goblins.zone_options(300, id: id, data_dir: dir, clock: :manual, snapshot_ticks: 1_000)
+
+    {:ok, _} = Overworld.start_zone(Goblins, opts)
+    # (A call: the zone has finished starting, and its recovery's log lines are out.)
+    Zone.info(id)
+  end
+
+  # A zone that took its first snapshot (tick 0), then `players` joined, one per tick (journal
+  # records after the snapshot); stopped with its files left behind.
+  defp zone_with_journal(dir, id, players) do
+    start(dir, id)
+    store = Store.whereis(id)
+
+    for p <- players do
+      {:ok, _} = Zone.join(id, p, %{})
+      {:ok, _} = Zone.tick_now(id)
+    end
+
+    {journal, _} = Store.journal(store)
+    :ok = Overworld.Persistence.Journal.sync(journal)
+    :ok = Overworld.stop_zone(id)
+    Path.join(dir, "store_test")
+  end
+
+  defp last_segment(zdir), do: zdir |> Path.join("journal.*") |> Path.wildcard() |> Enum.max()
+
+  # The players whose join records are in the valid part of the journal (the snapshot is of
+  # tick 0, before any join; loot records may come between the joins).
+  defp joined(zdir) do
+    zdir
+    |> Path.join("journal.*")
+    |> Path.wildcard()
+    |> Enum.sort()
+    |> Enum.flat_map(fn seg -> elem(Overworld.Persistence.Journal.read(seg), 1) end)
+    |> Enum.flat_map(fn
+      {:join, _, p, _} -> [p]
+      _ -> []
+    end)
+    |> Enum.sort()
+  end
+
+  test "a clean restart recovers every player", %{dir: dir} do
+    zdir = zone_with_journal(dir, :store_test, ~w(a b c))
+    assert File.exists?(Path.join(zdir, "snapshot"))
+    capture_log(fn -> start(dir, :store_test) end)
+    assert Zone.info(:store_test).players |> Map.keys() |> Enum.sort() == ~w(a b c)
+    Overworld.stop_zone(:store_test)
+  end
+
+  test "a torn journal tail: replay ends at the last whole record", %{dir: dir} do
+    zdir = zone_with_journal(dir, :store_test, ~w(a b c))
+    seg = last_segment(zdir)
+    bytes = File.read!(seg)
+    File.write!(seg, binary_part(bytes, 0, byte_size(bytes) - 3))
+
+    expected = joined(zdir)
+    assert length(expected) >= 2
+    log = capture_log(fn -> start(dir, :store_test) end)
+    assert log =~ "replay ends at byte"
+    assert log =~ "torn_payload"
+    assert Zone.info(:store_test).players |> Map.keys() |> Enum.sort() == expected
+    Overworld.stop_zone(:store_test)
+  end
+
+  test "a flipped bit in a record: nothing from it on is applied", %{dir: dir} do
+    zdir = zone_with_journal(dir, :store_test, ~w(a b c))
+    seg = last_segment(zdir)
+    bytes = File.read!(seg)
+    # The last byte of the second record's payload (header 8 bytes; each record 8 + payload).
+    <<_::binary-size(8), len1::32, _::binary>> = bytes
+    <<_::binary-size(8 + 8 + len1), len2::32, _::binary>> = bytes
+    at = 8 + 8 + len1 + 8 + len2 - 1
+    <<before::binary-size(at), b, rest::binary>> = bytes
+    File.write!(seg, <<before::binary, Bitwise.bxor(b, 0x10), rest::binary>>)
+
+    # Only the first record is valid: player a's join.
+    assert joined(zdir) == ~w(a)
+    log = capture_log(fn -> start(dir, :store_test) end)
+    assert log =~ "bad_checksum"
+    assert Map.keys(Zone.info(:store_test).players) == ~w(a)
+    Overworld.stop_zone(:store_test)
+  end
+
+  test "a corrupt snapshot: the previous one, and the journal after it", %{dir: dir} do
+    zdir = zone_with_journal(dir, :store_test, ~w(a))
+    # A second life: another snapshot (the first becomes snapshot.prev), then more players.
+    capture_log(fn -> start(dir, :store_test) end)
+    {:ok, _} = Zone.join(:store_test, "b", %{})
+    {:ok, _} = Zone.tick_now(:store_test)
+    :ok = Overworld.stop_zone(:store_test)
+    snap = Path.join(zdir, "snapshot")
+    assert File.exists?(snap <> ".prev")
+    File.write!(snap, "OWS" <> <<1>> <> :crypto.strong_rand_bytes(200))
+
+    log = capture_log(fn -> start(dir, :store_test) end)
+    assert log =~ "previous snapshot"
+    assert Zone.info(:store_test).players |> Map.keys() |> Enum.sort() == ~w(a b)
+    Overworld.stop_zone(:store_test)
+  end
+
+  test "garbage instead of every file: the zone starts from init/1", %{dir: dir} do
+    zdir = zone_with_journal(dir, :store_test, ~w(a))
+    for f <- File.ls!(zdir), do: File.write!(Path.join(zdir, f), "garbage")
+
+    capture_log(fn -> start(dir, :store_test) end)
+    assert Zone.count(:store_test) == 300
+    assert Zone.info(:store_test).players == %{}
+    Overworld.stop_zone(:store_test)
+  end
+end
