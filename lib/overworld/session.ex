@@ -72,6 +72,8 @@ defmodule Overworld.Session do
     # Reliable messages from the zone (EVENT), numbered; those the busy socket refused wait.
     out_seq: 0,
     outbox: [],
+    # Reliable messages of the client that came while the zone restarted, newest first.
+    held_in: [],
     bucket: 0,
     refilled: 0
   ]
@@ -393,8 +395,14 @@ defmodule Overworld.Session do
 
       true ->
         case take_token(st) do
+          {:ok, %{zone_pid: nil} = st} ->
+            # The zone is restarting: kept for it, in order (bounded like the outbox).
+            if length(st.held_in) >= @max_outbox,
+              do: close(st, 4006, "zone unavailable", 6),
+              else: {:ok, %{st | event_seq: seq, held_in: [p | st.held_in]}}
+
           {:ok, st} ->
-            if st.zone_pid, do: send(st.zone_pid, {:overworld_event, st.user, p})
+            send(st.zone_pid, {:overworld_event, st.user, p})
             {:ok, %{st | event_seq: seq}}
 
           {:drop, st} ->
@@ -503,8 +511,8 @@ defmodule Overworld.Session do
     with {:ok, info} <- zone_info(st.zone),
          {:ok, entity} <- player_entity(st, info, handoff),
          {:ok, obs} <- Interest.new(st.zone, st.cfg.interest),
-         :ok <- Overworld.Zone.subscribe(st.zone, self()) do
-      pid = Overworld.Zone.whereis(st.zone)
+         :ok <- Overworld.Zone.subscribe(st.zone, self()),
+         pid when is_pid(pid) <- Overworld.Zone.whereis(st.zone) || {:error, :not_running} do
       Process.monitor(pid)
       config = info.config
       seq = if handoff, do: handoff.input_seq, else: 0
@@ -532,7 +540,8 @@ defmodule Overworld.Session do
          :ok <- Overworld.Zone.subscribe(st.zone, self()) do
       Process.monitor(pid)
       obs = st.obs && Interest.resync(st.obs, :zone_restarted)
-      {:noreply, %{st | zone_pid: pid, obs: obs}}
+      for p <- Enum.reverse(st.held_in), do: send(pid, {:overworld_event, st.user, p})
+      {:noreply, %{st | zone_pid: pid, obs: obs, held_in: []}}
     else
       _ -> zone_lost(st)
     end

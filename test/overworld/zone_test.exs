@@ -497,4 +497,52 @@ defmodule Overworld.ZoneInFlightTest do
     assert Zone.state_hash(zone) == Zone.state_hash(twin)
     assert {:ok, 5} = Zone.tick_now(zone)
   end
+
+  defp kill_server(zone) do
+    old = Zone.whereis(zone)
+
+    capture_log(fn ->
+      Process.exit(old, :kill)
+
+      Stream.repeatedly(fn -> Process.sleep(5) && Zone.whereis(zone) end)
+      |> Enum.find(&(is_pid(&1) and &1 != old))
+
+      Zone.info(zone)
+    end)
+  end
+
+  test "the restarted server repairs changes a kill cut short" do
+    zone = {__MODULE__, make_ref()}
+    start(zone)
+    {:ok, ann} = Zone.join(zone, "ann", %{x: 100, y: 100})
+    {:ok, bob} = Zone.join(zone, "bob", %{x: 200, y: 200})
+    {:ok, 1} = Zone.tick_now(zone)
+    table = Zone.metrics_ref(zone).memory
+    # A player row whose avatar never came (a leave cut short after the despawn), and an avatar
+    # whose player row is gone (a join cut short before the row).
+    Memory.put_player(table, "ghost", 9_999, nil)
+    Memory.delete_player(table, "bob")
+    kill_server(zone)
+
+    assert Zone.info(zone).players == %{"ann" => ann}
+    refute Enum.any?(Memory.players(table), &match?({"ghost", _, _}, &1))
+    # The avatar without a player goes with the next tick.
+    {:ok, 2} = Zone.tick_now(zone)
+    ids = Enum.map(Zone.entities(zone), &elem(&1, 1))
+    assert ann in ids
+    refute bob in ids
+    assert length(ids) == 51
+  end
+
+  test "a player who joined just before the kill keeps the avatar on its way" do
+    zone = {__MODULE__, make_ref()}
+    start(zone)
+    {:ok, 1} = Zone.tick_now(zone)
+    # Joined, not ticked yet: the avatar is a pending spawn.
+    {:ok, ann} = Zone.join(zone, "ann", %{x: 100, y: 100})
+    kill_server(zone)
+    assert Zone.info(zone).players == %{"ann" => ann}
+    {:ok, 2} = Zone.tick_now(zone)
+    assert Enum.any?(Zone.entities(zone), &(elem(&1, 1) == ann))
+  end
 end

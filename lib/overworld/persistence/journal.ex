@@ -301,6 +301,8 @@ defmodule Overworld.Persistence.Journal do
   def handle_info(_other, st), do: {:noreply, st}
 
   @impl true
+  def terminate({:shutdown, {:journal_failed, _}}, _st), do: :ok
+
   def terminate(_reason, st) do
     commit(st)
     :file.close(st.io)
@@ -321,8 +323,14 @@ defmodule Overworld.Persistence.Journal do
         for {pid, ref, seq} <- st.waiters, do: send(pid, {:journal_synced, ref, seq})
 
       {:error, reason} ->
-        Logger.error("journal #{st.path}: write failed: #{inspect(reason)}")
+        # After a failed write or fsync the file can no longer be trusted (a torn record may
+        # sit where the next ones would go, and the kernel may have dropped the dirty pages):
+        # the waiters are told, and the writer stops. Its owner (a zone's store) restarts and
+        # opens a new segment; nothing is acknowledged that is not on disk.
+        Logger.error("journal #{st.path}: write failed (#{inspect(reason)}): the writer stops")
         for {pid, ref, _seq} <- st.waiters, do: send(pid, {:journal_failed, ref, reason})
+        :file.close(st.io)
+        exit({:shutdown, {:journal_failed, reason}})
     end
 
     %{

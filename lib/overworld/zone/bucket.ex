@@ -115,6 +115,9 @@ defmodule Overworld.Zone.Bucket do
        collect_due: false,
        jobs: [],
        loaded: false,
+       # The durable events of our last tick, for a server that restarts before it heard of
+       # them (Overworld.Zone.Server.restore/4).
+       events: [],
        tick: 0
      }}
   end
@@ -173,12 +176,24 @@ defmodule Overworld.Zone.Bucket do
             collect_due: false,
             jobs: [],
             loaded: false,
+            events: [],
             tick: 0
         }
 
-    owned = for {_k, l} <- own_pairs(st), e <- l, entity(e, :owner) != nil, do: entity(e, :id)
+    owned =
+      for {_k, l} <- own_pairs(st),
+          e <- l,
+          entity(e, :owner) != nil,
+          do: {entity(e, :id), entity(e, :owner)}
 
-    {:reply, %{tick: st.tick, loaded: st.loaded, count: st.count, owned: owned}, st}
+    {:reply,
+     %{
+       tick: st.tick,
+       loaded: st.loaded,
+       count: st.count,
+       owned: owned,
+       events: {st.tick, st.events}
+     }, st}
   end
 
   # The server sends each tick to worker 0, which hands the others their parts.
@@ -313,6 +328,7 @@ defmodule Overworld.Zone.Bucket do
         own: own,
         count: count,
         loaded: true,
+        events: pass.events,
         logged_at: log_time(st, pass.errors)
     }
   end

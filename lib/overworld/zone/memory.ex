@@ -79,6 +79,18 @@ defmodule Overworld.Zone.Memory do
   @spec subscribers(t) :: [{pid, non_neg_integer}]
   def subscribers(t), do: :ets.select(t, [{{{:sub, :"$1"}, :"$2"}, [], [{{:"$1", :"$2"}}]}])
 
+  @doc "The zone's journal writer and the segment its store opened (nil without a store)."
+  @spec journal(t) :: {pid, non_neg_integer} | nil
+  def journal(t) do
+    case :ets.lookup(t, :journal) do
+      [{:journal, pid, segment}] -> {pid, segment}
+      [] -> nil
+    end
+  end
+
+  @spec put_journal(t, pid, non_neg_integer) :: true
+  def put_journal(t, pid, segment), do: :ets.insert(t, {:journal, pid, segment})
+
   @doc "The journal segment the zone writes to (0 when it never rolled one)."
   @spec segment(t) :: non_neg_integer
   def segment(t) do
@@ -91,14 +103,62 @@ defmodule Overworld.Zone.Memory do
   @spec put_segment(t, non_neg_integer) :: true
   def put_segment(t, n), do: :ets.insert(t, {:segment, n})
 
-  @doc "Forgets the tick records, keyframes and hashes (a zone recovered from a snapshot)."
+  @doc """
+  Forgets the tick records, keyframes, hashes and changes pending (a zone that starts a new
+  timeline: recovered from a snapshot, rewound, or started over).
+  """
   @spec forget_history(t) :: true
   def forget_history(t) do
     :ets.match_delete(t, {{:tick, :_}, :_, :_})
     :ets.match_delete(t, {{:kf, :_, :_}, :_, :_})
     :ets.match_delete(t, {{:hash, :_, :_}, :_, :_})
     :ets.delete(t, :last)
+    :ets.delete(t, :pending)
+    :ets.delete(t, :finished)
   end
+
+  @doc "Forgets the players too (a zone that starts over from `init/1`)."
+  @spec forget_world(t) :: true
+  def forget_world(t) do
+    forget_history(t)
+    :ets.match_delete(t, {{:player, :_}, :_, :_})
+    :ets.delete(t, :orphans)
+  end
+
+  @doc "The last tick whose end the server handled (its durable events journaled)."
+  @spec finished(t) :: integer
+  def finished(t) do
+    case :ets.lookup(t, :finished) do
+      [{:finished, n}] -> n
+      [] -> -1
+    end
+  end
+
+  @spec put_finished(t, non_neg_integer) :: true
+  def put_finished(t, n), do: :ets.insert(t, {:finished, n})
+
+  @doc "Players recovered from disk whose session has not come back, and their deadline (ms)."
+  @spec orphans(t) :: map
+  def orphans(t) do
+    case :ets.lookup(t, :orphans) do
+      [{:orphans, m, _deadline}] -> m
+      [] -> %{}
+    end
+  end
+
+  @spec orphans_deadline(t) :: integer
+  def orphans_deadline(t) do
+    case :ets.lookup(t, :orphans) do
+      [{:orphans, _m, deadline}] -> deadline
+      [] -> 0
+    end
+  end
+
+  @spec put_orphans(t, map, integer) :: true
+  def put_orphans(t, m, deadline) when map_size(m) == 0 and is_integer(deadline),
+    do: :ets.delete(t, :orphans)
+
+  def put_orphans(t, m, deadline), do: :ets.insert(t, {:orphans, m, deadline})
 
   @doc "A worker's cells at tick `n` (a history keyframe), in slot `slot`."
   @spec put_keyframe(t, non_neg_integer, non_neg_integer, non_neg_integer, list) :: true

@@ -49,6 +49,10 @@ defmodule Overworld.Zone.Pass do
     mod = Function.capture(module, :handle_entity, 3)
     env = {mod, grid, owners, me, w, h, ctx, inputs, despawns, wire && Wire.funs(wire)}
     plain? = map_size(inputs) == 0 and map_size(despawns) == 0
+    # Entities despawned this tick are not seen by their neighbours either: whatever an entity
+    # decides from a neighbour (a pickup, a hit) the neighbour decides too, and one that is
+    # gone cannot.
+    view = if map_size(despawns) == 0, do: view, else: without(view, despawns)
 
     {desc, border, wired, {movers, out, moves, gone, errors, events}} =
       cells(
@@ -74,6 +78,13 @@ defmodule Overworld.Zone.Pass do
       errors: errors,
       events: events
     }
+  end
+
+  defp without(pairs, despawns) do
+    for {k, l} <- pairs,
+        kept = Enum.reject(l, &is_map_key(despawns, entity(&1, :id))),
+        kept != [],
+        do: {k, kept}
   end
 
   # The cursors `above`, `same` and `below` sweep the view for the 3x3 block of each cell.

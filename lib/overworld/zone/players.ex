@@ -33,6 +33,10 @@ defmodule Overworld.Zone.Players do
   @spec entity(t, term) :: pos_integer | nil
   def entity(%__MODULE__{by_player: m}, player), do: Map.get(m, player)
 
+  @doc "The player of an entity, or nil."
+  @spec player(t, pos_integer) :: term | nil
+  def player(%__MODULE__{by_entity: m}, id), do: Map.get(m, id)
+
   @doc "The worker holding a player's entity, or nil."
   @spec worker(t, pos_integer) :: non_neg_integer | nil
   def worker(%__MODULE__{worker: m}, id), do: Map.get(m, id)

@@ -76,7 +76,7 @@ defmodule Overworld.Zone.Server do
       |> List.to_tuple()
 
     store = config.data_dir && Store.whereis(config.id)
-    {journal, segment} = if store, do: Store.journal(store), else: {nil, 0}
+    {journal, segment} = (store && Memory.journal(metrics.memory)) || {nil, 0}
     # The segment a previous server of this zone rolled to, if any.
     segment = max(segment, Memory.segment(metrics.memory))
 
@@ -118,6 +118,8 @@ defmodule Overworld.Zone.Server do
       snap_at: System.monotonic_time(:millisecond),
       # Rewinds asked for while a tick runs (debug zones).
       rewinds: [],
+      # A snapshot handed to the store and not written yet.
+      snapshotting: false,
       # Queries asked for while a tick runs, newest first.
       held_queries: [],
       started: started
@@ -138,6 +140,9 @@ defmodule Overworld.Zone.Server do
   end
 
   defp fresh(st) do
+    # A world that starts over: nothing of a previous one is remembered (but its subscribers).
+    Memory.forget_world(st.memory)
+
     case Callbacks.call(st, :init, [st.config.args]) do
       {:ok, {:ok, game}} ->
         finish_init(%{st | game: game}, [])
@@ -184,10 +189,13 @@ defmodule Overworld.Zone.Server do
     msg = {:attach, st.epoch, st.workers, self(), keep?}
     first = GenServer.call(w0, msg, :infinity)
     refs = for pid <- rest, do: :gen_server.send_request(pid, msg)
-    others = for ref <- refs, do: :gen_server.wait_response(ref, :infinity)
-    summaries = [first | for({:reply, r} <- others, do: r)]
+    others = for ref <- refs, do: reply!(:gen_server.wait_response(ref, :infinity))
+    summaries = [first | others]
     if keep?, do: summaries, else: st
   end
+
+  defp reply!({:reply, r}), do: r
+  defp reply!({:error, {reason, _pid}}), do: exit({:shutdown, {:bucket_worker_down, reason}})
 
   defp from_memory(st, last) do
     summaries = attach(st, true)
@@ -215,34 +223,66 @@ defmodule Overworld.Zone.Server do
   # sent again if the workers never got it (the record is written before the send).
   defp restore(st, last, summaries, t) do
     mem = st.memory
-    pending = Memory.pending(mem, last.n + 1)
+    c = st.config
+    empty = %{spawns: [], despawns: [], next_id: 0, game: nil}
+    pending = Memory.pending(mem, last.n + 1) || empty
+    # The tick in flight (sent again below) brings its spawns and despawns.
+    {in_flight, flight_out} = if last.n == t + 1, do: {last.spawns, last.despawns}, else: {[], []}
 
-    where = for {s, w} <- Enum.with_index(summaries), id <- s.owned, into: %{}, do: {id, w}
+    # Every player avatar: held by a worker, or coming (pending, in flight); minus those going.
+    held =
+      for {s, w} <- Enum.with_index(summaries),
+          {id, owner} <- s.owned,
+          into: %{},
+          do: {id, {owner, w}}
 
-    rows =
-      for {p, id, session} <- Memory.players(mem), is_map_key(where, id), do: {p, id, session}
+    coming =
+      for e <- pending.spawns ++ in_flight, entity(e, :owner) != nil, into: %{} do
+        {entity(e, :id), {entity(e, :owner), Config.owner_of(c, entity(e, :x), entity(e, :y))}}
+      end
+
+    avatars = Map.drop(Map.merge(held, coming), pending.despawns ++ flight_out)
+
+    # A row whose avatar is gone (a leave cut short) goes; an avatar without a row (a join cut
+    # short) is despawned.
+    {rows, stale} =
+      Enum.split_with(Memory.players(mem), fn {p, id, _} -> match?(%{^id => {^p, _}}, avatars) end)
+
+    for {p, _, _} <- stale, do: Memory.delete_player(mem, p)
+    kept = MapSet.new(rows, &elem(&1, 1))
+    unowned = for {id, _} <- avatars, not MapSet.member?(kept, id), do: id
 
     players =
-      Enum.reduce(rows, %Players{}, fn {p, id, _}, acc -> Players.add(acc, p, id, where[id]) end)
+      Enum.reduce(rows, %Players{}, fn {p, id, _}, acc ->
+        Players.add(acc, p, id, elem(avatars[id], 1))
+      end)
 
     sessions = for {p, _id, pid} <- rows, is_pid(pid), into: %{}, do: {p, pid}
 
     st = %{
       st
       | tick: t,
-        game: (pending && pending.game) || last.game,
-        next_id: max(last.next_id, (pending && pending.next_id) || 0),
-        segment: st.segment,
+        game: pending.game || last.game,
+        next_id: max(last.next_id, pending.next_id),
         players: players,
         sessions: sessions,
+        orphans: Memory.orphans(mem),
         entity_count: Enum.sum(Enum.map(summaries, & &1.count)),
-        spawns: (pending && pending.spawns) || [],
-        despawns: (pending && pending.despawns) || []
+        spawns: pending.spawns,
+        despawns: unowned ++ pending.despawns
     }
+
+    arm_orphans(st)
+    # The workers finished tick t but its report never reached a server: its durable events
+    # are journaled now (the workers kept them).
+    st =
+      if last.n == t and Memory.finished(mem) < t,
+        do: durable(st, t, Enum.flat_map(summaries, &events_of(&1, t))),
+        else: st
 
     st = Enum.reduce(Memory.subscribers(mem), st, fn {pid, _}, st -> add_subscriber(st, pid) end)
 
-    if last.n == t + 1 do
+    if in_flight != [] or last.n == t + 1 do
       # Lost in flight: sent again, with our epoch.
       ctx = Dispatch.context(st.config, last.n)
 
@@ -265,16 +305,34 @@ defmodule Overworld.Zone.Server do
     end
   end
 
+  defp events_of(%{events: {t, events}}, t), do: events
+  defp events_of(_summary, _t), do: []
+
+  # Players recovered from disk whose session has not come back: they leave at the deadline
+  # (kept in the memory table: a server restarted meanwhile keeps the deadline).
+  defp arm_orphans(%{orphans: orphans}) when map_size(orphans) == 0, do: :ok
+
+  defp arm_orphans(st) do
+    deadline = Memory.orphans_deadline(st.memory)
+    left = max(deadline - System.monotonic_time(:millisecond), 0)
+    Process.send_after(self(), :orphans, left)
+    :ok
+  end
+
   defp await_resent(%{running: nil} = st), do: st
 
   defp await_resent(st) do
     epoch = st.epoch
     n = st.running.n
+    ws = worker_set(st)
 
     receive do
       {:done, ^epoch, ^n, w, stats} ->
         st = worker_done(st, w, stats, :resent)
         await_resent(st)
+
+      {:DOWN, _, :process, pid, reason} when is_map_key(ws, pid) ->
+        worker_lost(reason)
     end
   end
 
@@ -325,7 +383,6 @@ defmodule Overworld.Zone.Server do
               do: {p, pid}
 
         orphans = for {p, _} <- base.players, not is_map_key(live, p), into: %{}, do: {p, true}
-        if orphans != %{}, do: Process.send_after(self(), :orphans, st.config.rejoin_ms)
 
         Logger.info(
           "zone #{inspect(st.config.id)} recovered from " <>
@@ -345,16 +402,19 @@ defmodule Overworld.Zone.Server do
             spawns: entities
         }
 
-        for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
-
         # The ticks after the snapshot happened in a timeline that is gone: their blocks,
-        # history and hashes go too.
+        # history, hashes, pending changes and players go too (the players come back from
+        # the snapshot and the journal).
         case st.config.shared do
           %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_ticks(table)
           _ -> true
         end
 
-        Memory.forget_history(st.memory)
+        Memory.forget_world(st.memory)
+        for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
+        deadline = System.monotonic_time(:millisecond) + st.config.rejoin_ms
+        Memory.put_orphans(st.memory, orphans, deadline)
+        arm_orphans(st)
 
         st =
           Enum.reduce(Memory.subscribers(st.memory), st, fn {pid, _}, st ->
@@ -422,7 +482,7 @@ defmodule Overworld.Zone.Server do
         if function_exported?(module, :replay_durable, 2),
           do: %{
             base
-            | entities: Enum.reduce(events, base.entities, &module.replay_durable(&1, &2))
+            | entities: Enum.reduce(events, base.entities, &replay_event(module, &1, &2))
           },
           else: base
 
@@ -431,30 +491,53 @@ defmodule Overworld.Zone.Server do
     end
   end
 
+  # Game code replaying a record: a failure skips the record (logged), never the recovery.
+  defp replay_event(module, event, entities) do
+    case module.replay_durable(event, entities) do
+      %{} = entities ->
+        entities
+
+      other ->
+        Logger.error("replay_durable/2 returned #{inspect(other, limit: 5)}: record skipped")
+        entities
+    end
+  catch
+    kind, reason ->
+      Logger.error(
+        "replay_durable/2 failed on #{inspect(event, limit: 5)}: " <>
+          Exception.format(kind, reason, __STACKTRACE__) <> " (record skipped)"
+      )
+
+      entities
+  end
+
   @impl true
   def handle_continue({:recovered, from}, st) do
-    us = System.convert_time_unit(System.monotonic_time() - st.started, :native, :microsecond)
-
-    Logger.warning(
-      "zone #{inspect(st.config.id)} restarted from #{from} at tick #{st.tick} in #{us} µs " <>
-        "(#{st.entity_count} entities, #{map_size(st.subscribers)} subscribers)"
-    )
+    took = System.monotonic_time() - st.started
 
     Telemetry.execute(
       [:overworld, :zone, :recovered],
-      %{duration: System.monotonic_time() - st.started},
+      %{duration: took},
       %{zone: st.config.id, from: from, tick: st.tick}
     )
 
-    # The first tick runs at once; the clock starts again from it.
-    case st.config.clock do
-      :manual ->
-        {:noreply, st}
+    # The first tick runs at once (the clock starts again from it), then the log line.
+    st =
+      case st.config.clock do
+        :manual ->
+          st
 
-      :realtime ->
-        {:noreply,
-         begin_tick(%{st | clock: %{t0: System.monotonic_time(), slot: 0, timer: nil}}, 0)}
-    end
+        :realtime ->
+          begin_tick(%{st | clock: %{t0: System.monotonic_time(), slot: 0, timer: nil}}, 0)
+      end
+
+    Logger.warning(
+      "zone #{inspect(st.config.id)} restarted from #{from} at tick #{st.tick} in " <>
+        "#{System.convert_time_unit(took, :native, :microsecond)} µs " <>
+        "(#{st.entity_count} entities, #{map_size(st.subscribers)} subscribers)"
+    )
+
+    {:noreply, st}
   end
 
   defp await_load(%{running: nil} = st), do: st
@@ -462,11 +545,22 @@ defmodule Overworld.Zone.Server do
   defp await_load(st) do
     epoch = st.epoch
     n = st.running.n
+    ws = worker_set(st)
 
     receive do
-      {:done, ^epoch, ^n, w, stats} -> await_load(worker_done(st, w, stats, false))
+      {:done, ^epoch, ^n, w, stats} ->
+        await_load(worker_done(st, w, stats, false))
+
+      {:DOWN, _, :process, pid, reason} when is_map_key(ws, pid) ->
+        worker_lost(reason)
     end
   end
+
+  # A worker that dies while we wait for a whole tick: the wait would never end. The server
+  # exits; the zone's supervisor restarts the workers and then a server, which recovers.
+  defp worker_lost(reason), do: exit({:shutdown, {:bucket_worker_down, reason}})
+
+  defp worker_set(st), do: Map.new(Tuple.to_list(st.workers), &{&1, true})
 
   ## Clock
 
@@ -533,7 +627,7 @@ defmodule Overworld.Zone.Server do
   def handle_call({:join, player, meta}, _from, st) do
     if Players.joined?(st.players, player) do
       # A session coming back (after a reconnect, a takeover or a recovery) takes the player.
-      st = %{set_session(st, player, meta) | orphans: Map.delete(st.orphans, player)}
+      st = set_session(st, player, meta) |> unorphan(player)
       {:reply, {:error, :already_joined}, st}
     else
       case Callbacks.call(st, :handle_join, [player, meta, st.game]) do
@@ -562,7 +656,6 @@ defmodule Overworld.Zone.Server do
 
       id ->
         st = drop_player(st, player, id)
-        st = %{st | despawns: [id | st.despawns]}
 
         st =
           game_result(
@@ -605,7 +698,9 @@ defmodule Overworld.Zone.Server do
   defp join(st, player, meta, spec, actions) do
     case build_all(st, [spec], player) do
       {:ok, [e], st} ->
-        st = set_session(st, player, meta)
+        # The avatar (pending spawn) before the player's row: a server killed in between
+        # leaves an avatar without a player, which the next one despawns (see restore/4).
+        st = st |> remember() |> set_session(player, meta)
         journal(st, {:join, next_tick(st), player, e})
         {:reply, {:ok, entity(e, :id)}, remember(apply_actions(st, actions, :handle_join))}
 
@@ -626,12 +721,15 @@ defmodule Overworld.Zone.Server do
     if session, do: %{st | sessions: Map.put(st.sessions, player, session)}, else: st
   end
 
+  # The avatar's despawn (pending) before the player's row goes: a server killed in between
+  # finds a row whose avatar is going, and drops it (see restore/4).
   defp drop_player(st, player, id) do
     case st.config.shared do
       %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_player(table, player, id)
       _ -> true
     end
 
+    st = remember(%{st | despawns: [id | st.despawns]})
     Memory.delete_player(st.memory, player)
     journal(st, {:leave, next_tick(st), player, id})
 
@@ -640,10 +738,18 @@ defmodule Overworld.Zone.Server do
       | players: Players.remove(st.players, player),
         inputs: Map.delete(st.inputs, player),
         acks: Map.delete(st.acks, player),
-        sessions: Map.delete(st.sessions, player),
-        orphans: Map.delete(st.orphans, player)
+        sessions: Map.delete(st.sessions, player)
     }
+    |> unorphan(player)
   end
+
+  defp unorphan(%{orphans: orphans} = st, player) when is_map_key(orphans, player) do
+    orphans = Map.delete(orphans, player)
+    Memory.put_orphans(st.memory, orphans, Memory.orphans_deadline(st.memory))
+    %{st | orphans: orphans}
+  end
+
+  defp unorphan(st, _player), do: st
 
   # The tick at which changes made now take effect.
   defp next_tick(%{running: nil, tick: t}), do: t + 1
@@ -771,16 +877,19 @@ defmodule Overworld.Zone.Server do
     {:noreply, %{st | unsynced: unsynced}}
   end
 
+  def handle_info({:snapshot_done, _tick}, st), do: {:noreply, %{st | snapshotting: false}}
+
   # Players recovered from disk whose session never came back leave.
   def handle_info(:orphans, st) do
     st =
       Enum.reduce(Map.keys(st.orphans), st, fn player, st ->
         case Players.entity(st.players, player) do
           nil -> st
-          id -> remember(%{drop_player(st, player, id) | despawns: [id | st.despawns]})
+          id -> drop_player(st, player, id)
         end
       end)
 
+    Memory.put_orphans(st.memory, %{}, 0)
     {:noreply, %{st | orphans: %{}}}
   end
 
@@ -953,12 +1062,18 @@ defmodule Overworld.Zone.Server do
   end
 
   defp worker_done(st, w, stats, simulated?) do
+    ids =
+      for player_id <- stats.gone,
+          into: %{},
+          do: {Players.player(st.players, player_id), player_id}
+
     {gone, players} = Players.report(st.players, stats.moves, stats.gone)
 
+    # Avatars despawned by game code: their players leave.
     st =
       Enum.reduce(gone, %{st | players: players}, fn player, st ->
         Memory.delete_player(st.memory, player)
-        journal(st, {:leave, st.running.n, player, nil})
+        journal(st, {:leave, st.running.n, player, ids[player]})
         %{st | sessions: Map.delete(st.sessions, player)}
       end)
 
@@ -971,6 +1086,7 @@ defmodule Overworld.Zone.Server do
     total = System.monotonic_time() - r.t0
     st = %{st | running: nil, tick: r.n, entity_count: r.count}
     st = durable(st, r.n, List.flatten(r.events))
+    Memory.put_finished(st.memory, r.n)
     {st, jobs} = jobs(st, r.n)
     # The whole tick is done: the workers tell the subscribers, do the jobs (snapshot,
     # history), then collect garbage.
@@ -1024,11 +1140,14 @@ defmodule Overworld.Zone.Server do
       st.snap_tick == nil or n - st.snap_tick >= c.snapshot_ticks or
         (c.snapshot_ms != nil and now - st.snap_at >= c.snapshot_ms)
 
-    if due do
+    # One snapshot at a time: the next waits until the store has written (or dropped) this
+    # one, so copies of the world never pile up in its mailbox.
+    if due and not st.snapshotting do
       # A new journal segment: the records after this snapshot start there.
       segment = st.segment + 1
-      Journal.roll(st.journal, Store.segment_path(Store.dir(c), segment))
+      # Remembered before the roll: a server killed in between never rolls to it again.
       Memory.put_segment(st.memory, segment)
+      Journal.roll(st.journal, Store.segment_path(Store.dir(c), segment))
 
       part = %{
         game: st.game,
@@ -1039,8 +1158,10 @@ defmodule Overworld.Zone.Server do
         segment: segment
       }
 
-      send(st.store, {:snapshot_begin, n, part, c.workers})
-      {%{st | segment: segment, snap_tick: n, snap_at: now}, {:snapshot, st.store, n}}
+      send(st.store, {:snapshot_begin, n, part, c.workers, self()})
+
+      {%{st | segment: segment, snap_tick: n, snap_at: now, snapshotting: true},
+       {:snapshot, st.store, n}}
     else
       {st, nil}
     end

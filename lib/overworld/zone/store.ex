@@ -9,11 +9,12 @@ defmodule Overworld.Zone.Store do
   #   starts a new segment with every snapshot (`roll/2`, ordered with its appends). A new
   #   store never appends to an old segment: it opens the next one.
   # * Snapshots are assembled here, off the tick path: the server sends its part
-  #   (`{:snapshot_begin, tick, part, workers}`) and every worker, once the tick is over, its
+  #   (`{:snapshot_begin, tick, part, workers, server}`) and every worker, once the tick is over, its
   #   cells (`{:snapshot_part, tick, w, cells}`). The whole state is kept in memory (the newest,
   #   for a restart of the workers) and written with `Overworld.Persistence.SnapshotFile`
   #   (temporary file, fsync, verified, then renamed; the previous one kept). A snapshot still
-  #   incomplete when a newer one begins is dropped (newest wins). Segments older than the
+  #   incomplete when a newer one begins is dropped (newest wins); the server hears
+  #   `{:snapshot_done, tick}` and begins no other before. Segments older than the
   #   previous snapshot's are deleted once a snapshot is written.
   # * `recover/1`: the newest valid snapshot (memory, then disk) and every journal record after
   #   it, in order; a torn or corrupt tail ends a segment's records (with a warning).
@@ -110,6 +111,9 @@ defmodule Overworld.Zone.Store do
     File.mkdir_p!(dir)
     segment = (segments(dir) |> Enum.map(&elem(&1, 0)) |> Enum.max(fn -> 0 end)) + 1
     {:ok, journal} = Journal.open(segment_path(dir, segment), commit_ms: config.commit_ms)
+    # Where the zone server finds the journal without a call (a store busy writing a snapshot
+    # would hold up a restarting server).
+    Overworld.Zone.Memory.put_journal(config.shared.memory, journal, segment)
 
     {:ok,
      %{
@@ -165,22 +169,26 @@ defmodule Overworld.Zone.Store do
   end
 
   @impl true
-  def handle_info({:snapshot_begin, tick, part, parts}, st) do
+  def handle_info({:snapshot_begin, tick, part, parts, from}, st) do
     if st.assembling,
       do: Logger.warning("snapshot of tick #{st.assembling.tick} dropped: newer one")
 
     dropped = if st.assembling, do: st.dropped + 1, else: st.dropped
-
-    {:noreply,
-     %{st | assembling: %{tick: tick, part: part, missing: parts, cells: []}, dropped: dropped}}
+    a = %{tick: tick, part: part, missing: parts, cells: [], from: from}
+    {:noreply, %{st | assembling: a, dropped: dropped}}
   end
 
   def handle_info({:snapshot_part, tick, _w, cells}, %{assembling: %{tick: tick} = a} = st) do
     a = %{a | missing: a.missing - 1, cells: [cells | a.cells]}
 
-    if a.missing == 0,
-      do: {:noreply, write(%{st | assembling: nil}, a)},
-      else: {:noreply, %{st | assembling: a}}
+    if a.missing == 0 do
+      st = write(%{st | assembling: nil}, a)
+      # The zone may hand over its next snapshot.
+      send(a.from, {:snapshot_done, a.tick})
+      {:noreply, st}
+    else
+      {:noreply, %{st | assembling: a}}
+    end
   end
 
   def handle_info({:EXIT, _pid, reason}, st), do: {:stop, reason, st}
