@@ -112,6 +112,8 @@ defmodule Mix.Tasks.Overworld.Bench.Persistence do
       on versus off               p50 #{signed(r.zone_tick_p50_on_vs_off_percent)} %, p99 #{signed(r.zone_tick_p99_on_vs_off_percent)} % (target: p99 at most 5 % worse); p99 per round: #{r.zone_tick_p99_on_vs_off_per_round} %
       durable events journaled    #{r.zone_durable_events} (loot picked up by the 50 players in the runs with persistence)
       recovery from memory        p50 #{r.zone_recovery_memory_p50_ms} ms, p99 #{r.zone_recovery_memory_p99_ms} ms, max #{r.zone_recovery_memory_max_ms} ms  (zone server killed #{m} times; p99 #{Stats.confidence(99, m)}; target p99 <= 5 ms)
+        killed between ticks      p50 #{r.zone_recovery_memory_between_ticks_p50_ms} ms, p99 #{r.zone_recovery_memory_between_ticks_p99_ms} ms  (#{r.zone_recovery_memory_between_ticks_samples} samples)
+        killed during a tick      p50 #{r.zone_recovery_memory_during_tick_p50_ms} ms, p99 #{r.zone_recovery_memory_during_tick_p99_ms} ms  (#{r.zone_recovery_memory_during_tick_samples} samples: the tick in flight finishes first)
       recovery, worker killed     p50 #{r.zone_recovery_worker_p50_ms} ms, max #{r.zone_recovery_worker_max_ms} ms  (#{r.zone_recovery_worker_samples} samples: newest snapshot in memory + journal from disk)
       recovery from disk          p50 #{r.zone_recovery_disk_p50_ms} ms, max #{r.zone_recovery_disk_max_ms} ms  (#{r.zone_recovery_disk_samples} samples: zone stopped and started on its files)
       history memory              #{r.zone_memory_table_history_300_bytes} bytes with 300 ticks (keyframes every 30), #{r.zone_memory_table_history_0_bytes} without\

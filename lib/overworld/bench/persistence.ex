@@ -259,7 +259,7 @@ defmodule Overworld.Bench.Persistence do
                                                                                     _,
                                                                                     meta,
                                                                                     _ ->
-      send(me, {:recovered, meta.zone, meta.from, System.monotonic_time()})
+      send(me, {:recovered, meta.zone, meta.from, System.monotonic_time(), meta.tick})
     end)
 
     # Every restart logs a line; the figures say it better.
@@ -396,14 +396,18 @@ defmodule Overworld.Bench.Persistence do
     memory =
       for _ <- 1..o.kills do
         Process.sleep(50 + :rand.uniform(150))
-        kill_and_time(id, Overworld.Zone.whereis(id), :memory)
+        # Whether a tick was running at the kill: the new server resumes past the last tick
+        # reported before it (the tick in flight finished during the recovery).
+        before = Overworld.Zone.Metrics.get(Overworld.Zone.metrics_ref(id), :last_tick)
+        {ms, tick} = kill_and_time(id, Overworld.Zone.whereis(id), :memory)
+        {ms, tick > before}
       end
 
     worker =
       for _ <- 1..min(o.kills, 10) do
         Process.sleep(300 + :rand.uniform(300))
         [{w, _}] = Registry.lookup(Overworld.Registry, {:bucket, id, 0})
-        kill_and_time(id, w, :store)
+        elem(kill_and_time(id, w, :store), 0)
       end
 
     send(elem(z, 1), :stop)
@@ -414,11 +418,13 @@ defmodule Overworld.Bench.Persistence do
         t0 = System.monotonic_time()
         opts = Goblins.zone_options(o.entities, id: id, wire: Goblins.Wire, data_dir: dir)
         {:ok, _} = Overworld.start_zone(Goblins, opts)
-        await_recovered(id, :store, t0)
+        elem(await_recovered(id, :store, t0), 0)
       end
 
     Overworld.stop_zone(id)
-    m = Overworld.Bench.Stats.summary(memory)
+    m = Overworld.Bench.Stats.summary(Enum.map(memory, &elem(&1, 0)))
+    between = Overworld.Bench.Stats.summary(for {ms, false} <- memory, do: ms)
+    during = Overworld.Bench.Stats.summary(for {ms, true} <- memory, do: ms)
     w = Overworld.Bench.Stats.summary(worker)
     d = Overworld.Bench.Stats.summary(disk)
 
@@ -427,6 +433,12 @@ defmodule Overworld.Bench.Persistence do
       zone_recovery_memory_p99_ms: r3(m.p99),
       zone_recovery_memory_max_ms: r3(m.max),
       zone_recovery_memory_samples: m.count,
+      zone_recovery_memory_between_ticks_p50_ms: r3(between.p50),
+      zone_recovery_memory_between_ticks_p99_ms: r3(between.p99),
+      zone_recovery_memory_between_ticks_samples: between.count,
+      zone_recovery_memory_during_tick_p50_ms: r3(during.p50),
+      zone_recovery_memory_during_tick_p99_ms: r3(during.p99),
+      zone_recovery_memory_during_tick_samples: during.count,
       zone_recovery_worker_p50_ms: r3(w.p50),
       zone_recovery_worker_max_ms: r3(w.max),
       zone_recovery_worker_samples: w.count,
@@ -444,10 +456,10 @@ defmodule Overworld.Bench.Persistence do
 
   defp await_recovered(id, from, t0) do
     receive do
-      {:recovered, ^id, ^from, t} ->
-        System.convert_time_unit(t - t0, :native, :microsecond) / 1000
+      {:recovered, ^id, ^from, t, tick} ->
+        {System.convert_time_unit(t - t0, :native, :microsecond) / 1000, tick}
 
-      {:recovered, ^id, other, _t} ->
+      {:recovered, ^id, other, _t, _tick} ->
         raise "zone recovered from #{other}, expected #{from}"
     after
       30_000 -> raise "the zone did not recover within 30 s"
