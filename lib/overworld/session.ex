@@ -395,14 +395,14 @@ defmodule Overworld.Session do
 
       true ->
         case take_token(st) do
-          {:ok, %{zone_pid: nil} = st} ->
+          {:ok, %{zone_pid: nil, zone_was: was} = st} when was != nil ->
             # The zone is restarting: kept for it, in order (bounded like the outbox).
             if length(st.held_in) >= @max_outbox,
               do: close(st, 4006, "zone unavailable", 6),
               else: {:ok, %{st | event_seq: seq, held_in: [p | st.held_in]}}
 
           {:ok, st} ->
-            send(st.zone_pid, {:overworld_event, st.user, p})
+            if st.zone_pid, do: send(st.zone_pid, {:overworld_event, st.user, p})
             {:ok, %{st | event_seq: seq}}
 
           {:drop, st} ->

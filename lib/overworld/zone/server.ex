@@ -282,7 +282,7 @@ defmodule Overworld.Zone.Server do
 
     st = Enum.reduce(Memory.subscribers(mem), st, fn {pid, _}, st -> add_subscriber(st, pid) end)
 
-    if in_flight != [] or last.n == t + 1 do
+    if last.n == t + 1 do
       # Lost in flight: sent again, with our epoch.
       ctx = Dispatch.context(st.config, last.n)
 
