@@ -123,4 +123,36 @@ defmodule Overworld.Zone.StoreTest do
     assert Zone.info(:store_test).players == %{}
     Overworld.stop_zone(:store_test)
   end
+
+  test "players recovered without a session leave after rejoin_ms, even across a server restart",
+       %{dir: dir} do
+    zone_with_journal(dir, :store_test, ~w(a b))
+
+    opts =
+      Goblins.zone_options(300,
+        id: :store_test,
+        data_dir: dir,
+        clock: :manual,
+        snapshot_ticks: 1_000,
+        rejoin_ms: 300
+      )
+
+    capture_log(fn ->
+      {:ok, _} = Overworld.start_zone(Goblins, opts)
+      assert Zone.info(:store_test).players |> Map.keys() |> Enum.sort() == ~w(a b)
+      # "b" comes back (a session joins again); "a" does not.
+      assert {:error, :already_joined} = Zone.join(:store_test, "b", %{session: self()})
+      # A server restart in between keeps the deadline.
+      old = Zone.whereis(:store_test)
+      Process.exit(old, :kill)
+
+      Stream.repeatedly(fn -> Process.sleep(5) && Zone.whereis(:store_test) end)
+      |> Enum.find(&(is_pid(&1) and &1 != old))
+
+      Process.sleep(400)
+      assert Map.keys(Zone.info(:store_test).players) == ["b"]
+    end)
+
+    Overworld.stop_zone(:store_test)
+  end
 end
