@@ -316,6 +316,7 @@ defmodule Overworld.ZoneSupervisionTest do
   # (Recovery with players, sessions and the store: test/overworld/zone/recovery_test.exs.)
   use ExUnit.Case, async: true
   import ExUnit.CaptureLog
+  import Overworld.Test.Restart
   alias Overworld.Zone
 
   defp start do
@@ -332,13 +333,6 @@ defmodule Overworld.ZoneSupervisionTest do
 
     on_exit(fn -> Overworld.stop_zone(id) end)
     id
-  end
-
-  defp await_new_server(zone, old, tries \\ 1_000) do
-    case Zone.whereis(zone) do
-      pid when is_pid(pid) and pid != old -> pid
-      _ when tries > 0 -> Process.sleep(10) && await_new_server(zone, old, tries - 1)
-    end
   end
 
   test "a killed server comes back from memory: same tick, same entities" do
@@ -446,6 +440,7 @@ defmodule Overworld.ZoneInFlightTest do
   # server would have written) and kills the server.
   use ExUnit.Case, async: true
   import ExUnit.CaptureLog
+  import Overworld.Test.Restart
   alias Overworld.Zone
   alias Overworld.Zone.Memory
 
@@ -483,32 +478,10 @@ defmodule Overworld.ZoneInFlightTest do
         despawns: []
     })
 
-    old = Zone.whereis(zone)
-
-    capture_log(fn ->
-      Process.exit(old, :kill)
-
-      Stream.repeatedly(fn -> Process.sleep(5) && Zone.whereis(zone) end)
-      |> Enum.find(&(is_pid(&1) and &1 != old))
-
-      assert Zone.info(zone).tick == 4
-    end)
-
+    capture_log(fn -> kill_server(zone) end)
+    assert Zone.info(zone).tick == 4
     assert Zone.state_hash(zone) == Zone.state_hash(twin)
     assert {:ok, 5} = Zone.tick_now(zone)
-  end
-
-  defp kill_server(zone) do
-    old = Zone.whereis(zone)
-
-    capture_log(fn ->
-      Process.exit(old, :kill)
-
-      Stream.repeatedly(fn -> Process.sleep(5) && Zone.whereis(zone) end)
-      |> Enum.find(&(is_pid(&1) and &1 != old))
-
-      Zone.info(zone)
-    end)
   end
 
   test "the restarted server repairs changes a kill cut short" do
@@ -522,7 +495,7 @@ defmodule Overworld.ZoneInFlightTest do
     # whose player row is gone (a join cut short before the row).
     Memory.put_player(table, "ghost", 9_999, nil)
     Memory.delete_player(table, "bob")
-    kill_server(zone)
+    capture_log(fn -> kill_server(zone) end)
 
     assert Zone.info(zone).players == %{"ann" => ann}
     refute Enum.any?(Memory.players(table), &match?({"ghost", _, _}, &1))
@@ -540,7 +513,7 @@ defmodule Overworld.ZoneInFlightTest do
     {:ok, 1} = Zone.tick_now(zone)
     # Joined, not ticked yet: the avatar is a pending spawn.
     {:ok, ann} = Zone.join(zone, "ann", %{x: 100, y: 100})
-    kill_server(zone)
+    capture_log(fn -> kill_server(zone) end)
     assert Zone.info(zone).players == %{"ann" => ann}
     {:ok, 2} = Zone.tick_now(zone)
     assert Enum.any?(Zone.entities(zone), &(elem(&1, 1) == ann))

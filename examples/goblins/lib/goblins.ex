@@ -138,10 +138,13 @@ defmodule Goblins do
   end
 
   def handle_entity(entity(kind: :player) = e, view, ctx) do
-    # Pickups are decided from the previous tick's positions, as the goblins decide.
-    case pickups(e, view) do
-      [] -> {:ok, player(e, view, ctx)}
-      found -> loot_up(player(e, view, ctx), found)
+    # The neighbours within contact at the previous tick: for the overlap and, as the goblins
+    # decide, for the pickups.
+    near = View.neighbours(view, e, @contact)
+
+    case pickups(e, near, view) do
+      [] -> {:ok, player(e, near, ctx)}
+      found -> loot_up(player(e, near, ctx), found)
     end
   end
 
@@ -402,7 +405,7 @@ defmodule Goblins do
 
   ## Players
 
-  defp player(e, view, ctx) do
+  defp player(e, near, ctx) do
     {mx, my} =
       case entity(e, :input) do
         {mx, my} -> {mx, my}
@@ -414,7 +417,7 @@ defmodule Goblins do
     {vx, vy} = cap_to(vx, vy, @player_speed)
     x = clamp(entity(e, :x) + div(vx, ctx.tick_rate), ctx.width)
     y = clamp(entity(e, :y) + div(vy, ctx.tick_rate), ctx.height)
-    {ox, oy} = overlap(View.neighbours(view, e, @contact), entity(e, :id), x, y, 0, 0)
+    {ox, oy} = overlap(near, entity(e, :id), x, y, 0, 0)
 
     entity(e,
       x: clamp(x + ox, ctx.width),
@@ -428,10 +431,8 @@ defmodule Goblins do
   # The goblins with loot this player touches (previous tick's positions) and gets: for each,
   # the player is the nearest of the players touching it (then the lowest id). The goblin's
   # side (touched?/3) empties it from the same positions.
-  defp pickups(e, view) do
-    prev = View.neighbours(view, e, @contact)
-
-    for g <- prev,
+  defp pickups(e, near, view) do
+    for g <- near,
         entity(g, :kind) in [:goblin, :warlord],
         elem(entity(g, :data), 3) > 0,
         d2(g, e) < @contact2,

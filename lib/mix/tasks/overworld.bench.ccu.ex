@@ -40,15 +40,14 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
   def run(argv) do
     opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bench.ccu")
 
-    o = %{
-      count: Keyword.get(opts, :count, 1_000),
-      clients: Keyword.get(opts, :clients, 4),
-      concurrency: Keyword.get(opts, :concurrency, 64),
-      heartbeat: Keyword.get(opts, :heartbeat, 15_000),
-      hold: Keyword.get(opts, :hold, 10)
-    }
-
-    Overworld.Bench.Args.at_least!(o, Map.keys(o))
+    o =
+      Overworld.Bench.Args.positive!(opts,
+        count: 1_000,
+        clients: 4,
+        concurrency: 64,
+        heartbeat: 15_000,
+        hold: 10
+      )
 
     Mix.Task.run("app.start")
 

@@ -44,17 +44,17 @@ defmodule Mix.Tasks.Overworld.Bench.Persistence do
   def run(argv) do
     opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bench.persistence")
 
-    o = %{
-      entities: Keyword.get(opts, :entities, 10_000),
-      samples: Keyword.get(opts, :samples, 20),
-      seconds: Keyword.get(opts, :seconds, 3),
-      appenders: Keyword.get(opts, :appenders, 64),
-      zone_seconds: Keyword.get(opts, :zone_seconds, 20),
-      rounds: Keyword.get(opts, :rounds, 4),
-      kills: Keyword.get(opts, :kills, 200)
-    }
+    o =
+      Overworld.Bench.Args.positive!(opts,
+        entities: 10_000,
+        samples: 20,
+        seconds: 3,
+        appenders: 64,
+        zone_seconds: 20,
+        rounds: 4,
+        kills: 200
+      )
 
-    Overworld.Bench.Args.at_least!(o, Map.keys(o))
     Stats.start_node()
     machine = Stats.machine()
 

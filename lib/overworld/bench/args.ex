@@ -28,4 +28,15 @@ defmodule Overworld.Bench.Args do
 
     :ok
   end
+
+  @doc """
+  The values of `defaults`' keys (a keyword list of key and default) from the parsed `opts`,
+  as a map, each checked to be a positive integer (`at_least!/3`).
+  """
+  @spec positive!(keyword, keyword) :: map
+  def positive!(opts, defaults) do
+    o = Map.new(defaults, fn {k, default} -> {k, Keyword.get(opts, k, default)} end)
+    at_least!(o, Map.keys(o))
+    o
+  end
 end

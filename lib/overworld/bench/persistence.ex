@@ -384,7 +384,7 @@ defmodule Overworld.Bench.Persistence do
         0
 
       store ->
-        store |> Overworld.Zone.Store.journal() |> elem(0) |> Journal.stats() |> Map.get(:records)
+        store |> Overworld.Zone.Store.journal() |> Journal.stats() |> Map.get(:records)
     end
   end
 

@@ -79,9 +79,10 @@ defmodule Overworld.Persistence.Journal do
   @doc """
   Appends an event without waiting at all (a message; for callers that must never block, such
   as a zone between ticks): the caller gets `{:journal_synced, ref, seq}` once the record is on
-  disk, or `{:journal_failed, ref, reason}`. Records of one caller keep their order.
+  disk, or `{:journal_failed, ref, reason}` (nothing with `ref` nil). Records of one caller keep
+  their order.
   """
-  @spec append_async(t, term, reference) :: :ok
+  @spec append_async(t, term, reference | nil) :: :ok
   def append_async(j, event, ref) do
     send(j, {:append, :erlang.term_to_binary(event), self(), ref})
     :ok

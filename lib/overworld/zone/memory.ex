@@ -79,19 +79,22 @@ defmodule Overworld.Zone.Memory do
   @spec subscribers(t) :: [{pid, non_neg_integer}]
   def subscribers(t), do: :ets.select(t, [{{{:sub, :"$1"}, :"$2"}, [], [{{:"$1", :"$2"}}]}])
 
-  @doc "The zone's journal writer and the segment its store opened (nil without a store)."
-  @spec journal(t) :: {pid, non_neg_integer} | nil
+  @doc "The zone's journal writer (nil without a store)."
+  @spec journal(t) :: pid | nil
   def journal(t) do
     case :ets.lookup(t, :journal) do
-      [{:journal, pid, segment}] -> {pid, segment}
+      [{:journal, pid}] -> pid
       [] -> nil
     end
   end
 
-  @spec put_journal(t, pid, non_neg_integer) :: true
-  def put_journal(t, pid, segment), do: :ets.insert(t, {:journal, pid, segment})
+  @spec put_journal(t, pid) :: true
+  def put_journal(t, pid), do: :ets.insert(t, {:journal, pid})
 
-  @doc "The journal segment the zone writes to (0 when it never rolled one)."
+  @doc """
+  The journal segment the zone writes to: the one its store opened, or the one its server
+  rolled to since (0 without a store).
+  """
   @spec segment(t) :: non_neg_integer
   def segment(t) do
     case :ets.lookup(t, :segment) do
@@ -138,19 +141,11 @@ defmodule Overworld.Zone.Memory do
   def put_finished(t, n), do: :ets.insert(t, {:finished, n})
 
   @doc "Players recovered from disk whose session has not come back, and their deadline (ms)."
-  @spec orphans(t) :: map
+  @spec orphans(t) :: {map, integer}
   def orphans(t) do
     case :ets.lookup(t, :orphans) do
-      [{:orphans, m, _deadline}] -> m
-      [] -> %{}
-    end
-  end
-
-  @spec orphans_deadline(t) :: integer
-  def orphans_deadline(t) do
-    case :ets.lookup(t, :orphans) do
-      [{:orphans, _m, deadline}] -> deadline
-      [] -> 0
+      [{:orphans, m, deadline}] -> {m, deadline}
+      [] -> {%{}, 0}
     end
   end
 

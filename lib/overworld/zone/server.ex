@@ -76,9 +76,6 @@ defmodule Overworld.Zone.Server do
       |> List.to_tuple()
 
     store = config.data_dir && Store.whereis(config.id)
-    {journal, segment} = (store && Memory.journal(metrics.memory)) || {nil, 0}
-    # The segment a previous server of this zone rolled to, if any.
-    segment = max(segment, Memory.segment(metrics.memory))
 
     st = %{
       config: config,
@@ -110,8 +107,8 @@ defmodule Overworld.Zone.Server do
       subscribers: %{},
       shards: Tuple.duplicate([], config.workers),
       store: store,
-      journal: journal,
-      segment: segment,
+      journal: store && Memory.journal(metrics.memory),
+      segment: Memory.segment(metrics.memory),
       # Durable events waiting for their fsync: journal ref => events.
       unsynced: %{},
       snap_tick: nil,
@@ -130,7 +127,7 @@ defmodule Overworld.Zone.Server do
       {:ok, st, {:continue, {:recovered, :memory}}}
     else
       _ ->
-        st = attach(st, false)
+        attach(st, false)
 
         case if(store, do: Store.recover(store), else: {nil, []}) do
           {nil, []} -> fresh(st)
@@ -142,13 +139,17 @@ defmodule Overworld.Zone.Server do
   defp fresh(st) do
     # A world that starts over: nothing of a previous one is remembered (but its subscribers).
     Memory.forget_world(st.memory)
+    with {:ok, st} <- run_init(st), do: finish_init(st)
+  end
 
+  # init/1: the game state and the initial entities (queued as spawns), or why the zone stops.
+  defp run_init(st) do
     case Callbacks.call(st, :init, [st.config.args]) do
       {:ok, {:ok, game}} ->
-        finish_init(%{st | game: game}, [])
+        {:ok, %{st | game: game}}
 
       {:ok, {:ok, game, actions}} when is_list(actions) ->
-        finish_init(%{st | game: game}, actions)
+        {:ok, apply_actions(%{st | game: game}, actions, :init)}
 
       {:ok, {:stop, reason}} ->
         {:stop, reason}
@@ -161,8 +162,7 @@ defmodule Overworld.Zone.Server do
     end
   end
 
-  defp finish_init(st, actions) do
-    st = apply_actions(st, actions, :init)
+  defp finish_init(st) do
     # Tick 0: the initial entities are loaded, without a simulation pass.
     st = dispatch(st, 0, false, %{}, Dispatch.context(st.config, 0))
     st = await_load(st)
@@ -190,8 +190,7 @@ defmodule Overworld.Zone.Server do
     first = GenServer.call(w0, msg, :infinity)
     refs = for pid <- rest, do: :gen_server.send_request(pid, msg)
     others = for ref <- refs, do: reply!(:gen_server.wait_response(ref, :infinity))
-    summaries = [first | others]
-    if keep?, do: summaries, else: st
+    [first | others]
   end
 
   defp reply!({:reply, r}), do: r
@@ -223,7 +222,6 @@ defmodule Overworld.Zone.Server do
   # sent again if the workers never got it (the record is written before the send).
   defp restore(st, last, summaries, t) do
     mem = st.memory
-    c = st.config
     empty = %{spawns: [], despawns: [], next_id: 0, game: nil}
     pending = Memory.pending(mem, last.n + 1) || empty
     # The tick in flight (sent again below) brings its spawns and despawns.
@@ -238,7 +236,7 @@ defmodule Overworld.Zone.Server do
 
     coming =
       for e <- pending.spawns ++ in_flight, entity(e, :owner) != nil, into: %{} do
-        {entity(e, :id), {entity(e, :owner), Config.owner_of(c, entity(e, :x), entity(e, :y))}}
+        {entity(e, :id), {entity(e, :owner), worker_of(st, e)}}
       end
 
     avatars = Map.drop(Map.merge(held, coming), pending.despawns ++ flight_out)
@@ -266,7 +264,7 @@ defmodule Overworld.Zone.Server do
         next_id: max(last.next_id, pending.next_id),
         players: players,
         sessions: sessions,
-        orphans: Memory.orphans(mem),
+        orphans: elem(Memory.orphans(mem), 0),
         entity_count: Enum.sum(Enum.map(summaries, & &1.count)),
         spawns: pending.spawns,
         despawns: unowned ++ pending.despawns
@@ -299,7 +297,7 @@ defmodule Overworld.Zone.Server do
           last.despawns
         )
 
-      await_resent(%{st | running: running})
+      await_load(%{st | running: running})
     else
       st
     end
@@ -313,27 +311,10 @@ defmodule Overworld.Zone.Server do
   defp arm_orphans(%{orphans: orphans}) when map_size(orphans) == 0, do: :ok
 
   defp arm_orphans(st) do
-    deadline = Memory.orphans_deadline(st.memory)
+    {_, deadline} = Memory.orphans(st.memory)
     left = max(deadline - System.monotonic_time(:millisecond), 0)
     Process.send_after(self(), :orphans, left)
     :ok
-  end
-
-  defp await_resent(%{running: nil} = st), do: st
-
-  defp await_resent(st) do
-    epoch = st.epoch
-    n = st.running.n
-    ws = worker_set(st)
-
-    receive do
-      {:done, ^epoch, ^n, w, stats} ->
-        st = worker_done(st, w, stats, :resent)
-        await_resent(st)
-
-      {:DOWN, _, :process, pid, reason} when is_map_key(ws, pid) ->
-        worker_lost(reason)
-    end
   end
 
   # From the store: the newest snapshot (or `init/1`'s world when there is none) and the
@@ -371,7 +352,7 @@ defmodule Overworld.Zone.Server do
         players =
           for {p, id} <- base.players, e = base.entities[id], e != nil, reduce: %Players{} do
             acc ->
-              Players.add(acc, p, id, Config.owner_of(st.config, entity(e, :x), entity(e, :y)))
+              Players.add(acc, p, id, worker_of(st, e))
           end
 
         # Sessions still alive (the workers restarted, not the node) keep their players.
@@ -405,11 +386,7 @@ defmodule Overworld.Zone.Server do
         # The ticks after the snapshot happened in a timeline that is gone: their blocks,
         # history, hashes, pending changes and players go too (the players come back from
         # the snapshot and the journal).
-        case st.config.shared do
-          %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_ticks(table)
-          _ -> true
-        end
-
+        forget_wire_ticks(st)
         Memory.forget_world(st.memory)
         for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
         deadline = System.monotonic_time(:millisecond) + st.config.rejoin_ms
@@ -429,30 +406,16 @@ defmodule Overworld.Zone.Server do
 
   # init/1's world, as a base for the journal when no snapshot was written yet.
   defp fresh_world(st) do
-    result =
-      case Callbacks.call(st, :init, [st.config.args]) do
-        {:ok, {:ok, game}} -> {:ok, game, []}
-        {:ok, {:ok, game, actions}} when is_list(actions) -> {:ok, game, actions}
-        {:ok, {:stop, reason}} -> {:stop, reason}
-        other -> {:stop, {:init_failed, other}}
-      end
-
-    case result do
-      {:ok, game, actions} ->
-        st = apply_actions(%{st | game: game}, actions, :init)
-
-        {:ok,
-         %{
-           tick: 0,
-           game: st.game,
-           next_id: st.next_id,
-           players: %{},
-           entities: Map.new(st.spawns, &{entity(&1, :id), &1}),
-           despawns: []
-         }}
-
-      stop ->
-        stop
+    with {:ok, st} <- run_init(st) do
+      {:ok,
+       %{
+         tick: 0,
+         game: st.game,
+         next_id: st.next_id,
+         players: %{},
+         entities: Map.new(st.spawns, &{entity(&1, :id), &1}),
+         despawns: []
+       }}
     end
   end
 
@@ -540,6 +503,7 @@ defmodule Overworld.Zone.Server do
     {:noreply, st}
   end
 
+  # The tick sent during a start (a load, or a tick sent again), waited for.
   defp await_load(%{running: nil} = st), do: st
 
   defp await_load(st) do
@@ -679,8 +643,6 @@ defmodule Overworld.Zone.Server do
     {:reply, :ok, remember(%{st | despawns: Enum.reverse(ids, st.despawns)})}
   end
 
-  def handle_call(:store_info, _from, st), do: {:reply, st.store && Store.info(st.store), st}
-
   def handle_call(
         {:rewind, _tick, _entities, _game},
         _from,
@@ -702,7 +664,8 @@ defmodule Overworld.Zone.Server do
         # leaves an avatar without a player, which the next one despawns (see restore/4).
         st = st |> remember() |> set_session(player, meta)
         journal(st, {:join, next_tick(st), player, e})
-        {:reply, {:ok, entity(e, :id)}, remember(apply_actions(st, actions, :handle_join))}
+        st = if actions == [], do: st, else: remember(apply_actions(st, actions, :handle_join))
+        {:reply, {:ok, entity(e, :id)}, st}
 
       {:error, reason} ->
         {:reply, {:error, reason}, st}
@@ -745,7 +708,7 @@ defmodule Overworld.Zone.Server do
 
   defp unorphan(%{orphans: orphans} = st, player) when is_map_key(orphans, player) do
     orphans = Map.delete(orphans, player)
-    Memory.put_orphans(st.memory, orphans, Memory.orphans_deadline(st.memory))
+    Memory.put_orphans(st.memory, orphans, elem(Memory.orphans(st.memory), 1))
     %{st | orphans: orphans}
   end
 
@@ -1100,14 +1063,12 @@ defmodule Overworld.Zone.Server do
         query(st, from, q)
       end)
 
-    case simulated? do
-      true ->
-        Dispatch.report(st.config, st.metrics, r, total)
-        st |> pending_rewinds() |> after_manual_tick() |> after_tick_clock(total)
-
-      _ ->
-        Metrics.put(st.metrics, :entities, r.count)
-        st
+    if simulated? do
+      Dispatch.report(st.config, st.metrics, r, total)
+      st |> pending_rewinds() |> after_manual_tick() |> after_tick_clock(total)
+    else
+      Metrics.put(st.metrics, :entities, r.count)
+      st
     end
   end
 
@@ -1169,8 +1130,9 @@ defmodule Overworld.Zone.Server do
 
   ## Durable events
 
+  # Joins and leaves: journaled, nobody waits for their fsync.
   defp journal(%{journal: nil}, _record), do: :ok
-  defp journal(st, record), do: Journal.append_async(st.journal, record, make_ref())
+  defp journal(st, record), do: Journal.append_async(st.journal, record, nil)
 
   # Events of tick n: journaled (acknowledged once on disk), or acknowledged at once without
   # a data directory.
@@ -1196,7 +1158,8 @@ defmodule Overworld.Zone.Server do
   ## Rewind (debug zones): the workers start over from a past state (from the history).
 
   defp rewind(st, from, tick, entities, game) do
-    st = attach(%{st | epoch: :erlang.unique_integer([:positive, :monotonic])}, false)
+    st = %{st | epoch: :erlang.unique_integer([:positive, :monotonic])}
+    attach(st, false)
     ids = MapSet.new(entities, &entity(&1, :id))
 
     st =
@@ -1211,21 +1174,12 @@ defmodule Overworld.Zone.Server do
             acc
 
           owner ->
-            Players.add(
-              acc,
-              owner,
-              entity(e, :id),
-              Config.owner_of(st.config, entity(e, :x), entity(e, :y))
-            )
+            Players.add(acc, owner, entity(e, :id), worker_of(st, e))
         end
       end)
 
     Memory.forget_history(st.memory)
-
-    case st.config.shared do
-      %{wire: table} when table != nil -> Overworld.Zone.Wire.forget_ticks(table)
-      _ -> true
-    end
+    forget_wire_ticks(st)
 
     st = %{
       st
@@ -1328,16 +1282,21 @@ defmodule Overworld.Zone.Server do
         do: st.players,
         else:
           Enum.reduce(rev, st.players, fn e, acc ->
-            Players.add(
-              acc,
-              owner,
-              entity(e, :id),
-              Config.owner_of(st.config, entity(e, :x), entity(e, :y))
-            )
+            Players.add(acc, owner, entity(e, :id), worker_of(st, e))
           end)
 
     %{st | spawns: rev ++ st.spawns, next_id: st.next_id + length(rev), players: players}
   end
+
+  # The bucket worker whose stripe holds an entity.
+  defp worker_of(st, e), do: Config.owner_of(st.config, entity(e, :x), entity(e, :y))
+
+  # A zone that goes back in ticks (recovered from a snapshot, rewound): the published blocks
+  # of the lost timeline must not mix with the new one's.
+  defp forget_wire_ticks(%{config: %Config{shared: %{wire: table}}}) when table != nil,
+    do: Overworld.Zone.Wire.forget_ticks(table)
+
+  defp forget_wire_ticks(_st), do: true
 
   defp bad_return(st, callback, value) do
     Callbacks.bad_return(st, callback, value)

@@ -68,8 +68,8 @@ defmodule Overworld.Zone.Store do
   def segment_path(dir, n),
     do: Path.join(dir, "journal." <> String.pad_leading(Integer.to_string(n), 8, "0"))
 
-  @doc "The journal's writer and its current segment."
-  @spec journal(pid) :: {pid, non_neg_integer}
+  @doc "The journal's writer."
+  @spec journal(pid) :: pid
   def journal(store), do: GenServer.call(store, :journal)
 
   @doc """
@@ -78,25 +78,6 @@ defmodule Overworld.Zone.Store do
   """
   @spec recover(pid) :: {map | nil, [term]}
   def recover(store), do: GenServer.call(store, :recover, 60_000)
-
-  @doc "Snapshots written, the last one's tick, size and write time."
-  @spec info(pid) :: map
-  def info(store), do: GenServer.call(store, :info)
-
-  @doc "Waits until the snapshot of `tick` (or a newer one) is written; false on timeout."
-  @spec await_snapshot(pid, non_neg_integer, timeout) :: boolean
-  def await_snapshot(store, tick, timeout \\ 10_000) do
-    deadline = System.monotonic_time(:millisecond) + timeout
-
-    Stream.repeatedly(fn -> info(store) end)
-    |> Enum.find_value(fn info ->
-      cond do
-        (info.last_tick || -1) >= tick -> true
-        System.monotonic_time(:millisecond) > deadline -> false
-        true -> Process.sleep(5) && nil
-      end
-    end)
-  end
 
   ## Server
 
@@ -111,25 +92,19 @@ defmodule Overworld.Zone.Store do
     File.mkdir_p!(dir)
     segment = (segments(dir) |> Enum.map(&elem(&1, 0)) |> Enum.max(fn -> 0 end)) + 1
     {:ok, journal} = Journal.open(segment_path(dir, segment), commit_ms: config.commit_ms)
-    # Where the zone server finds the journal without a call (a store busy writing a snapshot
-    # would hold up a restarting server).
-    Overworld.Zone.Memory.put_journal(config.shared.memory, journal, segment)
+    # Where the zone server finds the journal and its segment without a call (a store busy
+    # writing a snapshot would hold up a restarting server).
+    Overworld.Zone.Memory.put_journal(config.shared.memory, journal)
+    Overworld.Zone.Memory.put_segment(config.shared.memory, segment)
 
     {:ok,
      %{
        config: config,
        dir: dir,
        journal: journal,
-       segment: segment,
        latest: nil,
        assembling: nil,
-       written: [],
-       last_tick: nil,
-       last_bytes: nil,
-       last_write_us: nil,
-       writes: 0,
-       dropped: 0,
-       failures: 0
+       written: []
      }}
   end
 
@@ -150,12 +125,7 @@ defmodule Overworld.Zone.Store do
   defp snapshot_path(dir), do: Path.join(dir, "snapshot")
 
   @impl true
-  def handle_call(:journal, _from, st), do: {:reply, {st.journal, st.segment}, st}
-
-  def handle_call(:info, _from, st) do
-    {:reply,
-     Map.take(st, [:last_tick, :last_bytes, :last_write_us, :writes, :dropped, :failures]), st}
-  end
+  def handle_call(:journal, _from, st), do: {:reply, st.journal, st}
 
   def handle_call(:recover, _from, st) do
     :ok = Journal.sync(st.journal)
@@ -173,9 +143,8 @@ defmodule Overworld.Zone.Store do
     if st.assembling,
       do: Logger.warning("snapshot of tick #{st.assembling.tick} dropped: newer one")
 
-    dropped = if st.assembling, do: st.dropped + 1, else: st.dropped
     a = %{tick: tick, part: part, missing: parts, cells: [], from: from}
-    {:noreply, %{st | assembling: a, dropped: dropped}}
+    {:noreply, %{st | assembling: a}}
   end
 
   def handle_info({:snapshot_part, tick, _w, cells}, %{assembling: %{tick: tick} = a} = st) do
@@ -200,12 +169,8 @@ defmodule Overworld.Zone.Store do
     state =
       Map.merge(a.part, %{format: @format, zone: st.config.id, tick: a.tick, entities: entities})
 
-    t0 = System.monotonic_time()
-    path = snapshot_path(st.dir)
-
-    case SnapshotFile.write(path, state) do
+    case SnapshotFile.write(snapshot_path(st.dir), state) do
       :ok ->
-        us = System.convert_time_unit(System.monotonic_time() - t0, :native, :microsecond)
         written = Enum.take([state.segment | st.written], 2)
         # Segments before the previous snapshot's are needed by nobody any more.
         case written do
@@ -213,19 +178,11 @@ defmodule Overworld.Zone.Store do
           _ -> :ok
         end
 
-        %{
-          st
-          | latest: state,
-            written: written,
-            last_tick: a.tick,
-            last_bytes: File.stat!(path).size,
-            last_write_us: us,
-            writes: st.writes + 1
-        }
+        %{st | latest: state, written: written}
 
       {:error, reason} ->
         Logger.error("snapshot of tick #{a.tick} not written: #{inspect(reason)}")
-        %{st | latest: state, failures: st.failures + 1}
+        %{st | latest: state}
     end
   end
 

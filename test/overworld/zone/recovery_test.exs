@@ -55,6 +55,18 @@ defmodule Overworld.Zone.RecoveryTest do
 
   defp await_ticks(_zone, _k), do: :ok
 
+  # A goblin world served by `name` with `n` players hunting goblins over real sockets, this
+  # process subscribed to its ticks, `warm` ticks in: the players, their walkers, and what must
+  # survive every restart (entity ids, coins, players).
+  defp loaded(name, zone, goblins, zone_opts, n, warm) do
+    world = start_world(name, zone, goblins: goblins, zone_opts: zone_opts)
+    players = for _ <- 1..n, do: join(world)
+    walkers = Enum.map(players, &Walker.start(&1, hunt: true))
+    :ok = Zone.subscribe(zone, self())
+    await_ticks(zone, warm)
+    {players, walkers, {ids(zone), coins(Zone.entities(zone)), Zone.info(zone).players}}
+  end
+
   defp percentile(sorted, p),
     do: Enum.at(sorted, min(length(sorted) - 1, trunc(length(sorted) * p)))
 
@@ -62,20 +74,16 @@ defmodule Overworld.Zone.RecoveryTest do
        %{dir: dir} do
     zone = {__MODULE__, :kills}
 
-    world =
-      start_world(__MODULE__.Kills, zone,
-        goblins: 10_000,
-        zone_opts: [data_dir: dir, snapshot_ticks: 60, max_restarts: 1_000]
+    {players, walkers, {before_ids, coins0, players0}} =
+      loaded(
+        __MODULE__.Kills,
+        zone,
+        10_000,
+        [data_dir: dir, snapshot_ticks: 60, max_restarts: 1_000],
+        4,
+        10
       )
 
-    players = for _ <- 1..4, do: join(world)
-    walkers = Enum.map(players, &Walker.start(&1, hunt: true))
-    :ok = Zone.subscribe(zone, self())
-    await_ticks(zone, 10)
-
-    before_ids = ids(zone)
-    coins0 = coins(Zone.entities(zone))
-    players0 = Zone.info(zone).players
     assert length(before_ids) == 10_004
 
     {times, _log} =
@@ -133,19 +141,8 @@ defmodule Overworld.Zone.RecoveryTest do
        %{dir: dir} do
     zone = {__MODULE__, :worker}
 
-    world =
-      start_world(__MODULE__.Worker, zone,
-        goblins: 4_000,
-        zone_opts: [data_dir: dir, snapshot_ticks: 30]
-      )
-
-    players = for _ <- 1..3, do: join(world)
-    walkers = Enum.map(players, &Walker.start(&1, hunt: true))
-    :ok = Zone.subscribe(zone, self())
-    await_ticks(zone, 45)
-    before_ids = ids(zone)
-    coins0 = coins(Zone.entities(zone))
-    players0 = Zone.info(zone).players
+    {players, walkers, {before_ids, coins0, players0}} =
+      loaded(__MODULE__.Worker, zone, 4_000, [data_dir: dir, snapshot_ticks: 30], 3, 45)
 
     log =
       capture_log(fn ->

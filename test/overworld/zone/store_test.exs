@@ -32,13 +32,17 @@ defmodule Overworld.Zone.StoreTest do
       {:ok, _} = Zone.tick_now(id)
     end
 
-    {journal, _} = Store.journal(store)
+    journal = Store.journal(store)
     :ok = Overworld.Persistence.Journal.sync(journal)
     :ok = Overworld.stop_zone(id)
     Path.join(dir, "store_test")
   end
 
-  defp last_segment(zdir), do: zdir |> Path.join("journal.*") |> Path.wildcard() |> Enum.max()
+  # The newest journal segment rewritten by `fun` (its bytes in, the damaged bytes out).
+  defp damage_last_segment(zdir, fun) do
+    seg = zdir |> Path.join("journal.*") |> Path.wildcard() |> Enum.max()
+    File.write!(seg, seg |> File.read!() |> fun.())
+  end
 
   # The players whose join records are in the valid part of the journal (the snapshot is of
   # tick 0, before any join; loot records may come between the joins).
@@ -65,9 +69,7 @@ defmodule Overworld.Zone.StoreTest do
 
   test "a torn journal tail: replay ends at the last whole record", %{dir: dir} do
     zdir = zone_with_journal(dir, :store_test, ~w(a b c))
-    seg = last_segment(zdir)
-    bytes = File.read!(seg)
-    File.write!(seg, binary_part(bytes, 0, byte_size(bytes) - 3))
+    damage_last_segment(zdir, &binary_part(&1, 0, byte_size(&1) - 3))
 
     expected = joined(zdir)
     assert length(expected) >= 2
@@ -80,14 +82,15 @@ defmodule Overworld.Zone.StoreTest do
 
   test "a flipped bit in a record: nothing from it on is applied", %{dir: dir} do
     zdir = zone_with_journal(dir, :store_test, ~w(a b c))
-    seg = last_segment(zdir)
-    bytes = File.read!(seg)
-    # The last byte of the second record's payload (header 8 bytes; each record 8 + payload).
-    <<_::binary-size(8), len1::32, _::binary>> = bytes
-    <<_::binary-size(8 + 8 + len1), len2::32, _::binary>> = bytes
-    at = 8 + 8 + len1 + 8 + len2 - 1
-    <<before::binary-size(at), b, rest::binary>> = bytes
-    File.write!(seg, <<before::binary, Bitwise.bxor(b, 0x10), rest::binary>>)
+
+    damage_last_segment(zdir, fn bytes ->
+      # The last byte of the second record's payload (header 8 bytes; each record 8 + payload).
+      <<_::binary-size(8), len1::32, _::binary>> = bytes
+      <<_::binary-size(8 + 8 + len1), len2::32, _::binary>> = bytes
+      at = 8 + 8 + len1 + 8 + len2 - 1
+      <<before::binary-size(at), b, rest::binary>> = bytes
+      <<before::binary, Bitwise.bxor(b, 0x10), rest::binary>>
+    end)
 
     # Only the first record is valid: player a's join.
     assert joined(zdir) == ~w(a)
@@ -143,11 +146,7 @@ defmodule Overworld.Zone.StoreTest do
       # "b" comes back (a session joins again); "a" does not.
       assert {:error, :already_joined} = Zone.join(:store_test, "b", %{session: self()})
       # A server restart in between keeps the deadline.
-      old = Zone.whereis(:store_test)
-      Process.exit(old, :kill)
-
-      Stream.repeatedly(fn -> Process.sleep(5) && Zone.whereis(:store_test) end)
-      |> Enum.find(&(is_pid(&1) and &1 != old))
+      Overworld.Test.Restart.kill_server(:store_test)
 
       Process.sleep(400)
       assert Map.keys(Zone.info(:store_test).players) == ["b"]
