@@ -56,7 +56,11 @@ defmodule Overworld.Interest.Region do
   @doc "Cells whose nearest point is within `r` of `(x, y)`."
   @spec enter(Grid.t(), integer, integer, non_neg_integer) :: t
   def enter(%Grid{cell: s} = g, x, y, r) do
-    for row <- rows(g, y - r, y + r), into: %{} do
+    # From the row whose bottom edge is at y - r (its nearest point exactly at r: within), as
+    # the columns are counted, and as next/6 counts.
+    first = max(0, ceil((y - r) / s) - 1)
+
+    for row <- first..min(g.rows - 1, floor((y + r) / s))//1, into: %{} do
       dy = max(0, max(row * s - y, y - (row + 1) * s))
       w = :math.sqrt(max(0, r * r - dy * dy))
       # Nearest dx within w: col * s <= x + w and (col + 1) * s >= x - w.

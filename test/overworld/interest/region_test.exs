@@ -73,4 +73,15 @@ defmodule Overworld.Interest.RegionTest do
       100
     )
   end
+
+  test "a row whose edge lies exactly r away is entered by enter/4 as by next/6 (found by the walk property)" do
+    g = Grid.new(300 * 1024, 300 * 1024, 12 * 1024)
+    {r, l} = {40 * 1024, 60 * 1024}
+    # Row 8 ends at y = 110,592, exactly r below y.
+    {x, y} = {150 * 1024, 150 * 1024 - 2048}
+    assert Region.enter(g, x, y, r)[8] == {12, 12}
+
+    assert Region.next(%{}, g, x, y, r, l) ==
+             Region.update(%{}, Region.enter(g, x, y, r), Region.keep(g, x, y, l))
+  end
 end
