@@ -16,8 +16,9 @@ defmodule Overworld.Persistence.Journal do
   record's sequence number (1, 2, ...); the writer gathers the records that arrive within the
   commit interval (option `:commit_ms`, default 2) and writes them with one `write` and one
   `fsync` (group commit), then tells each caller that asked (`{:journal_synced, ref, seq}`)
-  that everything up to `seq` is on disk. A durable event is acknowledged to a client only
-  after that message. `sync_append/2` waits for it.
+  that everything up to `seq` is on disk. A new file's header is synced, and its directory
+  (`Overworld.Persistence.Dir`), before any record goes in. A durable event is acknowledged
+  to a client only after that message. `sync_append/2` waits for it.
 
   ## Reading
 
@@ -39,6 +40,7 @@ defmodule Overworld.Persistence.Journal do
   """
   use GenServer
   require Logger
+  alias Overworld.Persistence.Dir
 
   @header <<"OWJ", 1, 0, 0, 0, 0>>
   @max_record 16 * 1024 * 1024
@@ -212,13 +214,12 @@ defmodule Overworld.Persistence.Journal do
   end
 
   defp open_file(path) do
-    File.mkdir_p!(Path.dirname(path))
-
-    with {:ok, seq, size} <- recover(path),
+    with :ok <- Dir.make(Path.dirname(path)),
+         {:ok, seq, size} <- recover(path),
          {:ok, io} <- :file.open(path, [:read, :write, :raw, :binary]),
          {:ok, _} <- :file.position(io, size),
          :ok <- :file.truncate(io),
-         :ok <- header(io, size) do
+         :ok <- header(io, path, size) do
       {:ok, io, seq}
     end
   end
@@ -250,11 +251,15 @@ defmodule Overworld.Persistence.Journal do
     end
   end
 
-  defp header(io, 0) do
-    with :ok <- :file.write(io, @header), do: :file.sync(io)
+  # A new file: its header synced, and its name in the directory (before any record in it is
+  # acknowledged).
+  defp header(io, path, 0) do
+    with :ok <- :file.write(io, @header),
+         :ok <- :file.sync(io),
+         do: Dir.sync(Path.dirname(path))
   end
 
-  defp header(_io, _size), do: :ok
+  defp header(_io, _path, _size), do: :ok
 
   @impl true
   def handle_call({:append, payload, notify}, {pid, _}, st) do

@@ -12,7 +12,8 @@ defmodule Overworld.Persistence.SnapshotFile do
   ## Writing
 
   `write/2` writes `<name>.tmp`, fsyncs it, reads it back and verifies it, then keeps the
-  current snapshot as `<name>.prev` and renames the new one into place. A crash at any point
+  current snapshot as `<name>.prev`, renames the new one into place and fsyncs the directory
+  (`Overworld.Persistence.Dir`: the renames survive a power loss). A crash at any point
   leaves a valid snapshot behind: before the renames, the current one; between them, the
   previous one (`read/1` falls back to it).
 
@@ -24,6 +25,8 @@ defmodule Overworld.Persistence.SnapshotFile do
       iex> File.rm_rf!(dir) != []
       true
   """
+
+  alias Overworld.Persistence.Dir
 
   @magic <<"OWS", 1>>
 
@@ -74,13 +77,17 @@ defmodule Overworld.Persistence.SnapshotFile do
     tmp = path <> ".tmp"
     bytes = IO.iodata_to_binary(encode(state))
 
-    with :ok <- File.mkdir_p(Path.dirname(path)),
+    dir = Path.dirname(path)
+
+    with :ok <- Dir.make(dir),
          :ok <- write_synced(tmp, bytes),
          # Read back: the bytes on disk are the bytes written (they carry their checksum; decoding
          # them again would only prove that term_to_binary/1 works, at a cost).
          {:ok, ^bytes} <- File.read(tmp),
          :ok <- keep_previous(path),
-         :ok <- File.rename(tmp, path) do
+         :ok <- File.rename(tmp, path),
+         # The renames are durable too (the directory's entries).
+         :ok <- Dir.sync(dir) do
       :ok
     else
       {:ok, _other} -> {:error, :verify_failed}

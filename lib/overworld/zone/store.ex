@@ -89,7 +89,7 @@ defmodule Overworld.Zone.Store do
     # A zone that stops finishes the snapshot under way and closes its journal (terminate/2).
     Process.flag(:trap_exit, true)
     dir = dir(config)
-    File.mkdir_p!(dir)
+    :ok = Overworld.Persistence.Dir.make(dir)
     segment = (segments(dir) |> Enum.map(&elem(&1, 0)) |> Enum.max(fn -> 0 end)) + 1
     {:ok, journal} = Journal.open(segment_path(dir, segment), commit_ms: config.commit_ms)
     # Where the zone server finds the journal and its segment without a call (a store busy
