@@ -25,7 +25,11 @@ defmodule Overworld.Session do
   4. **Disconnect**: a close frame 1000 from the client leaves the zone at once. Any other
      end (a lost connection, 1001, a protocol error) keeps the player in the zone for the
      `:grace_period`; a reconnect of the same user within it resumes the same entity. Then
-     the player leaves the zone and the process ends.
+     the player leaves the zone and the process ends. The zone's reliable messages (EVENT)
+     for the player meanwhile, and those the old socket had not taken, wait in the session
+     (at most 1,024) and go to the new connection right after its HANDSHAKE, numbered on it;
+     the zone sends later ones to the new session. (Messages the old socket took but the
+     client never read are not sent again: clients do not acknowledge EVENTs.)
 
   Every violation closes only this connection, with the close code of docs/protocol.md (and
   an ERROR message first for the 4000s), and logs a line.
@@ -219,6 +223,26 @@ defmodule Overworld.Session do
       else: {:noreply, flush_outbox(st)}
   end
 
+  # Lost connection, player kept: the messages wait for a reconnect, which takes them over
+  # (bounded: the oldest go first).
+  def handle_info({:overworld_send, payload}, %{phase: :detached} = st) do
+    outbox = [{st.out_seq + 1, payload} | st.outbox]
+
+    outbox =
+      if length(outbox) > @max_outbox do
+        Logger.warning(
+          "session #{st.user}: #{@max_outbox} reliable messages kept for a reconnect: " <>
+            "the oldest dropped"
+        )
+
+        Enum.take(outbox, @max_outbox)
+      else
+        outbox
+      end
+
+    {:noreply, %{st | out_seq: st.out_seq + 1, outbox: outbox}}
+  end
+
   def handle_info({:overworld_send, _payload}, st), do: {:noreply, st}
 
   # The zone server died: it restarts (from its in-memory copy or its store) and keeps our
@@ -285,7 +309,16 @@ defmodule Overworld.Session do
   # A newer connection of the same user takes the player over.
   @impl true
   def handle_call({:takeover, _pid}, _from, st) do
-    handoff = if st.entity, do: %{zone: st.zone, entity: st.entity, input_seq: st.input_seq}
+    # The reliable messages not yet written to a socket go to the new connection.
+    handoff =
+      if st.entity,
+        do: %{
+          zone: st.zone,
+          entity: st.entity,
+          input_seq: st.input_seq,
+          outbox: st.outbox |> Enum.reverse() |> Enum.map(&elem(&1, 1))
+        }
+
     Registry.unregister(Overworld.Registry, {:session, st.cfg.name, st.user})
 
     if st.phase in [:hello, :live] do
@@ -462,7 +495,7 @@ defmodule Overworld.Session do
          {:ok, handoff} <- register(st.cfg.name, user, 3),
          st = %{st | user: user},
          {:ok, st} <- enter_zone(st, handoff) do
-      {:ok, %{st | phase: :live}}
+      {:ok, flush_outbox(%{st | phase: :live})}
     end
   end
 
@@ -517,6 +550,9 @@ defmodule Overworld.Session do
       config = info.config
       seq = if handoff, do: handoff.input_seq, else: 0
       send_msg(st, handshake(config, entity))
+      # Reliable messages the earlier connection never wrote: numbered on this one.
+      taken = if handoff, do: handoff.outbox, else: []
+      out = Enum.with_index(taken, st.out_seq + 1) |> Enum.map(fn {p, n} -> {n, p} end)
 
       {:ok,
        %{
@@ -526,7 +562,9 @@ defmodule Overworld.Session do
            entity: entity,
            obs: obs,
            module: config.module,
-           input_seq: max(seq, st.input_seq)
+           input_seq: max(seq, st.input_seq),
+           out_seq: st.out_seq + length(out),
+           outbox: Enum.reverse(out, st.outbox)
        }}
     else
       {:error, why} -> close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
@@ -581,7 +619,9 @@ defmodule Overworld.Session do
   end
 
   defp player_entity(st, info, %{zone: zone, entity: id}) when zone == st.zone do
-    if Map.get(info.players, st.user) == id, do: {:ok, id}, else: player_entity(st, info, nil)
+    if Map.get(info.players, st.user) == id,
+      do: take_player(st, id),
+      else: player_entity(st, info, nil)
   end
 
   defp player_entity(st, info, handoff) do
@@ -590,6 +630,18 @@ defmodule Overworld.Session do
     case Overworld.Zone.join(st.zone, st.user, %{session: self()}) do
       {:ok, id} -> {:ok, id}
       {:error, :already_joined} -> {:ok, Map.fetch!(info.players, st.user)}
+      {:error, why} -> {:error, why}
+    end
+  catch
+    :exit, _ -> {:error, :not_running}
+  end
+
+  # The player stays in the zone; from now on the zone sends its reliable messages to us.
+  defp take_player(st, id) do
+    case Overworld.Zone.join(st.zone, st.user, %{session: self()}) do
+      {:error, :already_joined} -> {:ok, id}
+      # It left in between (and joined again now).
+      {:ok, id} -> {:ok, id}
       {:error, why} -> {:error, why}
     end
   catch

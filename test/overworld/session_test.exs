@@ -161,6 +161,27 @@ defmodule Overworld.SessionTest do
       snapshots(again, 2)
     end
 
+    test "reliable messages due while the connection was lost reach the reconnected player, " <>
+           "and the zone sends later ones to the new session",
+         %{world: w} do
+      p = w |> join() |> snapshots(2)
+      [{old, _}] = Registry.lookup(Overworld.Registry, {:session, @name, p.user})
+      Client.close(p.conn)
+      eventually(fn -> :sys.get_state(old).phase == :detached end, 200)
+      # What the zone sends the player (`{:send, player, payload}`) while nobody is connected.
+      send(old, {:overworld_send, "while away 1"})
+      send(old, {:overworld_send, "while away 2"})
+
+      again = join(w, auth: p.auth)
+      assert again.entity == p.entity
+      assert {%{type: :event, seq: 1, payload: "while away 1"}, again} = next_msg(again)
+      assert {%{type: :event, seq: 2, payload: "while away 2"}, _again} = next_msg(again)
+
+      [{new, _}] = Registry.lookup(Overworld.Registry, {:session, @name, p.user})
+      assert new != old
+      assert :sys.get_state(Overworld.Zone.whereis(w.zone)).sessions[p.user] == new
+    end
+
     test "a second connection of the user replaces the first (4004) and keeps the entity",
          %{world: w} do
       first = w |> join() |> snapshots(2)

@@ -101,6 +101,17 @@ defmodule Overworld.Persistence.Journal do
     :ok
   end
 
+  @doc """
+  Asks for `{:journal_synced, ref, seq}` once every record appended before this call (by any
+  process on this node) is on disk: at once when nothing is waiting for an fsync. A zone
+  server that replaces a dead one learns this way that its predecessor's records are synced.
+  """
+  @spec notify(t, reference) :: :ok
+  def notify(j, ref) do
+    send(j, {:notify, self(), ref})
+    :ok
+  end
+
   @doc "Appends an event and waits until it is on disk."
   @spec sync_append(t, term, timeout) :: {:ok, pos_integer} | {:error, term}
   def sync_append(j, event, timeout \\ 5_000) do
@@ -291,6 +302,14 @@ defmodule Overworld.Persistence.Journal do
     {_seq, st} = add(st, payload, pid, ref)
     {:noreply, arm(st)}
   end
+
+  def handle_info({:notify, pid, ref}, %{pending: []} = st) do
+    send(pid, {:journal_synced, ref, st.seq})
+    {:noreply, st}
+  end
+
+  def handle_info({:notify, pid, ref}, st),
+    do: {:noreply, arm(%{st | waiters: [{pid, ref, st.seq} | st.waiters]})}
 
   def handle_info({:roll, path}, st) do
     st = commit(st)

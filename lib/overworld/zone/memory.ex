@@ -120,12 +120,35 @@ defmodule Overworld.Zone.Memory do
     :ets.delete(t, :finished)
   end
 
-  @doc "Forgets the players too (a zone that starts over from `init/1`)."
+  @doc """
+  Forgets the players too (a zone that starts over from `init/1` or from its store), and the
+  durable events waiting for their fsync (a store recovery replays what reached the disk).
+  """
   @spec forget_world(t) :: true
   def forget_world(t) do
     forget_history(t)
     :ets.match_delete(t, {{:player, :_}, :_, :_})
+    :ets.match_delete(t, {{:unsynced, :_}, :_, :_})
     :ets.delete(t, :orphans)
+  end
+
+  @doc """
+  Durable events handed to the journal under `ref`, not yet acknowledged by its fsync: a
+  server that replaces a dead one acknowledges them (c:Overworld.Zone.handle_durable/2).
+  """
+  @spec put_unsynced(t, reference, [term]) :: true
+  def put_unsynced(t, ref, events),
+    do: :ets.insert(t, {{:unsynced, ref}, System.unique_integer([:monotonic]), events})
+
+  @spec delete_unsynced(t, reference) :: true
+  def delete_unsynced(t, ref), do: :ets.delete(t, {:unsynced, ref})
+
+  @doc "The events of every unsynced row, in the order they were journaled (rows deleted)."
+  @spec take_unsynced(t) :: [term]
+  def take_unsynced(t) do
+    rows = :ets.match_object(t, {{:unsynced, :_}, :_, :_})
+    for {key, _, _} <- rows, do: :ets.delete(t, key)
+    rows |> Enum.sort_by(&elem(&1, 1)) |> Enum.flat_map(&elem(&1, 2))
   end
 
   @doc "The last tick whose end the server handled (its durable events journaled)."

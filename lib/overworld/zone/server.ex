@@ -271,6 +271,7 @@ defmodule Overworld.Zone.Server do
     }
 
     arm_orphans(st)
+    st = adopt_unsynced(st)
     # The workers finished tick t but its report never reached a server: its durable events
     # are journaled now (the workers kept them).
     st =
@@ -826,11 +827,13 @@ defmodule Overworld.Zone.Server do
   # Durable events on disk: now game code may acknowledge them (c:handle_durable/2).
   def handle_info({:journal_synced, ref, _seq}, st) when is_map_key(st.unsynced, ref) do
     {events, unsynced} = Map.pop(st.unsynced, ref)
+    Memory.delete_unsynced(st.memory, ref)
     {:noreply, durable_done(%{st | unsynced: unsynced}, events)}
   end
 
   def handle_info({:journal_failed, ref, reason}, st) when is_map_key(st.unsynced, ref) do
     {events, unsynced} = Map.pop(st.unsynced, ref)
+    Memory.delete_unsynced(st.memory, ref)
 
     Logger.error(
       "zone #{inspect(st.config.id)}: #{length(events)} durable events not journaled " <>
@@ -1141,8 +1144,27 @@ defmodule Overworld.Zone.Server do
 
   defp durable(st, n, events) do
     ref = make_ref()
+    # Remembered first: a server that replaces us acknowledges them if we die before the fsync.
+    Memory.put_unsynced(st.memory, ref, events)
     Journal.append_async(st.journal, {:events, n, events}, ref)
     %{st | unsynced: Map.put(st.unsynced, ref, events)}
+  end
+
+  # A dead predecessor's events still waiting for their fsync: acknowledged once every record
+  # it appended is on disk (the journal outlived it).
+  defp adopt_unsynced(%{journal: nil} = st), do: st
+
+  defp adopt_unsynced(st) do
+    case Memory.take_unsynced(st.memory) do
+      [] ->
+        st
+
+      events ->
+        ref = make_ref()
+        Memory.put_unsynced(st.memory, ref, events)
+        Journal.notify(st.journal, ref)
+        %{st | unsynced: Map.put(st.unsynced, ref, events)}
+    end
   end
 
   defp durable_done(st, events) do

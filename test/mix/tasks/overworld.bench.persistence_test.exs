@@ -54,6 +54,13 @@ defmodule Mix.Tasks.Overworld.Bench.PersistenceTest do
 
     assert json["zone_recovery_memory_samples"] == 3
     assert json["zone_tick_samples"] > 20
+    # Each round's p99 ratio, and their median among them.
+    rounds =
+      json["zone_tick_p99_on_vs_off_per_round"] |> String.split() |> Enum.map(&String.to_float/1)
+
+    assert length(rounds) == 2
+    assert json["zone_tick_p99_on_vs_off_round_median_percent"] in rounds
+    assert out =~ "p99 on versus off by round  median"
     # The temporary files are gone.
     refute File.exists?(json["dir"])
   end

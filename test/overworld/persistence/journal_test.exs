@@ -74,6 +74,26 @@ defmodule Overworld.Persistence.JournalTest do
     :ok = Journal.close(j)
   end
 
+  test "notify/2: at once when nothing waits for an fsync, else after the fsync of every " <>
+         "record appended before it, by any process",
+       %{tmp_dir: dir} do
+    path = Path.join(dir, "notify2.journal")
+    {:ok, j} = Journal.open(path, commit_ms: 100)
+    ref = make_ref()
+    :ok = Journal.notify(j, ref)
+    assert_receive {:journal_synced, ^ref, 0}, 50
+
+    # Another process appends (and is gone), then we ask.
+    Task.await(Task.async(fn -> :ok = Journal.append_async(j, :theirs, nil) end))
+    ref = make_ref()
+    :ok = Journal.notify(j, ref)
+    refute_receive {:journal_synced, ^ref, _}, 30
+    assert {:ok, [], :complete} = Journal.read(path)
+    assert_receive {:journal_synced, ^ref, 1}, 500
+    assert {:ok, [:theirs], :complete} = Journal.read(path)
+    :ok = Journal.close(j)
+  end
+
   test "a tail cut at any byte of the last records: exactly the whole records before the cut",
        %{tmp_dir: dir} do
     evs = events(10)
