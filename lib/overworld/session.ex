@@ -76,6 +76,7 @@ defmodule Overworld.Session do
     # Reliable messages from the zone (EVENT), numbered; those the busy socket refused wait.
     out_seq: 0,
     outbox: [],
+    outbox_dropping: false,
     # Reliable messages of the client that came while the zone restarted, newest first.
     held_in: [],
     bucket: 0,
@@ -223,25 +224,11 @@ defmodule Overworld.Session do
       else: {:noreply, flush_outbox(st)}
   end
 
-  # Lost connection, player kept: the messages wait for a reconnect, which takes them over
-  # (bounded: the oldest go first).
-  def handle_info({:overworld_send, payload}, %{phase: :detached} = st) do
-    outbox = [{st.out_seq + 1, payload} | st.outbox]
-
-    outbox =
-      if length(outbox) > @max_outbox do
-        Logger.warning(
-          "session #{st.user}: #{@max_outbox} reliable messages kept for a reconnect: " <>
-            "the oldest dropped"
-        )
-
-        Enum.take(outbox, @max_outbox)
-      else
-        outbox
-      end
-
-    {:noreply, %{st | out_seq: st.out_seq + 1, outbox: outbox}}
-  end
+  # Connection lost or closing, player kept: the messages wait for a reconnect, which takes
+  # them over.
+  def handle_info({:overworld_send, payload}, %{phase: phase} = st)
+      when phase in [:detached, :closing],
+      do: {:noreply, keep(st, payload)}
 
   def handle_info({:overworld_send, _payload}, st), do: {:noreply, st}
 
@@ -308,8 +295,12 @@ defmodule Overworld.Session do
 
   # A newer connection of the same user takes the player over.
   @impl true
-  def handle_call({:takeover, _pid}, _from, st) do
-    # The reliable messages not yet written to a socket go to the new connection.
+  def handle_call({:takeover, pid}, _from, st) do
+    # The zone sends the player's reliable messages to the new session from now on; those it
+    # sent us before are in our mailbox already (they came before its answer): they go, with
+    # those not yet written to a socket, to the new connection.
+    st = if st.entity, do: claim_for(st, pid), else: st
+
     handoff =
       if st.entity,
         do: %{
@@ -607,6 +598,42 @@ defmodule Overworld.Session do
       |> Enum.split_while(fn {seq, p} -> send_msg(st, %{type: :event, seq: seq, payload: p}) end)
 
     %{st | outbox: Enum.reverse(left)}
+  end
+
+  # A reliable message kept for a reconnect (bounded: the oldest go first, logged once).
+  defp keep(st, payload) do
+    st = %{st | out_seq: st.out_seq + 1, outbox: [{st.out_seq + 1, payload} | st.outbox]}
+
+    cond do
+      length(st.outbox) <= @max_outbox ->
+        st
+
+      st.outbox_dropping ->
+        %{st | outbox: Enum.take(st.outbox, @max_outbox)}
+
+      true ->
+        Logger.warning(
+          "session #{st.user}: #{@max_outbox} reliable messages kept for a reconnect: " <>
+            "the oldest are dropped"
+        )
+
+        %{st | outbox: Enum.take(st.outbox, @max_outbox), outbox_dropping: true}
+    end
+  end
+
+  defp claim_for(st, pid) do
+    Overworld.Zone.claim_session(st.zone, st.user, pid)
+    drain_sends(st)
+  catch
+    :exit, _ -> drain_sends(st)
+  end
+
+  defp drain_sends(st) do
+    receive do
+      {:overworld_send, payload} -> st |> keep(payload) |> drain_sends()
+    after
+      0 -> st
+    end
   end
 
   defp zone_info(zone) do

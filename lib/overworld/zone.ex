@@ -87,7 +87,8 @@ defmodule Overworld.Zone do
   A zone server that dies (a bug escaping the callback boundary, `Process.exit(pid, :kill)`)
   restarts from an in-memory copy in the zone's ETS table (owned by the zone's supervisor):
   the entities stay in the bucket workers, the server's state (game state, players, pending
-  spawns, subscribers, the tick in flight) is read back, and the first tick runs at once.
+  spawns, subscribers, the tick in flight, durable events waiting for their fsync, which it
+  acknowledges once synced) is read back, and the first tick runs at once.
   Sessions stay connected. A bucket worker that dies takes the workers down: the zone restarts
   from the last snapshot (kept in memory by the zone's store) plus the journal. A zone started
   on a `:data_dir` that holds a snapshot or a journal (a node that was killed) recovers from
@@ -235,6 +236,13 @@ defmodule Overworld.Zone do
   """
   @spec join(zone, player, term) :: {:ok, pos_integer} | {:error, :not_found | term}
   def join(zone, player, meta \\ nil), do: tagged_call(zone, {:join, player, meta})
+
+  @doc false
+  # A session taking over a player already in the zone: the zone's reliable messages for the
+  # player (`{:send, player, payload}`) go to `pid` from now on. Never joins.
+  @spec claim_session(zone, player, pid) :: :ok | {:error, :not_joined | :not_found}
+  def claim_session(zone, player, pid) when is_pid(pid),
+    do: tagged_call(zone, {:claim_session, player, pid}, 2_000)
 
   @doc "Removes `player` and its entity (`c:handle_leave/3` runs first)."
   @spec leave(zone, player, term) :: :ok | {:error, :not_joined | term}

@@ -166,14 +166,18 @@ defmodule Overworld.SessionTest do
          %{world: w} do
       p = w |> join() |> snapshots(2)
       [{old, _}] = Registry.lookup(Overworld.Registry, {:session, @name, p.user})
+      # One on the first connection: seq 1 there.
+      send(old, {:overworld_send, "before"})
+      assert {%{type: :event, seq: 1, payload: "before"}, p} = next_msg(p)
       Client.close(p.conn)
-      eventually(fn -> :sys.get_state(old).phase == :detached end, 200)
+      eventually(fn -> :sys.get_state(old).phase == :detached end)
       # What the zone sends the player (`{:send, player, payload}`) while nobody is connected.
       send(old, {:overworld_send, "while away 1"})
       send(old, {:overworld_send, "while away 2"})
 
       again = join(w, auth: p.auth)
       assert again.entity == p.entity
+      # Numbered on the new connection, from 1.
       assert {%{type: :event, seq: 1, payload: "while away 1"}, again} = next_msg(again)
       assert {%{type: :event, seq: 2, payload: "while away 2"}, _again} = next_msg(again)
 

@@ -53,7 +53,9 @@ defmodule Overworld.Persistence.Journal do
   @doc """
   Opens (creating it if needed) the journal at `path` and starts its writer, linked to the
   caller. An existing file is read first: appends continue after its last valid record (a
-  torn tail is cut off). Options: `:commit_ms` (group commit interval, default 2).
+  torn tail is cut off). Options: `:commit_ms` (group commit interval, default 2). When the
+  file or its directory cannot be made or opened, answers `{:error, reason}`; the writer's
+  exit then reaches the (linked) caller too, which should trap exits (a zone's store does).
   """
   @spec open(Path.t(), keyword) :: {:ok, t} | {:error, term}
   def open(path, opts \\ []) do
@@ -345,7 +347,9 @@ defmodule Overworld.Persistence.Journal do
 
     case result do
       :ok ->
-        for {pid, ref, seq} <- st.waiters, do: send(pid, {:journal_synced, ref, seq})
+        # In the order they were asked (the list is newest first).
+        for {pid, ref, seq} <- Enum.reverse(st.waiters),
+            do: send(pid, {:journal_synced, ref, seq})
 
       {:error, reason} ->
         # After a failed write or fsync the file can no longer be trusted (a torn record may
@@ -353,7 +357,10 @@ defmodule Overworld.Persistence.Journal do
         # the waiters are told, and the writer stops. Its owner (a zone's store) restarts and
         # opens a new segment; nothing is acknowledged that is not on disk.
         Logger.error("journal #{st.path}: write failed (#{inspect(reason)}): the writer stops")
-        for {pid, ref, _seq} <- st.waiters, do: send(pid, {:journal_failed, ref, reason})
+
+        for {pid, ref, _seq} <- Enum.reverse(st.waiters),
+            do: send(pid, {:journal_failed, ref, reason})
+
         :file.close(st.io)
         exit({:shutdown, {:journal_failed, reason}})
     end

@@ -4,7 +4,8 @@ defmodule Overworld.Zone.Memory do
   # zone server. The server writes, before it sends a tick to the workers, the tick's record
   # (game state, next entity id and the tick's dispatch: inputs, spawns, despawns); between
   # ticks, what changed since (pending spawns and despawns, game state); and
-  # a row per player and per subscriber. A restarted server reads it back (the entities never
+  # a row per player and per subscriber; a row per batch of durable events handed to the
+  # journal and not yet synced. A restarted server reads it back (the entities never
   # left the bucket workers). The tick records form a ring of the last `history` ticks, which
   # with the workers' keyframes is the zone's time-travel history (`Overworld.Zone.History`).
 
@@ -135,20 +136,25 @@ defmodule Overworld.Zone.Memory do
   @doc """
   Durable events handed to the journal under `ref`, not yet acknowledged by its fsync: a
   server that replaces a dead one acknowledges them (c:Overworld.Zone.handle_durable/2).
+  With `finished` (a tick), that tick's end is recorded in the same insert (see
+  `put_finished/2`).
   """
-  @spec put_unsynced(t, reference, [term]) :: true
-  def put_unsynced(t, ref, events),
-    do: :ets.insert(t, {{:unsynced, ref}, System.unique_integer([:monotonic]), events})
+  @spec put_unsynced(t, reference, [term], non_neg_integer | nil) :: true
+  def put_unsynced(t, ref, events, finished \\ nil) do
+    row = {{:unsynced, ref}, System.unique_integer([:monotonic]), events}
+    :ets.insert(t, if(finished, do: [row, {:finished, finished}], else: [row]))
+  end
 
-  @spec delete_unsynced(t, reference) :: true
-  def delete_unsynced(t, ref), do: :ets.delete(t, {:unsynced, ref})
+  @spec delete_unsynced(t, [reference]) :: :ok
+  def delete_unsynced(t, refs), do: Enum.each(refs, &:ets.delete(t, {:unsynced, &1}))
 
-  @doc "The events of every unsynced row, in the order they were journaled (rows deleted)."
-  @spec take_unsynced(t) :: [term]
-  def take_unsynced(t) do
-    rows = :ets.match_object(t, {{:unsynced, :_}, :_, :_})
-    for {key, _, _} <- rows, do: :ets.delete(t, key)
-    rows |> Enum.sort_by(&elem(&1, 1)) |> Enum.flat_map(&elem(&1, 2))
+  @doc "Every unsynced row, `{ref, events}`, in the order they were journaled."
+  @spec unsynced(t) :: [{reference, [term]}]
+  def unsynced(t) do
+    t
+    |> :ets.match_object({{:unsynced, :_}, :_, :_})
+    |> Enum.sort_by(&elem(&1, 1))
+    |> Enum.map(fn {{:unsynced, ref}, _, events} -> {ref, events} end)
   end
 
   @doc "The last tick whose end the server handled (its durable events journaled)."

@@ -276,7 +276,7 @@ defmodule Overworld.Zone.Server do
     # are journaled now (the workers kept them).
     st =
       if last.n == t and Memory.finished(mem) < t,
-        do: durable(st, t, Enum.flat_map(summaries, &events_of(&1, t))),
+        do: durable(st, t, Enum.flat_map(summaries, &events_of(&1, t)), t),
         else: st
 
     st = Enum.reduce(Memory.subscribers(mem), st, fn {pid, _}, st -> add_subscriber(st, pid) end)
@@ -589,6 +589,13 @@ defmodule Overworld.Zone.Server do
      %{tick: st.tick, state: st.game, players: Players.to_map(st.players), config: st.config}, st}
   end
 
+  # A session taking over a joined player (see `Overworld.Zone.claim_session/3`).
+  def handle_call({:claim_session, player, pid}, _from, st) do
+    if Players.joined?(st.players, player),
+      do: {:reply, :ok, set_session(st, player, %{session: pid}) |> unorphan(player)},
+      else: {:reply, {:error, :not_joined}, st}
+  end
+
   def handle_call({:join, player, meta}, _from, st) do
     if Players.joined?(st.players, player) do
       # A session coming back (after a reconnect, a takeover or a recovery) takes the player.
@@ -826,21 +833,19 @@ defmodule Overworld.Zone.Server do
 
   # Durable events on disk: now game code may acknowledge them (c:handle_durable/2).
   def handle_info({:journal_synced, ref, _seq}, st) when is_map_key(st.unsynced, ref) do
-    {events, unsynced} = Map.pop(st.unsynced, ref)
-    Memory.delete_unsynced(st.memory, ref)
-    {:noreply, durable_done(%{st | unsynced: unsynced}, events)}
+    {events, st} = pop_unsynced(st, ref)
+    {:noreply, durable_done(st, events)}
   end
 
   def handle_info({:journal_failed, ref, reason}, st) when is_map_key(st.unsynced, ref) do
-    {events, unsynced} = Map.pop(st.unsynced, ref)
-    Memory.delete_unsynced(st.memory, ref)
+    {events, st} = pop_unsynced(st, ref)
 
     Logger.error(
       "zone #{inspect(st.config.id)}: #{length(events)} durable events not journaled " <>
         "(#{inspect(reason)}): not acknowledged"
     )
 
-    {:noreply, %{st | unsynced: unsynced}}
+    {:noreply, st}
   end
 
   def handle_info({:snapshot_done, _tick}, st), do: {:noreply, %{st | snapshotting: false}}
@@ -1051,8 +1056,7 @@ defmodule Overworld.Zone.Server do
     r = st.running
     total = System.monotonic_time() - r.t0
     st = %{st | running: nil, tick: r.n, entity_count: r.count}
-    st = durable(st, r.n, List.flatten(r.events))
-    Memory.put_finished(st.memory, r.n)
+    st = durable(st, r.n, List.flatten(r.events), r.n)
     {st, jobs} = jobs(st, r.n)
     # The whole tick is done: the workers tell the subscribers, do the jobs (snapshot,
     # history), then collect garbage.
@@ -1138,33 +1142,52 @@ defmodule Overworld.Zone.Server do
   defp journal(st, record), do: Journal.append_async(st.journal, record, nil)
 
   # Events of tick n: journaled (acknowledged once on disk), or acknowledged at once without
-  # a data directory.
-  defp durable(st, _n, []), do: st
-  defp durable(%{journal: nil} = st, _n, events), do: durable_done(st, events)
+  # a data directory. `finished` (a tick, or nil): that tick's end is handled, recorded in the
+  # same insert as the events' row, so a server killed in between cannot journal them twice.
+  defp durable(st, n, events, finished \\ nil)
 
-  defp durable(st, n, events) do
-    ref = make_ref()
-    # Remembered first: a server that replaces us acknowledges them if we die before the fsync.
-    Memory.put_unsynced(st.memory, ref, events)
-    Journal.append_async(st.journal, {:events, n, events}, ref)
-    %{st | unsynced: Map.put(st.unsynced, ref, events)}
+  defp durable(st, _n, [], finished) do
+    if finished, do: Memory.put_finished(st.memory, finished)
+    st
   end
 
-  # A dead predecessor's events still waiting for their fsync: acknowledged once every record
-  # it appended is on disk (the journal outlived it).
+  defp durable(%{journal: nil} = st, _n, events, finished) do
+    if finished, do: Memory.put_finished(st.memory, finished)
+    durable_done(st, events)
+  end
+
+  defp durable(st, n, events, finished) do
+    ref = make_ref()
+    Journal.append_async(st.journal, {:events, n, events}, ref)
+    # Remembered once handed to the journal (never before: a successor acknowledges what it
+    # finds here once the journal has synced it).
+    Memory.put_unsynced(st.memory, ref, events, finished)
+    %{st | unsynced: Map.put(st.unsynced, ref, {events, [ref]})}
+  end
+
+  # A dead predecessor's events still waiting for their fsync: acknowledged, in order, once
+  # every record it appended is on disk (the journal outlived it). Its rows stay until then.
   defp adopt_unsynced(%{journal: nil} = st), do: st
 
   defp adopt_unsynced(st) do
-    case Memory.take_unsynced(st.memory) do
+    case Memory.unsynced(st.memory) do
       [] ->
         st
 
-      events ->
+      rows ->
         ref = make_ref()
-        Memory.put_unsynced(st.memory, ref, events)
         Journal.notify(st.journal, ref)
-        %{st | unsynced: Map.put(st.unsynced, ref, events)}
+        batch = {Enum.flat_map(rows, &elem(&1, 1)), Enum.map(rows, &elem(&1, 0))}
+        %{st | unsynced: Map.put(st.unsynced, ref, batch)}
     end
+  end
+
+  # A batch is synced (or failed): its rows go, before anything is acknowledged (a server
+  # killed in between loses those acknowledgements rather than sending them twice).
+  defp pop_unsynced(st, ref) do
+    {{events, rows}, unsynced} = Map.pop(st.unsynced, ref)
+    Memory.delete_unsynced(st.memory, rows)
+    {events, %{st | unsynced: unsynced}}
   end
 
   defp durable_done(st, events) do

@@ -89,23 +89,30 @@ defmodule Overworld.Zone.Store do
     # A zone that stops finishes the snapshot under way and closes its journal (terminate/2).
     Process.flag(:trap_exit, true)
     dir = dir(config)
-    :ok = Overworld.Persistence.Dir.make(dir)
-    segment = (segments(dir) |> Enum.map(&elem(&1, 0)) |> Enum.max(fn -> 0 end)) + 1
-    {:ok, journal} = Journal.open(segment_path(dir, segment), commit_ms: config.commit_ms)
-    # Where the zone server finds the journal and its segment without a call (a store busy
-    # writing a snapshot would hold up a restarting server).
-    Overworld.Zone.Memory.put_journal(config.shared.memory, journal)
-    Overworld.Zone.Memory.put_segment(config.shared.memory, segment)
 
-    {:ok,
-     %{
-       config: config,
-       dir: dir,
-       journal: journal,
-       latest: nil,
-       assembling: nil,
-       written: []
-     }}
+    with :ok <- Overworld.Persistence.Dir.make(dir),
+         segment = (segments(dir) |> Enum.map(&elem(&1, 0)) |> Enum.max(fn -> 0 end)) + 1,
+         path = segment_path(dir, segment),
+         {:ok, journal} <- Journal.open(path, commit_ms: config.commit_ms) do
+      # Where the zone server finds the journal and its segment without a call (a store busy
+      # writing a snapshot would hold up a restarting server).
+      Overworld.Zone.Memory.put_journal(config.shared.memory, journal)
+      Overworld.Zone.Memory.put_segment(config.shared.memory, segment)
+
+      {:ok,
+       %{
+         config: config,
+         dir: dir,
+         journal: journal,
+         latest: nil,
+         assembling: nil,
+         written: []
+       }}
+    else
+      {:error, reason} ->
+        Logger.error("zone data directory #{dir}: #{inspect(reason)}")
+        {:stop, {:data_dir, dir, reason}}
+    end
   end
 
   # Existing segments, as {number, path}, in order.

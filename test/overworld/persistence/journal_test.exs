@@ -78,7 +78,7 @@ defmodule Overworld.Persistence.JournalTest do
          "record appended before it, by any process",
        %{tmp_dir: dir} do
     path = Path.join(dir, "notify2.journal")
-    {:ok, j} = Journal.open(path, commit_ms: 100)
+    {:ok, j} = Journal.open(path, commit_ms: 1_000)
     ref = make_ref()
     :ok = Journal.notify(j, ref)
     assert_receive {:journal_synced, ^ref, 0}, 50
@@ -89,8 +89,25 @@ defmodule Overworld.Persistence.JournalTest do
     :ok = Journal.notify(j, ref)
     refute_receive {:journal_synced, ^ref, _}, 30
     assert {:ok, [], :complete} = Journal.read(path)
-    assert_receive {:journal_synced, ^ref, 1}, 500
+    assert_receive {:journal_synced, ^ref, 1}, 3_000
     assert {:ok, [:theirs], :complete} = Journal.read(path)
+    :ok = Journal.close(j)
+  end
+
+  test "the acknowledgements of one group commit go out in the order they were asked",
+       %{tmp_dir: dir} do
+    {:ok, j} = Journal.open(Path.join(dir, "order.journal"), commit_ms: 1_000)
+    refs = for i <- 1..20, do: {i, make_ref()}
+
+    for {i, ref} <- refs do
+      if rem(i, 3) == 0,
+        do: :ok = Journal.notify(j, ref),
+        else: :ok = Journal.append_async(j, {:event, i}, ref)
+    end
+
+    :ok = Journal.sync(j)
+    got = for _ <- refs, do: assert_receive({:journal_synced, ref, _}, 3_000) && ref
+    assert got == Enum.map(refs, &elem(&1, 1))
     :ok = Journal.close(j)
   end
 
