@@ -138,6 +138,14 @@ defmodule Overworld.Zone.Bucket do
   defp own_pairs(%{own: own, bounds: {stop, _, _}}),
     do: Enum.take_while(own, fn {k, _} -> k < stop end)
 
+  # The players' entities we hold, `{id, owner}` (a scan of every entity of ours).
+  defp owned(st) do
+    for {_k, l} <- own_pairs(st),
+        e <- l,
+        entity(e, :owner) != nil,
+        do: {entity(e, :id), entity(e, :owner)}
+  end
+
   # Rows of ours that each other worker needs as its halo.
   defp sends(%Config{stripes: stripes, workers: n}, me) do
     {r0, r1} = elem(stripes, me)
@@ -160,9 +168,10 @@ defmodule Overworld.Zone.Bucket do
   end
 
   # A (new) zone server takes the workers over: with `keep?` they keep their entities (the
-  # server restarts from memory) and say what they hold; otherwise they start empty.
+  # server restarts from memory) and say what they hold (with `owned?`, their avatars too);
+  # otherwise they start empty.
   @impl true
-  def handle_call({:attach, epoch, workers, server, keep?}, _from, st) do
+  def handle_call({:attach, epoch, workers, server, keep?, owned?}, _from, st) do
     st = %{st | epoch: epoch, workers: workers, server: server, inbox: []}
 
     st =
@@ -180,21 +189,17 @@ defmodule Overworld.Zone.Bucket do
             tick: 0
         }
 
-    owned =
-      for {_k, l} <- own_pairs(st),
-          e <- l,
-          entity(e, :owner) != nil,
-          do: {entity(e, :id), entity(e, :owner)}
-
     {:reply,
      %{
        tick: st.tick,
        loaded: st.loaded,
        count: st.count,
-       owned: owned,
+       owned: if(owned?, do: owned(st), else: []),
        events: {st.tick, st.events}
      }, st}
   end
+
+  def handle_call(:owned, _from, st), do: {:reply, owned(st), st}
 
   # The server sends each tick to worker 0, which hands the others their parts.
   @impl true

@@ -183,13 +183,22 @@ defmodule Overworld.Zone.Server do
 
   # The workers, told of the new epoch; with `keep?` they keep their entities and answer what
   # they hold. Worker 0 first: it forwards every tick to the others (`Dispatch`), so once it
-  # has answered, the others have the last tick it forwarded ahead of our call.
+  # has answered, the others have the last tick it forwarded ahead of our call. Its avatars
+  # (a scan of all its entities) come in a second request, answered while the others scan
+  # theirs: the scans run in parallel.
   defp attach(st, keep?) do
     [w0 | rest] = Tuple.to_list(st.workers)
-    msg = {:attach, st.epoch, st.workers, self(), keep?}
-    first = GenServer.call(w0, msg, :infinity)
+    first = GenServer.call(w0, {:attach, st.epoch, st.workers, self(), keep?, false}, :infinity)
+    msg = {:attach, st.epoch, st.workers, self(), keep?, keep?}
     refs = for pid <- rest, do: :gen_server.send_request(pid, msg)
+    owned = if keep?, do: :gen_server.send_request(w0, :owned)
     others = for ref <- refs, do: reply!(:gen_server.wait_response(ref, :infinity))
+
+    first =
+      if keep?,
+        do: %{first | owned: reply!(:gen_server.wait_response(owned, :infinity))},
+        else: first
+
     [first | others]
   end
 
