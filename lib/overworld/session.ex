@@ -217,7 +217,7 @@ defmodule Overworld.Session do
   # A reliable message from the zone (`{:send, player, payload}`, e.g. a durable event's
   # acknowledgement): numbered and sent in order; those a busy socket refuses wait (bounded).
   def handle_info({:overworld_send, payload}, %{phase: :live} = st) do
-    st = %{st | out_seq: st.out_seq + 1, outbox: [{st.out_seq + 1, payload} | st.outbox]}
+    st = enqueue(st, payload)
 
     if length(st.outbox) > @max_outbox,
       do: too_slow(st, "#{@max_outbox} reliable messages waiting"),
@@ -542,8 +542,7 @@ defmodule Overworld.Session do
       seq = if handoff, do: handoff.input_seq, else: 0
       send_msg(st, handshake(config, entity))
       # Reliable messages the earlier connection never wrote: numbered on this one.
-      taken = if handoff, do: handoff.outbox, else: []
-      out = Enum.with_index(taken, st.out_seq + 1) |> Enum.map(fn {p, n} -> {n, p} end)
+      st = Enum.reduce(if(handoff, do: handoff.outbox, else: []), st, &keep(&2, &1))
 
       {:ok,
        %{
@@ -553,9 +552,7 @@ defmodule Overworld.Session do
            entity: entity,
            obs: obs,
            module: config.module,
-           input_seq: max(seq, st.input_seq),
-           out_seq: st.out_seq + length(out),
-           outbox: Enum.reverse(out, st.outbox)
+           input_seq: max(seq, st.input_seq)
        }}
     else
       {:error, why} -> close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
@@ -600,9 +597,13 @@ defmodule Overworld.Session do
     %{st | outbox: Enum.reverse(left)}
   end
 
+  # A reliable message for the client, numbered on this connection (newest first).
+  defp enqueue(st, payload),
+    do: %{st | out_seq: st.out_seq + 1, outbox: [{st.out_seq + 1, payload} | st.outbox]}
+
   # A reliable message kept for a reconnect (bounded: the oldest go first, logged once).
   defp keep(st, payload) do
-    st = %{st | out_seq: st.out_seq + 1, outbox: [{st.out_seq + 1, payload} | st.outbox]}
+    st = enqueue(st, payload)
 
     cond do
       length(st.outbox) <= @max_outbox ->
@@ -647,7 +648,7 @@ defmodule Overworld.Session do
 
   defp player_entity(st, info, %{zone: zone, entity: id}) when zone == st.zone do
     if Map.get(info.players, st.user) == id,
-      do: take_player(st, id),
+      do: take_player(st, info, id),
       else: player_entity(st, info, nil)
   end
 
@@ -663,12 +664,13 @@ defmodule Overworld.Session do
     :exit, _ -> {:error, :not_running}
   end
 
-  # The player stays in the zone; from now on the zone sends its reliable messages to us.
-  defp take_player(st, id) do
-    case Overworld.Zone.join(st.zone, st.user, %{session: self()}) do
-      {:error, :already_joined} -> {:ok, id}
-      # It left in between (and joined again now).
-      {:ok, id} -> {:ok, id}
+  # The player stays in the zone; from now on the zone sends its reliable messages to us (the
+  # session we took over asked already, unless the zone was restarting then).
+  defp take_player(st, info, id) do
+    case Overworld.Zone.claim_session(st.zone, st.user, self()) do
+      :ok -> {:ok, id}
+      # It left in between: it joins again.
+      {:error, :not_joined} -> player_entity(st, info, nil)
       {:error, why} -> {:error, why}
     end
   catch

@@ -333,14 +333,14 @@ defmodule Overworld.Bench.Persistence do
       end
 
     all = fn mode -> for {^mode, _, t, _, _} <- runs, x <- t, do: x end
-    s_off = Overworld.Bench.Stats.summary(all.(:off))
-    s_on = Overworld.Bench.Stats.summary(all.(:on))
+    s_off = Stats.summary(all.(:off))
+    s_on = Stats.summary(all.(:on))
 
     # The p99 ratio of each round on its own: how much the figure moves between runs.
     per_round =
       for round <- 1..o.rounds do
-        [off] = for {:off, ^round, t, _, _} <- runs, do: Overworld.Bench.Stats.summary(t).p99
-        [on] = for {:on, ^round, t, _, _} <- runs, do: Overworld.Bench.Stats.summary(t).p99
+        [off] = for {:off, ^round, t, _, _} <- runs, do: Stats.summary(t).p99
+        [on] = for {:on, ^round, t, _, _} <- runs, do: Stats.summary(t).p99
         r3((on / off - 1) * 100)
       end
 
@@ -355,7 +355,7 @@ defmodule Overworld.Bench.Persistence do
       zone_tick_p99_on_vs_off_percent: r3((s_on.p99 / s_off.p99 - 1) * 100),
       zone_tick_p99_on_vs_off_per_round: Enum.join(per_round, " "),
       # The middle of those: one noisy round (the VM's neighbours) cannot move it.
-      zone_tick_p99_on_vs_off_round_median_percent: Overworld.Bench.Stats.summary(per_round).p50,
+      zone_tick_p99_on_vs_off_round_median_percent: Stats.summary(per_round).p50,
       zone_durable_events: Enum.sum(for {:on, _, _, _, r} <- runs, do: r),
       zone_memory_table_history_0_bytes: Enum.max(for {:off, _, _, m, _} <- runs, do: m),
       zone_memory_table_history_300_bytes: Enum.max(for {:on, _, _, m, _} <- runs, do: m)
@@ -426,11 +426,11 @@ defmodule Overworld.Bench.Persistence do
       end
 
     Overworld.stop_zone(id)
-    m = Overworld.Bench.Stats.summary(Enum.map(memory, &elem(&1, 0)))
-    between = Overworld.Bench.Stats.summary(for {ms, false} <- memory, do: ms)
-    during = Overworld.Bench.Stats.summary(for {ms, true} <- memory, do: ms)
-    w = Overworld.Bench.Stats.summary(worker)
-    d = Overworld.Bench.Stats.summary(disk)
+    m = Stats.summary(Enum.map(memory, &elem(&1, 0)))
+    between = Stats.summary(for {ms, false} <- memory, do: ms)
+    during = Stats.summary(for {ms, true} <- memory, do: ms)
+    w = Stats.summary(worker)
+    d = Stats.summary(disk)
 
     %{
       zone_recovery_memory_p50_ms: r3(m.p50),

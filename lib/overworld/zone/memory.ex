@@ -82,12 +82,7 @@ defmodule Overworld.Zone.Memory do
 
   @doc "The zone's journal writer (nil without a store)."
   @spec journal(t) :: pid | nil
-  def journal(t) do
-    case :ets.lookup(t, :journal) do
-      [{:journal, pid}] -> pid
-      [] -> nil
-    end
-  end
+  def journal(t), do: value(t, :journal, nil)
 
   @spec put_journal(t, pid) :: true
   def put_journal(t, pid), do: :ets.insert(t, {:journal, pid})
@@ -97,12 +92,7 @@ defmodule Overworld.Zone.Memory do
   rolled to since (0 without a store).
   """
   @spec segment(t) :: non_neg_integer
-  def segment(t) do
-    case :ets.lookup(t, :segment) do
-      [{:segment, n}] -> n
-      [] -> 0
-    end
-  end
+  def segment(t), do: value(t, :segment, 0)
 
   @spec put_segment(t, non_neg_integer) :: true
   def put_segment(t, n), do: :ets.insert(t, {:segment, n})
@@ -159,12 +149,7 @@ defmodule Overworld.Zone.Memory do
 
   @doc "The last tick whose end the server handled (its durable events journaled)."
   @spec finished(t) :: integer
-  def finished(t) do
-    case :ets.lookup(t, :finished) do
-      [{:finished, n}] -> n
-      [] -> -1
-    end
-  end
+  def finished(t), do: value(t, :finished, -1)
 
   @spec put_finished(t, non_neg_integer) :: true
   def put_finished(t, n), do: :ets.insert(t, {:finished, n})
@@ -222,4 +207,12 @@ defmodule Overworld.Zone.Memory do
   """
   @spec cells_hash([{integer, list}]) :: non_neg_integer
   def cells_hash(pairs), do: Enum.reduce(pairs, 0, fn cell, acc -> acc + :erlang.phash2(cell) end)
+
+  # The value of a `{key, value}` row, or `default`.
+  defp value(t, key, default) do
+    case :ets.lookup(t, key) do
+      [{^key, v}] -> v
+      [] -> default
+    end
+  end
 end

@@ -514,16 +514,17 @@ defmodule Overworld.Zone.Server do
   end
 
   # The tick sent during a start (a load, or a tick sent again), waited for.
-  defp await_load(%{running: nil} = st), do: st
+  defp await_load(st), do: await_load(st, worker_set(st))
 
-  defp await_load(st) do
+  defp await_load(%{running: nil} = st, _ws), do: st
+
+  defp await_load(st, ws) do
     epoch = st.epoch
     n = st.running.n
-    ws = worker_set(st)
 
     receive do
       {:done, ^epoch, ^n, w, stats} ->
-        await_load(worker_done(st, w, stats, false))
+        await_load(worker_done(st, w, stats, false), ws)
 
       {:DOWN, _, :process, pid, reason} when is_map_key(ws, pid) ->
         worker_lost(reason)
@@ -1155,12 +1156,7 @@ defmodule Overworld.Zone.Server do
   # same insert as the events' row, so a server killed in between cannot journal them twice.
   defp durable(st, n, events, finished \\ nil)
 
-  defp durable(st, _n, [], finished) do
-    if finished, do: Memory.put_finished(st.memory, finished)
-    st
-  end
-
-  defp durable(%{journal: nil} = st, _n, events, finished) do
+  defp durable(%{journal: j} = st, _n, events, finished) when j == nil or events == [] do
     if finished, do: Memory.put_finished(st.memory, finished)
     durable_done(st, events)
   end
