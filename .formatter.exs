@@ -1,3 +1,3 @@
 [
-  inputs: ["{mix,.formatter}.exs", "{config,lib,test,examples}/**/*.{ex,exs}"]
+  inputs: ["{mix,.formatter}.exs", "{config,lib,dev,test,examples}/**/*.{ex,exs}"]
 ]

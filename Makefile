@@ -1,6 +1,10 @@
 # Overworld: the two commands are `make run` and `make test`. Each installs what is missing on a
 # fresh machine (Debian packages, the Rust toolchain's build of the native reference) and is
-# idempotent.
+# idempotent. The framework is this directory's Mix project; the goblin world is a game of its
+# own in examples/goblins (a Mix project depending on the framework by path), with its server
+# task, its benchmarks and the native Rust reference of its rules (examples/goblins/reference).
+
+GAME := examples/goblins
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -12,16 +16,16 @@ APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlan
   erlang-proper erlang-runtime-tools erlang-tools
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-# VM flags (see docs/performance.md): schedulers bound to CPUs, so the bucket workers of a zone
-# really run in parallel from the first microsecond of a tick.
+# VM flags (docs/architecture.md, "Performance decisions"): schedulers bound to CPUs, so the
+# bucket workers of a zone really run in parallel from the first microsecond of a tick.
 export ELIXIR_ERL_OPTIONS ?= +sbt db
 
-.PHONY: help run test deps deps-elixir deps-rust deps-ts test-elixir test-rust test-ts bench clean
+.PHONY: help run test deps deps-elixir deps-rust deps-ts test-elixir test-example test-rust test-ts bench clean
 
 help:
 	@echo "make run    start the goblin world (10,000 goblins) and print its tick statistics"
-	@echo "make test   run every test suite (Elixir, Rust reference, TypeScript SDK)"
-	@echo "make bench  the goblin benchmark at 10K and 100K with the native reference, the wire, 19,000 sessions, persistence"
+	@echo "make test   run every test suite (the framework's, the goblin example's, the Rust reference's, the TypeScript SDK's)"
+	@echo "make bench  the goblin benchmark at 10K and 100K with the native reference, the wire, 19,000 sessions, persistence, inputs"
 
 deps: deps-elixir deps-rust deps-ts
 
@@ -36,13 +40,14 @@ deps-elixir:
 	  $(SUDO) apt-get install -y -q $$missing || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $$missing; }; \
 	fi
 	@mix compile >/dev/null
+	@cd $(GAME) && mix compile >/dev/null
 
-# The native reference of the goblin benchmark (bench/reference) needs cargo: rustup's if it is
-# there, else Debian's.
+# The native reference of the goblin benchmark ($(GAME)/reference) needs cargo: rustup's if it
+# is there, else Debian's.
 deps-rust:
 	@command -v cargo >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get install -y -q cargo || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cargo; }; }
-	@cd bench/reference && cargo build --release --quiet
+	@cd $(GAME)/reference && cargo build --release --quiet
 
 # The TypeScript SDK (clients/typescript): Node 20 and npm, Debian's Chromium for the browser
 # test (test/browser.test.ts drives /usr/bin/chromium with playwright-core, which never downloads
@@ -58,26 +63,30 @@ deps-ts:
 	  npm ci --no-audit --no-fund --loglevel=silent || npm install --no-save --no-audit --no-fund --loglevel=error; }
 
 run: deps-elixir
-	mix overworld.server
+	cd $(GAME) && mix goblins.server
 
 test: deps
-	$(MAKE) test-elixir test-rust test-ts
+	$(MAKE) test-elixir test-example test-rust test-ts
 
 test-elixir:
 	mix test
 
+test-example:
+	cd $(GAME) && mix test
+
 test-rust:
-	cd bench/reference && cargo test --release --quiet
+	cd $(GAME)/reference && cargo test --release --quiet
 
 test-ts:
 	cd clients/typescript && npx tsc -p tsconfig.json --noEmit && npx vitest run
 
 bench: deps
-	mix overworld.bench.goblins --entities 10000 --seconds 60 --reference --json bench/results/goblins-10k.json
-	mix overworld.bench.goblins --entities 100000 --seconds 30 --reference --json bench/results/goblins-100k.json
-	mix overworld.bench.encode --entities 10000 --observers 500 --seconds 60 --json bench/results/encode-10k.json
+	cd $(GAME) && mix goblins.bench --entities 10000 --seconds 60 --reference --json ../../bench/results/goblins-10k.json
+	cd $(GAME) && mix goblins.bench --entities 100000 --seconds 30 --reference --json ../../bench/results/goblins-100k.json
+	cd $(GAME) && mix goblins.bench.encode --entities 10000 --observers 500 --seconds 60 --json ../../bench/results/encode-10k.json
 	mix overworld.bench.ccu --count 19000 --hold 5 --json bench/results/ccu-19k.json
-	mix overworld.bench.persistence --entities 10000 --json bench/results/persistence-10k.json
+	cd $(GAME) && mix goblins.bench.persistence --entities 10000 --json ../../bench/results/persistence-10k.json
+	cd $(GAME) && mix goblins.bench.inputs --json ../../bench/results/inputs-19k.json
 
 clean:
-	rm -rf _build bench/reference/target clients/typescript/node_modules clients/typescript/dist
+	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

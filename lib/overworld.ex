@@ -28,20 +28,18 @@ defmodule Overworld do
   @doc "Stops a zone (its `terminate/2` runs). Returns `{:error, :not_found}` if it is not running."
   @spec stop_zone(term) :: :ok | {:error, :not_found}
   def stop_zone(id) do
-    case Registry.lookup(Overworld.Registry, {:zone_sup, id}) do
-      [{pid, _}] ->
-        DynamicSupervisor.terminate_child({:via, PartitionSupervisor, {Overworld.Zones, id}}, pid)
-
-      [] ->
+    case Overworld.Names.whereis(Overworld.Names.zone_sup(id)) do
+      nil ->
         {:error, :not_found}
+
+      pid ->
+        DynamicSupervisor.terminate_child({:via, PartitionSupervisor, {Overworld.Zones, id}}, pid)
     end
   end
 
   @doc "The ids of the running zones."
   @spec zones() :: [term]
-  def zones do
-    Registry.select(Overworld.Registry, [{{{:zone, :"$1"}, :_, :_}, [], [:"$1"]}])
-  end
+  def zones, do: Overworld.Names.zones()
 
   @doc """
   Binds the schedulers to CPUs, if they are not bound yet (the `+sbt db` emulator flag, set at

@@ -122,22 +122,11 @@ defmodule Overworld.Interest do
   """
   @spec new(term, keyword) :: {:ok, t} | {:error, :not_found | :no_wire}
   def new(zone, opts \\ []) do
-    case info(zone) do
-      %{config: %{wire: nil}} ->
-        {:error, :no_wire}
-
-      %{config: config} ->
-        {:ok, from_config(config, opts)}
-
-      _ ->
-        {:error, :not_found}
+    case Overworld.Zone.config(zone) do
+      %{wire: nil} -> {:error, :no_wire}
+      %{} = config -> {:ok, from_config(config, opts)}
+      nil -> {:error, :not_found}
     end
-  end
-
-  defp info(zone) do
-    Overworld.Zone.info(zone)
-  catch
-    :exit, _ -> nil
   end
 
   @doc false
@@ -450,9 +439,9 @@ defmodule Overworld.Interest do
     keys
     |> Enum.group_by(fn k -> elem(owners, div(k, g.stride) - 1) end)
     |> Enum.each(fn {w, ks} ->
-      case Registry.lookup(Overworld.Registry, {:bucket, zone, w}) do
-        [{pid, _}] -> send(pid, {:wire_want, ks})
-        [] -> :ok
+      case Overworld.Names.whereis(Overworld.Names.bucket(zone, w)) do
+        nil -> :ok
+        pid -> send(pid, {:wire_want, ks})
       end
     end)
   end

@@ -213,7 +213,7 @@ defmodule Overworld.Server do
   end
 
   @doc false
-  def connections(name), do: {:via, Registry, {Overworld.Registry, {:connections, name}}}
+  def connections(name), do: Overworld.Names.via(Overworld.Names.connections(name))
 
   @doc false
   @spec config(atom) :: Config.t()

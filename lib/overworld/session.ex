@@ -310,7 +310,7 @@ defmodule Overworld.Session do
           outbox: st.outbox |> Enum.reverse() |> Enum.map(&elem(&1, 1))
         }
 
-    Registry.unregister(Overworld.Registry, {:session, st.cfg.name, st.user})
+    Overworld.Names.unregister(Overworld.Names.session(st.cfg.name, st.user))
 
     if st.phase in [:hello, :live] do
       send_msg(st, %{type: :error, code: 4, message: "replaced by a newer connection"})
@@ -504,7 +504,7 @@ defmodule Overworld.Session do
 
   # Registers as the user's session, taking over an earlier one.
   defp register(name, user, tries) do
-    case Registry.register(Overworld.Registry, {:session, name, user}, nil) do
+    case Overworld.Names.register(Overworld.Names.session(name, user)) do
       {:ok, _} ->
         {:ok, nil}
 
@@ -532,13 +532,12 @@ defmodule Overworld.Session do
   end
 
   defp enter_zone(st, handoff) do
-    with {:ok, info} <- zone_info(st.zone),
-         {:ok, entity} <- player_entity(st, info, handoff),
+    with {:ok, config} <- zone_config(st.zone),
+         {:ok, entity} <- player_entity(st, handoff),
          {:ok, obs} <- Interest.new(st.zone, st.cfg.interest),
          :ok <- Overworld.Zone.subscribe(st.zone, self()),
          pid when is_pid(pid) <- Overworld.Zone.whereis(st.zone) || {:error, :not_running} do
       Process.monitor(pid)
-      config = info.config
       seq = if handoff, do: handoff.input_seq, else: 0
       send_msg(st, handshake(config, entity))
       # Reliable messages the earlier connection never wrote: numbered on this one.
@@ -560,8 +559,7 @@ defmodule Overworld.Session do
   end
 
   defp reattach(st, pid) do
-    with {:ok, info} <- zone_info(st.zone),
-         true <- Map.get(info.players, st.user) == st.entity,
+    with true <- Overworld.Zone.player_entity(st.zone, st.user) == st.entity,
          {:error, :already_joined} <- Overworld.Zone.join(st.zone, st.user, %{session: self()}),
          :ok <- Overworld.Zone.subscribe(st.zone, self()) do
       Process.monitor(pid)
@@ -637,28 +635,35 @@ defmodule Overworld.Session do
     end
   end
 
-  defp zone_info(zone) do
-    case Overworld.Zone.info(zone) do
-      %{config: %{wire: nil}} -> {:error, :no_wire}
-      info -> {:ok, info}
+  defp zone_config(zone) do
+    case Overworld.Zone.config(zone) do
+      nil -> {:error, :not_running}
+      %{wire: nil} -> {:error, :no_wire}
+      config -> {:ok, config}
     end
-  catch
-    :exit, _ -> {:error, :not_running}
   end
 
-  defp player_entity(st, info, %{zone: zone, entity: id}) when zone == st.zone do
-    if Map.get(info.players, st.user) == id,
-      do: take_player(st, info, id),
-      else: player_entity(st, info, nil)
+  defp player_entity(st, %{zone: zone, entity: id}) when zone == st.zone do
+    if Overworld.Zone.player_entity(st.zone, st.user) == id,
+      do: take_player(st, id),
+      else: player_entity(st, nil)
   end
 
-  defp player_entity(st, info, handoff) do
+  defp player_entity(st, handoff) do
     if handoff, do: Overworld.Zone.leave(handoff.zone, st.user, :moved)
 
     case Overworld.Zone.join(st.zone, st.user, %{session: self()}) do
-      {:ok, id} -> {:ok, id}
-      {:error, :already_joined} -> {:ok, Map.fetch!(info.players, st.user)}
-      {:error, why} -> {:error, why}
+      {:ok, id} ->
+        {:ok, id}
+
+      {:error, :already_joined} ->
+        case Overworld.Zone.player_entity(st.zone, st.user) do
+          nil -> {:error, :not_joined}
+          id -> {:ok, id}
+        end
+
+      {:error, why} ->
+        {:error, why}
     end
   catch
     :exit, _ -> {:error, :not_running}
@@ -666,11 +671,11 @@ defmodule Overworld.Session do
 
   # The player stays in the zone; from now on the zone sends its reliable messages to us (the
   # session we took over asked already, unless the zone was restarting then).
-  defp take_player(st, info, id) do
+  defp take_player(st, id) do
     case Overworld.Zone.claim_session(st.zone, st.user, self()) do
       :ok -> {:ok, id}
       # It left in between: it joins again.
-      {:error, :not_joined} -> player_entity(st, info, nil)
+      {:error, :not_joined} -> player_entity(st, nil)
       {:error, why} -> {:error, why}
     end
   catch

@@ -156,17 +156,11 @@ defmodule Overworld.Web do
       for {public, id} <- cfg.zones,
           m = Overworld.Zone.metrics(id),
           m != nil do
-        players =
-          case safe_info(id) do
-            %{players: p} -> map_size(p)
-            _ -> 0
-          end
-
         %{
           name: public,
           tick: m.tick,
           entities: m.entities,
-          players: players,
+          players: m.players,
           tick_p50_us: m.tick_us[:p50],
           tick_p99_us: m.tick_us[:p99],
           overruns: m.overruns,
@@ -202,12 +196,6 @@ defmodule Overworld.Web do
       _ ->
         nil
     end
-  end
-
-  defp safe_info(id) do
-    Overworld.Zone.info(id)
-  catch
-    :exit, _ -> nil
   end
 
   defp json(status, map),

@@ -113,6 +113,7 @@ defmodule Overworld.Zone do
         def handle_entity(e, _view, _ctx), do: {:ok, e}
       end
   """
+  alias Overworld.Names
   alias Overworld.Zone.{Config, Context, Server}
 
   @typedoc "A zone: its id, or the pid of its server."
@@ -223,10 +224,38 @@ defmodule Overworld.Zone do
   @spec whereis(zone) :: pid | nil
   def whereis(pid) when is_pid(pid), do: if(Process.alive?(pid), do: pid, else: nil)
 
-  def whereis(id) do
-    case Registry.lookup(Overworld.Registry, {:zone, id}) do
-      [{pid, _}] -> pid
-      [] -> nil
+  def whereis(id), do: Names.whereis(Names.zone(id))
+
+  @doc """
+  The zone's configuration (`Overworld.Zone.Config`: the validated options and what follows
+  from them, e.g. `tick_rate`, `size`, `width`/`height` and `cell_size` in units, `workers`,
+  `wire`), or nil when the zone is not running. Read without a message to the zone and
+  without copying its game state: the config is the zone's registry value.
+  """
+  @spec config(zone) :: Config.t() | nil
+  def config(pid) when is_pid(pid) do
+    case Names.zone_of(pid) do
+      nil -> nil
+      id -> config(id)
+    end
+  end
+
+  def config(id) do
+    case Names.lookup(Names.zone(id)) do
+      {_pid, config} -> config
+      nil -> nil
+    end
+  end
+
+  @doc """
+  The entity id of a joined player's avatar, or nil (read from the zone's in-memory copy,
+  without a message to the zone).
+  """
+  @spec player_entity(zone, player) :: pos_integer | nil
+  def player_entity(zone, player) do
+    case config(zone) do
+      %Config{shared: %{memory: table}} -> Overworld.Zone.Memory.player_entity(table, player)
+      nil -> nil
     end
   end
 
@@ -325,13 +354,17 @@ defmodule Overworld.Zone do
     |> Base.encode16(case: :lower)
   end
 
-  @doc "The last completed tick and the game state (for tests and debugging)."
+  @doc """
+  The last completed tick, the game state and every player (for tests and debugging: it copies
+  the game state and the players out of the zone; `config/1` and `player_entity/2` read what
+  live code needs without that).
+  """
   @spec info(zone) :: %{tick: non_neg_integer, state: term, players: map, config: Config.t()}
   def info(zone), do: call(zone, :info)
 
   @doc """
   The zone's metrics, read without a message to the zone: ticks, overruns, skipped deadlines,
-  callback errors, entity count, tick duration summary in microseconds (count, mean, p50, p90,
+  callback errors, entity and player counts (after the last tick), tick duration summary in microseconds (count, mean, p50, p90,
   p99, p99.9, max), the average of each phase (input, systems, grid, other), and `cpu`: the
   node's scheduler utilization beside the OS process's CPU share since the zone started (the
   BEAM busy-waits, so the OS figure over-states the work).
@@ -352,11 +385,12 @@ defmodule Overworld.Zone do
   @spec wire(zone) ::
           %{module: module, templates: [Overworld.Template.t()], table: :ets.tid()} | nil
   def wire(zone) do
-    with %{wire: table} when table != nil <- metrics_ref(zone),
-         %{config: %{wire: module}} <- info(zone) do
-      %{module: module, templates: module.__templates__(), table: table}
-    else
-      _ -> nil
+    case config(zone) do
+      %Config{wire: module, shared: %{wire: table}} when module != nil ->
+        %{module: module, templates: module.__templates__(), table: table}
+
+      _ ->
+        nil
     end
   end
 
@@ -369,17 +403,10 @@ defmodule Overworld.Zone do
 
   @doc false
   @spec metrics_ref(zone) :: Overworld.Zone.Metrics.t() | nil
-  def metrics_ref(pid) when is_pid(pid) do
-    case Registry.keys(Overworld.Registry, pid) do
-      [{:zone, id} | _] -> metrics_ref(id)
-      _ -> nil
-    end
-  end
-
-  def metrics_ref(id) do
-    case Registry.lookup(Overworld.Registry, {:zone, id}) do
-      [{_pid, m}] -> m
-      [] -> nil
+  def metrics_ref(zone) do
+    case config(zone) do
+      %Config{shared: m} -> m
+      nil -> nil
     end
   end
 

@@ -1,4 +1,4 @@
-// Against the real server: `mix overworld.server --port 0` from the repository root.
+// Against the real server: the goblin example's `mix goblins.server --port 0` (examples/goblins).
 // Skipped only when OVERWORLD_SKIP_INTEGRATION=1.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebSocket } from "ws";
@@ -40,7 +40,7 @@ function watch(conn: ZoneConnection) {
   return rec;
 }
 
-describe.skipIf(SKIP)("against the real server (mix overworld.server)", () => {
+describe.skipIf(SKIP)("against the real server (mix goblins.server)", () => {
   let client: Client;
   const open: ZoneConnection[] = [];
   const connect = (session: Session, options: ConnectOptions = {}) => {

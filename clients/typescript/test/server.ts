@@ -1,5 +1,6 @@
-// The real server for the tests that need one: `mix overworld.server --port 0` from the
-// repository root, in its own process group, with a fresh data directory.
+// The real server for the tests that need one: the goblin example's `mix goblins.server --port 0`
+// (examples/goblins, a Mix project depending on Overworld), in its own process group, with a
+// fresh data directory.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, statSync } from "node:fs";
@@ -8,6 +9,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
+/** The goblin example's Mix project, where the server task runs. */
+export const GAME = join(ROOT, "examples", "goblins");
 export const START_TIMEOUT = 60_000;
 
 export interface RunningServer {
@@ -54,8 +57,8 @@ export async function startServer(prefix = "overworld-ts-"): Promise<RunningServ
   let output = "";
   const child: ChildProcess = spawn(
     "mix",
-    ["overworld.server", "--port", "0", "--entities", "2000", "--data-dir", dataDir, "--interval", "3600"],
-    { cwd: ROOT, env: { ...process.env, MIX_ENV: "dev" }, detached: true, stdio: ["ignore", "pipe", "pipe"] },
+    ["goblins.server", "--port", "0", "--entities", "2000", "--data-dir", dataDir, "--interval", "3600"],
+    { cwd: GAME, env: { ...process.env, MIX_ENV: "dev" }, detached: true, stdio: ["ignore", "pipe", "pipe"] },
   );
   const stop = async () => {
     if (child.pid !== undefined && child.exitCode === null && child.signalCode === null) {

@@ -5,7 +5,7 @@ defmodule Goblins do
   N goblins at one per 50 m²; every tick each goblin looks at its neighbours within 12 m, runs a
   small state machine (idle ↔ wander on random timers, flee from aggressive goblins, aggressive
   goblins chase the nearest one), steers at up to 3 m/s with separation, stays in the world and
-  resolves overlaps. The exact rules, shared with the native reference in `bench/reference`, are
+  resolves overlaps. The exact rules, shared with the native reference in `reference/`, are
   in `docs/goblins-scenario.md`; `checksum/1` lets both sides compare states bit for bit.
 
   Aggressive goblins (id divisible by 20, 5 %) have kind `:warlord`, the others `:goblin`.

@@ -1,96 +1,181 @@
 defmodule Mix.Tasks.Overworld.Server do
-  @shortdoc "Serves the goblin world over HTTP/WebSocket and prints its tick statistics"
+  @shortdoc "Serves a zone of your game over HTTP/WebSocket and prints its tick statistics"
   @moduledoc """
-  Starts Overworld with the goblin world (`examples/goblins`) and its server
-  (`Overworld.Server`: the status page on `/`, device authentication, WebSocket sessions on
-  `/ws`), and prints the zone's tick statistics every few seconds until stopped (Ctrl-C twice).
-  This is what `make run` does.
+  Starts a zone of the game in the current project and an `Overworld.Server` serving it (the
+  status page on `/`, device authentication, WebSocket sessions on `/ws`), and prints the
+  zone's tick statistics every few seconds until stopped (Ctrl-C twice). Run it in the game's
+  Mix project (which depends on `:overworld`):
 
-      mix overworld.server [--port 4000] [--data-dir ./data] [--entities 10000] [--workers N]
-                           [--tick-rate 30] [--interval 5] [--seconds S] [--no-persist]
-                           [--snapshot-ticks 300]
+      mix overworld.server --zone MODULE --wire MODULE [--name NAME] [--arg KEY=VALUE ...]
+                           [--size W,H] [--cell-size M] [--workers N] [--tick-rate 30]
+                           [--seed 0] [--port 4000] [--data-dir ./data] [--no-persist]
+                           [--snapshot-ticks 300] [--interval 5] [--seconds S]
 
-  The zone keeps its snapshots and journal in `<data-dir>/zones/goblins/` and recovers from
-  them when it starts again (after a crash, a `kill -9`): the goblins where the last snapshot
-  left them, every acknowledged loot pickup, the players (who resume their avatar when they
-  reconnect within 15 s). `--no-persist` starts a fresh world without files.
+  * `--zone` the module implementing `Overworld.Zone`; `--wire` its templates module (a
+    module using `Overworld.Template`; without it players cannot connect).
+  * `--name` the zone's name, as clients send it (`/ws?zone=NAME`) and as its directory is
+    called (default: the module's last part, underscored: `MyGame.Arena` is `arena`).
+  * `--arg KEY=VALUE` (repeatable) the keyword list `init/1` gets; values that read as
+    integers, floats, `true` or `false` are those, the rest strings.
+  * `--size W,H` (metres), `--cell-size`, `--workers`, `--tick-rate`, `--seed`: the zone
+    options of the same names (`Overworld.Zone`).
+  * `--data-dir` where accounts, the token secret and (unless `--no-persist`) the zone's
+    snapshots and journal live (`<data-dir>/zones/<name>/`); a zone started again on its
+    files recovers from them.
 
   `--port 0` picks a free port. Once the server listens it prints
-  `listening on http://127.0.0.1:<port>` (tools and tests wait for that line).
+  `listening on http://127.0.0.1:<port>` (tools and tests wait for that line). Each line then
+  covers the last interval: tick duration p50/p99/max in microseconds, overruns, the average
+  of each tick phase, and scheduler utilization beside OS CPU (the BEAM busy-waits, so OS CPU
+  over-states the work).
 
-  Each line covers the last interval: tick duration p50/p99/max in microseconds, overruns, the
-  average of each tick phase, and scheduler utilization beside OS CPU (the BEAM busy-waits, so
-  OS CPU over-states the work).
+  A game's own task can start its zones itself and call `serve/2` for the server and the
+  statistics (the goblin example's `mix goblins.server` does).
   """
   use Mix.Task
 
-  @switches [
-    entities: :integer,
-    workers: :integer,
-    tick_rate: :integer,
-    interval: :integer,
-    seconds: :integer,
+  alias Overworld.Bench.Args
+
+  # The options of `serve/2`, which a game's own server task takes too.
+  @server_switches [
     port: :integer,
     data_dir: :string,
     persist: :boolean,
-    snapshot_ticks: :integer
+    snapshot_ticks: :integer,
+    interval: :integer,
+    seconds: :integer
   ]
+
+  @switches [
+              zone: :string,
+              wire: :string,
+              name: :string,
+              arg: :keep,
+              size: :string,
+              cell_size: :float,
+              workers: :integer,
+              tick_rate: :integer,
+              seed: :integer
+            ] ++ @server_switches
+
+  @doc "The `OptionParser` switches of `serve/2`'s options, for a game's own server task."
+  @spec server_switches() :: keyword
+  def server_switches, do: @server_switches
 
   @impl true
   def run(argv) do
-    {opts, _, invalid} = OptionParser.parse(argv, strict: @switches)
-
-    if invalid != [],
-      do: Mix.raise("invalid options: #{inspect(invalid)}; see `mix help overworld.server`")
-
-    Overworld.Bench.Stats.start_node()
-
-    n = Keyword.get(opts, :entities, 10_000)
-    rate = Keyword.get(opts, :tick_rate, 30)
-    interval = Keyword.get(opts, :interval, 5)
-
-    data_dir = Keyword.get(opts, :data_dir, "./data")
+    opts = Args.parse!(argv, @switches, "overworld.server")
+    # The game's modules are looked up in the compiled project.
+    Mix.Task.run("compile")
+    module = Args.module!(opts[:zone], "--zone", "the zone module of your game")
+    wire = opts[:wire] && Args.module!(opts[:wire], "--wire", "its templates module")
+    name = opts[:name] || default_name(module)
 
     zone_opts =
-      [id: :goblins, tick_rate: rate, wire: Goblins.Wire]
-      |> then(&if opts[:workers], do: Keyword.put(&1, :workers, opts[:workers]), else: &1)
-      |> then(
-        &if opts[:snapshot_ticks],
-          do: Keyword.put(&1, :snapshot_ticks, opts[:snapshot_ticks]),
-          else: &1
-      )
-      |> then(
-        &if Keyword.get(opts, :persist, true),
-          do: Keyword.put(&1, :data_dir, Path.join(data_dir, "zones")),
-          else: &1
-      )
+      [id: name, wire: wire, args: parse_args(Keyword.get_values(opts, :arg))]
+      |> put_given(opts, [:workers, :tick_rate, :seed, :cell_size])
+      |> then(&if opts[:size], do: Keyword.put(&1, :size, size!(opts[:size])), else: &1)
 
-    {:ok, _} = Overworld.start_zone(Goblins, Goblins.zone_options(n, zone_opts))
-    config = Overworld.Zone.info(:goblins).config
+    serve([{module, zone_opts}], opts)
+  end
 
-    {:ok, _} =
-      Overworld.Server.start_link(
-        port: Keyword.get(opts, :port, 4000),
-        data_dir: data_dir,
-        zones: %{"goblins" => :goblins},
-        default_zone: "goblins"
-      )
+  @doc """
+  Starts the zones (`{module, zone options}`, each with `:id`; their names for clients are
+  their ids as strings), a server on them and the statistics loop, with the server options of
+  this task (`--port`, `--data-dir`, `--no-persist`, `--snapshot-ticks`, `--interval`,
+  `--seconds`) given as parsed `opts`. Returns when `--seconds` are over (never without).
+  Every invalid option or failed start ends the task with a one-line message.
+  """
+  @spec serve([{module, keyword}], keyword) :: :ok
+  def serve([_ | _] = zones, opts) do
+    o = Args.positive!(opts, interval: 5)
+    port = Keyword.get(opts, :port, 4000)
 
-    port = Overworld.Server.port()
+    unless port in 0..65_535,
+      do: Mix.raise("--port must be a port number in 0..65535 (0 picks a free one), got: #{port}")
+
+    if opts[:seconds], do: Args.at_least!(opts, [:seconds])
+    if opts[:snapshot_ticks], do: Args.at_least!(opts, [:snapshot_ticks])
+    data_dir = Keyword.get(opts, :data_dir, "./data")
+    Overworld.Bench.Stats.start_node()
+
+    started =
+      for {module, zone_opts} <- zones do
+        zone_opts =
+          zone_opts
+          |> put_given(opts, [:snapshot_ticks])
+          |> then(
+            &if Keyword.get(opts, :persist, true),
+              do: Keyword.put(&1, :data_dir, Path.join(data_dir, "zones")),
+              else: &1
+          )
+
+        start_zone!(module, zone_opts)
+      end
+
+    names = Map.new(started, fn {id, _config} -> {to_string(id), id} end)
+    [{first, config} | _] = started
+    start_server!(port: port, data_dir: data_dir, zones: names, default_zone: to_string(first))
 
     Mix.shell().info(
-      "Overworld: goblin world with #{n} goblins in #{Float.round(elem(config.size, 0), 1)} m x " <>
-        "#{Float.round(elem(config.size, 1), 1)} m, #{rate} Hz, #{config.workers} bucket workers " <>
-        "on #{System.schedulers_online()} schedulers. Statistics every #{interval} s (Ctrl-C to stop)."
+      "Overworld: zone #{inspect(to_string(first))} (#{inspect(config.module)}) in " <>
+        "#{Float.round(elem(config.size, 0) / 1, 1)} m x #{Float.round(elem(config.size, 1) / 1, 1)} m, " <>
+        "#{config.tick_rate} Hz, #{config.workers} bucket workers on " <>
+        "#{System.schedulers_online()} schedulers. Statistics every #{o.interval} s (Ctrl-C to stop)."
     )
 
     IO.puts("os pid #{System.pid()}")
-    IO.puts("listening on http://127.0.0.1:#{port}")
+    IO.puts("listening on http://127.0.0.1:#{Overworld.Server.port()}")
 
     # (In milliseconds: whole seconds would end a run up to a second early.)
     deadline = if opts[:seconds], do: System.monotonic_time(:millisecond) + opts[:seconds] * 1000
-    loop(Overworld.Bench.Report.start(:goblins), interval, deadline)
+    loop(Overworld.Bench.Report.start(first), o.interval, deadline)
   end
+
+  defp start_zone!(module, zone_opts) do
+    case Overworld.start_zone(module, zone_opts) do
+      {:ok, _} ->
+        {zone_opts[:id], Overworld.Zone.config(zone_opts[:id])}
+
+      {:error, :already_started} ->
+        Mix.raise("a zone named #{inspect(to_string(zone_opts[:id]))} is already running")
+
+      {:error, reason} ->
+        Mix.raise("the zone #{inspect(module)} did not start: #{inspect(reason)}")
+    end
+  rescue
+    e in ArgumentError -> Mix.raise(Exception.message(e))
+  end
+
+  defp start_server!(server_opts) do
+    # A server that cannot start exits, and would take this (linked) process with it before
+    # its error could be told: exits are trapped for the start only.
+    trap = Process.flag(:trap_exit, true)
+    result = Overworld.Server.start_link(server_opts)
+
+    receive do
+      {:EXIT, _pid, _reason} -> :ok
+    after
+      0 -> :ok
+    end
+
+    Process.flag(:trap_exit, trap)
+
+    case result do
+      {:ok, _} ->
+        :ok
+
+      {:error, reason} ->
+        if eaddrinuse?(reason),
+          do: Mix.raise("port #{server_opts[:port]} is in use: pick another with --port"),
+          else: Mix.raise("the server did not start: #{inspect(reason)}")
+    end
+  end
+
+  # The listener's error, however deep the supervisors wrapped it.
+  defp eaddrinuse?(:eaddrinuse), do: true
+  defp eaddrinuse?(t) when is_tuple(t), do: t |> Tuple.to_list() |> Enum.any?(&eaddrinuse?/1)
+  defp eaddrinuse?(_), do: false
 
   defp loop(report, interval, deadline) do
     Process.sleep(interval * 1000)
@@ -102,6 +187,55 @@ defmodule Mix.Tasks.Overworld.Server do
       :ok
     else
       loop(report, interval, deadline)
+    end
+  end
+
+  defp put_given(zone_opts, opts, keys) do
+    Enum.reduce(keys, zone_opts, fn k, acc ->
+      if Keyword.has_key?(opts, k), do: Keyword.put(acc, k, opts[k]), else: acc
+    end)
+  end
+
+  defp default_name(module) do
+    module |> Module.split() |> List.last() |> Macro.underscore()
+  end
+
+  defp size!(text) do
+    with [w, h] <- String.split(text, ","),
+         {w, ""} <- Float.parse(String.trim(w)),
+         {h, ""} <- Float.parse(String.trim(h)),
+         true <- w > 0 and h > 0 do
+      {w, h}
+    else
+      _ -> Mix.raise("--size must be W,H in metres (positive numbers), got: #{inspect(text)}")
+    end
+  end
+
+  @doc false
+  # `KEY=VALUE` pairs into the keyword list `init/1` gets.
+  @spec parse_args([String.t()]) :: keyword
+  def parse_args(pairs) do
+    Enum.map(pairs, fn pair ->
+      case String.split(pair, "=", parts: 2) do
+        [key, value] when key != "" -> {String.to_atom(key), value(value)}
+        _ -> Mix.raise("--arg must be KEY=VALUE, got: #{inspect(pair)}")
+      end
+    end)
+  end
+
+  defp value("true"), do: true
+  defp value("false"), do: false
+
+  defp value(v) do
+    case Integer.parse(v) do
+      {i, ""} ->
+        i
+
+      _ ->
+        case Float.parse(v) do
+          {f, ""} -> f
+          _ -> v
+        end
     end
   end
 end

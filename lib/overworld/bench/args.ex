@@ -39,4 +39,22 @@ defmodule Overworld.Bench.Args do
     at_least!(o, Map.keys(o))
     o
   end
+
+  @doc """
+  The module an option names (`--zone MyGame.Zone`), which must exist in the project: raises
+  `Mix.Error` naming the option and `what` it should be otherwise (missing, or unknown).
+  """
+  @spec module!(String.t() | nil, String.t(), String.t()) :: module
+  def module!(nil, option, what), do: Mix.raise("#{option} is required: #{what}")
+
+  def module!(name, option, what) do
+    module = Module.concat([name])
+
+    if Code.ensure_loaded?(module),
+      do: module,
+      else:
+        Mix.raise(
+          "#{option} #{name}: no such module in this project (#{what}; names are case-sensitive)"
+        )
+  end
 end

@@ -16,7 +16,7 @@ defmodule Overworld.Transport.Listener do
   def start_link({name, port}),
     do: GenServer.start_link(__MODULE__, {name, port}, name: via(name))
 
-  defp via(name), do: {:via, Registry, {Overworld.Registry, {:listener, name}}}
+  defp via(name), do: Overworld.Names.via(Overworld.Names.listener(name))
 
   @spec port(atom) :: :inet.port_number()
   def port(name), do: GenServer.call(via(name), :port)

@@ -73,7 +73,7 @@ defmodule Overworld.Zone.Bucket do
   end
 
   @spec via(term, non_neg_integer) :: GenServer.name()
-  def via(zone, index), do: {:via, Registry, {Overworld.Registry, {:bucket, zone, index}}}
+  def via(zone, index), do: Overworld.Names.via(Overworld.Names.bucket(zone, index))
 
   @spec child_spec({Config.t(), non_neg_integer}) :: Supervisor.child_spec()
   def child_spec({config, index}) do

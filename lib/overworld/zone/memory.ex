@@ -63,6 +63,15 @@ defmodule Overworld.Zone.Memory do
   @spec put_player(t, term, pos_integer, pid | nil) :: true
   def put_player(t, player, id, session), do: :ets.insert(t, {{:player, player}, id, session})
 
+  @doc "The entity id of a player's avatar, or nil."
+  @spec player_entity(t, term) :: pos_integer | nil
+  def player_entity(t, player) do
+    case :ets.lookup(t, {:player, player}) do
+      [{_, id, _session}] -> id
+      [] -> nil
+    end
+  end
+
   @spec delete_player(t, term) :: true
   def delete_player(t, player), do: :ets.delete(t, {:player, player})
 

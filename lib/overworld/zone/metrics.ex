@@ -12,6 +12,7 @@ defmodule Overworld.Zone.Metrics do
     :callback_errors,
     :stalls,
     :entities,
+    :players,
     :input_us,
     :systems_us,
     :grid_us,
@@ -100,6 +101,7 @@ defmodule Overworld.Zone.Metrics do
       callback_errors: get(m, :callback_errors),
       stalls: get(m, :stalls),
       entities: get(m, :entities),
+      players: get(m, :players),
       tick_us: Histogram.summary(Histogram.snapshot(m.ticks_us)),
       # Node-wide, since the zone started: what the BEAM really used beside what the OS saw.
       cpu:

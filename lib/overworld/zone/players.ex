@@ -84,6 +84,10 @@ defmodule Overworld.Zone.Players do
     {players, Enum.reduce(players, %{p | worker: worker}, &remove(&2, &1))}
   end
 
+  @doc "The number of players."
+  @spec count(t) :: non_neg_integer
+  def count(%__MODULE__{by_player: m}), do: map_size(m)
+
   @doc "The players, as a map player => entity id."
   @spec to_map(t) :: map
   def to_map(%__MODULE__{by_player: m}), do: m

@@ -15,7 +15,7 @@ defmodule Overworld.Zone.Server do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
 
-  alias Overworld.Telemetry
+  alias Overworld.{Names, Telemetry}
   alias Overworld.Persistence.Journal
 
   alias Overworld.Zone.{
@@ -33,14 +33,17 @@ defmodule Overworld.Zone.Server do
   @spec start_link(Config.t()) :: GenServer.on_start()
   def start_link(%Config{} = config) do
     metrics = config.shared || Metrics.new()
+    config = %{config | shared: metrics}
 
+    # The zone's config is its registry value: anybody reads it (and the shared tables and
+    # counters in it) without a message to the zone (`Overworld.Zone.config/1`).
     GenServer.start_link(__MODULE__, {config, metrics},
-      name: {:via, Registry, {Overworld.Registry, {:zone, config.id}, metrics}}
+      name: Names.via(Names.zone(config.id), config)
     )
   end
 
   @spec via(term) :: GenServer.name()
-  def via(id), do: {:via, Registry, {Overworld.Registry, {:zone, id}}}
+  def via(id), do: Names.via(Names.zone(id))
 
   @spec child_spec(Config.t()) :: Supervisor.child_spec()
   def child_spec(config) do
@@ -69,7 +72,7 @@ defmodule Overworld.Zone.Server do
 
     workers =
       for i <- 0..(config.workers - 1) do
-        [{pid, _}] = Registry.lookup(Overworld.Registry, {:bucket, config.id, i})
+        pid = Names.whereis(Names.bucket(config.id, i))
         Process.monitor(pid)
         pid
       end
@@ -1066,6 +1069,7 @@ defmodule Overworld.Zone.Server do
     r = st.running
     total = System.monotonic_time() - r.t0
     st = %{st | running: nil, tick: r.n, entity_count: r.count}
+    Metrics.put(st.metrics, :players, Players.count(st.players))
     st = durable(st, r.n, List.flatten(r.events), r.n)
     {st, jobs} = jobs(st, r.n)
     # The whole tick is done: the workers tell the subscribers, do the jobs (snapshot,

@@ -30,7 +30,7 @@ defmodule Overworld.Zone.Store do
   @spec start_link(Config.t()) :: GenServer.on_start()
   def start_link(%Config{} = config) do
     GenServer.start_link(__MODULE__, config,
-      name: {:via, Registry, {Overworld.Registry, {:zone_store, config.id}}}
+      name: Overworld.Names.via(Overworld.Names.zone_store(config.id))
     )
   end
 
@@ -39,12 +39,7 @@ defmodule Overworld.Zone.Store do
     do: %{id: __MODULE__, start: {__MODULE__, :start_link, [config]}, shutdown: 30_000}
 
   @spec whereis(term) :: pid | nil
-  def whereis(zone) do
-    case Registry.lookup(Overworld.Registry, {:zone_store, zone}) do
-      [{pid, _}] -> pid
-      [] -> nil
-    end
-  end
+  def whereis(zone), do: Overworld.Names.whereis(Overworld.Names.zone_store(zone))
 
   @doc "The directory of a zone's files."
   @spec dir(Config.t()) :: Path.t()

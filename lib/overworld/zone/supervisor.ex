@@ -11,7 +11,7 @@ defmodule Overworld.Zone.Supervisor do
   @spec start_link(Config.t()) :: Supervisor.on_start()
   def start_link(%Config{} = config) do
     Supervisor.start_link(__MODULE__, config,
-      name: {:via, Registry, {Overworld.Registry, {:zone_sup, config.id}}}
+      name: Overworld.Names.via(Overworld.Names.zone_sup(config.id))
     )
   end
 

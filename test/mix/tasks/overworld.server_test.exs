@@ -2,27 +2,79 @@ defmodule Mix.Tasks.Overworld.ServerTest do
   use ExUnit.Case, async: false
   import ExUnit.CaptureIO
 
-  test "runs the goblin world and prints tick statistics" do
+  alias Mix.Tasks.Overworld.Server, as: Task
+  alias Overworld.Test.DataDir
+
+  @zone ~w(--zone Overworld.Test.Walkers --wire Overworld.Template.Test.Wire --size 200,200)
+
+  test "runs a zone of the project named by its module and prints tick statistics" do
     out =
       capture_io(fn ->
-        Mix.Tasks.Overworld.Server.run(
-          ~w(--entities 300 --seconds 2 --interval 1 --port 0 --data-dir) ++
-            [Overworld.Test.DataDir.path()]
+        Task.run(
+          @zone ++
+            ~w(--name walkers --seconds 2 --interval 1 --port 0 --data-dir #{DataDir.path()})
         )
       end)
 
-    assert out =~ "goblin world with 300 goblins"
+    assert out =~ ~s|zone "walkers" (Overworld.Test.Walkers) in 200.0 m x 200.0 m, 30 Hz|
     assert [_, port] = Regex.run(~r/listening on http:\/\/127.0.0.1:(\d+)/, out)
     assert String.to_integer(port) > 0
 
+    # 300 walkers and 20 rocks.
     assert [_, _ | _] =
              Regex.scan(
-               ~r/tick \d+ \| 300 entities \| \d+ ticks in .* tick µs p50 \d+ p99 \d+/,
+               ~r/tick \d+ \| 320 entities \| \d+ ticks in .* tick µs p50 \d+ p99 \d+/,
                out
              )
 
     assert out =~ "schedulers"
-    Overworld.stop_zone(:goblins)
+    assert Overworld.Zone.config("walkers").wire == Overworld.Template.Test.Wire
+    # The zone persists under the data directory, named by its name.
+    assert File.dir?(Path.join([DataDir.path(), "zones", "walkers"]))
+    Overworld.stop_zone("walkers")
     Supervisor.stop(Overworld.Server)
+  end
+
+  test "init/1's args from --arg, typed" do
+    assert Task.parse_args(~w(goblins=10 speed=1.5 debug=true name=ann)) ==
+             [goblins: 10, speed: 1.5, debug: true, name: "ann"]
+
+    assert_raise Mix.Error, "--arg must be KEY=VALUE, got: \"goblins\"", fn ->
+      Task.parse_args(["goblins"])
+    end
+  end
+
+  test "every invalid option ends the task with one line that says what to do" do
+    for {argv, message} <- [
+          {[], "--zone is required: the zone module of your game"},
+          {~w(--zone Nope.Zone), "--zone Nope.Zone: no such module in this project"},
+          {@zone ++ ~w(--port -1), "--port must be a port number in 0..65535"},
+          {@zone ++ ~w(--interval 0), "--interval must be a positive integer"},
+          {~w(--zone Overworld.Test.Walkers --size 10), "--size must be W,H in metres"},
+          {@zone ++ ~w(--tick-rate 5000), "expected :tick_rate to be an integer in 1..1000"},
+          {@zone ++ ~w(--zone-typo x), "invalid arguments"}
+        ] do
+      error = assert_raise Mix.Error, fn -> capture_io(fn -> Task.run(argv) end) end
+      assert error.message =~ message
+      refute error.message =~ "\n"
+    end
+  end
+
+  test "a port in use is said so, with what to do" do
+    {:ok, lsock} = :gen_tcp.listen(0, [])
+    {:ok, port} = :inet.port(lsock)
+
+    error =
+      assert_raise Mix.Error, fn ->
+        capture_io(fn ->
+          Task.run(
+            @zone ++ ~w(--name busy --no-persist --port #{port} --data-dir #{DataDir.path()})
+          )
+        end)
+      end
+
+    assert error.message == "port #{port} is in use: pick another with --port"
+    :gen_tcp.close(lsock)
+    Overworld.stop_zone("busy")
   end
 end

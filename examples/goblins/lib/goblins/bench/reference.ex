@@ -1,15 +1,15 @@
-defmodule Overworld.Bench.Reference do
+defmodule Goblins.Bench.Reference do
   @moduledoc false
-  # The native reference of the goblin benchmark (bench/reference, plain Rust): built with cargo
-  # on first use, run as a separate OS process, its one-line JSON parsed.
+  # The native reference of the goblin benchmark (reference/ in this project, plain Rust): built
+  # with cargo on first use, run as a separate OS process, its one-line JSON parsed.
 
-  @dir "bench/reference"
+  @dir Path.expand("../../../reference", __DIR__)
   @binary "target/release/overworld-reference"
 
   @doc "The path of the built binary (building it if needed)."
   @spec binary!() :: Path.t()
   def binary! do
-    dir = Path.expand(@dir, File.cwd!())
+    dir = @dir
     bin = Path.join(dir, @binary)
     cargo = System.find_executable("cargo") || Path.expand("~/.cargo/bin/cargo")
 

@@ -1,9 +1,9 @@
-defmodule Mix.Tasks.Overworld.Bench.Persistence do
+defmodule Mix.Tasks.Goblins.Bench.Persistence do
   @shortdoc "Benchmarks durability: snapshot writes, the journal's group commit, raw fsync"
   @moduledoc """
-  Measures what durability costs (`Overworld.Bench.Persistence` describes each measurement).
+  Measures what durability costs (`Goblins.Bench.Persistence` describes each measurement).
 
-      mix overworld.bench.persistence [--entities 10000] [--samples 20] [--seconds 3]
+      mix goblins.bench.persistence [--entities 10000] [--samples 20] [--seconds 3]
                                       [--appenders 64] [--zone-seconds 10] [--rounds 8]
                                       [--kills 200] [--json PATH]
 
@@ -14,7 +14,7 @@ defmodule Mix.Tasks.Overworld.Bench.Persistence do
      wait for its fsync before the next, for `--seconds`: durable events per second, ack
      latency p50/p99, fsyncs and events per fsync.
   3. Raw fsync: `:file.datasync/1` after writing 4 KB, p50/p99 over 200 samples.
-  4. The zone (`Overworld.Bench.Persistence.zone_figures/1`), a goblin world of `--entities`
+  4. The zone (`Goblins.Bench.Persistence.zone_figures/1`), a goblin world of `--entities`
      goblins at 30 Hz with 50 players walking: the tick duration with persistence off and on
      (`--rounds` alternating runs of `--zone-seconds` each), recovery from memory (the zone
      server killed `--kills` times), after a worker is killed, and from disk, and the memory
@@ -42,7 +42,7 @@ defmodule Mix.Tasks.Overworld.Bench.Persistence do
 
   @impl true
   def run(argv) do
-    opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bench.persistence")
+    opts = Overworld.Bench.Args.parse!(argv, @switches, "goblins.bench.persistence")
 
     o =
       Overworld.Bench.Args.positive!(opts,
@@ -65,7 +65,7 @@ defmodule Mix.Tasks.Overworld.Bench.Persistence do
 
     info(Stats.machine_line(machine))
 
-    result = Overworld.Bench.Persistence.run(o, &info/1)
+    result = Goblins.Bench.Persistence.run(o, &info/1)
     print(result)
 
     Stats.write_result(opts[:json], result, machine)

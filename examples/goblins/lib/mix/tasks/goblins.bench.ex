@@ -1,10 +1,10 @@
-defmodule Mix.Tasks.Overworld.Bench.Goblins do
+defmodule Mix.Tasks.Goblins.Bench do
   @shortdoc "Benchmarks the goblin world at its real tick rate"
   @moduledoc """
   Runs the goblin world (`docs/goblins-scenario.md`) at its real tick rate and measures every
   tick.
 
-      mix overworld.bench.goblins --entities N --seconds S [--tick-rate 30] [--workers W]
+      mix goblins.bench --entities N --seconds S [--tick-rate 30] [--workers W]
                                   [--warmup 3] [--json PATH] [--reference]
 
   Prints the entity count, the ticks measured, tick avg/p50/p99/p99.9/max in microseconds
@@ -14,7 +14,7 @@ defmodule Mix.Tasks.Overworld.Bench.Goblins do
   workers, ticks, avg_us, p50_us, p99_us, p999_us, max_us, overruns, scheduler_utilization`
   (and a few more).
 
-  `--reference` also runs the native reference (`bench/reference`, plain Rust, built with
+  `--reference` also runs the native reference (`reference/`, plain Rust, built with
   cargo on first use) on the same scenario, single-threaded and with W threads, as fast as it
   can, and prints the BEAM/native ratio of the mean tick time.
   """
@@ -33,7 +33,7 @@ defmodule Mix.Tasks.Overworld.Bench.Goblins do
 
   @impl true
   def run(argv) do
-    opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bench.goblins")
+    opts = Overworld.Bench.Args.parse!(argv, @switches, "goblins.bench")
 
     n = Keyword.get(opts, :entities, 10_000)
     seconds = Keyword.get(opts, :seconds, 30)
@@ -61,7 +61,7 @@ defmodule Mix.Tasks.Overworld.Bench.Goblins do
 
     result =
       if opts[:reference] do
-        ref = Overworld.Bench.Reference.run(n, rate, workers, max(result.ticks, 1_000))
+        ref = Goblins.Bench.Reference.run(n, rate, workers, max(result.ticks, 1_000))
         print_reference(result, ref)
         ratio = if ref.reference_avg_us, do: Float.round(result.avg_us / ref.reference_avg_us, 2)
         result |> Map.merge(ref) |> Map.put(:beam_native_ratio, ratio)

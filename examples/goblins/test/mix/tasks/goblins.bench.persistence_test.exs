@@ -1,4 +1,4 @@
-defmodule Mix.Tasks.Overworld.Bench.PersistenceTest do
+defmodule Mix.Tasks.Goblins.Bench.PersistenceTest do
   use ExUnit.Case, async: false
   import ExUnit.CaptureIO
 
@@ -11,7 +11,7 @@ defmodule Mix.Tasks.Overworld.Bench.PersistenceTest do
 
     out =
       capture_io(fn ->
-        Mix.Tasks.Overworld.Bench.Persistence.run(
+        Mix.Tasks.Goblins.Bench.Persistence.run(
           ~w(--entities 200 --samples 3 --seconds 1 --appenders 4 --zone-seconds 1 --rounds 2 --kills 3
              --json #{path})
         )
@@ -67,11 +67,11 @@ defmodule Mix.Tasks.Overworld.Bench.PersistenceTest do
 
   test "bad arguments are refused with a message" do
     assert_raise Mix.Error, ~r/positive integer/, fn ->
-      Mix.Tasks.Overworld.Bench.Persistence.run(~w(--appenders 0))
+      Mix.Tasks.Goblins.Bench.Persistence.run(~w(--appenders 0))
     end
 
     assert_raise Mix.Error, ~r/invalid arguments/, fn ->
-      Mix.Tasks.Overworld.Bench.Persistence.run(~w(--sample 3))
+      Mix.Tasks.Goblins.Bench.Persistence.run(~w(--sample 3))
     end
   end
 end

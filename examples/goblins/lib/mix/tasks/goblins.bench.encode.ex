@@ -1,9 +1,9 @@
-defmodule Mix.Tasks.Overworld.Bench.Encode do
+defmodule Mix.Tasks.Goblins.Bench.Encode do
   @shortdoc "Benchmarks the wire: bytes per entity, per observer, and the cost of the frames"
   @moduledoc """
   Measures the wire of the goblin world (`Goblins.Wire`, docs/protocol.md).
 
-      mix overworld.bench.encode [--entities 10000] [--observers 500] [--seconds 30]
+      mix goblins.bench.encode [--entities 10000] [--observers 500] [--seconds 30]
                                  [--radius 90] [--budget 65536] [--workers W] [--warmup 3]
                                  [--decoders 4] [--json PATH]
 
@@ -33,7 +33,8 @@ defmodule Mix.Tasks.Overworld.Bench.Encode do
   use Mix.Task
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
-  alias Overworld.Bench.{Observer, Stats}
+  alias Goblins.Bench.Observer
+  alias Overworld.Bench.Stats
   alias Overworld.{Template, Zone}
 
   @switches [
@@ -53,7 +54,7 @@ defmodule Mix.Tasks.Overworld.Bench.Encode do
 
   @impl true
   def run(argv) do
-    opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bench.encode")
+    opts = Overworld.Bench.Args.parse!(argv, @switches, "goblins.bench.encode")
 
     o = %{
       entities: Keyword.get(opts, :entities, 10_000),

@@ -1,6 +1,6 @@
-defmodule Overworld.Bench.Persistence do
+defmodule Goblins.Bench.Persistence do
   @moduledoc """
-  The measurements of `mix overworld.bench.persistence`: what durability costs (DESIGN.md §7).
+  The measurements of `mix goblins.bench.persistence`: what durability costs (DESIGN.md §7).
 
   1. **Snapshots** (`snapshot/4`): a goblin world's snapshot state
      (`%{tick:, game:, next_id:, players:, entities:}`, the entities built from

@@ -1,4 +1,4 @@
-defmodule Mix.Tasks.Overworld.Bench.EncodeTest do
+defmodule Mix.Tasks.Goblins.Bench.EncodeTest do
   use ExUnit.Case, async: false
   import ExUnit.CaptureIO
 
@@ -11,7 +11,7 @@ defmodule Mix.Tasks.Overworld.Bench.EncodeTest do
 
     out =
       capture_io(fn ->
-        Mix.Tasks.Overworld.Bench.Encode.run(
+        Mix.Tasks.Goblins.Bench.Encode.run(
           ~w(--entities 1000 --observers 20 --seconds 2 --warmup 1 --radius 40 --decoders 2 --json #{path})
         )
       end)
@@ -39,11 +39,11 @@ defmodule Mix.Tasks.Overworld.Bench.EncodeTest do
 
   test "bad arguments are refused with a message" do
     assert_raise Mix.Error, ~r/positive integer/, fn ->
-      Mix.Tasks.Overworld.Bench.Encode.run(~w(--entities 0))
+      Mix.Tasks.Goblins.Bench.Encode.run(~w(--entities 0))
     end
 
     assert_raise Mix.Error, ~r/invalid arguments/, fn ->
-      Mix.Tasks.Overworld.Bench.Encode.run(~w(--observer 10))
+      Mix.Tasks.Goblins.Bench.Encode.run(~w(--observer 10))
     end
   end
 end

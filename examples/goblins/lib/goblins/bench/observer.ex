@@ -1,4 +1,4 @@
-defmodule Overworld.Bench.Observer do
+defmodule Goblins.Bench.Observer do
   @moduledoc false
   # An observer process of the encode benchmark: subscribed to a zone, it builds its frame
   # (`Overworld.Interest`) after every tick while walking a straight line at a set speed,

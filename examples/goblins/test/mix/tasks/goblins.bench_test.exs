@@ -1,4 +1,4 @@
-defmodule Mix.Tasks.Overworld.Bench.GoblinsTest do
+defmodule Mix.Tasks.Goblins.BenchTest do
   use ExUnit.Case, async: false
   import ExUnit.CaptureIO
 
@@ -11,7 +11,7 @@ defmodule Mix.Tasks.Overworld.Bench.GoblinsTest do
 
     out =
       capture_io(fn ->
-        Mix.Tasks.Overworld.Bench.Goblins.run(
+        Mix.Tasks.Goblins.Bench.run(
           ~w(--entities 400 --seconds 2 --warmup 0 --tick-rate 20 --workers 2 --reference --json #{path})
         )
       end)
@@ -37,11 +37,11 @@ defmodule Mix.Tasks.Overworld.Bench.GoblinsTest do
 
   test "bad arguments are refused with a message" do
     assert_raise Mix.Error, ~r/positive integer/, fn ->
-      Mix.Tasks.Overworld.Bench.Goblins.run(~w(--entities 0))
+      Mix.Tasks.Goblins.Bench.run(~w(--entities 0))
     end
 
     assert_raise Mix.Error, ~r/invalid arguments/, fn ->
-      Mix.Tasks.Overworld.Bench.Goblins.run(~w(--entitys 10))
+      Mix.Tasks.Goblins.Bench.run(~w(--entitys 10))
     end
   end
 end

@@ -1,12 +1,12 @@
 defmodule GoblinsTest do
-  # The goblin world against the native reference (bench/reference): the same rules give
+  # The goblin world against the native reference (reference/): the same rules give
   # bit-identical states, checked by the checksum of docs/goblins-scenario.md.
   use ExUnit.Case, async: true
   doctest Goblins
 
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
-  alias Overworld.Bench.Reference
+  alias Goblins.Bench.Reference
   alias Overworld.Zone
 
   @moduletag timeout: 300_000

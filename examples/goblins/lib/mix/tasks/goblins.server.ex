@@ -1,0 +1,38 @@
+defmodule Mix.Tasks.Goblins.Server do
+  @shortdoc "Serves the goblin world over HTTP/WebSocket and prints its tick statistics"
+  @moduledoc """
+  Starts the goblin world (`Goblins`, one goblin per 50 m²) and an Overworld server on it,
+  and prints the zone's tick statistics every few seconds until stopped (Ctrl-C twice). This
+  is what `make run` does (from the repository root).
+
+      mix goblins.server [--entities 10000] [--workers N] [--tick-rate 30] [--port 4000]
+                         [--data-dir ./data] [--no-persist] [--snapshot-ticks 300]
+                         [--interval 5] [--seconds S]
+
+  The zone is named `goblins` (clients connect to `/ws?zone=goblins`, the default zone) and
+  keeps its snapshots and journal in `<data-dir>/zones/goblins/`: started again on its files
+  (after a crash, a `kill -9`) it recovers the goblins where the last snapshot left them, every
+  acknowledged loot pickup and the players, who resume their avatar when they reconnect within
+  15 s. `--no-persist` starts a fresh world without files. The server's options and its output
+  are those of `mix overworld.server` (`Mix.Tasks.Overworld.Server.serve/2`).
+  """
+  use Mix.Task
+
+  alias Overworld.Bench.Args
+
+  @switches [entities: :integer, workers: :integer, tick_rate: :integer] ++
+              Mix.Tasks.Overworld.Server.server_switches()
+
+  @impl true
+  def run(argv) do
+    opts = Args.parse!(argv, @switches, "goblins.server")
+    o = Args.positive!(opts, entities: 10_000, tick_rate: 30)
+    if opts[:workers], do: Args.at_least!(opts, [:workers])
+
+    zone =
+      [id: :goblins, tick_rate: o.tick_rate, wire: Goblins.Wire]
+      |> then(&if opts[:workers], do: Keyword.put(&1, :workers, opts[:workers]), else: &1)
+
+    Mix.Tasks.Overworld.Server.serve([{Goblins, Goblins.zone_options(o.entities, zone)}], opts)
+  end
+end

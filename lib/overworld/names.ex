@@ -1,0 +1,96 @@
+defmodule Overworld.Names do
+  @moduledoc false
+  # Every key of `Overworld.Registry` (a partitioned, unique-keys Registry started by the
+  # application) is built here, and every lookup goes through here: processes are named by
+  # via-tuples of these keys, never by atoms made at run time.
+  #
+  #   {:zone, id}              a zone's server; its value is the zone's config (with the
+  #                            shared tables and counters: `Overworld.Zone.Config`)
+  #   {:zone_sup, id}          a zone's supervisor
+  #   {:zone_store, id}        a zone's store (zones with a data directory)
+  #   {:bucket, id, index}     a zone's bucket worker
+  #   {:session, server, user} a user's session on a server
+  #   {:connections, server}   a server's connection supervisor
+  #   {:listener, server}      a server's listener
+
+  @registry Overworld.Registry
+
+  @type key ::
+          {:zone, term}
+          | {:zone_sup, term}
+          | {:zone_store, term}
+          | {:bucket, term, non_neg_integer}
+          | {:session, atom, term}
+          | {:connections, atom}
+          | {:listener, atom}
+
+  @spec zone(term) :: key
+  def zone(id), do: {:zone, id}
+
+  @spec zone_sup(term) :: key
+  def zone_sup(id), do: {:zone_sup, id}
+
+  @spec zone_store(term) :: key
+  def zone_store(id), do: {:zone_store, id}
+
+  @spec bucket(term, non_neg_integer) :: key
+  def bucket(id, index), do: {:bucket, id, index}
+
+  @spec session(atom, term) :: key
+  def session(server, user), do: {:session, server, user}
+
+  @spec connections(atom) :: key
+  def connections(server), do: {:connections, server}
+
+  @spec listener(atom) :: key
+  def listener(server), do: {:listener, server}
+
+  @doc "A via-tuple naming a process by `key` (with `value`, registered when it starts)."
+  @spec via(key) :: {:via, module, term}
+  def via(key), do: {:via, Registry, {@registry, key}}
+
+  @spec via(key, term) :: {:via, module, term}
+  def via(key, value), do: {:via, Registry, {@registry, key, value}}
+
+  @doc "The process registered under `key`, or nil."
+  @spec whereis(key) :: pid | nil
+  def whereis(key) do
+    case Registry.lookup(@registry, key) do
+      [{pid, _}] -> pid
+      [] -> nil
+    end
+  end
+
+  @doc "The process and its value under `key`, or nil."
+  @spec lookup(key) :: {pid, term} | nil
+  def lookup(key) do
+    case Registry.lookup(@registry, key) do
+      [found] -> found
+      [] -> nil
+    end
+  end
+
+  @doc "The zone id a zone server `pid` is registered under, or nil."
+  @spec zone_of(pid) :: term | nil
+  def zone_of(pid) do
+    Enum.find_value(Registry.keys(@registry, pid), fn
+      {:zone, id} -> {:ok, id}
+      _ -> nil
+    end)
+    |> case do
+      {:ok, id} -> id
+      nil -> nil
+    end
+  end
+
+  @doc "The ids of the running zones."
+  @spec zones() :: [term]
+  def zones, do: Registry.select(@registry, [{{{:zone, :"$1"}, :_, :_}, [], [:"$1"]}])
+
+  @doc "Registers the calling process under `key`."
+  @spec register(key, term) :: {:ok, pid} | {:error, {:already_registered, pid}}
+  def register(key, value \\ nil), do: Registry.register(@registry, key, value)
+
+  @spec unregister(key) :: :ok
+  def unregister(key), do: Registry.unregister(@registry, key)
+end
