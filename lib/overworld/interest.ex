@@ -251,9 +251,9 @@ defmodule Overworld.Interest do
   defp published(_o, _n, -1, acc), do: acc
 
   defp published(%__MODULE__{table: table} = o, n, w, acc) do
-    case :ets.lookup(table, {:tick, w, Wire.slot(n)}) do
-      [{_, ^n, data, index, first}] -> published(o, n, w - 1, [{data, index, first} | acc])
-      _ -> nil
+    case Wire.tick(table, w, n) do
+      nil -> nil
+      found -> published(o, n, w - 1, [found | acc])
     end
   end
 
@@ -564,8 +564,8 @@ defmodule Overworld.Interest do
   end
 
   defp lookup_keyframe(table, key, n, ring) do
-    case :ets.lookup(table, {:kf, key}) do
-      [{_, m, block}] when m > n - ring and m <= n -> {m, block}
+    case Wire.keyframe(table, key) do
+      {m, _block} = found when m > n - ring and m <= n -> found
       _ -> nil
     end
   end
@@ -617,12 +617,7 @@ defmodule Overworld.Interest do
         {found, cache}
 
       _ ->
-        found =
-          case :ets.lookup(table, {:tick, w, Wire.slot(t)}) do
-            [{_, ^t, data, index, first}] -> {data, index, first}
-            _ -> nil
-          end
-
+        found = Wire.tick(table, w, t)
         {found, Map.put(cache, {w, t}, found)}
     end
   end

@@ -62,6 +62,7 @@ defmodule Overworld.Session do
     :zone_was,
     :table,
     :entity,
+    :slot,
     :obs,
     :pos,
     :module,
@@ -455,12 +456,14 @@ defmodule Overworld.Session do
       else: {:drop, %{st | bucket: bucket}}
   end
 
-  defp forward_input(%{zone_pid: nil} = st, _seq, _payload), do: st
+  # Into the player's input slot, read by the worker that holds its avatar: no message to
+  # the zone (`Overworld.Zone.Inputs`).
+  defp forward_input(%{slot: nil} = st, _seq, _payload), do: st
 
   defp forward_input(st, seq, payload) do
     case decode_input(st.module, payload) do
       {:ok, input} ->
-        GenServer.cast(st.zone_pid, {:input, st.user, input, seq})
+        Overworld.Zone.put_input(st.slot, input, seq)
 
       _ ->
         :counters.add(st.cfg.counters, Server.counter(:inputs_dropped), 1)
@@ -534,6 +537,7 @@ defmodule Overworld.Session do
   defp enter_zone(st, handoff) do
     with {:ok, config} <- zone_config(st.zone),
          {:ok, entity} <- player_entity(st, handoff),
+         {:ok, slot} <- Overworld.Zone.input_slot(st.zone, st.user),
          {:ok, obs} <- Interest.new(st.zone, st.cfg.interest),
          :ok <- Overworld.Zone.subscribe(st.zone, self()),
          pid when is_pid(pid) <- Overworld.Zone.whereis(st.zone) || {:error, :not_running} do
@@ -549,12 +553,23 @@ defmodule Overworld.Session do
          | zone_pid: pid,
            table: config.shared.wire,
            entity: entity,
+           slot: slot,
            obs: obs,
            module: config.module,
            input_seq: max(seq, st.input_seq)
        }}
     else
-      {:error, why} -> close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
+      {:error, :no_wire} ->
+        # A server configured with a zone it cannot serve: the developer's to fix.
+        why =
+          "zone #{inspect(st.zone)} has no wire: it cannot serve players over the network " <>
+            "(start it with the :wire option, a module using Overworld.Template)"
+
+        Logger.warning("session #{st.user}: #{why}")
+        close(st, 4006, why, 6)
+
+      {:error, why} ->
+        close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
     end
   end
 
@@ -575,7 +590,7 @@ defmodule Overworld.Session do
 
   defp zone_lost(st) do
     Logger.warning("session #{st.user}: zone #{inspect(st.zone)} is gone, or lost our player")
-    st = %{st | zone_pid: nil, entity: nil}
+    st = %{st | zone_pid: nil, entity: nil, slot: nil}
 
     case st.phase do
       :live -> close(st, 4006, "zone unavailable", 6)
@@ -749,7 +764,7 @@ defmodule Overworld.Session do
         st
 
       {x, y} = pos ->
-        obs = Interest.acknowledge(st.obs, Wire.input_ack(st.table, st.user))
+        obs = Interest.acknowledge(st.obs, Wire.input_ack(st.table, st.entity))
 
         case Interest.frame(obs, n, x, y) do
           {nil, _, obs} ->

@@ -4,32 +4,52 @@ defmodule Overworld.Zone do
   and the game code that drives them. This module is the behaviour game code implements and the
   client API to running zones.
 
-  ## Lifecycle
+  ## Lifecycle, and where each callback runs
 
-  1. `init/1` runs when the zone starts (and again if the zone restarts); it returns the game
-     state and may spawn the initial entities. They form tick 0.
-  2. Players join with `join/3` → `c:handle_join/3`, which returns the spec of the player's
-     avatar entity (or rejects), and leave with `leave/3` → `c:handle_leave/3`.
-  3. `input/3` hands a player's input to the zone. Per tick the zone keeps only the newest input
-     of each player (latest wins, so the buffer is bounded by the number of players).
+  A zone is a few processes: its **server** (the game state, the players, the clock), its
+  **bucket workers** (one per scheduler, each owning a stripe of the grid and every entity in
+  it), and, for each connected player, a **session** (the player's connection). Callbacks run
+  in one of them; none may block, and each gets only what its process has.
+
+  1. `c:init/1` (server) when the zone starts, and again when it starts over without a data
+     directory: the game state and the initial entities (tick 0).
+  2. A player joins (`join/3`; a session joins its user): `c:handle_join/3` (server) answers
+     the spec of the player's avatar entity, or rejects. A player leaves (`leave/3`, a session
+     that ends): `c:handle_leave/3` (server).
+  3. Inputs: the session turns the bytes of each INPUT message into an input term with
+     `c:decode_input/1` (session), then writes it into the player's input slot (latest wins;
+     `input/4` does the same from Elixir). The zone server never sees inputs.
   4. Every tick, in this order:
-     1. **input**: `c:handle_input/3` once per player that sent input since the last tick; the
-        (possibly rewritten) input is stored in the player's entity (`entity(e, :input)`);
-     2. **tick**: `c:handle_tick/2` with the tick `Overworld.Zone.Context`;
-     3. **systems**: `c:handle_entity/3` for every entity, in parallel on the bucket workers
-        (one per scheduler, each owning a stripe of the grid). Each entity is computed from
-        the previous tick's state of its neighbours (`Overworld.Spatial.View`), so the result
-        is the same whatever the number of workers;
-     4. **grid**: entities that crossed a cell or stripe border move; spawns and despawns
-        requested during the tick take effect (they are visible from the next tick).
-  5. Other messages sent to the zone process reach `c:handle_info/2`.
+     1. `c:handle_tick/2` (server) with the tick's `Overworld.Zone.Context`;
+     2. `c:handle_entity/3` (bucket workers, in parallel) for every entity. An avatar whose
+        player sent input since the last tick has it in `entity(e, :input)` (the newest; the
+        field keeps it until the next). Each entity is computed from the previous tick's
+        state of its neighbours (`Overworld.Spatial.View`), so the result is the same
+        whatever the number of workers;
+     3. the grid: entities that crossed a cell or stripe border move; spawns and despawns
+        requested during the tick take effect (visible from the next tick).
+  5. A client's reliable message (RELIABLE) reaches `c:handle_event/3` (server); any other
+     message sent to the zone server `c:handle_info/2` (server).
+  6. A durable event is on disk: `c:handle_durable/2` (server). After a crash,
+     `c:replay_durable/2` (the recovering server) replays the journal onto the last snapshot.
+  7. `c:terminate/2` (server) when the zone stops.
 
-  Callbacks returning `{:ok, state, actions}` may request `{:spawn, spec | [spec]}`,
+  Callbacks answering `{:ok, state, actions}` may request `{:spawn, spec | [spec]}`,
   `{:despawn, id | [id]}`, `{:durable, event}` (journal a durable event, see
   `c:handle_durable/2`) and `{:send, player, payload}` (a reliable message, binary payload, to
-  the player's session: the protocol's EVENT message). An entity spec is a keyword list or map of `Overworld.Entity`
-  fields without `id` (`:x` and `:y` are required); `:rng` defaults to
+  the player's session: the protocol's EVENT message). An entity spec is a keyword list or map
+  of `Overworld.Entity` fields without `id` (`:x` and `:y` are required); `:rng` defaults to
   `Overworld.Random.seed_for(zone_seed, id)`.
+
+  ### Inputs since 0.2: no `handle_input/3`
+
+  Earlier versions ran `handle_input/3` in the zone server once per player per tick. At
+  thousands of players sending inputs ten times a second one process cannot do that within a
+  tick, so inputs now go from the sessions straight to the workers. What game code does
+  instead: validate and convert in `c:decode_input/1` (it runs in the session, on every
+  input, and may refuse it), and act on `entity(e, :input)` in `c:handle_entity/3`. Input that
+  must change the game state (a chat command, a purchase) is a reliable message:
+  `c:handle_event/3`. A module that still defines `handle_input/3` gets a compile warning.
 
   ## Failures in game code
 
@@ -61,7 +81,10 @@ defmodule Overworld.Zone do
   * `:wire` — a module using `Overworld.Template` (default nil): the zone then encodes, once
     per cell per tick in its workers, the cell's delta block (`Overworld.Protocol.Snapshot`),
     readable by any process from the zone's wire table (`wire/1`), and serves keyframe blocks
-    on demand (`keyframes/2`); entities whose kind has no template are not replicated
+    on demand (`keyframes/2`); entities whose kind has no template are not replicated. **A
+    zone without a wire cannot serve players over the network**: a session that tries to
+    join one is refused with ERROR 6 ("zone ... has no wire") and closed with 4006. Players
+    joined from Elixir (`join/3`) play it all the same.
   * `:stall_timeout` — milliseconds after which a tick that has not finished is reported (logged
     with the workers that have not answered, counted as a stall), and again every such period
     while it lasts: a `handle_entity/3` that never returns stalls its zone, not the others
@@ -114,7 +137,7 @@ defmodule Overworld.Zone do
       end
   """
   alias Overworld.Names
-  alias Overworld.Zone.{Config, Context, Server}
+  alias Overworld.Zone.{Config, Context, Inputs, Server}
 
   @typedoc "A zone: its id, or the pid of its server."
   @type zone :: term | pid
@@ -127,44 +150,91 @@ defmodule Overworld.Zone do
           | {:durable, term}
           | {:send, player, binary}
 
+  @doc """
+  The zone starts (server): the game state from `args` (the zone's `:args` option), and
+  actions (the initial spawns: tick 0). `{:stop, reason}` stops the zone. Runs again when the
+  zone starts over without a data directory (after its workers died).
+  """
   @callback init(args :: term) :: {:ok, state} | {:ok, state, [action]} | {:stop, reason :: term}
+
+  @doc """
+  A player joins (server): the spec of its avatar entity (owned by the player: its inputs reach
+  it), which appears after the next tick, or a rejection (`join/3` answers
+  `{:error, {:rejected, reason}}`). `meta` is what the joining caller passed (a session passes
+  `%{session: pid}`). Default: rejects (`:not_supported`).
+  """
   @callback handle_join(player, meta :: term, state) ::
               {:ok, entity_spec, state}
               | {:ok, entity_spec, state, [action]}
               | {:reject, reason :: term, state}
+
+  @doc """
+  A player left (server), after its avatar was despawned: `reason` is `:left`,
+  `:disconnected` (its connection did not come back within the grace period), `:moved` or
+  what `leave/3` was given. Default: nothing.
+  """
   @callback handle_leave(player, reason :: term, state) :: {:ok, state} | {:ok, state, [action]}
-  @callback handle_input(player, input :: term, state) ::
-              {:ok, state} | {:ok, input :: term, state} | {:ignore, state}
+
+  @doc """
+  Once per tick, before the entities (server), with the tick's context: zone-wide game logic
+  (spawning waves, timers). `{:stop, reason, state}` stops the zone. Default: nothing.
+  """
   @callback handle_tick(Context.t(), state) ::
               {:ok, state} | {:ok, state, [action]} | {:stop, reason :: term, state}
+
+  @doc """
+  A reliable message of a player's client (the protocol's RELIABLE, in order, never
+  dropped; server): `payload` is the message's bytes as the client sent them. Default:
+  nothing.
+  """
+  @callback handle_event(player, payload :: binary, state) ::
+              {:ok, state} | {:ok, state, [action]}
+
+  @doc """
+  Any other message sent to the zone server (server), e.g. a monitored process's `:DOWN`, a
+  timer of the game. Default: nothing.
+  """
   @callback handle_info(msg :: term, state) :: {:ok, state} | {:ok, state, [action]}
+
+  @doc """
+  Every entity, every tick (the bucket worker that holds it, in parallel with the others): its
+  next state from its own and the previous tick's state of its neighbours (`view`, see
+  `Overworld.Spatial.View`). An avatar carries its player's newest input in `:input`. May
+  answer durable events with the entity (`{:ok, entity, events}`, see `c:handle_durable/2`),
+  or `:despawn` (a despawned avatar's player leaves). Has no game state: what it needs of the
+  world is in the entities. Default: the entity unchanged.
+  """
   @callback handle_entity(Overworld.Entity.t(), Overworld.Spatial.View.t(), Context.t()) ::
               {:ok, Overworld.Entity.t()}
               | {:ok, Overworld.Entity.t(), [event :: term]}
               | :despawn
+
+  @doc "The zone stops (server; optional): the last chance to clean up."
   @callback terminate(reason :: term, state) :: term
 
   @doc """
   A durable event (returned by `c:handle_entity/3` as `{:ok, entity, events}`, or by any
-  callback as the action `{:durable, event}`) is on disk: the journal record that holds it is
-  fsynced (at once when the zone has no `:data_dir`). The place to acknowledge it to players,
-  with the action `{:send, player, payload}` (a reliable message to the player's session).
+  callback as the action `{:durable, event}`) is on disk (server): the journal record that
+  holds it is fsynced (at once when the zone has no `:data_dir`). The place to acknowledge it
+  to players, with the action `{:send, player, payload}` (a reliable message to the player's
+  session). Optional.
   """
   @callback handle_durable(event :: term, state) :: {:ok, state} | {:ok, state, [action]}
 
   @doc """
-  Recovery from disk replays the durable events journaled after the last snapshot onto its
-  entities (`%{id => entity}`): the entities the event changed, as the simulation changed them.
-  It must be idempotent (a record replayed twice changes nothing more). Join and leave records
-  are replayed by the zone itself.
+  Recovery from disk (the recovering server; optional) replays the durable events journaled
+  after the last snapshot onto its entities (`%{id => entity}`): the entities the event
+  changed, as the simulation changed them. It must be idempotent (a record replayed twice
+  changes nothing more). Join and leave records are replayed by the zone itself.
   """
   @callback replay_durable(event :: term, entities :: %{pos_integer => Overworld.Entity.t()}) ::
               %{pos_integer => Overworld.Entity.t()}
 
   @doc """
   Turns the game payload of a client's INPUT message (bytes from the network) into the input
-  term `handle_input/3` gets. Runs in the player's session process, not in the zone; it must
-  not raise on any bytes. The default passes the binary on.
+  term the player's avatar gets in `entity(e, :input)` (the player's session, on every input,
+  never in the zone): validate here, an `{:error, reason}` drops the input (counted). It must
+  not raise on any bytes (a raise drops the input too). Default: the binary as it is.
   """
   @callback decode_input(payload :: binary) :: {:ok, term} | {:error, reason :: term}
 
@@ -173,6 +243,7 @@ defmodule Overworld.Zone do
   defmacro __using__(_opts) do
     quote do
       @behaviour Overworld.Zone
+      @before_compile Overworld.Zone
 
       @impl Overworld.Zone
       def handle_join(_player, _meta, state), do: {:reject, :not_supported, state}
@@ -181,10 +252,10 @@ defmodule Overworld.Zone do
       def handle_leave(_player, _reason, state), do: {:ok, state}
 
       @impl Overworld.Zone
-      def handle_input(_player, _input, state), do: {:ok, state}
+      def handle_tick(_ctx, state), do: {:ok, state}
 
       @impl Overworld.Zone
-      def handle_tick(_ctx, state), do: {:ok, state}
+      def handle_event(_player, _payload, state), do: {:ok, state}
 
       @impl Overworld.Zone
       def handle_info(_msg, state), do: {:ok, state}
@@ -198,11 +269,25 @@ defmodule Overworld.Zone do
       defoverridable decode_input: 1,
                      handle_join: 3,
                      handle_leave: 3,
-                     handle_input: 3,
                      handle_tick: 2,
+                     handle_event: 3,
                      handle_info: 2,
                      handle_entity: 3
     end
+  end
+
+  @doc false
+  defmacro __before_compile__(env) do
+    if Module.defines?(env.module, {:handle_input, 3}) do
+      IO.warn(
+        "#{inspect(env.module)}.handle_input/3 is no longer called: inputs go from the " <>
+          "sessions to the bucket workers. Validate them in decode_input/1 and act on " <>
+          "entity(e, :input) in handle_entity/3 (see Overworld.Zone, \"Inputs since 0.2\")",
+        Macro.Env.stacktrace(env)
+      )
+    end
+
+    :ok
   end
 
   ## Client API
@@ -278,20 +363,50 @@ defmodule Overworld.Zone do
   def leave(zone, player, reason \\ :left), do: tagged_call(zone, {:leave, player, reason})
 
   @doc """
-  Sends a player's input to the zone (asynchronous). The newest input of each player per tick
-  is kept; inputs of players who are not joined are dropped.
+  Hands a player's input to the zone: the newest input of each player is kept until the tick
+  that applies it (latest wins; `entity(e, :input)` of its avatar in `c:handle_entity/3`).
+  With a sequence number `seq` (the client's), the player's snapshots acknowledge it once a
+  tick applied it (zones with `wire:`). Inputs of players who are not joined are dropped.
+  No message to the zone server: this looks the player's avatar up in the zone's tables and
+  writes its input slot (`input_slot/2` and `put_input/3` skip the lookup for a caller that
+  sends many inputs for one player).
   """
-  @spec input(zone, player, term) :: :ok
-  def input(zone, player, input), do: GenServer.cast(server(zone), {:input, player, input})
+  @spec input(zone, player, term, non_neg_integer | nil) :: :ok
+  def input(zone, player, input, seq \\ nil) when seq == nil or (is_integer(seq) and seq >= 0) do
+    case input_slot(zone, player) do
+      {:ok, slot} -> put_input(slot, input, seq)
+      {:error, _} -> :ok
+    end
+  end
+
+  @typedoc "Where a player's inputs go (`input_slot/2`)."
+  @opaque input_slot :: {Inputs.t(), pos_integer}
 
   @doc """
-  Like `input/3`, with the client's input sequence number: once a tick consumed the input, the
-  zone's wire table says so (`Overworld.Zone.Wire.input_ack/2`; zones with `wire:` only), and
-  the player's snapshots carry it.
+  The input slot of a joined player's avatar, for `put_input/3` (valid while the player stays
+  joined: a player that leaves and joins again has a new avatar and a new slot). Answers
+  `{:error, :not_joined}` or `{:error, :not_found}` (no such zone).
   """
-  @spec input(zone, player, term, non_neg_integer) :: :ok
-  def input(zone, player, input, seq) when is_integer(seq) and seq >= 0,
-    do: GenServer.cast(server(zone), {:input, player, input, seq})
+  @spec input_slot(zone, player) :: {:ok, input_slot} | {:error, :not_joined | :not_found}
+  def input_slot(zone, player) do
+    case config(zone) do
+      nil ->
+        {:error, :not_found}
+
+      %Config{shared: shared} ->
+        case Overworld.Zone.Memory.player_entity(shared.memory, player) do
+          nil -> {:error, :not_joined}
+          id -> {:ok, {shared.inputs, id}}
+        end
+    end
+  end
+
+  @doc "Writes an input into a player's slot (see `input/4`): two ETS writes at most."
+  @spec put_input(input_slot, term, non_neg_integer | nil) :: :ok
+  def put_input({inputs, id}, input, seq \\ nil) do
+    Inputs.put(inputs, id, input, seq)
+    :ok
+  end
 
   @doc "Spawns entities from specs (visible after the next tick); returns their ids."
   @spec spawn(zone, [entity_spec]) :: {:ok, [pos_integer]} | {:error, term}

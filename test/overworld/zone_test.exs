@@ -51,16 +51,11 @@ defmodule Overworld.ZoneTest do
       e = Zone.entity(zone, id)
       assert entity(e, :input) == {3000, 0}
       assert entity(e, :x) == 5_000 + div(3000, 30)
-      assert [{:input, "ann", {3000, 0}}] = for({:input, _, _} = p <- probes(), do: p)
 
       # The input is sticky: the entity keeps moving.
       {:ok, 3} = Zone.tick_now(zone)
       assert entity(Zone.entity(zone, id), :x) == 5_000 + 2 * div(3000, 30)
-
-      # An ignored input does not reach the entity.
-      Zone.input(zone, "ann", :bad)
       {:ok, 4} = Zone.tick_now(zone)
-      assert entity(Zone.entity(zone, id), :input) == {3000, 0}
 
       assert :ok = Zone.leave(zone, "ann", :quit)
       assert_received {:probe, {:leave, "ann", :quit}}
@@ -70,7 +65,7 @@ defmodule Overworld.ZoneTest do
       assert Zone.count(zone) == 1
     end
 
-    test "phases run in order: input, tick, systems; spawns show from the next tick" do
+    test "phases run in order: tick, systems; spawns show from the next tick" do
       zone =
         start(
           args: [actions_at: %{2 => [{:spawn, [kind: :reporter, x: 500, y: 500, data: self()]}]}]
@@ -82,11 +77,11 @@ defmodule Overworld.ZoneTest do
 
       Zone.input(zone, "p", {0, 0})
       {:ok, 2} = Zone.tick_now(zone)
-      assert [{:input, "p", {0, 0}}, {:tick, 2}] = probes()
+      assert [{:tick, 2}] = probes()
 
       Zone.input(zone, "p", {0, 0})
       {:ok, 3} = Zone.tick_now(zone)
-      assert [{:input, "p", {0, 0}}, {:tick, 3}, {:entity, 3, worker}] = probes()
+      assert [{:tick, 3}, {:entity, 3, worker}] = probes()
       assert worker != Zone.whereis(zone)
     end
 
@@ -186,7 +181,7 @@ defmodule Overworld.ZoneTest do
       assert Zone.metrics(zone).callback_errors == 2
     end
 
-    test "invalid returns and raising input/join callbacks are caught" do
+    test "invalid returns and a raising handle_event are caught" do
       zone = start([])
       {:ok, [liar]} = Zone.spawn(zone, [[kind: :liar, x: 1, y: 1]])
       {:ok, _} = Zone.join(zone, "p", nil)
@@ -194,14 +189,29 @@ defmodule Overworld.ZoneTest do
       log =
         capture_log(fn ->
           {:ok, 1} = Zone.tick_now(zone)
-          Zone.input(zone, "p", {:raise, 1})
+          send(Zone.whereis(zone), {:overworld_event, "p", "raise"})
           {:ok, 2} = Zone.tick_now(zone)
         end)
 
       assert log =~ "invalid return value: {:ok, :not_an_entity}"
-      assert log =~ "input blew up"
+      assert log =~ "handle_event failed"
+      assert log =~ "event blew up"
       assert Zone.entity(zone, liar) != nil
       assert Zone.metrics(zone).callback_errors >= 2
+    end
+
+    test "a client's reliable messages reach handle_event/3, of joined players only" do
+      zone = start([])
+      {:ok, _} = Zone.join(zone, "p", nil)
+      {:ok, 1} = Zone.tick_now(zone)
+      _ = probes()
+      send(Zone.whereis(zone), {:overworld_event, "p", "spawn"})
+      send(Zone.whereis(zone), {:overworld_event, "stranger", "hello"})
+      {:ok, 2} = Zone.tick_now(zone)
+      assert [{:event, "p", "spawn"}, {:tick, 2}] = probes()
+      # Its actions apply: the rock is there after the next tick.
+      {:ok, 3} = Zone.tick_now(zone)
+      assert Enum.count(Zone.entities(zone), &(entity(&1, :kind) == :rock)) == 1
     end
 
     test "handle_entity may despawn an entity" do
@@ -493,14 +503,7 @@ defmodule Overworld.ZoneInFlightTest do
     last = Memory.last(table)
     assert last.n == 3
     # Tick 4 as the server sends it: no inputs, spawns nor despawns.
-    Memory.put_tick(table, 300, %{
-      last
-      | n: 4,
-        simulate: true,
-        inputs: %{},
-        spawns: [],
-        despawns: []
-    })
+    Memory.put_tick(table, 300, %{last | n: 4, simulate: true, spawns: [], despawns: []})
 
     capture_log(fn -> kill_server(zone) end)
     assert Zone.info(zone).tick == 4

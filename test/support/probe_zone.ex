@@ -32,12 +32,12 @@ defmodule Overworld.Test.ProbeZone do
   end
 
   @impl true
-  def handle_input(player, input, state) do
-    report(state, {:input, player, input})
+  def handle_event(player, payload, state) do
+    report(state, {:event, player, payload})
 
-    case input do
-      :bad -> {:ignore, state}
-      {:raise, _} -> raise "input blew up"
+    case payload do
+      "raise" -> raise "event blew up"
+      "spawn" -> {:ok, state, [{:spawn, [kind: :rock, x: 1, y: 1]}]}
       _ -> {:ok, state}
     end
   end

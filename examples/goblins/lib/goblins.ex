@@ -9,7 +9,8 @@ defmodule Goblins do
   in `docs/goblins-scenario.md`; `checksum/1` lets both sides compare states bit for bit.
 
   Aggressive goblins (id divisible by 20, 5 %) have kind `:warlord`, the others `:goblin`.
-  Players (kind `:player`) walk with inputs `{:move, mx, my}`, `mx`, `my` in -127..127.
+  Players (kind `:player`) walk with inputs `{mx, my}`, `mx`, `my` in -127..127 (full speed at
+  127: 5 m/s), which `decode_input/1` makes from the client's two signed bytes.
 
   ## Loot (durable events)
 
@@ -109,25 +110,20 @@ defmodule Goblins do
     {:ok, [kind: :player, x: x, y: y, data: 0], state}
   end
 
-  @impl true
-  def handle_input(_player, {:move, mx, my}, state)
-      when is_integer(mx) and is_integer(my) and mx in -127..127 and my in -127..127,
-      do: {:ok, {mx, my}, state}
-
-  def handle_input(_player, _input, state), do: {:ignore, state}
-
   @doc """
   A client's input payload: two signed bytes, `mx` and `my` in -127..127 (the walking
   direction and speed, 127 = full speed).
 
       iex> Goblins.decode_input(<<100, 156>>)
-      {:ok, {:move, 100, -100}}
+      {:ok, {100, -100}}
       iex> Goblins.decode_input(<<1, 2, 3>>)
+      {:error, :bad_payload}
+      iex> Goblins.decode_input(<<-128, 0>>)
       {:error, :bad_payload}
   """
   @impl true
   def decode_input(<<mx::signed-8, my::signed-8>>) when mx > -128 and my > -128,
-    do: {:ok, {:move, mx, my}}
+    do: {:ok, {mx, my}}
 
   def decode_input(_payload), do: {:error, :bad_payload}
 

@@ -7,12 +7,14 @@ defmodule Overworld.Zone.Bucket do
   #
   # A tick (message `{:tick, ...}` from the zone server):
   #
+  #   0. the players' inputs: the slots of our avatars (`Overworld.Zone.Inputs`), taken once;
   #   1. the pass (`Overworld.Zone.Pass`): every entity's next state from the previous tick's
-  #      view, i.e. our cells plus the halo (the rows just outside our stripe);
+  #      view, i.e. our cells plus the halo (the rows just outside our stripe), each avatar
+  #      with its newest input;
   #   2. the grid: entities that changed cell move, spawns come in;
   #   3. the border exchange: one message to every other worker (the entities it needs for its
   #      halo, and those that moved into its stripe), then the same from every other worker;
-  #   4. `{:done, ...}` to the server: counts, phase times, failures, moved player entities;
+  #   4. `{:done, ...}` to the server: counts, phase times, failures, avatars gone;
   #   5. on `:idle` (the whole tick is done), the notice of the tick to our share of the zone's
   #      subscribers, then garbage collection (see `collect_garbage/1`).
   #
@@ -26,7 +28,7 @@ defmodule Overworld.Zone.Bucket do
 
   alias Overworld.Protocol.Snapshot
   alias Overworld.Spatial.{Grid, Sweep}
-  alias Overworld.Zone.{Config, Memory, Pass, Wire}
+  alias Overworld.Zone.{Config, Inputs, Memory, Pass, Wire}
 
   # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
   # tick (see collect_garbage/1), so a small zone stays small.
@@ -116,9 +118,12 @@ defmodule Overworld.Zone.Bucket do
        jobs: [],
        loaded: false,
        # The durable events of our last tick, for a server that restarts before it heard of
-       # them (Overworld.Zone.Server.restore/4).
+       # them (Overworld.Zone.Recovery).
        events: [],
-       tick: 0
+       tick: 0,
+       # The players' avatars we hold (id => true): whose input slots we take.
+       avatars: %{},
+       inputs: config.shared && config.shared.inputs
      }}
   end
 
@@ -186,7 +191,8 @@ defmodule Overworld.Zone.Bucket do
             jobs: [],
             loaded: false,
             events: [],
-            tick: 0
+            tick: 0,
+            avatars: %{}
         }
 
     {:reply,
@@ -209,12 +215,12 @@ defmodule Overworld.Zone.Bucket do
   end
 
   def handle_info(
-        {:tick, epoch, n, simulate?, ctx, inputs, spawns, despawns, sent_at},
+        {:tick, epoch, n, simulate?, ctx, spawns, despawns, sent_at},
         %{epoch: epoch} = st
       )
       when n > st.tick or not st.loaded do
     st = if st.collect_due, do: collect_garbage(st), else: st
-    {:noreply, run_tick(st, n, simulate?, ctx, inputs, spawns, despawns, sent_at)}
+    {:noreply, run_tick(st, n, simulate?, ctx, spawns, despawns, sent_at)}
   end
 
   # Every worker of the zone is done with the tick: collect garbage (see collect_garbage/1).
@@ -266,9 +272,13 @@ defmodule Overworld.Zone.Bucket do
 
   ## The tick
 
-  defp run_tick(st, n, simulate?, ctx, inputs, spawns, despawns, sent_at) do
-    t0 = System.monotonic_time()
+  defp run_tick(st, n, simulate?, ctx, spawns, despawns, sent_at) do
+    t_in = System.monotonic_time()
     %Config{grid: grid} = st.config
+    st = arrived(st, spawns)
+    {inputs, acks} = Inputs.take(st.inputs, st.index, st.avatars)
+    record_inputs(st, n, inputs)
+    t0 = System.monotonic_time()
 
     pass =
       if simulate? do
@@ -302,7 +312,8 @@ defmodule Overworld.Zone.Bucket do
       Enum.split_while(halo, fn {k, _} -> k < st.bounds |> elem(1) |> first_key(grid) end)
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
-    st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own)
+    st = avatars(st, pass, migrants_in, despawns)
+    st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own, acks)
 
     count =
       st.count + length(migrants_in) - length(pass.out) - length(pass.gone) - removed +
@@ -316,12 +327,12 @@ defmodule Overworld.Zone.Bucket do
       {:done, st.epoch, n, st.index,
        %{
          count: count,
+         input: t0 - t_in,
          systems: t1 - t0,
          grid: t2 - t1,
-         lag: t0 - sent_at,
+         lag: t_in - sent_at,
          waited: waited,
          errors: elem(pass.errors, 0),
-         moves: pass.moves,
          events: pass.events,
          gone: for(e <- pass.gone, entity(e, :owner) != nil, do: entity(e, :id))
        }}
@@ -341,19 +352,59 @@ defmodule Overworld.Zone.Bucket do
   # The first key of our stripe, from the first key past its first row.
   defp first_key(lo, %Grid{stride: stride}), do: lo - stride
 
+  ## Avatars and their inputs (Overworld.Zone.Inputs)
+
+  # Avatars spawning here: ours from this tick on (an input sent before the avatar existed
+  # reaches it as it spawns), routed to us (a recovery from the store or a rewind loads them
+  # without a join).
+  defp arrived(st, spawns) do
+    case for e <- spawns, entity(e, :owner) != nil, do: entity(e, :id) do
+      [] ->
+        st
+
+      ids ->
+        Inputs.routes(st.inputs, for(id <- ids, do: {id, st.index}))
+        %{st | avatars: Enum.reduce(ids, st.avatars, &Map.put(&2, &1, true))}
+    end
+  end
+
+  # After the pass and the exchange: avatars that left for another stripe (routed there),
+  # came from one, or are gone.
+  defp avatars(st, pass, migrants_in, despawns) do
+    case {pass.moves, pass.gone, migrants_in, map_size(despawns)} do
+      {[], [], [], 0} ->
+        st
+
+      _ ->
+        if pass.moves != [], do: Inputs.routes(st.inputs, pass.moves)
+        gone = for e <- pass.gone, entity(e, :owner) != nil, do: entity(e, :id)
+        left = Enum.map(pass.moves, &elem(&1, 0)) ++ gone ++ Map.keys(despawns)
+        came = for e <- migrants_in, entity(e, :owner) != nil, do: {entity(e, :id), true}
+        %{st | avatars: st.avatars |> Map.drop(left) |> Map.merge(Map.new(came))}
+    end
+  end
+
+  # The inputs a tick applied, for the zone's time-travel history (Overworld.Zone.History).
+  defp record_inputs(_st, _n, inputs) when map_size(inputs) == 0, do: :ok
+  defp record_inputs(%{config: %Config{history: 0}}, _n, _inputs), do: :ok
+
+  defp record_inputs(st, n, inputs),
+    do: Memory.put_inputs(st.config.shared.memory, st.config.history, st.index, n, inputs)
+
   ## Wire (see Overworld.Zone.Wire and Overworld.Interest): the delta blocks of tick n, and
   ## the keyframe blocks observers asked for, into the zone's wire table.
 
-  defp publish_wire(%{encoder: nil} = st, _n, _cells, _arrivals, _own), do: st
+  defp publish_wire(%{encoder: nil} = st, _n, _cells, _arrivals, _own, _acks), do: st
 
-  defp publish_wire(st, n, cells, arrivals, own) do
+  defp publish_wire(st, n, cells, arrivals, own, acks) do
     %Config{wire: mod, grid: grid, shared: %{wire: table}} = st.config
     {stop, _, _} = st.bounds
     first = first_key(elem(st.bounds, 1), grid)
     funs = Wire.funs(mod)
     {data, index} = Wire.publish(funs, st.encoder, cells || [], arrivals, grid, first, stop)
-    :ets.insert(table, {{:tick, st.index, Wire.slot(n)}, n, data, index, first})
+    Wire.put_tick(table, st.index, n, data, index, first)
     Wire.put_positions(table, own, stop, n)
+    if acks != [], do: Wire.put_acks(table, acks)
 
     case drain_wants(st.wants) do
       wants when map_size(wants) == 0 ->
@@ -363,7 +414,7 @@ defmodule Overworld.Zone.Bucket do
         keys = for {k, _} <- wants, k >= first and k < stop, do: k
         own = Enum.take_while(own, fn {k, _} -> k < stop end)
         blocks = Map.new(Wire.keyframes(funs, st.encoder, own, keys))
-        :ets.insert(table, for(k <- keys, do: {{:kf, k}, n, Map.get(blocks, k)}))
+        Wire.put_keyframes(table, n, for(k <- keys, do: {k, Map.get(blocks, k)}))
         %{st | wants: %{}}
     end
   end

@@ -2,11 +2,14 @@ defmodule Overworld.Zone.Dispatch do
   @moduledoc false
   # One tick seen from the server: the message to each worker, the collection of their `:done`
   # reports, and the tick's metrics and telemetry once all are in.
+  #
+  # The players' inputs are not in the message: each worker takes them from its input slots
+  # when the tick starts (`Overworld.Zone.Inputs`).
 
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.Telemetry
-  alias Overworld.Zone.{Config, Context, Metrics}
+  alias Overworld.Zone.{Config, Context, Memory, Metrics, State}
 
   @type running :: %{
           n: non_neg_integer,
@@ -37,22 +40,38 @@ defmodule Overworld.Zone.Dispatch do
   end
 
   @doc """
-  Sends tick `n` to every worker: its inputs (`%{worker => %{entity id => input}}`), the spawns
-  in its stripe, and every despawn. Returns the running tick.
+  The server sends tick `n` (`simulate?`: false for a load step, which only takes the spawns)
+  with the spawns and despawns asked for since the last: first into the in-memory copy (a
+  server killed after that and before the workers have the tick finds it there and sends it
+  again), then to the workers. Answers the state with the tick running.
   """
-  @spec send_tick(
-          Config.t(),
-          tuple,
-          integer,
-          non_neg_integer,
-          boolean,
-          Context.t(),
-          map,
-          list,
-          list
-        ) ::
+  @spec tick(State.t(), non_neg_integer, boolean) :: State.t()
+  def tick(%State{} = st, n, simulate?) do
+    Memory.put_tick(st.memory, st.config.history, %{
+      n: n,
+      simulate: simulate?,
+      spawns: st.spawns,
+      despawns: st.despawns,
+      game: st.game,
+      next_id: st.next_id
+    })
+
+    ctx = context(st.config, n)
+
+    running =
+      send_tick(st.config, st.workers, st.epoch, n, simulate?, ctx, st.spawns, st.despawns)
+
+    Process.send_after(self(), {:stalled, st.epoch, n}, st.config.stall_timeout)
+    %{st | spawns: [], despawns: [], running: running}
+  end
+
+  @doc """
+  Sends tick `n` to every worker: the spawns in its stripe, and every despawn. Returns the
+  running tick.
+  """
+  @spec send_tick(Config.t(), tuple, integer, non_neg_integer, boolean, Context.t(), list, list) ::
           running
-  def send_tick(config, workers, epoch, n, simulate?, ctx, inputs, spawns, despawns) do
+  def send_tick(config, workers, epoch, n, simulate?, ctx, spawns, despawns) do
     t0 = System.monotonic_time()
     spawns = Enum.group_by(spawns, &Config.owner_of(config, entity(&1, :x), entity(&1, :y)))
     despawns = Map.new(despawns, &{&1, true})
@@ -60,8 +79,8 @@ defmodule Overworld.Zone.Dispatch do
     [first | others] =
       for w <- 0..(config.workers - 1) do
         {elem(workers, w),
-         {:tick, epoch, n, simulate?, ctx, Map.get(inputs, w, %{}),
-          Enum.reverse(Map.get(spawns, w, [])), despawns, System.monotonic_time()}}
+         {:tick, epoch, n, simulate?, ctx, Enum.reverse(Map.get(spawns, w, [])), despawns,
+          System.monotonic_time()}}
       end
 
     # One message, to worker 0, which forwards the others' parts: a server killed while
@@ -84,13 +103,17 @@ defmodule Overworld.Zone.Dispatch do
     }
   end
 
-  @doc "Adds a worker's report; the tick's systems and grid phases are the slowest worker's."
+  @doc """
+  Adds a worker's report; the tick's input (taking the input slots), systems and grid phases
+  are the slowest worker's.
+  """
   @spec collect(running, non_neg_integer, map) :: running
   def collect(r, w, stats) do
     %{
       r
       | pending: r.pending - 1,
         reported: [w | r.reported],
+        input: max(r.input, stats.input),
         systems: max(r.systems, stats.systems),
         grid: max(r.grid, stats.grid),
         count: r.count + stats.count,

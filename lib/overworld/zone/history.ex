@@ -3,9 +3,9 @@ defmodule Overworld.Zone.History do
   A zone's time-travel history: its last ticks, replayed offline in one process.
 
   A zone with `:history` > 0 keeps, in its in-memory copy (an ETS table of the zone's
-  supervisor), the record of each of its last `history` ticks (the tick's inputs after
-  `c:Overworld.Zone.handle_input/3`, spawns, despawns and the game state after
-  `c:Overworld.Zone.handle_tick/2`) and, every
+  supervisor), the record of each of its last `history` ticks (the inputs the bucket workers
+  applied, spawns, despawns and the game state after `c:Overworld.Zone.handle_tick/2`) and,
+  every
   `:keyframe_ticks` ticks, a keyframe: the cells of every bucket worker after that tick. A
   `:debug` zone also keeps the state hash of every tick.
 
@@ -37,7 +37,7 @@ defmodule Overworld.Zone.History do
   @type pairs :: Sweep.pairs()
 
   @typedoc """
-  One tick as the zone server sent it to its workers: `inputs` per worker
+  One tick as the zone's workers ran it: the `inputs` each worker applied
   (`%{worker => %{entity id => input}}`), `spawns` newest first, `despawns` ids, `game` the game
   state after the tick's `c:Overworld.Zone.handle_tick/2`; in a dump, `hash` is the zone's
   recorded state hash after the tick (nil when it was not recorded).
@@ -204,7 +204,9 @@ defmodule Overworld.Zone.History do
 
         ticks =
           for r <- records, r.n > k do
-            Map.put(r, :hash, if(c.debug, do: Memory.hash(table, workers, slots, r.n)))
+            r
+            |> Map.put(:inputs, Memory.inputs(table, history, workers, r.n))
+            |> Map.put(:hash, if(c.debug, do: Memory.hash(table, workers, slots, r.n)))
           end
 
         {:ok,

@@ -2,7 +2,8 @@ defmodule Overworld.Zone.Memory do
   @moduledoc false
   # The zone's in-memory copy: an ETS table owned by the zone's supervisor, so it outlives the
   # zone server. The server writes, before it sends a tick to the workers, the tick's record
-  # (game state, next entity id and the tick's dispatch: inputs, spawns, despawns); between
+  # (game state, next entity id and the tick's dispatch: spawns, despawns; the workers write
+  # the inputs they applied); between
   # ticks, what changed since (pending spawns and despawns, game state); and
   # a row per player and per subscriber; a row per batch of durable events handed to the
   # journal and not yet synced. A restarted server reads it back (the entities never
@@ -13,7 +14,6 @@ defmodule Overworld.Zone.Memory do
   @type dispatch :: %{
           n: non_neg_integer,
           simulate: boolean,
-          inputs: map,
           spawns: [Overworld.Entity.t()],
           despawns: [pos_integer]
         }
@@ -115,6 +115,7 @@ defmodule Overworld.Zone.Memory do
     :ets.match_delete(t, {{:tick, :_}, :_, :_})
     :ets.match_delete(t, {{:kf, :_, :_}, :_, :_})
     :ets.match_delete(t, {{:hash, :_, :_}, :_, :_})
+    :ets.match_delete(t, {{:inputs, :_, :_}, :_, :_})
     :ets.delete(t, :last)
     :ets.delete(t, :pending)
     :ets.delete(t, :finished)
@@ -177,6 +178,25 @@ defmodule Overworld.Zone.Memory do
     do: :ets.delete(t, :orphans)
 
   def put_orphans(t, m, deadline), do: :ets.insert(t, {:orphans, m, deadline})
+
+  @doc """
+  The inputs worker `w` applied at tick `n` (`%{entity id => input}`), in the ring of the last
+  `history` ticks (`Overworld.Zone.History` replays them).
+  """
+  @spec put_inputs(t, non_neg_integer, non_neg_integer, non_neg_integer, map) :: true
+  def put_inputs(t, history, w, n, inputs),
+    do: :ets.insert(t, {{:inputs, w, rem(n, slots(history))}, n, inputs})
+
+  @doc "The inputs of tick `n` per worker (`%{worker => %{id => input}}`; empty for none)."
+  @spec inputs(t, non_neg_integer, non_neg_integer, non_neg_integer) :: map
+  def inputs(t, history, workers, n) do
+    slot = rem(n, slots(history))
+
+    for w <- 0..(workers - 1),
+        [{_, ^n, inputs}] <- [:ets.lookup(t, {:inputs, w, slot})],
+        into: %{},
+        do: {w, inputs}
+  end
 
   @doc "A worker's cells at tick `n` (a history keyframe), in slot `slot`."
   @spec put_keyframe(t, non_neg_integer, non_neg_integer, non_neg_integer, list) :: true

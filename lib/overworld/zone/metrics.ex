@@ -22,28 +22,31 @@ defmodule Overworld.Zone.Metrics do
   ]
   @index @fields |> Enum.with_index(1) |> Map.new()
 
-  # `wire`: the zone's wire table (owned by the zone's supervisor, so it outlives a server
-  # restart), or nil. This struct is the zone's registry value: what anybody may read without
-  # a message to the zone.
-  # `memory`: the zone's in-memory copy (`Overworld.Zone.Memory`), also owned by the supervisor.
-  @enforce_keys [:counters, :ticks_us, :cpu]
-  defstruct [:wire, :memory | @enforce_keys]
+  # What a zone shares with any process, made by the zone's supervisor (so it outlives server
+  # and worker restarts) and carried in the zone's config (`config.shared`, the zone's
+  # registry value): the counters and the tick histogram, `wire` the wire table
+  # (`Overworld.Zone.Wire`, nil without a wire), `memory` the in-memory copy
+  # (`Overworld.Zone.Memory`), `inputs` the players' input slots (`Overworld.Zone.Inputs`).
+  @enforce_keys [:counters, :ticks_us, :cpu, :memory, :inputs]
+  defstruct [:wire | @enforce_keys]
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
           ticks_us: Histogram.t(),
           cpu: Overworld.Metrics.CPU.t(),
           wire: :ets.tid() | nil,
-          memory: :ets.tid() | nil
+          memory: :ets.tid(),
+          inputs: Overworld.Zone.Inputs.t()
         }
 
-  @spec new(boolean) :: t
-  def new(wire? \\ false) do
+  @spec new(pos_integer, boolean) :: t
+  def new(workers, wire?) do
     %__MODULE__{
       counters: :atomics.new(length(@fields), signed: true),
       ticks_us: Histogram.new(),
       cpu: Overworld.Metrics.CPU.sample(),
       memory: :ets.new(:overworld_memory, [:set, :public]),
+      inputs: Overworld.Zone.Inputs.new(workers),
       wire:
         if(wire?,
           do:

@@ -1,28 +1,26 @@
 defmodule Overworld.Zone.Players do
   @moduledoc false
-  # Which player controls which entity, and which bucket worker holds that entity (so the
-  # server routes each input to one worker). Workers report player entities that move to
-  # another worker or disappear.
+  # Which player controls which entity (its avatar). Workers report avatars that game code
+  # despawned: their players leave.
 
-  defstruct by_player: %{}, by_entity: %{}, worker: %{}
+  defstruct by_player: %{}, by_entity: %{}
 
-  @type t :: %__MODULE__{by_player: map, by_entity: map, worker: map}
+  @type t :: %__MODULE__{by_player: map, by_entity: map}
 
   @doc """
-  Adds a player controlling entity `id`, held by `worker`.
+  Adds a player controlling entity `id`.
 
       iex> alias Overworld.Zone.Players
-      iex> p = Players.add(%Players{}, "ann", 7, 1)
-      iex> {Players.joined?(p, "ann"), Players.entity(p, "ann"), Players.worker(p, 7)}
-      {true, 7, 1}
+      iex> p = Players.add(%Players{}, "ann", 7)
+      iex> {Players.joined?(p, "ann"), Players.entity(p, "ann"), Players.player(p, 7)}
+      {true, 7, "ann"}
   """
-  @spec add(t, term, pos_integer, non_neg_integer) :: t
-  def add(%__MODULE__{} = p, player, id, worker) do
+  @spec add(t, term, pos_integer) :: t
+  def add(%__MODULE__{} = p, player, id) do
     %{
       p
       | by_player: Map.put(p.by_player, player, id),
-        by_entity: Map.put(p.by_entity, id, player),
-        worker: Map.put(p.worker, id, worker)
+        by_entity: Map.put(p.by_entity, id, player)
     }
   end
 
@@ -37,51 +35,36 @@ defmodule Overworld.Zone.Players do
   @spec player(t, pos_integer) :: term | nil
   def player(%__MODULE__{by_entity: m}, id), do: Map.get(m, id)
 
-  @doc "The worker holding a player's entity, or nil."
-  @spec worker(t, pos_integer) :: non_neg_integer | nil
-  def worker(%__MODULE__{worker: m}, id), do: Map.get(m, id)
-
   @doc """
   Removes a player (by player).
 
       iex> alias Overworld.Zone.Players
-      iex> p = Players.add(%Players{}, "ann", 7, 1) |> Players.remove("ann")
-      iex> {Players.joined?(p, "ann"), Players.worker(p, 7)}
+      iex> p = Players.add(%Players{}, "ann", 7) |> Players.remove("ann")
+      iex> {Players.joined?(p, "ann"), Players.player(p, 7)}
       {false, nil}
   """
   @spec remove(t, term) :: t
   def remove(%__MODULE__{} = p, player) do
     id = Map.get(p.by_player, player)
-
-    %{
-      p
-      | by_player: Map.delete(p.by_player, player),
-        by_entity: Map.delete(p.by_entity, id),
-        worker: Map.delete(p.worker, id)
-    }
+    %{p | by_player: Map.delete(p.by_player, player), by_entity: Map.delete(p.by_entity, id)}
   end
 
   @doc """
-  Applies a worker's report: entities that moved to another worker, and entities that are gone
-  (despawned by game code), whose players are removed. Returns the removed players too.
+  Applies a worker's report of avatars that are gone (despawned by game code): their players
+  are removed, and returned.
 
       iex> alias Overworld.Zone.Players
-      iex> p = %Players{} |> Players.add("ann", 7, 0) |> Players.add("bob", 8, 0)
-      iex> {gone, p} = Players.report(p, [{7, 1}], [8])
-      iex> {gone, Players.worker(p, 7), Players.joined?(p, "bob")}
-      {["bob"], 1, false}
+      iex> p = %Players{} |> Players.add("ann", 7) |> Players.add("bob", 8)
+      iex> {gone, p} = Players.report(p, [8])
+      iex> {gone, Players.joined?(p, "ann"), Players.joined?(p, "bob")}
+      {["bob"], true, false}
   """
-  @spec report(t, [{pos_integer, non_neg_integer}], [pos_integer]) :: {[term], t}
-  def report(p, [], []), do: {[], p}
+  @spec report(t, [pos_integer]) :: {[term], t}
+  def report(p, []), do: {[], p}
 
-  def report(%__MODULE__{} = p, moves, gone) do
-    worker =
-      Enum.reduce(moves, p.worker, fn {id, w}, acc ->
-        if is_map_key(acc, id), do: Map.put(acc, id, w), else: acc
-      end)
-
+  def report(%__MODULE__{} = p, gone) do
     players = for id <- gone, player = Map.get(p.by_entity, id), player != nil, do: player
-    {players, Enum.reduce(players, %{p | worker: worker}, &remove(&2, &1))}
+    {players, Enum.reduce(players, p, &remove(&2, &1))}
   end
 
   @doc "The number of players."

@@ -201,6 +201,46 @@ defmodule Overworld.Zone.Wire do
         do: {k, Snapshot.keyframe_block(k, entries, enc)}
   end
 
+  ## The wire table: this module owns its rows (the workers write them, observers and tools
+  ## read them, through these functions only).
+  ##
+  ##   {{:tick, worker, slot}, n, data, index, first key}   a worker's blocks of tick n
+  ##   {{:kf, key}, n, block | nil}                        a cell's keyframe block at tick n
+  ##   {{:pos, entity id}, x, y, n}                         an avatar's position after tick n
+  ##   {{:ack, entity id}, seq}                             the newest input seq a tick consumed
+
+  @doc false
+  # A worker's published blocks of tick `n` (`publish/7`), in the ring slot of `n`.
+  @spec put_tick(:ets.tid(), non_neg_integer, non_neg_integer, binary, binary, integer) :: true
+  def put_tick(table, w, n, data, index, first),
+    do: :ets.insert(table, {{:tick, w, slot(n)}, n, data, index, first})
+
+  @doc false
+  # A worker's published tick `n`: `{data, index, first key}`, or nil once it left the ring.
+  @spec tick(:ets.tid(), non_neg_integer, non_neg_integer) :: {binary, binary, integer} | nil
+  def tick(table, w, n) do
+    case :ets.lookup(table, {:tick, w, slot(n)}) do
+      [{_, ^n, data, index, first}] -> {data, index, first}
+      _ -> nil
+    end
+  end
+
+  @doc false
+  # Keyframe blocks of cells (nil for a cell without replicated entities) at tick `n`.
+  @spec put_keyframes(:ets.tid(), non_neg_integer, [{integer, binary | nil}]) :: true
+  def put_keyframes(table, n, blocks),
+    do: :ets.insert(table, for({k, block} <- blocks, do: {{:kf, k}, n, block}))
+
+  @doc false
+  # A cell's newest keyframe block: `{tick, block | nil}`, or nil.
+  @spec keyframe(:ets.tid(), integer) :: {non_neg_integer, binary | nil} | nil
+  def keyframe(table, key) do
+    case :ets.lookup(table, {:kf, key}) do
+      [{_, n, block}] -> {n, block}
+      [] -> nil
+    end
+  end
+
   ## Players: where their entities are and which input the zone consumed, for their sessions
   ## (one ETS read each per tick, no message to the zone).
 
@@ -236,24 +276,26 @@ defmodule Overworld.Zone.Wire do
   end
 
   @doc false
-  @spec put_acks(:ets.tid(), %{optional(term) => non_neg_integer}) :: true
-  def put_acks(table, acks), do: :ets.insert(table, for({p, seq} <- acks, do: {{:ack, p}, seq}))
+  # The input sequence numbers a tick consumed, `[{avatar id, seq}]`.
+  @spec put_acks(:ets.tid(), [{pos_integer, non_neg_integer}]) :: true
+  def put_acks(table, acks), do: :ets.insert(table, for({id, seq} <- acks, do: {{:ack, id}, seq}))
 
   @doc false
-  # The newest input sequence number of a player that a tick consumed (0: none yet).
-  @spec input_ack(:ets.tid(), term) :: non_neg_integer
-  def input_ack(table, player) do
-    case :ets.lookup(table, {:ack, player}) do
+  # The newest input sequence number of an avatar's player that a tick consumed (0: none yet).
+  @spec input_ack(:ets.tid(), pos_integer) :: non_neg_integer
+  def input_ack(table, id) do
+    case :ets.lookup(table, {:ack, id}) do
       [{_, seq}] -> seq
       [] -> 0
     end
   end
 
   @doc false
-  @spec forget_player(:ets.tid(), term, pos_integer | nil) :: true
-  def forget_player(table, player, id) do
-    :ets.delete(table, {:ack, player})
-    if id, do: :ets.delete(table, {:pos, id}), else: true
+  # A player's avatar is gone: its position and acknowledgement go.
+  @spec forget_player(:ets.tid(), pos_integer) :: true
+  def forget_player(table, id) do
+    :ets.delete(table, {:ack, id})
+    :ets.delete(table, {:pos, id})
   end
 
   @doc """

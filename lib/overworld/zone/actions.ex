@@ -1,0 +1,111 @@
+defmodule Overworld.Zone.Actions do
+  @moduledoc false
+  # What the zone server's game callbacks answer, applied to the server's state
+  # (`Overworld.Zone.State`): the common result shapes `{:ok, state}` and
+  # `{:ok, state, actions}`, and the actions (spawn, despawn, durable, send). Calls into game
+  # code go through `Overworld.Zone.Callbacks`, which catches their failures; an invalid
+  # answer is reported the same way and the zone keeps its previous game state.
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+  alias Overworld.Zone.{Callbacks, Durable, Players, Spawn, State}
+
+  @doc "Runs a server-side callback of the zone module and applies its common result."
+  @spec run(State.t(), atom, [term]) :: State.t()
+  def run(st, callback, args), do: result(st, callback, Callbacks.call(st, callback, args))
+
+  @doc "Applies a callback's common result (see `Overworld.Zone.Callbacks.call/3`)."
+  @spec result(State.t(), atom, {:ok, term} | {:error, atom, term, list}) :: State.t()
+  def result(st, callback, result) do
+    case result do
+      {:ok, {:ok, game}} ->
+        %{st | game: game}
+
+      {:ok, {:ok, game, actions}} when is_list(actions) ->
+        perform(%{st | game: game}, actions, callback)
+
+      {:ok, other} ->
+        bad_return(st, callback, other)
+
+      {:error, _, _, _} ->
+        st
+    end
+  end
+
+  @doc "Applies a callback's actions, in order."
+  @spec perform(State.t(), list, atom) :: State.t()
+  def perform(st, actions, callback) do
+    Enum.reduce(actions, st, fn
+      {:spawn, specs}, st ->
+        case build_all(st, Spawn.specs(specs), nil) do
+          {:ok, _entities, st} -> st
+          {:error, reason} -> failed(st, callback, {:bad_spawn, reason})
+        end
+
+      {:despawn, ids}, st ->
+        %{st | despawns: Enum.reverse(List.wrap(ids), st.despawns)}
+
+      {:durable, event}, st ->
+        Durable.events(st, State.next_tick(st), [event])
+
+      {:send, player, payload}, st when is_binary(payload) ->
+        case st.sessions do
+          %{^player => pid} -> send(pid, {:overworld_send, payload})
+          _ -> :ok
+        end
+
+        st
+
+      other, st ->
+        failed(st, callback, {:bad_action, other})
+    end)
+  end
+
+  @doc """
+  Builds entities from specs and queues them (visible after the next tick); all or nothing.
+  With an `owner` (a joining player), the entities are that player's avatars.
+  """
+  @spec build_all(State.t(), [term], term) ::
+          {:ok, [Overworld.Entity.t()], State.t()} | {:error, term}
+  def build_all(st, specs, owner) do
+    if st.entity_count + length(st.spawns) + length(specs) > st.config.max_entities do
+      {:error, :max_entities}
+    else
+      specs
+      |> Enum.with_index(st.next_id)
+      |> Enum.reduce_while({:ok, []}, fn {spec, id}, {:ok, acc} ->
+        case Spawn.build(st.config, spec, id, owner) do
+          {:ok, e} -> {:cont, {:ok, [e | acc]}}
+          {:error, _} = err -> {:halt, err}
+        end
+      end)
+      |> case do
+        {:ok, rev} -> {:ok, Enum.reverse(rev), queue_spawns(st, rev, owner)}
+        err -> err
+      end
+    end
+  end
+
+  defp queue_spawns(st, rev, owner) do
+    players =
+      if owner == nil,
+        do: st.players,
+        else: Enum.reduce(rev, st.players, &Players.add(&2, owner, entity(&1, :id)))
+
+    %{st | spawns: rev ++ st.spawns, next_id: st.next_id + length(rev), players: players}
+  end
+
+  @doc "Reports an invalid answer of game code; the state stays as it was."
+  @spec bad_return(State.t(), atom, term) :: State.t()
+  def bad_return(st, callback, value) do
+    Callbacks.bad_return(st, callback, value)
+    st
+  end
+
+  @doc "Reports a failed action of game code; the state stays as it was."
+  @spec failed(State.t(), atom, term) :: State.t()
+  def failed(st, callback, reason) do
+    Callbacks.failed(st, callback, :error, reason, nil)
+    st
+  end
+end

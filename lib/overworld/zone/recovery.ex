@@ -1,0 +1,363 @@
+defmodule Overworld.Zone.Recovery do
+  @moduledoc false
+  # How a zone server starts, as functions over its state (`Overworld.Zone.State`). Three
+  # ways:
+  #
+  #   1. **From the in-memory copy** (`Overworld.Zone.Memory`): the server died, the bucket
+  #      workers kept the entities. The new server attaches to them with a new epoch (they
+  #      keep their entities and say what they hold), reads its own state back, repairs what a
+  #      kill cut short (a join whose avatar exists without its player's row, a leave whose
+  #      row outlived its avatar), journals the durable events of a tick whose report was
+  #      lost, and sends again a tick lost in flight.
+  #   2. **From the store** (snapshot + journal): a bucket worker died (the workers restarted
+  #      empty), or the node restarted on the same data directory. The newest snapshot (or
+  #      `init/1`'s world) plus every journal record after it, loaded into the workers.
+  #   3. **Fresh**: `init/1`.
+
+  require Logger
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+
+  alias Overworld.Zone.{Actions, Callbacks, Dispatch, Durable, Memory, Players}
+  alias Overworld.Zone.{Server, State, Store, Subscribers}
+
+  @doc """
+  Starts the server's state: `{:ok, st, from}` (`from`: `:fresh`, `:memory` or `:store`) or
+  `{:stop, reason}`.
+  """
+  @spec start(State.t()) :: {:ok, State.t(), :fresh | :memory | :store} | {:stop, term}
+  def start(st) do
+    with %{} = last <- Memory.last(st.memory),
+         {:ok, st} <- from_memory(st, last) do
+      {:ok, st, :memory}
+    else
+      _ ->
+        attach(st, false)
+
+        case if(st.store, do: Store.recover(st.store), else: {nil, []}) do
+          {nil, []} -> fresh(st)
+          {snapshot, records} -> from_store(st, snapshot, records)
+        end
+    end
+  end
+
+  defp fresh(st) do
+    # A world that starts over: nothing of a previous one is remembered (but its subscribers).
+    Memory.forget_world(st.memory)
+
+    with {:ok, st} <- run_init(st) do
+      # Tick 0: the initial entities are loaded, without a simulation pass.
+      st = st |> Dispatch.tick(0, false) |> Server.await_load()
+      {:ok, st, :fresh}
+    end
+  end
+
+  @doc "`init/1`: the game state and the initial entities (queued as spawns), or why not."
+  @spec run_init(State.t()) :: {:ok, State.t()} | {:stop, term}
+  def run_init(st) do
+    case Callbacks.call(st, :init, [st.config.args]) do
+      {:ok, {:ok, game}} ->
+        {:ok, %{st | game: game}}
+
+      {:ok, {:ok, game, actions}} when is_list(actions) ->
+        {:ok, Actions.perform(%{st | game: game}, actions, :init)}
+
+      {:ok, {:stop, reason}} ->
+        {:stop, reason}
+
+      {:ok, other} ->
+        {:stop, {:bad_return, {st.config.module, :init, other}}}
+
+      {:error, kind, reason, _stack} ->
+        {:stop, {:init_failed, kind, reason}}
+    end
+  end
+
+  @doc """
+  The workers, told of the new epoch; with `keep?` they keep their entities and answer what
+  they hold. Worker 0 first: it forwards every tick to the others (`Overworld.Zone.Dispatch`),
+  so once it has answered, the others have the last tick it forwarded ahead of our call. Its
+  avatars (a scan of all its entities) come in a second request, answered while the others
+  scan theirs: the scans run in parallel.
+  """
+  @spec attach(State.t(), boolean) :: [map]
+  def attach(st, keep?) do
+    [w0 | rest] = Tuple.to_list(st.workers)
+    first = GenServer.call(w0, {:attach, st.epoch, st.workers, self(), keep?, false}, :infinity)
+    msg = {:attach, st.epoch, st.workers, self(), keep?, keep?}
+    refs = for pid <- rest, do: :gen_server.send_request(pid, msg)
+    owned = if keep?, do: :gen_server.send_request(w0, :owned)
+    others = for ref <- refs, do: reply!(:gen_server.wait_response(ref, :infinity))
+
+    first =
+      if keep?,
+        do: %{first | owned: reply!(:gen_server.wait_response(owned, :infinity))},
+        else: first
+
+    [first | others]
+  end
+
+  defp reply!({:reply, r}), do: r
+  defp reply!({:error, {reason, _pid}}), do: Server.worker_lost(reason)
+
+  ## 1. From memory
+
+  defp from_memory(st, last) do
+    summaries = attach(st, true)
+    ticks = summaries |> Enum.map(& &1.tick) |> Enum.uniq()
+
+    cond do
+      # Workers restarted too (a worker died): their entities are gone.
+      not Enum.all?(summaries, & &1.loaded) ->
+        :error
+
+      match?([_], ticks) and last.n in [hd(ticks), hd(ticks) + 1] ->
+        {:ok, restore(st, last, summaries, hd(ticks))}
+
+      true ->
+        Logger.error(
+          "zone #{inspect(st.config.id)}: workers at ticks #{inspect(ticks)}, last tick sent " <>
+            "#{last.n}: recovering from the store instead"
+        )
+
+        :error
+    end
+  end
+
+  # The server's state from the memory table; the tick in flight when the old server died is
+  # sent again if the workers never got it (the record is written before the send).
+  defp restore(st, last, summaries, t) do
+    mem = st.memory
+    empty = %{spawns: [], despawns: [], next_id: 0, game: nil}
+    pending = Memory.pending(mem, last.n + 1) || empty
+    # The tick in flight (sent again below) brings its spawns and despawns.
+    {in_flight, flight_out} = if last.n == t + 1, do: {last.spawns, last.despawns}, else: {[], []}
+
+    # Every player avatar: held by a worker, or coming (pending, in flight); minus those going.
+    held = for s <- summaries, {id, owner} <- s.owned, into: %{}, do: {id, owner}
+
+    coming =
+      for e <- pending.spawns ++ in_flight,
+          entity(e, :owner) != nil,
+          into: %{},
+          do: {entity(e, :id), entity(e, :owner)}
+
+    avatars = Map.drop(Map.merge(held, coming), pending.despawns ++ flight_out)
+
+    # A row whose avatar is gone (a leave cut short) goes; an avatar without a row (a join cut
+    # short) is despawned.
+    {rows, stale} =
+      Enum.split_with(Memory.players(mem), fn {p, id, _} -> match?(%{^id => ^p}, avatars) end)
+
+    for {p, _, _} <- stale, do: Memory.delete_player(mem, p)
+    kept = MapSet.new(rows, &elem(&1, 1))
+    unowned = for {id, _} <- avatars, not MapSet.member?(kept, id), do: id
+    players = Enum.reduce(rows, %Players{}, fn {p, id, _}, acc -> Players.add(acc, p, id) end)
+    sessions = for {p, _id, pid} <- rows, is_pid(pid), into: %{}, do: {p, pid}
+
+    st = %{
+      st
+      | tick: t,
+        game: pending.game || last.game,
+        next_id: max(last.next_id, pending.next_id),
+        players: players,
+        sessions: sessions,
+        orphans: elem(Memory.orphans(mem), 0),
+        entity_count: Enum.sum(Enum.map(summaries, & &1.count)),
+        spawns: pending.spawns,
+        despawns: unowned ++ pending.despawns
+    }
+
+    arm_orphans(st)
+    st = Durable.adopt(st)
+    # The workers finished tick t but its report never reached a server: its durable events
+    # are journaled now (the workers kept them).
+    st =
+      if last.n == t and Memory.finished(mem) < t,
+        do: Durable.events(st, t, Enum.flat_map(summaries, &events_of(&1, t)), t),
+        else: st
+
+    st = Subscribers.restore(st)
+
+    if last.n == t + 1 do
+      # Lost in flight: sent again, with our epoch.
+      ctx = Dispatch.context(st.config, last.n)
+
+      running =
+        Dispatch.send_tick(
+          st.config,
+          st.workers,
+          st.epoch,
+          last.n,
+          last.simulate,
+          ctx,
+          last.spawns,
+          last.despawns
+        )
+
+      Server.await_load(%{st | running: running})
+    else
+      st
+    end
+  end
+
+  defp events_of(%{events: {t, events}}, t), do: events
+  defp events_of(_summary, _t), do: []
+
+  @doc """
+  Players recovered from disk whose session has not come back: they leave at the deadline
+  (kept in the memory table: a server restarted meanwhile keeps the deadline).
+  """
+  @spec arm_orphans(State.t()) :: :ok
+  def arm_orphans(%State{orphans: orphans}) when map_size(orphans) == 0, do: :ok
+
+  def arm_orphans(st) do
+    {_, deadline} = Memory.orphans(st.memory)
+    left = max(deadline - System.monotonic_time(:millisecond), 0)
+    Process.send_after(self(), :orphans, left)
+    :ok
+  end
+
+  ## 2. From the store
+
+  # The newest snapshot (or `init/1`'s world when there is none) and the journal records after
+  # it, loaded into the workers at the snapshot's tick.
+  defp from_store(st, snapshot, records) do
+    with {:ok, base} <- base(st, snapshot) do
+      base = Enum.reduce(records, base, &replay_record(st.config.module, &1, &2))
+
+      entities =
+        Map.drop(base.entities, base.despawns) |> Map.values() |> Enum.sort_by(&entity(&1, :id))
+
+      players =
+        for {p, id} <- base.players, is_map_key(base.entities, id), reduce: %Players{} do
+          acc -> Players.add(acc, p, id)
+        end
+
+      # Sessions still alive (the workers restarted, not the node) keep their players.
+      live =
+        for {p, _id, pid} <- Memory.players(st.memory),
+            is_pid(pid),
+            Process.alive?(pid),
+            into: %{},
+            do: {p, pid}
+
+      orphans = for {p, _} <- base.players, not is_map_key(live, p), into: %{}, do: {p, true}
+
+      Logger.info(
+        "zone #{inspect(st.config.id)} recovered from " <>
+          if(snapshot, do: "the snapshot of tick #{base.tick}", else: "its initial state") <>
+          " and #{length(records)} journal records: #{length(entities)} entities, " <>
+          "#{map_size(base.players)} players"
+      )
+
+      st = %{
+        st
+        | tick: base.tick,
+          game: base.game,
+          next_id: base.next_id,
+          players: players,
+          sessions: Map.take(live, Map.keys(base.players)),
+          orphans: orphans,
+          spawns: entities
+      }
+
+      # The ticks after the snapshot happened in a timeline that is gone: their blocks,
+      # history, hashes, pending changes and players go too (the players come back from
+      # the snapshot and the journal).
+      State.forget_wire_ticks(st)
+      Memory.forget_world(st.memory)
+      for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
+      deadline = System.monotonic_time(:millisecond) + st.config.rejoin_ms
+      Memory.put_orphans(st.memory, orphans, deadline)
+      arm_orphans(st)
+      st = Subscribers.restore(st)
+      st = st |> Dispatch.tick(base.tick, false) |> Server.await_load()
+      {:ok, st, :store}
+    end
+  end
+
+  defp base(st, nil), do: fresh_world(st)
+
+  defp base(_st, s) do
+    {:ok,
+     %{
+       tick: s.tick,
+       game: s.game,
+       next_id: s.next_id,
+       players: s.players,
+       entities: Map.new(s.entities ++ s.spawns, &{entity(&1, :id), &1}),
+       despawns: s.despawns
+     }}
+  end
+
+  # init/1's world, as a base for the journal when no snapshot was written yet.
+  defp fresh_world(st) do
+    with {:ok, st} <- run_init(st) do
+      {:ok,
+       %{
+         tick: 0,
+         game: st.game,
+         next_id: st.next_id,
+         players: %{},
+         entities: Map.new(st.spawns, &{entity(&1, :id), &1}),
+         despawns: []
+       }}
+    end
+  end
+
+  # One journal record onto the recovering state (idempotent: see Overworld.Zone).
+  defp replay_record(module, record, base) do
+    case record do
+      {:join, _tick, player, e} ->
+        id = entity(e, :id)
+
+        if is_map_key(base.players, player) or is_map_key(base.entities, id),
+          do: base,
+          else: %{
+            base
+            | players: Map.put(base.players, player, id),
+              entities: Map.put(base.entities, id, e),
+              next_id: max(base.next_id, id + 1)
+          }
+
+      {:leave, _tick, player, id} ->
+        %{
+          base
+          | players: Map.delete(base.players, player),
+            entities: Map.delete(base.entities, id)
+        }
+
+      {:events, _tick, events} ->
+        if function_exported?(module, :replay_durable, 2),
+          do: %{
+            base
+            | entities: Enum.reduce(events, base.entities, &replay_event(module, &1, &2))
+          },
+          else: base
+
+      _other ->
+        base
+    end
+  end
+
+  # Game code replaying a record: a failure skips the record (logged), never the recovery.
+  defp replay_event(module, event, entities) do
+    case module.replay_durable(event, entities) do
+      %{} = entities ->
+        entities
+
+      other ->
+        Logger.error("replay_durable/2 returned #{inspect(other, limit: 5)}: record skipped")
+        entities
+    end
+  catch
+    kind, reason ->
+      Logger.error(
+        "replay_durable/2 failed on #{inspect(event, limit: 5)}: " <>
+          Exception.format(kind, reason, __STACKTRACE__) <> " (record skipped)"
+      )
+
+      entities
+  end
+end

@@ -1,0 +1,141 @@
+defmodule Overworld.Zone.State do
+  @moduledoc false
+  # The zone server's state. The server (`Overworld.Zone.Server`) owns it; the modules that
+  # hold the server's larger concerns work on it as plain functions, the way
+  # `Overworld.Zone.Dispatch` does: `Overworld.Zone.Recovery` (the three ways to start),
+  # `Overworld.Zone.Durable` (durable events, the journal, snapshots), `Overworld.Zone.Rewind`
+  # (debug zones going back in ticks) and `Overworld.Zone.Actions` (what game code asks for).
+  #
+  # The entities are not here: the bucket workers own them. Neither are the players' inputs:
+  # they go from the sessions to the workers (`Overworld.Zone.Inputs`).
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+  alias Overworld.Zone.{Config, Dispatch, Metrics, Players}
+
+  @enforce_keys [:config, :metrics, :memory, :epoch, :workers, :started]
+  defstruct @enforce_keys ++
+              [
+                game: nil,
+                tick: 0,
+                next_id: 1,
+                entity_count: 0,
+                players: %Players{},
+                sessions: %{},
+                orphans: %{},
+                spawns: [],
+                despawns: [],
+                running: nil,
+                manual: :queue.new(),
+                queries: %{},
+                held_queries: [],
+                clock: nil,
+                subscribers: %{},
+                shards: {},
+                store: nil,
+                journal: nil,
+                segment: 0,
+                unsynced: %{},
+                snap_tick: nil,
+                snap_at: 0,
+                snapshotting: false,
+                rewinds: []
+              ]
+
+  @typedoc """
+  * `config`, `metrics` — the zone's config and its shared counters and tables (the same as
+    `config.shared`: the metrics atomics, the wire, memory and input tables), `memory` its
+    in-memory copy's table (`Overworld.Zone.Memory`), written before anything it records is
+    acted on, so a server that replaces a dead one reads it back.
+  * `epoch` — this server's epoch (unique, increasing): every message between the server and
+    the workers carries it, so a dead server's late messages are recognised and dropped.
+  * `workers` — the bucket workers' pids, by index.
+  * `game` — the game state (`c:Overworld.Zone.init/1`'s and the callbacks' since).
+  * `tick` — the last tick completed (or loaded); `next_id` the next entity id;
+    `entity_count` the entities after the last tick.
+  * `players` — who plays which avatar (`Overworld.Zone.Players`); `sessions` player => the
+    session pid its reliable messages go to; `orphans` players recovered from disk whose
+    session has not come back (they leave at a deadline).
+  * `spawns`, `despawns` — changes asked for since the last tick was sent (newest first),
+    sent with the next.
+  * `running` — the tick in flight (`Overworld.Zone.Dispatch.running/0`), or nil.
+  * `manual` — queued `tick_now/2` calls (manual clock); `queries` queries waiting for the
+    workers' answers (ref => {from, query, pending, answers}); `held_queries` queries asked
+    during a tick, sent after it (newest first).
+  * `clock` — nil (manual), or `%{t0, slot, timer}`: ticks at `t0 + slot / tick_rate`.
+  * `subscribers` — pid => shard; `shards` a list of subscribers per worker (each worker
+    tells its share of every finished tick).
+  * `store`, `journal` — the zone's store and its journal writer (nil without a data
+    directory); `segment` the journal segment written to; `unsynced` durable events handed to
+    the journal and not yet on disk (ref => {events, memory rows}).
+  * `snap_tick`, `snap_at` — the tick and time (ms) of the last snapshot; `snapshotting`:
+    one is being written (only one at a time).
+  * `rewinds` — rewinds asked for during a tick (debug zones), newest first.
+  * `started` — when this server's `init/1` began (native time: recovery durations).
+  """
+  @type t :: %__MODULE__{
+          config: Config.t(),
+          metrics: Metrics.t(),
+          memory: :ets.tid(),
+          epoch: pos_integer,
+          workers: tuple,
+          game: term,
+          tick: non_neg_integer,
+          next_id: pos_integer,
+          entity_count: non_neg_integer,
+          players: Players.t(),
+          sessions: %{optional(term) => pid},
+          orphans: %{optional(term) => true},
+          spawns: [Overworld.Entity.t()],
+          despawns: [pos_integer],
+          running: Dispatch.running() | nil,
+          manual: :queue.queue(),
+          queries: map,
+          held_queries: list,
+          clock: nil | %{t0: integer, slot: non_neg_integer, timer: reference | nil},
+          subscribers: %{optional(pid) => non_neg_integer},
+          shards: tuple,
+          store: pid | nil,
+          journal: pid | nil,
+          segment: non_neg_integer,
+          unsynced: map,
+          snap_tick: non_neg_integer | nil,
+          snap_at: integer,
+          snapshotting: boolean,
+          rewinds: list,
+          started: integer
+        }
+
+  @doc "The tick at which changes made now take effect."
+  @spec next_tick(t) :: pos_integer
+  def next_tick(%__MODULE__{running: nil, tick: t}), do: t + 1
+  def next_tick(%__MODULE__{running: %{n: n}}), do: n + 1
+
+  @doc "The bucket worker whose stripe holds an entity."
+  @spec worker_of(t, Overworld.Entity.t()) :: non_neg_integer
+  def worker_of(%__MODULE__{config: c}, e),
+    do: Config.owner_of(c, entity(e, :x), entity(e, :y))
+
+  @doc "Changes between ticks, into the memory table (a restarted server finds them)."
+  @spec remember(t) :: t
+  def remember(%__MODULE__{} = st) do
+    Overworld.Zone.Memory.put_pending(st.memory, next_tick(st), %{
+      spawns: st.spawns,
+      despawns: st.despawns,
+      next_id: st.next_id,
+      game: st.game
+    })
+
+    st
+  end
+
+  @doc """
+  A zone that goes back in ticks (recovered from a snapshot, rewound): the published blocks of
+  the lost timeline must not mix with the new one's.
+  """
+  @spec forget_wire_ticks(t) :: true
+  def forget_wire_ticks(%__MODULE__{config: %Config{shared: %{wire: table}}}) when table != nil,
+    do: Overworld.Zone.Wire.forget_ticks(table)
+
+  def forget_wire_ticks(_st), do: true
+end
