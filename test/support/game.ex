@@ -31,11 +31,13 @@ defmodule Overworld.Test.Game do
 
   @doc """
   Zone options for `n` critters: a square world of 50 m² per critter, 12 m cells. `extra`
-  (`:id` at least) is merged in.
+  (`:id` at least) is merged in; `coins: false` in it makes critters that carry no coins
+  (nothing to pick up, no EVENTs: for tests that expect none).
   """
   def zone_options(n, extra) do
     side = :math.sqrt(n * 50)
-    Keyword.merge([size: {side, side}, cell_size: 12, args: [critters: n]], extra)
+    {coins, extra} = Keyword.pop(extra, :coins, true)
+    Keyword.merge([size: {side, side}, cell_size: 12, args: [critters: n, coins: coins]], extra)
   end
 
   @doc "The side of the world of `n` critters, in units."
@@ -47,6 +49,7 @@ defmodule Overworld.Test.Game do
   @impl true
   def init(args) do
     n = Keyword.fetch!(args, :critters)
+    coins? = Keyword.get(args, :coins, true)
     side = side(n)
 
     critters =
@@ -54,7 +57,8 @@ defmodule Overworld.Test.Game do
         kind = if rem(id, 4) == 0, do: :mouse, else: :beetle
         x = :erlang.phash2({:x, id}, side + 1)
         y = :erlang.phash2({:y, id}, side + 1)
-        [kind: kind, x: x, y: y, heading: :erlang.phash2({:heading, id}, 65_536), data: loot(id)]
+        heading = :erlang.phash2({:heading, id}, 65_536)
+        [kind: kind, x: x, y: y, heading: heading, data: if(coins?, do: loot(id), else: 0)]
       end
 
     {:ok, %{side: side}, [{:spawn, critters}]}

@@ -33,11 +33,14 @@ defmodule Overworld.Test.ServerCase do
   Starts a test game zone (`critters` critters, id `zone`) and a server `name` on a free port
   serving it as "critters" (the default zone). `opts` are more server options; `:critters`
   and `:zone_opts` shape the zone. Answers `%{name, port, zone}`.
+
+  The critters carry no coins unless `zone_opts` says `coins: true`: a player who happens to
+  touch one would get loot EVENTs the tests of messages do not expect.
   """
   def start_world(name, zone, opts \\ []) do
     {critters, opts} = Keyword.pop(opts, :critters, 400)
     {zone_opts, opts} = Keyword.pop(opts, :zone_opts, [])
-    zone_opts = [id: zone, wire: Game.Wire] ++ zone_opts
+    zone_opts = Keyword.merge([id: zone, wire: Game.Wire, coins: false], zone_opts)
     start_supervised!({Overworld.Zone, {Game, Game.zone_options(critters, zone_opts)}})
 
     server_opts =

@@ -47,11 +47,11 @@ defmodule Overworld.Zone.RecoveryTest do
 
   defp await_ticks(_zone, _k), do: :ok
 
-  # A test game world served by `name` with `n` players hunting critters over real sockets,
-  # this process subscribed to its ticks, `warm` ticks in: the players, their walkers, and what
-  # must survive every restart (entity ids, coins, players).
+  # A test game world (critters with coins) served by `name` with `n` players hunting critters
+  # over real sockets, this process subscribed to its ticks, `warm` ticks in: the players, their
+  # walkers, and what must survive every restart (entity ids, coins, players).
   defp loaded(name, zone, critters, zone_opts, n, warm) do
-    world = start_world(name, zone, critters: critters, zone_opts: zone_opts)
+    world = start_world(name, zone, critters: critters, zone_opts: [coins: true] ++ zone_opts)
     players = for _ <- 1..n, do: join(world)
     walkers = Enum.map(players, &Walker.start(&1, hunt: true))
     :ok = Zone.subscribe(zone, self())
