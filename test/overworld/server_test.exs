@@ -28,7 +28,7 @@ defmodule Overworld.ServerTest do
                    end
 
       assert_raise ArgumentError, ~r/:default_zone "elves" is not one of :zones/, fn ->
-        Server.start_link([zones: %{"goblins" => :g}, default_zone: "elves"] ++ base)
+        Server.start_link([zones: %{"critters" => :g}, default_zone: "elves"] ++ base)
       end
 
       assert_raise ArgumentError, ~r/secret/, fn ->
@@ -36,12 +36,12 @@ defmodule Overworld.ServerTest do
       end
 
       assert_raise ArgumentError, ~r/zones/, fn ->
-        Server.start_link([zones: %{goblins: :g}] ++ base)
+        Server.start_link([zones: %{critters: :g}] ++ base)
       end
     end
 
     test "a port in use: the server does not start" do
-      w = start_world(Overworld.ServerTest.First, {__MODULE__, :first}, goblins: 300)
+      w = start_world(Overworld.ServerTest.First, {__MODULE__, :first}, critters: 300)
       Process.flag(:trap_exit, true)
 
       capture_log(fn ->
@@ -57,7 +57,7 @@ defmodule Overworld.ServerTest do
 
   describe "a running server" do
     setup do
-      w = start_world(Overworld.ServerTest.Main, {__MODULE__, :main}, goblins: 300)
+      w = start_world(Overworld.ServerTest.Main, {__MODULE__, :main}, critters: 300)
       {:ok, world: w}
     end
 
@@ -93,7 +93,7 @@ defmodule Overworld.ServerTest do
     end
 
     test "two servers on one node serve their own zones and sessions", %{world: w} do
-      other = start_world(Overworld.ServerTest.Other, {__MODULE__, :other}, goblins: 300)
+      other = start_world(Overworld.ServerTest.Other, {__MODULE__, :other}, critters: 300)
       assert other.port != w.port
       # One user on both servers: two sessions, one player in each zone.
       a = auth(w)
@@ -144,7 +144,7 @@ defmodule Overworld.ServerTest do
     test "the connection past the limit gets 503 and a log line; a freed slot is reused" do
       w =
         start_world(Overworld.ServerTest.Limited, {__MODULE__, :limited},
-          goblins: 300,
+          critters: 300,
           max_connections: 3
         )
 

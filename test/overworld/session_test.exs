@@ -9,6 +9,7 @@ defmodule Overworld.SessionTest do
   alias Overworld.{Client, Server}
   alias Overworld.Auth.Token
   alias Overworld.Protocol.Snapshot.View
+  alias Overworld.Test.Game
 
   @name Overworld.SessionTest.Server
 
@@ -19,8 +20,8 @@ defmodule Overworld.SessionTest do
 
   setup do
     world =
-      start_world(@name, {__MODULE__, :goblins},
-        goblins: 400,
+      start_world(@name, {__MODULE__, :critters},
+        critters: 400,
         grace_period: 300,
         hello_timeout: 300
       )
@@ -46,14 +47,14 @@ defmodule Overworld.SessionTest do
       assert p.handshake.version == 1
       assert p.handshake.tick_rate == 30
       # Sizes in units (1/1024 m).
-      assert p.handshake.width == Goblins.side(400)
+      assert p.handshake.width == Game.side(400)
       assert p.handshake.cell_size == 12 * 1024
       assert length(p.templates) == 2
-      assert Enum.map(p.templates, & &1.name) |> Enum.sort() == ["goblin", "player"]
+      assert Enum.map(p.templates, & &1.name) |> Enum.sort() == ["critter", "player"]
 
       p = snapshots(p, 20)
       # Every snapshot applied on the previous one (checked by `snapshots/2`); the player sees
-      # itself and some goblins.
+      # itself and some critters.
       assert my_x(p) != nil
       assert map_size(View.entities(p.view)) > 1
       assert players(w)[p.user] == p.entity
@@ -136,8 +137,8 @@ defmodule Overworld.SessionTest do
       Client.close(conn)
     end
 
-    test "zone=goblins names the zone; an unknown zone answers 404", %{world: w} do
-      p = join(w, path: "/ws?zone=goblins")
+    test "zone=critters names the zone; an unknown zone answers 404", %{world: w} do
+      p = join(w, path: "/ws?zone=critters")
       assert p.entity > 0
 
       assert {:error, {:status, 404, body}} = Client.connect(host(), w.port, "/ws?zone=elves")
@@ -492,7 +493,7 @@ defmodule Overworld.SessionTest do
     test "a client that stops reading: snapshots skipped, then closed as too slow" do
       w =
         start_world(Overworld.SessionTest.Slow, {__MODULE__, :slow},
-          goblins: 500,
+          critters: 500,
           max_outbound: 16_384,
           slow_timeout: 1_000,
           grace_period: 300,

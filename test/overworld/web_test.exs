@@ -15,8 +15,8 @@ defmodule Overworld.WebTest do
     log_info()
 
     world =
-      start_world(@name, {__MODULE__, :goblins},
-        goblins: 300,
+      start_world(@name, {__MODULE__, :critters},
+        critters: 300,
         session_ttl: 600,
         refresh_ttl: 86_400
       )
@@ -67,7 +67,7 @@ defmodule Overworld.WebTest do
          %{world: w} do
       assert {:ok, 200, _, body} = get(w, "/api/v1/status")
       s = decode(body)
-      assert [%{"name" => "goblins", "entities" => 300} = z] = s["zones"]
+      assert [%{"name" => "critters", "entities" => 300} = z] = s["zones"]
       assert is_integer(z["tick"])
 
       for k <- ~w(uptime_ms sessions connections bytes_out frames_out inputs inputs_dropped

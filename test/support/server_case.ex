@@ -1,15 +1,16 @@
 defmodule Overworld.Test.ServerCase do
   @moduledoc false
-  # Helpers of the network tests: a goblin zone and an `Overworld.Server` started under the
-  # test supervisor, players over real sockets (`Overworld.Client`), and the checks every
-  # robustness test makes (a witness player keeps receiving snapshots that apply).
+  # Helpers of the network tests: a zone of the test game (`Overworld.Test.Game`) and an
+  # `Overworld.Server` started under the test supervisor, players over real sockets
+  # (`Overworld.Client`), and the checks every robustness test makes (a witness player keeps
+  # receiving snapshots that apply).
 
   import ExUnit.Assertions
   import ExUnit.Callbacks, only: [start_supervised!: 1]
 
   alias Overworld.{Client, Protocol, Server}
   alias Overworld.Protocol.Snapshot
-  alias Overworld.Test.DataDir
+  alias Overworld.Test.{DataDir, Game}
 
   @host "127.0.0.1"
   @recv 3_000
@@ -29,18 +30,18 @@ defmodule Overworld.Test.ServerCase do
   def log_info, do: Logger.put_module_level(@logging, :info)
 
   @doc """
-  Starts a goblin zone (`goblins` goblins, id `zone`) and a server `name` on a free port
-  serving it as "goblins" (the default zone). `opts` are more server options; `:goblins`
+  Starts a test game zone (`critters` critters, id `zone`) and a server `name` on a free port
+  serving it as "critters" (the default zone). `opts` are more server options; `:critters`
   and `:zone_opts` shape the zone. Answers `%{name, port, zone}`.
+
+  The critters carry no coins unless `zone_opts` says `coins: true`: a player who happens to
+  touch one would get loot EVENTs the tests of messages do not expect.
   """
   def start_world(name, zone, opts \\ []) do
-    {goblins, opts} = Keyword.pop(opts, :goblins, 400)
+    {critters, opts} = Keyword.pop(opts, :critters, 400)
     {zone_opts, opts} = Keyword.pop(opts, :zone_opts, [])
-
-    start_supervised!(
-      {Overworld.Zone,
-       {Goblins, Goblins.zone_options(goblins, [id: zone, wire: Goblins.Wire] ++ zone_opts)}}
-    )
+    zone_opts = Keyword.merge([id: zone, wire: Game.Wire, coins: false], zone_opts)
+    start_supervised!({Overworld.Zone, {Game, Game.zone_options(critters, zone_opts)}})
 
     server_opts =
       [
@@ -48,8 +49,8 @@ defmodule Overworld.Test.ServerCase do
         port: 0,
         acceptors: 2,
         data_dir: DataDir.path(),
-        zones: %{"goblins" => zone},
-        default_zone: "goblins"
+        zones: %{"critters" => zone},
+        default_zone: "critters"
       ]
       |> Keyword.merge(opts)
 

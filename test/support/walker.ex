@@ -1,9 +1,10 @@
 defmodule Overworld.Test.Walker do
   @moduledoc false
-  # A goblin-world player over a real socket, in its own process: it sends an input every
-  # 100 ms (walking toward the nearest goblin it sees, or at random), reads its socket and
-  # applies every snapshot, and keeps the loot pickups acknowledged to it (EVENT messages).
-  # `report/1` tells what it saw; a closed socket is reported to the starting process.
+  # A player of a loot world (`Overworld.Test.Game`, or any world with the same input and
+  # loot EVENTs) over a real socket, in its own process: it sends an input every 100 ms
+  # (walking toward the nearest NPC it sees, or at random), reads its socket and applies every
+  # snapshot, and keeps the loot pickups acknowledged to it (EVENT messages). `report/1` tells
+  # what it saw; a closed socket is reported to the starting process.
 
   import ExUnit.Assertions
   alias Overworld.Client
@@ -35,7 +36,7 @@ defmodule Overworld.Test.Walker do
     pid
   end
 
-  @doc "What the walker saw: `{view, %{snapshots, events: [{goblin, amount, total}], ...}}`."
+  @doc "What the walker saw: `{view, %{snapshots, events: [{npc, amount, total}], ...}}`."
   def report(walker, allow_closed \\ false) do
     send(walker, {:report, self()})
 
@@ -79,13 +80,21 @@ defmodule Overworld.Test.Walker do
 
   defp clamp(v), do: v |> max(-127) |> min(127)
 
-  # Toward the nearest goblin in view (hunting), else a new random direction every 2 s.
+  # Toward the nearest NPC in view (an entity of any template but "player") it has not looted
+  # yet, hunting; else a new random direction every 2 s.
   defp direction(p, %{hunt: true} = acc) do
     entities = for {_k, l} <- p.view.cells, {id, t, v} <- l, do: {id, t, v}
+    player = Enum.find_index(p.templates, &(&1.name == "player"))
+    looted = MapSet.new(acc.events, &elem(&1, 0))
 
     with {_, _, {x, y, _}} <- List.keyfind(entities, p.entity, 0),
-         [_ | _] = goblins <- for({id, 0, {gx, gy, _, _, _}} <- entities, do: {id, gx, gy}) do
-      {_id, gx, gy} = Enum.min_by(goblins, fn {_, gx, gy} -> (gx - x) ** 2 + (gy - y) ** 2 end)
+         [_ | _] = npcs <-
+           for(
+             {id, t, v} <- entities,
+             t != player and not MapSet.member?(looted, id),
+             do: {id, elem(v, 0), elem(v, 1)}
+           ) do
+      {_id, gx, gy} = Enum.min_by(npcs, fn {_, gx, gy} -> (gx - x) ** 2 + (gy - y) ** 2 end)
       d = max(:math.sqrt((gx - x) ** 2 + (gy - y) ** 2), 1)
       {round((gx - x) * 127 / d), round((gy - y) * 127 / d)}
     else

@@ -83,7 +83,7 @@ defmodule Overworld.Zone.History do
   The zone's config as one worker that owns every row, without wire and shared tables: the
   config `step/3` runs with.
 
-      iex> c = Overworld.Zone.Config.new!(Goblins, Goblins.zone_options(100, id: :doc, workers: 4))
+      iex> c = Overworld.Zone.Config.new!(Overworld.Test.Game, id: :doc, size: {70, 70}, workers: 4)
       iex> one = Overworld.Zone.History.single(c)
       iex> {one.workers, one.stripes, one.wire, one.shared}
       {1, {{0, 6}}, nil, nil}
@@ -108,7 +108,7 @@ defmodule Overworld.Zone.History do
   a recovery from disk) runs no simulation: the workers start it empty and take its spawns.
 
       iex> import Overworld.Entity
-      iex> c = Overworld.Zone.History.single(Overworld.Zone.Config.new!(Goblins, Goblins.zone_options(100, id: :doc)))
+      iex> c = Overworld.Zone.History.single(Overworld.Zone.Config.new!(Overworld.Test.Game, id: :doc, size: {70, 70}))
       iex> rocks = [entity(id: 2, kind: :rock, x: 5000, y: 0), entity(id: 1, kind: :rock, x: 0, y: 0)]
       iex> cells = Overworld.Zone.History.step(c, [], %{n: 0, simulate: false, inputs: %{}, spawns: rocks, despawns: []})
       iex> for {_key, es} <- cells, e <- es, do: entity(e, :id)

@@ -1,20 +1,20 @@
 defmodule Mix.Tasks.Overworld.BotsTest do
   use ExUnit.Case, async: false
   import ExUnit.CaptureIO
+  alias Overworld.Test.Game
 
   setup do
     zone = {__MODULE__, make_ref()}
 
-    {:ok, _} =
-      Overworld.start_zone(Goblins, Goblins.zone_options(500, id: zone, wire: Goblins.Wire))
+    {:ok, _} = Overworld.start_zone(Game, Game.zone_options(500, id: zone, wire: Game.Wire))
 
     start_supervised!(
       {Overworld.Server,
        name: :bots_test_server,
        port: 0,
        data_dir: Overworld.Test.DataDir.path(),
-       zones: %{"goblins" => zone},
-       default_zone: "goblins"}
+       zones: %{"critters" => zone},
+       default_zone: "critters"}
     )
 
     on_exit(fn -> Overworld.stop_zone(zone) end)
@@ -42,7 +42,7 @@ defmodule Mix.Tasks.Overworld.BotsTest do
     # ~10 inputs per second per bot, acknowledged within a few ticks.
     assert r["ack_samples"] > 60
     assert r["ack_p50_ms"] > 0 and r["ack_p50_ms"] < 200
-    assert r["zone"] == "goblins" and r["zone_ticks"] >= 50
+    assert r["zone"] == "critters" and r["zone_ticks"] >= 50
     # Every bot is a player of the zone while it plays; they leave with the grace period.
     assert map_size(Overworld.Zone.info(ctx.zone).players) <= 6
     File.rm(path)

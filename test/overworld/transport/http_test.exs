@@ -151,7 +151,7 @@ defmodule Overworld.Transport.HTTPTest do
   describe "a server" do
     setup do
       log_info()
-      world = start_world(@name, {__MODULE__, :goblins}, goblins: 300, request_timeout: 300)
+      world = start_world(@name, {__MODULE__, :critters}, critters: 300, request_timeout: 300)
       {:ok, world: world, witness: join(world)}
     end
 

@@ -195,7 +195,7 @@ defmodule Overworld.Transport.WebSocketTest do
   describe "over a socket" do
     setup do
       log_info()
-      world = start_world(@name, {__MODULE__, :goblins}, goblins: 300, max_message_size: 1024)
+      world = start_world(@name, {__MODULE__, :critters}, critters: 300, max_message_size: 1024)
       {:ok, world: world, witness: join(world)}
     end
 

@@ -7,6 +7,7 @@ defmodule Overworld.Zone.BucketTest do
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.{Random, Zone}
   alias Overworld.Spatial.View
+  alias Overworld.Test.Game
 
   defmodule Jumpers do
     # Every entity runs at up to 60 m/s in a random direction, changes direction on its own
@@ -116,31 +117,99 @@ defmodule Overworld.Zone.BucketTest do
     assert [_] = Enum.uniq(hashes)
   end
 
-  describe "the goblin world" do
-    defp goblins(n, opts) do
-      start(Goblins, Goblins.zone_options(n, opts))
-    end
+  describe "the test game" do
+    defp game(n, opts), do: start(Game, Game.zone_options(n, opts))
 
-    test "300 ticks give the same state hash on 1 worker and on N workers" do
-      hashes =
-        for w <- [1, 2, 4] do
-          zone = goblins(3_000, workers: w)
-          {:ok, 300} = Zone.tick_now(zone, 300)
-          Zone.state_hash(zone)
+    defp coins(zone), do: zone |> Zone.entities() |> Enum.map(&entity(&1, :data)) |> Enum.sum()
+
+    # 12 players join and walk for `ticks` ticks, each changing direction every half second
+    # (the same script in every run); the coins they picked up.
+    defp play(zone, ticks) do
+      for i <- 1..12, do: {:ok, _} = Zone.join(zone, "p#{i}", %{})
+
+      for n <- 1..ticks do
+        for i <- 1..12, rem(n + i, 15) == 1 do
+          Zone.input(
+            zone,
+            "p#{i}",
+            {:erlang.phash2({i, n, :x}, 255) - 127, :erlang.phash2({i, n, :y}, 255) - 127}
+          )
         end
 
-      assert [_] = Enum.uniq(hashes)
+        {:ok, ^n} = Zone.tick_now(zone)
+      end
+
+      for e <- Zone.entities(zone), entity(e, :kind) == :player, do: entity(e, :data)
+    end
+
+    test "300 ticks with players looting give the same state hash on 1 worker and on N workers" do
+      runs =
+        for w <- [1, 2, 4] do
+          zone = game(3_000, workers: w)
+          coins = coins(zone)
+          picked = play(zone, 300)
+          # Coins move from critters to players, none is made or lost.
+          assert coins(zone) == coins
+          assert Zone.metrics(zone).callback_errors == 0
+          {Zone.state_hash(zone), Enum.sum(picked)}
+        end
+
+      assert [{_hash, picked}] = Enum.uniq(runs)
+      assert picked > 0
     end
 
     test "the same seed twice gives the same hash, another seed another" do
       run = fn seed ->
-        zone = goblins(1_000, workers: 2, seed: seed)
+        zone = game(1_000, workers: 2, seed: seed)
         {:ok, 100} = Zone.tick_now(zone, 100)
         Zone.state_hash(zone)
       end
 
       assert run.(1) == run.(1)
       assert run.(1) != run.(2)
+    end
+
+    test "players touching a critter from both sides of a stripe border: one gets its coins, once" do
+      # Rows of 12 m: row 0 (y < 12,288 units) is worker 0's, rows 1-2 worker 1's (on 2 workers).
+      border = 12 * 1024
+
+      runs =
+        for w <- [1, 2] do
+          zone = game(0, size: {48, 24}, workers: w)
+          # Critter 1 (7 coins) just below the border; critter 2 (4 coins) further right.
+          {:ok, [1, 2]} =
+            Zone.spawn(zone, [
+              [kind: :beetle, x: 10_000, y: border - 200, data: 7],
+              [kind: :mouse, x: 30_000, y: border - 100, data: 4]
+            ])
+
+          # Critter 1: "far" (0.6 m, row 0) joins before "near" (0.5 m, row 1): the nearest
+          # gets the coins, even with the higher id. Critter 2: "t1" (row 1) and "t2" (row 0)
+          # at 0.5 m each: the lowest id.
+          for {p, x, y} <- [
+                {"far", 10_000, border - 800},
+                {"near", 10_000, border + 300},
+                {"t1", 30_000, border + 400},
+                {"t2", 30_000, border - 600}
+              ],
+              do: {:ok, _} = Zone.join(zone, p, %{x: x, y: y, session: self()})
+
+          # Tick 1 brings them in; tick 2 decides from their positions then.
+          {:ok, 2} = Zone.tick_now(zone, 2)
+          assert_receive {:overworld_send, <<"L", 1::32, 7::16, 7::32>>}
+          assert_receive {:overworld_send, <<"L", 2::32, 4::16, 4::32>>}
+          {:ok, 32} = Zone.tick_now(zone, 30)
+          refute_received {:overworld_send, _}
+
+          data = Map.new(Zone.entities(zone), &{entity(&1, :id), entity(&1, :data)})
+          players = Zone.info(zone).players
+          assert data[1] == 0 and data[2] == 0
+          assert data[players["near"]] == 7 and data[players["far"]] == 0
+          assert data[players["t1"]] == 4 and data[players["t2"]] == 0
+          Zone.state_hash(zone)
+        end
+
+      assert [_] = Enum.uniq(runs)
     end
   end
 end

@@ -5,6 +5,7 @@ defmodule Overworld.Zone.HistoryTest do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.Spatial.Sweep
+  alias Overworld.Test.Game
   alias Overworld.Zone
   alias Overworld.Zone.History
 
@@ -13,13 +14,13 @@ defmodule Overworld.Zone.HistoryTest do
   @moduletag timeout: 300_000
   @players ~w(p1 p2 p3 p4 p5)
 
-  # A debug goblin zone with 5 players, ticked one tick at a time for `ticks` ticks with random
+  # A debug zone of the test game with 5 players, ticked one tick at a time for `ticks` ticks with random
   # inputs; the entities after the ticks in `record` (sorted by id).
   defp run_zone(ticks, record) do
     id = {__MODULE__, make_ref()}
 
     opts =
-      Goblins.zone_options(2_000,
+      Game.zone_options(2_000,
         id: id,
         clock: :manual,
         workers: 2,
@@ -28,7 +29,7 @@ defmodule Overworld.Zone.HistoryTest do
         debug: true
       )
 
-    {:ok, _} = Overworld.start_zone(Goblins, opts)
+    {:ok, _} = Overworld.start_zone(Game, opts)
     on_exit(fn -> Overworld.stop_zone(id) end)
     for p <- @players, do: {:ok, _} = Zone.join(id, p, %{})
     :rand.seed(:exsss, 42)
@@ -38,7 +39,7 @@ defmodule Overworld.Zone.HistoryTest do
         seen ->
           for p <- @players,
               :rand.uniform(3) == 1,
-              do: Zone.input(id, p, {:move, :rand.uniform(255) - 128, :rand.uniform(255) - 128})
+              do: Zone.input(id, p, {:rand.uniform(255) - 128, :rand.uniform(255) - 128})
 
           {:ok, ^n} = Zone.tick_now(id)
           # Also a barrier: the workers have done the tick's jobs (hash, keyframe) once they
@@ -133,8 +134,8 @@ defmodule Overworld.Zone.HistoryTest do
 
   test "a zone without history, or not running, has no dump" do
     id = {__MODULE__, make_ref()}
-    opts = Goblins.zone_options(50, id: id, clock: :manual, workers: 1, history: 0)
-    {:ok, _} = Overworld.start_zone(Goblins, opts)
+    opts = Game.zone_options(50, id: id, clock: :manual, workers: 1, history: 0)
+    {:ok, _} = Overworld.start_zone(Game, opts)
     on_exit(fn -> Overworld.stop_zone(id) end)
     {:ok, 3} = Zone.tick_now(id, 3)
     assert Zone.history(id) == {:error, :no_history}
@@ -171,16 +172,13 @@ defmodule Overworld.Zone.HistoryTest do
     placeholder = String.to_atom("hy" <> binary_part(fresh, 2, 16))
     term = :erlang.term_to_binary(%{dump | keyframe: %{dump.keyframe | game: placeholder}})
     term = :binary.replace(term, Atom.to_string(placeholder), fresh)
-    assert {:ok, _} = History.decode(file("Elixir.Goblins", :erlang.term_to_binary(dump)))
-
-    assert History.decode(file("Elixir.Goblins", term)) ==
-             {:error, {:unknown_atoms, "Elixir.Goblins"}}
-
-    assert History.format_error({:unknown_atoms, "Elixir.Goblins"}) =~ "atoms: :create"
+    module = Atom.to_string(Game)
+    assert {:ok, _} = History.decode(file(module, :erlang.term_to_binary(dump)))
+    assert History.decode(file(module, term)) == {:error, {:unknown_atoms, module}}
+    assert History.format_error({:unknown_atoms, module}) =~ "atoms: :create"
     assert_raise ArgumentError, fn -> String.to_existing_atom(fresh) end
     # Allowed, they are created.
-    assert {:ok, %{keyframe: %{game: game}}} =
-             History.decode(file("Elixir.Goblins", term), atoms: :create)
+    assert {:ok, %{keyframe: %{game: game}}} = History.decode(file(module, term), atoms: :create)
 
     assert Atom.to_string(game) == fresh
 
@@ -216,6 +214,7 @@ defmodule Overworld.Zone.RewindTest do
   # Debug zones go back to a past tick and go on from there, deterministically.
   use ExUnit.Case, async: true
   import ExUnit.CaptureLog
+  alias Overworld.Test.Game
   alias Overworld.Zone
 
   defp start(opts) do
@@ -223,8 +222,8 @@ defmodule Overworld.Zone.RewindTest do
 
     {:ok, _} =
       Overworld.start_zone(
-        Goblins,
-        Goblins.zone_options(
+        Game,
+        Game.zone_options(
           500,
           [id: id, clock: :manual, workers: 2, keyframe_ticks: 10] ++ opts
         )
@@ -240,7 +239,7 @@ defmodule Overworld.Zone.RewindTest do
 
     hashes =
       for n <- 1..60, into: %{} do
-        if n < 30, do: Zone.input(zone, "ann", {:move, 100, -50})
+        if n < 30, do: Zone.input(zone, "ann", {100, -50})
         {:ok, ^n} = Zone.tick_now(zone)
         {n, Zone.state_hash(zone)}
       end

@@ -4,6 +4,7 @@ defmodule Overworld.Zone.StoreTest do
   # the zone always starts.
   use ExUnit.Case, async: true
   import ExUnit.CaptureLog
+  alias Overworld.Test.Game
   alias Overworld.Zone
   alias Overworld.Zone.Store
 
@@ -14,9 +15,9 @@ defmodule Overworld.Zone.StoreTest do
   end
 
   defp start(dir, id) do
-    opts = Goblins.zone_options(300, id: id, data_dir: dir, clock: :manual, snapshot_ticks: 1_000)
+    opts = Game.zone_options(300, id: id, data_dir: dir, clock: :manual, snapshot_ticks: 1_000)
 
-    {:ok, _} = Overworld.start_zone(Goblins, opts)
+    {:ok, _} = Overworld.start_zone(Game, opts)
     # (A call: the zone has finished starting, and its recovery's log lines are out.)
     Zone.info(id)
   end
@@ -132,7 +133,7 @@ defmodule Overworld.Zone.StoreTest do
     zone_with_journal(dir, :store_test, ~w(a b))
 
     opts =
-      Goblins.zone_options(300,
+      Game.zone_options(300,
         id: :store_test,
         data_dir: dir,
         clock: :manual,
@@ -141,7 +142,7 @@ defmodule Overworld.Zone.StoreTest do
       )
 
     capture_log(fn ->
-      {:ok, _} = Overworld.start_zone(Goblins, opts)
+      {:ok, _} = Overworld.start_zone(Game, opts)
       assert Zone.info(:store_test).players |> Map.keys() |> Enum.sort() == ~w(a b)
       # "b" comes back (a session joins again); "a" does not.
       assert {:error, :already_joined} = Zone.join(:store_test, "b", %{session: self()})
