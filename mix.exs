@@ -29,10 +29,11 @@ defmodule Overworld.MixProject do
   end
 
   # The library is lib/. The protocol's test-vector generator and the fuzz task (dev/) are
-  # tools of the framework's own development: compiled in dev and test, never shipped.
-  # TRANSITION: examples/goblins/lib until the framework's tests no longer use the example.
-  defp elixirc_paths(:test), do: ["lib", "dev", "test/support", "examples/goblins/lib"]
-  defp elixirc_paths(:dev), do: ["lib", "dev", "examples/goblins/lib"]
+  # tools of the framework's own development: compiled in dev and test, never shipped. Games
+  # (the goblin world in examples/goblins included) are Mix projects of their own that depend
+  # on this one.
+  defp elixirc_paths(:test), do: ["lib", "dev", "test/support"]
+  defp elixirc_paths(:dev), do: ["lib", "dev"]
   defp elixirc_paths(_), do: ["lib"]
 
   # hex.pm is unreachable on our machines: libraries come from Debian's erlang-* packages, which put

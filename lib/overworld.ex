@@ -5,8 +5,10 @@ defmodule Overworld do
   This module starts and finds zones; `Overworld.Zone` is the behaviour game code implements and
   the API to a running zone.
 
-      {:ok, _} = Overworld.start_zone(Goblins, id: :goblins, args: [goblins: 10_000])
-      Overworld.Zone.metrics(:goblins)
+      {:ok, _} = Overworld.start_zone(MyGame.Arena, id: :arena, wire: MyGame.Wire)
+      Overworld.Zone.metrics(:arena)
+
+  docs/guide.md starts a game from nothing.
   """
 
   @doc """

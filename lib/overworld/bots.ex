@@ -2,8 +2,9 @@ defmodule Overworld.Bots do
   @moduledoc """
   The bot swarm of `mix overworld.bots`: in-BEAM clients speaking the real protocol over real
   sockets (`Overworld.Client`). Each bot authenticates its device over HTTP, opens a WebSocket,
-  sends HELLO, and then walks randomly: every `1 / input_hz` seconds an INPUT (two signed
-  bytes, the goblin world's payload), changing direction with probability 1/10 each time.
+  sends HELLO, and then plays: every `1 / input_hz` seconds an INPUT whose payload its input
+  module makes (`Overworld.Bots.Input`; by default `Overworld.Bots.Stick`, a stick's two
+  axes walking at random). A game whose inputs look otherwise gives its own module.
 
   Measured (shared `:counters` and `Overworld.Metrics.Histogram`s, so no per-sample lists):
   snapshots and bytes received, the interval between a bot's consecutive snapshots (and its
@@ -52,7 +53,8 @@ defmodule Overworld.Bots do
 
   @doc """
   Starts one bot (linked to the caller). Options: `:host`, `:port`, `:path` (with its query),
-  `:device` (device id), `:input_hz`, `:ip` (local address), `:seed`.
+  `:device` (device id), `:input_hz`, `:input` (an `Overworld.Bots.Input` module, default
+  `Overworld.Bots.Stick`), `:ip` (local address), `:seed`.
   """
   @spec start(t, keyword) :: pid
   def start(m, opts), do: spawn_link(fn -> run(m, opts) end)
@@ -61,7 +63,8 @@ defmodule Overworld.Bots do
     host = Keyword.fetch!(opts, :host)
     port = Keyword.fetch!(opts, :port)
     copts = if ip = opts[:ip], do: [ip: ip], else: []
-    :rand.seed(:exsss, {Keyword.get(opts, :seed, 1), 7, 11})
+    seed = Keyword.get(opts, :seed, 1)
+    input = Keyword.get(opts, :input, Overworld.Bots.Stick)
 
     with {:ok, %{"token" => token}} <-
            Client.authenticate_device(host, port, Keyword.fetch!(opts, :device), copts),
@@ -85,7 +88,7 @@ defmodule Overworld.Bots do
         pending: :queue.new(),
         tick: 0,
         last: nil,
-        dir: {0, 0}
+        input: {input, input.init(seed)}
       })
     else
       _ -> :counters.add(m.counters, counter(:failed), 1)
@@ -113,20 +116,13 @@ defmodule Overworld.Bots do
     end
   end
 
-  defp input(b) do
-    {mx, my} =
-      if b.seq == 0 or :rand.uniform(10) == 1,
-        do: {:rand.uniform(255) - 128, :rand.uniform(255) - 128},
-        else: b.dir
-
-    mx = max(mx, -127)
-    my = max(my, -127)
+  defp input(%{input: {mod, state}} = b) do
+    {payload, state} = mod.next(state)
     seq = b.seq + 1
-
-    Client.send_msg(b.c, %{type: :input, seq: seq, ack: b.tick, payload: <<mx::8, my::8>>})
+    Client.send_msg(b.c, %{type: :input, seq: seq, ack: b.tick, payload: payload})
     :counters.add(b.m.counters, counter(:inputs), 1)
     now = System.monotonic_time(:microsecond)
-    %{b | seq: seq, dir: {mx, my}, pending: :queue.in({seq, now}, b.pending)}
+    %{b | seq: seq, input: {mod, state}, pending: :queue.in({seq, now}, b.pending)}
   end
 
   defp frames(b) do

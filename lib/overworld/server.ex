@@ -3,8 +3,8 @@ defmodule Overworld.Server do
   The network front of Overworld: one TCP port serving HTTP/1.1 (the status page, health,
   device authentication) and WebSocket sessions of players (docs/protocol.md, "Transport").
 
-      {:ok, _} = Overworld.Server.start_link(port: 4000, zones: %{"goblins" => :goblins},
-                                             default_zone: "goblins", data_dir: "./data")
+      {:ok, _} = Overworld.Server.start_link(port: 4000, zones: %{"arena" => :arena},
+                                             default_zone: "arena", data_dir: "./data")
 
   ## What runs
 

@@ -2,11 +2,14 @@ defmodule Mix.Tasks.Overworld.Bots do
   @shortdoc "Runs a swarm of bots against an Overworld server"
   @moduledoc """
   A swarm of bots (`Overworld.Bots`) playing against a running server (`make run` or
-  `mix overworld.server`): each authenticates a device over HTTP, opens a WebSocket, and walks
-  randomly, sending `--input-hz` inputs per second.
+  `mix overworld.server`): each authenticates a device over HTTP, opens a WebSocket, and plays,
+  sending `--input-hz` inputs per second whose payloads `--input` makes (a module of the
+  game's project implementing `Overworld.Bots.Input`; default `Overworld.Bots.Stick`, two
+  signed bytes of a stick's axes walking at random).
 
       mix overworld.bots --url ws://127.0.0.1:4000/ws --count N [--input-hz 10] [--seconds S]
-                         [--ramp 200] [--warmup 3] [--ips 1] [--nice N] [--json PATH]
+                         [--ramp 200] [--warmup 3] [--ips 1] [--nice N] [--input MODULE]
+                         [--json PATH]
 
   Bots connect at `--ramp` per second, then after `--warmup` seconds the measured window of
   `--seconds` starts. `--ips K` spreads the bots over the source addresses 127.0.0.1 ..
@@ -29,6 +32,7 @@ defmodule Mix.Tasks.Overworld.Bots do
     url: :string,
     count: :integer,
     input_hz: :integer,
+    input: :string,
     seconds: :integer,
     ramp: :integer,
     warmup: :integer,
@@ -40,6 +44,13 @@ defmodule Mix.Tasks.Overworld.Bots do
   @impl true
   def run(argv) do
     opts = Overworld.Bench.Args.parse!(argv, @switches, "overworld.bots")
+    Mix.Task.run("compile")
+
+    input =
+      if opts[:input],
+        do:
+          Overworld.Bench.Args.module!(opts[:input], "--input", "an Overworld.Bots.Input module"),
+        else: Overworld.Bots.Stick
 
     url = URI.parse(Keyword.get(opts, :url, "ws://127.0.0.1:4000/ws"))
 
@@ -52,6 +63,7 @@ defmodule Mix.Tasks.Overworld.Bots do
       path: (url.path || "/ws") <> if(url.query, do: "?" <> url.query, else: ""),
       count: Keyword.get(opts, :count, 100),
       input_hz: Keyword.get(opts, :input_hz, 10),
+      input: input,
       seconds: Keyword.get(opts, :seconds, 30),
       ramp: Keyword.get(opts, :ramp, 200),
       warmup: Keyword.get(opts, :warmup, 3),
@@ -92,6 +104,7 @@ defmodule Mix.Tasks.Overworld.Bots do
           path: o.path,
           device: "overworld-bot-#{run}-#{i}",
           input_hz: o.input_hz,
+          input: Map.get(o, :input, Overworld.Bots.Stick),
           ip: source_ip(o, i),
           seed: i
         )

@@ -56,5 +56,9 @@ defmodule Mix.Tasks.Overworld.BotsTest do
     assert_raise Mix.Error, ~r/--count must be a positive integer/, fn ->
       Mix.Tasks.Overworld.Bots.run(~w(--count 0))
     end
+
+    assert_raise Mix.Error, ~r/--input Nope.Input: no such module/, fn ->
+      Mix.Tasks.Overworld.Bots.run(~w(--input Nope.Input))
+    end
   end
 end

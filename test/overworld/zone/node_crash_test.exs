@@ -1,6 +1,6 @@
 defmodule Overworld.Zone.NodeCrashTest do
-  # A real `kill -9` of a separate OS process running the server (`mix overworld.server`,
-  # started here) while players pick up loot over real sockets; then the zone recovers from
+  # A real `kill -9` of a separate OS process running the server (`mix overworld.server` with
+  # the test game, started here) while players pick up loot over real sockets; then the zone recovers from
   # the files the dead node left: every acknowledged pickup is there, and the state is exactly
   # the journal's records applied in order (a prefix of what the node meant to write). Then
   # the server itself starts again on the same directory and the players resume their avatars.
@@ -11,11 +11,11 @@ defmodule Overworld.Zone.NodeCrashTest do
   import Overworld.Entity, only: [entity: 2]
 
   alias Overworld.Persistence.Journal
-  alias Overworld.Test.Walker
+  alias Overworld.Test.{Game, Walker}
   alias Overworld.Zone
 
   @moduletag timeout: 240_000
-  @goblins 3_000
+  @critters 3_000
 
   setup do
     dir =
@@ -25,7 +25,8 @@ defmodule Overworld.Zone.NodeCrashTest do
     %{dir: dir}
   end
 
-  # `mix overworld.server` in its own OS process: {port, os pid, http port}.
+  # `mix overworld.server` with the test game (compiled in the test environment) in its own OS
+  # process: {port, os pid, http port}.
   defp start_server(dir) do
     mix = System.find_executable("mix")
 
@@ -37,8 +38,9 @@ defmodule Overworld.Zone.NodeCrashTest do
         {:line, 4096},
         cd: File.cwd!(),
         env: [{~c"MIX_ENV", ~c"test"}],
-        args:
-          ~w(overworld.server --port 0 --entities #{@goblins} --data-dir #{dir} --interval 3600 --snapshot-ticks 45)
+        args: ~w(overworld.server --zone Overworld.Test.Game --wire Overworld.Test.Game.Wire
+             --name critters --arg critters=#{@critters} --size #{side_m()},#{side_m()}
+             --cell-size 12 --port 0 --data-dir #{dir} --interval 3600 --snapshot-ticks 45)
       ])
 
     {os_pid, http} = await_listening(port, nil, System.monotonic_time(:millisecond) + 60_000)
@@ -62,6 +64,9 @@ defmodule Overworld.Zone.NodeCrashTest do
       max(deadline - System.monotonic_time(:millisecond), 0) -> flunk("the server did not start")
     end
   end
+
+  # The test game's world for @critters, in metres (`Game.zone_options/2`).
+  defp side_m, do: :math.sqrt(@critters * 50)
 
   defp kill9(port, os_pid) do
     {_, 0} = System.cmd("kill", ["-9", Integer.to_string(os_pid)])
@@ -89,7 +94,7 @@ defmodule Overworld.Zone.NodeCrashTest do
     world = %{port: http}
     players = for _ <- 1..8, do: join(world)
     walkers = Enum.map(players, &Walker.start(&1, hunt: true))
-    # Pickups happen as players reach goblins; at least a few acknowledged ones, at most 40 s.
+    # Pickups happen as players reach critters; at least a few acknowledged ones, at most 40 s.
     await_acks(walkers, 10, System.monotonic_time(:millisecond) + 40_000)
     kill9(port, os_pid)
 
@@ -105,7 +110,7 @@ defmodule Overworld.Zone.NodeCrashTest do
 
     # The zone recovers from the dead node's files (a copy, under another zone id).
     zdir = Path.join(dir, "zones")
-    File.cp_r!(Path.join(zdir, "goblins"), Path.join(zdir, "crashed"))
+    File.cp_r!(Path.join(zdir, "critters"), Path.join(zdir, "crashed"))
 
     # Every record the journal still holds, in order (segments older than the previous snapshot
     # are deleted: their records are in the snapshots). The recovery applies these last.
@@ -120,8 +125,8 @@ defmodule Overworld.Zone.NodeCrashTest do
       capture_log(fn ->
         {:ok, _} =
           Overworld.start_zone(
-            Goblins,
-            Goblins.zone_options(@goblins, id: "crashed", data_dir: zdir, clock: :manual)
+            Game,
+            Game.zone_options(@critters, id: "crashed", data_dir: zdir, clock: :manual)
           )
 
         Zone.info("crashed")
@@ -133,42 +138,33 @@ defmodule Overworld.Zone.NodeCrashTest do
     recovered_players = Zone.info("crashed").players
 
     # Every acknowledged pickup is in the recovered state: the player has at least that total,
-    # the goblin is empty.
-    for {user, events} <- acked, {gid, _amount, total} <- events do
+    # the critter is empty.
+    for {user, events} <- acked, {cid, _amount, total} <- events do
       pid = Map.fetch!(recovered_players, user)
 
       assert entity(entities[pid], :data) >= total,
-             "acknowledged pickup of goblin #{gid} by #{user} (total #{total}) lost"
+             "acknowledged pickup of critter #{cid} by #{user} (total #{total}) lost"
 
-      assert elem(entity(entities[gid], :data), 3) == 0
+      assert entity(entities[cid], :data) == 0
     end
 
     # The state ends with the journal applied in order: a player with records there has its
-    # last record's total, every goblin looted there is empty, no goblin was looted twice, and
-    # no coin was made or lost.
+    # last record's total, every critter looted there is empty, no critter was looted twice,
+    # and no coin was made or lost.
     last_totals =
       Enum.reduce(pickups, %{}, fn {:loot, u, _, _, _, t}, acc -> Map.put(acc, u, t) end)
 
     for {user, total} <- last_totals,
         do: assert(entity(entities[Map.fetch!(recovered_players, user)], :data) == total)
 
-    for {:loot, _, _, gid, _, _} <- pickups,
-        do: assert(elem(entity(entities[gid], :data), 3) == 0)
+    for {:loot, _, _, cid, _, _} <- pickups, do: assert(entity(entities[cid], :data) == 0)
 
     looted = Enum.map(pickups, &elem(&1, 3))
     assert looted == Enum.uniq(looted)
 
-    coins =
-      Enum.sum(
-        for {_, e} <- entities do
-          case entity(e, :data) do
-            {_, _, _, loot} -> loot
-            total -> total
-          end
-        end
-      )
-
-    assert coins == Enum.sum(Enum.map(1..@goblins, &Goblins.loot/1))
+    # Critters carry their coins, players their totals: every entity's data is coins.
+    coins = Enum.sum(for {_, e} <- entities, do: entity(e, :data))
+    assert coins == Enum.sum(Enum.map(1..@critters, &Game.loot/1))
 
     IO.puts(
       "\nkill -9 of the server: #{n_acked} acknowledged pickups, #{length(pickups)} " <>
