@@ -184,9 +184,9 @@ defmodule Overworld.Server do
         started_at: System.monotonic_time(:millisecond)
       }
 
-      :persistent_term.put({__MODULE__, o.name}, config)
-
       children = [
+        # First, so that it stops last: the config is readable while anything else runs.
+        {Overworld.Server.Published, {{__MODULE__, o.name}, config}},
         {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
         {Overworld.Transport.Listener, {o.name, o.port}}
       ]
@@ -216,6 +216,8 @@ defmodule Overworld.Server do
   def connections(name), do: Overworld.Names.via(Overworld.Names.connections(name))
 
   @doc false
+  # A running server's config (read without copying by every connection); raises
+  # `ArgumentError` when no server of that name runs.
   @spec config(atom) :: Config.t()
   def config(name \\ __MODULE__), do: :persistent_term.get({__MODULE__, name})
 
@@ -231,4 +233,30 @@ defmodule Overworld.Server do
   @spec stats(atom) :: %{atom => non_neg_integer}
   def stats(name \\ __MODULE__),
     do: name |> config() |> Map.fetch!(:counters) |> read_counters() |> Map.delete(:warned_at)
+end
+
+defmodule Overworld.Server.Published do
+  @moduledoc false
+  # Keeps a server's config in `:persistent_term` while the server runs, and erases it when
+  # the server stops (exits are trapped so that `terminate/2` runs on shutdown): a server
+  # started and stopped again and again (tests, a game restarting its front) leaves nothing
+  # behind. Erasing a term makes every process of the node scan its heap once, which is why
+  # only a server's start and stop do it, never a zone's or a session's.
+  use GenServer
+
+  @spec start_link({term, term}) :: GenServer.on_start()
+  def start_link({key, value}), do: GenServer.start_link(__MODULE__, {key, value})
+
+  @impl true
+  def init({key, value}) do
+    Process.flag(:trap_exit, true)
+    :persistent_term.put(key, value)
+    {:ok, key}
+  end
+
+  @impl true
+  def terminate(_reason, key) do
+    :persistent_term.erase(key)
+    :ok
+  end
 end

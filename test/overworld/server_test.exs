@@ -117,6 +117,8 @@ defmodule Overworld.ServerTest do
       refute Map.has_key?(players(w), p.user)
       refute Map.has_key?(players(w), q.user)
       assert {:error, :econnrefused} = :gen_tcp.connect(~c"127.0.0.1", w.port, [])
+      # Its config went with it (no term left behind in :persistent_term).
+      assert :persistent_term.get({Overworld.Server, w.name}, :gone) == :gone
     end
 
     test "a session that crashes frees its slot and its player", %{world: w} do

@@ -438,12 +438,21 @@ defmodule Overworld.SessionTest do
       alive!(witness, w)
     end
 
-    test "RELIABLE messages reach the zone in order; a gap closes with 4002",
+    test "RELIABLE messages reach the zone's handle_event/3 in order; a gap closes with 4002",
          %{world: w, witness: witness} do
       p = w |> join() |> snapshots(1)
       :ok = Client.send_msg(p.conn, %{type: :client_event, seq: 1, payload: "hi"})
       :ok = Client.send_msg(p.conn, %{type: :client_event, seq: 2, payload: "there"})
       p = snapshots(p, 2)
+
+      eventually(fn ->
+        mine =
+          for {u, payload} <- Overworld.Zone.info(w.zone).state[:events] || [],
+              u == p.user,
+              do: payload
+
+        mine == ["there", "hi"]
+      end)
 
       log =
         capture_log(fn ->
@@ -452,6 +461,36 @@ defmodule Overworld.SessionTest do
         end)
 
       assert log =~ "reliable_seq 4 after 2"
+      alive!(witness, w)
+    end
+
+    test "a zone without a wire cannot serve players: ERROR 6 saying so, close 4006",
+         %{witness: witness, world: w} do
+      id = {__MODULE__, :no_wire}
+      start_supervised!({Overworld.Zone, {Overworld.Test.ProbeZone, id: id, args: []}})
+      name = Overworld.SessionTest.NoWire
+
+      start_supervised!(
+        {Overworld.Server,
+         name: name,
+         port: 0,
+         acceptors: 1,
+         data_dir: Overworld.Test.DataDir.path(),
+         zones: %{"plain" => id}},
+        id: name
+      )
+
+      conn = connect(%{port: Server.port(name)}, "/ws?zone=plain")
+
+      log =
+        capture_log(fn ->
+          send_hello(conn, auth(w)["token"])
+          assert {%{type: :error, code: 6, message: message}, conn} = recv_msg(conn)
+          assert message =~ "has no wire: it cannot serve players over the network"
+          assert {4006, []} = expect_close(conn)
+        end)
+
+      assert log =~ "has no wire"
       alive!(witness, w)
     end
 

@@ -110,6 +110,11 @@ defmodule Overworld.Test.Game do
 
   def handle_entity(e, _view, _ctx), do: {:ok, e}
 
+  # A client's reliable messages, newest first, in the game state (the tests read them).
+  @impl true
+  def handle_event(player, payload, state),
+    do: {:ok, Map.update(state, :events, [{player, payload}], &[{player, payload} | &1])}
+
   @impl true
   def handle_durable({:loot, player, _entity_id, critter, amount, total}, state),
     do: {:ok, state, [{:send, player, <<"L", critter::32, amount::16, total::32>>}]}
