@@ -38,12 +38,10 @@ defmodule Overworld.Session do
   require Logger
 
   alias Overworld.{Interest, Protocol, Server}
-  alias Overworld.Auth.Token
-  alias Overworld.Transport.{Conn, HTTP, WebSocket}
+  alias Overworld.Session.{Hello, Outbox}
+  alias Overworld.Transport.WebSocket
   alias Overworld.Zone.Wire
 
-  # Reliable messages from the zone waiting for a busy socket, at most.
-  @max_outbox 1_024
   # A restarted zone server is looked for every 5 ms for up to 5 s.
   @reattach_tries 1_000
 
@@ -75,9 +73,7 @@ defmodule Overworld.Session do
     input_seq: 0,
     event_seq: 0,
     # Reliable messages from the zone (EVENT), numbered; those the busy socket refused wait.
-    out_seq: 0,
-    outbox: [],
-    outbox_dropping: false,
+    outbox: %Outbox{},
     # Reliable messages of the client that came while the zone restarted, newest first.
     held_in: [],
     bucket: 0,
@@ -86,102 +82,21 @@ defmodule Overworld.Session do
 
   @type t :: %__MODULE__{}
 
-  ## Upgrade (in the connection process)
+  # The code of a session, by concern: `Overworld.Session.Upgrade` (the HTTP upgrade, which
+  # turns the connection process into the session), `Overworld.Session.Hello` (HELLO, the
+  # user's registration and takeover, the zone joined and re-attached), `Overworld.Session.Outbox`
+  # (the reliable messages for the client, a value); here the session's life: frames from the
+  # client, snapshots to it, timeouts and the end.
 
   @doc false
-  # Upgrades the connection and runs the session (never returns), or answers the refusal and
-  # returns :ok.
-  @spec upgrade(:gen_tcp.socket(), Server.Config.t(), HTTP.Request.t()) :: :ok
-  def upgrade(sock, cfg, req) do
-    with {:ok, accept} <- ws_upgrade(req),
-         {:ok, query} <- query(req.query),
-         {:ok, token_user} <- url_token(cfg, query),
-         {:ok, zone} <- zone(cfg, query),
-         :ok <- :gen_tcp.send(sock, WebSocket.upgrade_response(accept)) do
-      # The kernel's send buffer is bounded too: left to autotuning it grows to megabytes
-      # (net.ipv4.tcp_wmem), which would hide a client that does not read from the
-      # outbound bound for a minute or more, and hold that much memory per client.
-      :ok =
-        :inet.setopts(sock,
-          packet: :raw,
-          active: @active,
-          exit_on_close: true,
-          sndbuf: max(div(cfg.max_outbound, 16), 4_096),
-          high_watermark: div(cfg.max_outbound, 2),
-          low_watermark: div(cfg.max_outbound, 4)
-        )
+  # The connection's upgrade (see `Overworld.Session.Upgrade`).
+  @spec upgrade(:gen_tcp.socket(), Server.Config.t(), Overworld.Transport.HTTP.Request.t()) :: :ok
+  defdelegate upgrade(sock, cfg, req), to: Overworld.Session.Upgrade
 
-      :counters.add(cfg.counters, Server.counter(:sessions), 1)
-      now = now()
-      :erlang.start_timer(cfg.hello_timeout, self(), :hello)
-      :erlang.start_timer(cfg.idle_timeout, self(), :idle)
-
-      st = %__MODULE__{
-        sock: sock,
-        cfg: cfg,
-        zone: zone,
-        token_user: token_user,
-        ws: WebSocket.new(cfg.max_message_size),
-        last_in: now,
-        bucket: cfg.input_rate * 1000,
-        refilled: now
-      }
-
-      # Exits are trapped so that `terminate/2` runs when the server shuts down (1001) or
-      # the session crashes (1011): the counters drop and the player leaves the zone.
-      Process.flag(:trap_exit, true)
-      :gen_server.enter_loop(__MODULE__, [hibernate_after: 2_000], st)
-    else
-      {:error, status, headers, message} ->
-        Logger.info("ws: upgrade refused with #{status}: #{message} (#{Conn.peer(sock)})")
-        body = HTTP.error_body(error_code(status), message)
-        :gen_tcp.send(sock, HTTP.response(status, [Conn.json() | headers], body, false))
-        :ok
-
-      {:error, _closed} ->
-        :ok
-    end
-  end
-
-  # The error codes of docs/protocol.md ("Transport"); the upgrade's own refusals (400, 426)
-  # are "bad_upgrade".
-  defp error_code(401), do: "invalid_token"
-  defp error_code(404), do: "not_found"
-  defp error_code(405), do: "method_not_allowed"
-  defp error_code(_), do: "bad_upgrade"
-
-  defp ws_upgrade(req) do
-    case WebSocket.upgrade(req) do
-      {:ok, accept} -> {:ok, accept}
-      {:error, status, headers, message} -> {:error, status, headers, message}
-    end
-  end
-
-  defp query(q) do
-    {:ok, URI.decode_query(q)}
-  rescue
-    _ -> {:error, 400, [], "malformed query string"}
-  end
-
-  defp url_token(cfg, %{"token" => token}) when token != "" do
-    case Token.verify(cfg.keys, token, :session) do
-      {:ok, %{user_id: user}} -> {:ok, user}
-      {:error, why} -> {:error, 401, [], "invalid token: #{why}"}
-    end
-  end
-
-  defp url_token(_cfg, _query), do: {:ok, nil}
-
-  defp zone(_cfg, %{"zone" => ""}), do: {:ok, nil}
-
-  defp zone(cfg, %{"zone" => name}) do
-    case cfg.zones do
-      %{^name => id} -> {:ok, id}
-      _ -> {:error, 404, [], "unknown zone"}
-    end
-  end
-
-  defp zone(cfg, _query), do: {:ok, cfg.default_zone && Map.fetch!(cfg.zones, cfg.default_zone)}
+  @doc false
+  # Messages the socket delivers per {active, N} batch.
+  @spec active() :: pos_integer
+  def active, do: @active
 
   ## GenServer
 
@@ -218,10 +133,10 @@ defmodule Overworld.Session do
   # A reliable message from the zone (`{:send, player, payload}`, e.g. a durable event's
   # acknowledgement): numbered and sent in order; those a busy socket refuses wait (bounded).
   def handle_info({:overworld_send, payload}, %{phase: :live} = st) do
-    st = enqueue(st, payload)
+    st = %{st | outbox: Outbox.enqueue(st.outbox, payload)}
 
-    if length(st.outbox) > @max_outbox,
-      do: too_slow(st, "#{@max_outbox} reliable messages waiting"),
+    if Outbox.size(st.outbox) > Outbox.max(),
+      do: too_slow(st, "#{Outbox.max()} reliable messages waiting"),
       else: {:noreply, flush_outbox(st)}
   end
 
@@ -239,9 +154,9 @@ defmodule Overworld.Session do
       when phase in [:live, :detached] do
     # (The registry may still name the dead server for a moment.)
     case Overworld.Zone.whereis(st.zone) do
-      pid when is_pid(pid) and pid != st.zone_was -> reattach(st, pid)
+      pid when is_pid(pid) and pid != st.zone_was -> Hello.reattach(st, pid)
       _ when tries > 0 -> Process.send_after(self(), {:reattach, tries - 1}, 5) && {:noreply, st}
-      _ -> zone_lost(st)
+      _ -> Hello.zone_lost(st)
     end
   end
 
@@ -297,20 +212,7 @@ defmodule Overworld.Session do
   # A newer connection of the same user takes the player over.
   @impl true
   def handle_call({:takeover, pid}, _from, st) do
-    # The zone sends the player's reliable messages to the new session from now on; those it
-    # sent us before are in our mailbox already (they came before its answer): they go, with
-    # those not yet written to a socket, to the new connection.
-    st = if st.entity, do: claim_for(st, pid), else: st
-
-    handoff =
-      if st.entity,
-        do: %{
-          zone: st.zone,
-          entity: st.entity,
-          input_seq: st.input_seq,
-          outbox: st.outbox |> Enum.reverse() |> Enum.map(&elem(&1, 1))
-        }
-
+    {handoff, st} = Hello.takeover(st, pid)
     Overworld.Names.unregister(Overworld.Names.session(st.cfg.name, st.user))
 
     if st.phase in [:hello, :live] do
@@ -382,7 +284,7 @@ defmodule Overworld.Session do
   end
 
   # Each answers {:ok, st} to read on, or what the GenServer callback returns.
-  defp message({:ok, %{type: :hello} = m}, %{phase: :hello} = st), do: hello(m, st)
+  defp message({:ok, %{type: :hello} = m}, %{phase: :hello} = st), do: Hello.hello(m, st)
 
   defp message({:ok, _}, %{phase: :hello} = st),
     do: close(st, 4002, "expected HELLO first", 2)
@@ -422,7 +324,7 @@ defmodule Overworld.Session do
         case take_token(st) do
           {:ok, %{zone_pid: nil, zone_was: was} = st} when was != nil ->
             # The zone is restarting: kept for it, in order (bounded like the outbox).
-            if length(st.held_in) >= @max_outbox,
+            if length(st.held_in) >= Outbox.max(),
               do: close(st, 4006, "zone unavailable", 6),
               else: {:ok, %{st | event_seq: seq, held_in: [p | st.held_in]}}
 
@@ -478,249 +380,32 @@ defmodule Overworld.Session do
     _, _ -> {:error, :raised}
   end
 
-  ## HELLO: authenticate, take over or join, handshake
+  ## Reliable messages for the client (Overworld.Session.Outbox)
 
-  defp hello(%{version: v}, st) when v != 1 do
-    close(st, 4001, "unsupported protocol version #{v}, this server speaks 1", 1)
+  @doc false
+  # Sends the reliable messages waiting, in order, while the socket takes them.
+  @spec flush_outbox(t) :: t
+  def flush_outbox(st) do
+    send = fn seq, payload -> send_msg(st, %{type: :event, seq: seq, payload: payload}) end
+    %{st | outbox: Outbox.flush(st.outbox, send)}
   end
 
-  defp hello(%{token: token}, st) do
-    with {:ok, user} <- hello_user(token, st),
-         {:ok, handoff} <- register(st.cfg.name, user, 3),
-         st = %{st | user: user},
-         {:ok, st} <- enter_zone(st, handoff) do
-      {:ok, flush_outbox(%{st | phase: :live})}
-    end
-  end
+  @doc false
+  # A reliable message kept for a reconnect (bounded: the oldest go first, said once).
+  @spec keep(t, binary) :: t
+  def keep(st, payload) do
+    case Outbox.keep(st.outbox, payload) do
+      {outbox, :ok} ->
+        %{st | outbox: outbox}
 
-  defp hello_user("", %{token_user: nil} = st),
-    do: close(st, 4003, "unauthorized: no token", 3)
-
-  defp hello_user("", %{token_user: user}), do: {:ok, user}
-
-  defp hello_user(token, st) do
-    case Token.verify(st.cfg.keys, token, :session) do
-      {:ok, %{user_id: user}} -> {:ok, user}
-      {:error, why} -> close(st, 4003, "unauthorized: #{why}", 3)
-    end
-  end
-
-  # Registers as the user's session, taking over an earlier one.
-  defp register(name, user, tries) do
-    case Overworld.Names.register(Overworld.Names.session(name, user)) do
-      {:ok, _} ->
-        {:ok, nil}
-
-      {:error, {:already_registered, pid}} when tries > 0 ->
-        handoff =
-          try do
-            GenServer.call(pid, {:takeover, self()}, 5_000)
-          catch
-            :exit, _ -> nil
-          end
-
-        case register(name, user, tries - 1) do
-          {:ok, nil} -> {:ok, handoff}
-          other -> other
-        end
-
-      {:error, _} ->
-        {:ok, nil}
-    end
-  end
-
-  defp enter_zone(%{zone: nil} = st, _handoff) do
-    send_msg(st, handshake(nil, 0))
-    {:ok, st}
-  end
-
-  defp enter_zone(st, handoff) do
-    with {:ok, config} <- zone_config(st.zone),
-         {:ok, entity} <- player_entity(st, handoff),
-         {:ok, slot} <- Overworld.Zone.input_slot(st.zone, st.user),
-         {:ok, obs} <- Interest.new(st.zone, st.cfg.interest),
-         :ok <- Overworld.Zone.subscribe(st.zone, self()),
-         pid when is_pid(pid) <- Overworld.Zone.whereis(st.zone) || {:error, :not_running} do
-      Process.monitor(pid)
-      seq = if handoff, do: handoff.input_seq, else: 0
-      send_msg(st, handshake(config, entity))
-      # Reliable messages the earlier connection never wrote: numbered on this one.
-      st = Enum.reduce(if(handoff, do: handoff.outbox, else: []), st, &keep(&2, &1))
-
-      {:ok,
-       %{
-         st
-         | zone_pid: pid,
-           table: config.shared.wire,
-           entity: entity,
-           slot: slot,
-           obs: obs,
-           module: config.module,
-           input_seq: max(seq, st.input_seq)
-       }}
-    else
-      {:error, :no_wire} ->
-        # A server configured with a zone it cannot serve: the developer's to fix.
-        why =
-          "zone #{inspect(st.zone)} has no wire: it cannot serve players over the network " <>
-            "(start it with the :wire option, a module using Overworld.Template)"
-
-        Logger.warning("session #{st.user}: #{why}")
-        close(st, 4006, why, 6)
-
-      {:error, why} ->
-        close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
-    end
-  end
-
-  defp reattach(st, pid) do
-    with true <- Overworld.Zone.player_entity(st.zone, st.user) == st.entity,
-         {:error, :already_joined} <- Overworld.Zone.join(st.zone, st.user, %{session: self()}),
-         :ok <- Overworld.Zone.subscribe(st.zone, self()) do
-      Process.monitor(pid)
-      obs = st.obs && Interest.resync(st.obs, :zone_restarted)
-      for p <- Enum.reverse(st.held_in), do: send(pid, {:overworld_event, st.user, p})
-      {:noreply, %{st | zone_pid: pid, obs: obs, held_in: []}}
-    else
-      _ -> zone_lost(st)
-    end
-  catch
-    :exit, _ -> zone_lost(st)
-  end
-
-  defp zone_lost(st) do
-    Logger.warning("session #{st.user}: zone #{inspect(st.zone)} is gone, or lost our player")
-    st = %{st | zone_pid: nil, entity: nil, slot: nil}
-
-    case st.phase do
-      :live -> close(st, 4006, "zone unavailable", 6)
-      :detached -> {:stop, :normal, %{st | phase: :gone}}
-      _ -> {:noreply, st}
-    end
-  end
-
-  defp flush_outbox(%{outbox: []} = st), do: st
-
-  defp flush_outbox(st) do
-    {_sent, left} =
-      st.outbox
-      |> Enum.reverse()
-      |> Enum.split_while(fn {seq, p} -> send_msg(st, %{type: :event, seq: seq, payload: p}) end)
-
-    %{st | outbox: Enum.reverse(left)}
-  end
-
-  # A reliable message for the client, numbered on this connection (newest first).
-  defp enqueue(st, payload),
-    do: %{st | out_seq: st.out_seq + 1, outbox: [{st.out_seq + 1, payload} | st.outbox]}
-
-  # A reliable message kept for a reconnect (bounded: the oldest go first, logged once).
-  defp keep(st, payload) do
-    st = enqueue(st, payload)
-
-    cond do
-      length(st.outbox) <= @max_outbox ->
-        st
-
-      st.outbox_dropping ->
-        %{st | outbox: Enum.take(st.outbox, @max_outbox)}
-
-      true ->
+      {outbox, :dropping} ->
         Logger.warning(
-          "session #{st.user}: #{@max_outbox} reliable messages kept for a reconnect: " <>
+          "session #{st.user}: #{Outbox.max()} reliable messages kept for a reconnect: " <>
             "the oldest are dropped"
         )
 
-        %{st | outbox: Enum.take(st.outbox, @max_outbox), outbox_dropping: true}
+        %{st | outbox: outbox}
     end
-  end
-
-  defp claim_for(st, pid) do
-    Overworld.Zone.claim_session(st.zone, st.user, pid)
-    drain_sends(st)
-  catch
-    :exit, _ -> drain_sends(st)
-  end
-
-  defp drain_sends(st) do
-    receive do
-      {:overworld_send, payload} -> st |> keep(payload) |> drain_sends()
-    after
-      0 -> st
-    end
-  end
-
-  defp zone_config(zone) do
-    case Overworld.Zone.config(zone) do
-      nil -> {:error, :not_running}
-      %{wire: nil} -> {:error, :no_wire}
-      config -> {:ok, config}
-    end
-  end
-
-  defp player_entity(st, %{zone: zone, entity: id}) when zone == st.zone do
-    if Overworld.Zone.player_entity(st.zone, st.user) == id,
-      do: take_player(st, id),
-      else: player_entity(st, nil)
-  end
-
-  defp player_entity(st, handoff) do
-    if handoff, do: Overworld.Zone.leave(handoff.zone, st.user, :moved)
-
-    case Overworld.Zone.join(st.zone, st.user, %{session: self()}) do
-      {:ok, id} ->
-        {:ok, id}
-
-      {:error, :already_joined} ->
-        case Overworld.Zone.player_entity(st.zone, st.user) do
-          nil -> {:error, :not_joined}
-          id -> {:ok, id}
-        end
-
-      {:error, why} ->
-        {:error, why}
-    end
-  catch
-    :exit, _ -> {:error, :not_running}
-  end
-
-  # The player stays in the zone; from now on the zone sends its reliable messages to us (the
-  # session we took over asked already, unless the zone was restarting then).
-  defp take_player(st, id) do
-    case Overworld.Zone.claim_session(st.zone, st.user, self()) do
-      :ok -> {:ok, id}
-      # It left in between: it joins again.
-      {:error, :not_joined} -> player_entity(st, nil)
-      {:error, why} -> {:error, why}
-    end
-  catch
-    :exit, _ -> {:error, :not_running}
-  end
-
-  defp handshake(nil, entity) do
-    %{
-      type: :handshake,
-      version: Protocol.version(),
-      tick_rate: 0,
-      entity_id: entity,
-      width: 0,
-      height: 0,
-      cell_size: 0,
-      templates: []
-    }
-  end
-
-  defp handshake(config, entity) do
-    %{
-      type: :handshake,
-      version: Protocol.version(),
-      tick_rate: config.tick_rate,
-      entity_id: entity,
-      width: config.width,
-      height: config.height,
-      cell_size: Overworld.Entity.meters(config.cell_size),
-      templates: config.wire.__templates__()
-    }
   end
 
   ## Snapshots
@@ -817,7 +502,10 @@ defmodule Overworld.Session do
 
   ## Sending and closing
 
-  defp send_msg(st, msg), do: send_data(st, WebSocket.binary(Protocol.encode(msg)))
+  @doc false
+  # Sends a protocol message; false when the socket is busy (not sent).
+  @spec send_msg(t, map) :: boolean
+  def send_msg(st, msg), do: send_data(st, WebSocket.binary(Protocol.encode(msg)))
 
   # Never blocks: false when the port is busy (the data is not sent).
   defp send_data(%{sock: sock}, data) do
@@ -826,9 +514,11 @@ defmodule Overworld.Session do
     ArgumentError -> false
   end
 
+  @doc false
   # Closes with a code (after an ERROR message for the 4000s), then waits a moment for the
   # client's close or FIN before dropping the socket.
-  defp close(st, code, why, error \\ nil) do
+  @spec close(t, pos_integer, String.t(), pos_integer | nil) :: {:noreply, t}
+  def close(st, code, why, error \\ nil) do
     Logger.info("session #{st.user || "(no user yet)"}: closing with #{code}: #{why}")
     if error, do: send_msg(st, %{type: :error, code: error, message: why})
     send_data(st, WebSocket.close(code, why))

@@ -19,6 +19,8 @@ defmodule Overworld.Test.ServerCase do
   # and above only).
   @logging [
     Overworld.Session,
+    Overworld.Session.Hello,
+    Overworld.Session.Upgrade,
     Overworld.Transport.Conn,
     Overworld.Transport.Listener,
     Overworld.Web

@@ -1,0 +1,250 @@
+defmodule Overworld.Session.Hello do
+  @moduledoc false
+  # A session's HELLO and the player's place in the zone (lifecycle steps 2 and 4 in
+  # `Overworld.Session`): the protocol version and the token checked, the session registered
+  # as its user's (a live one of the same user is taken over: it hands its player and its
+  # waiting reliable messages over), the zone joined or the player taken back, HANDSHAKE
+  # sent; and, when the zone server restarts, the session re-attached to the new one.
+
+  require Logger
+
+  alias Overworld.{Interest, Protocol, Session}
+  alias Overworld.Auth.Token
+  alias Overworld.Session.Outbox
+
+  @doc """
+  HELLO: `{:ok, st}` (live), or what the session's callback returns (closed with a code).
+  """
+  @spec hello(map, Session.t()) :: {:ok, Session.t()} | tuple
+  def hello(%{version: v}, st) when v != 1 do
+    Session.close(st, 4001, "unsupported protocol version #{v}, this server speaks 1", 1)
+  end
+
+  def hello(%{token: token}, st) do
+    with {:ok, user} <- hello_user(token, st),
+         {:ok, handoff} <- register(st.cfg.name, user, 3),
+         st = %{st | user: user},
+         {:ok, st} <- enter_zone(st, handoff) do
+      {:ok, Session.flush_outbox(%{st | phase: :live})}
+    end
+  end
+
+  defp hello_user("", %{token_user: nil} = st),
+    do: Session.close(st, 4003, "unauthorized: no token", 3)
+
+  defp hello_user("", %{token_user: user}), do: {:ok, user}
+
+  defp hello_user(token, st) do
+    case Token.verify(st.cfg.keys, token, :session) do
+      {:ok, %{user_id: user}} -> {:ok, user}
+      {:error, why} -> Session.close(st, 4003, "unauthorized: #{why}", 3)
+    end
+  end
+
+  # Registers as the user's session, taking over an earlier one.
+  defp register(name, user, tries) do
+    case Overworld.Names.register(Overworld.Names.session(name, user)) do
+      {:ok, _} ->
+        {:ok, nil}
+
+      {:error, {:already_registered, pid}} when tries > 0 ->
+        handoff =
+          try do
+            GenServer.call(pid, {:takeover, self()}, 5_000)
+          catch
+            :exit, _ -> nil
+          end
+
+        case register(name, user, tries - 1) do
+          {:ok, nil} -> {:ok, handoff}
+          other -> other
+        end
+
+      {:error, _} ->
+        {:ok, nil}
+    end
+  end
+
+  defp enter_zone(%{zone: nil} = st, _handoff) do
+    Session.send_msg(st, handshake(nil, 0))
+    {:ok, st}
+  end
+
+  defp enter_zone(st, handoff) do
+    with {:ok, config} <- zone_config(st.zone),
+         {:ok, entity} <- player_entity(st, handoff),
+         {:ok, slot} <- Overworld.Zone.input_slot(st.zone, st.user),
+         {:ok, obs} <- Interest.new(st.zone, st.cfg.interest),
+         :ok <- Overworld.Zone.subscribe(st.zone, self()),
+         pid when is_pid(pid) <- Overworld.Zone.whereis(st.zone) || {:error, :not_running} do
+      Process.monitor(pid)
+      seq = if handoff, do: handoff.input_seq, else: 0
+      Session.send_msg(st, handshake(config, entity))
+      # Reliable messages the earlier connection never wrote: numbered on this one.
+      st = Enum.reduce(if(handoff, do: handoff.outbox, else: []), st, &Session.keep(&2, &1))
+
+      {:ok,
+       %{
+         st
+         | zone_pid: pid,
+           table: config.shared.wire,
+           entity: entity,
+           slot: slot,
+           obs: obs,
+           module: config.module,
+           input_seq: max(seq, st.input_seq)
+       }}
+    else
+      {:error, :no_wire} ->
+        # A server configured with a zone it cannot serve: the developer's to fix.
+        why =
+          "zone #{inspect(st.zone)} has no wire: it cannot serve players over the network " <>
+            "(start it with the :wire option, a module using Overworld.Template)"
+
+        Logger.warning("session #{st.user}: #{why}")
+        Session.close(st, 4006, why, 6)
+
+      {:error, why} ->
+        Session.close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
+    end
+  end
+
+  @doc """
+  The zone server died and a new one runs (`pid`): the player is still its (the zone kept
+  it), so the session subscribes again and its client starts over from a keyframe; the
+  client's reliable messages held meanwhile go now. Otherwise the zone lost the player.
+  """
+  @spec reattach(Session.t(), pid) :: tuple
+  def reattach(st, pid) do
+    with true <- Overworld.Zone.player_entity(st.zone, st.user) == st.entity,
+         {:error, :already_joined} <- Overworld.Zone.join(st.zone, st.user, %{session: self()}),
+         :ok <- Overworld.Zone.subscribe(st.zone, self()) do
+      Process.monitor(pid)
+      obs = st.obs && Interest.resync(st.obs, :zone_restarted)
+      for p <- Enum.reverse(st.held_in), do: send(pid, {:overworld_event, st.user, p})
+      {:noreply, %{st | zone_pid: pid, obs: obs, held_in: []}}
+    else
+      _ -> zone_lost(st)
+    end
+  catch
+    :exit, _ -> zone_lost(st)
+  end
+
+  @doc "The zone is gone, or lost the player: a live client is closed with 4006."
+  @spec zone_lost(Session.t()) :: tuple
+  def zone_lost(st) do
+    Logger.warning("session #{st.user}: zone #{inspect(st.zone)} is gone, or lost our player")
+    st = %{st | zone_pid: nil, entity: nil, slot: nil}
+
+    case st.phase do
+      :live -> Session.close(st, 4006, "zone unavailable", 6)
+      :detached -> {:stop, :normal, %{st | phase: :gone}}
+      _ -> {:noreply, st}
+    end
+  end
+
+  @doc """
+  A newer connection of the user (`pid`) takes the player over: the zone sends the player's
+  reliable messages to it from now on; those the zone sent us before are in our mailbox
+  already (they came before its answer), and go, with those not yet written to our socket,
+  in the handoff: `{handoff | nil, st}`.
+  """
+  @spec takeover(Session.t(), pid) :: {map | nil, Session.t()}
+  def takeover(%Session{entity: nil} = st, _pid), do: {nil, st}
+
+  def takeover(st, pid) do
+    st = claim_for(st, pid)
+    {payloads, outbox} = Outbox.drain(st.outbox)
+
+    {%{zone: st.zone, entity: st.entity, input_seq: st.input_seq, outbox: payloads},
+     %{st | outbox: outbox}}
+  end
+
+  defp claim_for(st, pid) do
+    Overworld.Zone.claim_session(st.zone, st.user, pid)
+    drain_sends(st)
+  catch
+    :exit, _ -> drain_sends(st)
+  end
+
+  defp drain_sends(st) do
+    receive do
+      {:overworld_send, payload} -> st |> Session.keep(payload) |> drain_sends()
+    after
+      0 -> st
+    end
+  end
+
+  defp zone_config(zone) do
+    case Overworld.Zone.config(zone) do
+      nil -> {:error, :not_running}
+      %{wire: nil} -> {:error, :no_wire}
+      config -> {:ok, config}
+    end
+  end
+
+  defp player_entity(st, %{zone: zone, entity: id}) when zone == st.zone do
+    if Overworld.Zone.player_entity(st.zone, st.user) == id,
+      do: take_player(st, id),
+      else: player_entity(st, nil)
+  end
+
+  defp player_entity(st, handoff) do
+    if handoff, do: Overworld.Zone.leave(handoff.zone, st.user, :moved)
+
+    case Overworld.Zone.join(st.zone, st.user, %{session: self()}) do
+      {:ok, id} ->
+        {:ok, id}
+
+      {:error, :already_joined} ->
+        case Overworld.Zone.player_entity(st.zone, st.user) do
+          nil -> {:error, :not_joined}
+          id -> {:ok, id}
+        end
+
+      {:error, why} ->
+        {:error, why}
+    end
+  catch
+    :exit, _ -> {:error, :not_running}
+  end
+
+  # The player stays in the zone; from now on the zone sends its reliable messages to us (the
+  # session we took over asked already, unless the zone was restarting then).
+  defp take_player(st, id) do
+    case Overworld.Zone.claim_session(st.zone, st.user, self()) do
+      :ok -> {:ok, id}
+      # It left in between: it joins again.
+      {:error, :not_joined} -> player_entity(st, nil)
+      {:error, why} -> {:error, why}
+    end
+  catch
+    :exit, _ -> {:error, :not_running}
+  end
+
+  defp handshake(nil, entity) do
+    %{
+      type: :handshake,
+      version: Protocol.version(),
+      tick_rate: 0,
+      entity_id: entity,
+      width: 0,
+      height: 0,
+      cell_size: 0,
+      templates: []
+    }
+  end
+
+  defp handshake(config, entity) do
+    %{
+      type: :handshake,
+      version: Protocol.version(),
+      tick_rate: config.tick_rate,
+      entity_id: entity,
+      width: config.width,
+      height: config.height,
+      cell_size: Overworld.Entity.meters(config.cell_size),
+      templates: config.wire.__templates__()
+    }
+  end
+end
