@@ -17,10 +17,8 @@ defmodule Mix.Tasks.Overworld.Fuzz do
 
   @impl true
   def run(argv) do
-    {opts, _, invalid} = OptionParser.parse(argv, strict: [cases: :integer, seed: :integer])
-
-    if invalid != [],
-      do: Mix.raise("invalid options: #{inspect(invalid)}; see `mix help overworld.fuzz`")
+    opts = Overworld.Bench.Args.parse!(argv, [cases: :integer, seed: :integer], "overworld.fuzz")
+    if opts[:cases], do: Overworld.Bench.Args.at_least!(opts, [:cases])
 
     Mix.Task.run("compile")
     cases = Keyword.get(opts, :cases, 1_000_000)

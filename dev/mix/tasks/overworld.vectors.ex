@@ -11,7 +11,7 @@ defmodule Mix.Tasks.Overworld.Vectors do
 
   @impl true
   def run(argv) do
-    {opts, _, _} = OptionParser.parse(argv, strict: [check: :boolean])
+    opts = Overworld.Bench.Args.parse!(argv, [check: :boolean], "overworld.vectors")
     # The frame vectors come from a real zone.
     Mix.Task.run("app.start")
 

@@ -108,7 +108,7 @@ defmodule Mix.Tasks.Goblins.Bench.Encode do
 
     {:ok, _} = Zone.tick_now(id, 10)
     %{table: table, templates: templates} = Zone.wire(id)
-    grid = Zone.info(id).config.grid
+    grid = Zone.config(id).grid
 
     keys =
       for row <- 0..(grid.rows - 1),
@@ -128,9 +128,7 @@ defmodule Mix.Tasks.Goblins.Bench.Encode do
 
         published =
           for w <- 0..(o.workers - 1),
-              [{_, ^n, data, _index, _first}] <- [
-                :ets.lookup(table, {:tick, w, Overworld.Zone.Wire.slot(n)})
-              ],
+              {data, _index, _first} <- [Overworld.Zone.Wire.tick(table, w, n)],
               do: byte_size(data)
 
         {bytes + Enum.sum(published), changed + moved}
