@@ -237,6 +237,10 @@ defmodule Overworld.Zone.Memory do
   @spec cells_hash([{integer, list}]) :: non_neg_integer
   def cells_hash(pairs), do: Enum.reduce(pairs, 0, fn cell, acc -> acc + :erlang.phash2(cell) end)
 
+  @doc "The memory the table takes, in bytes (the history's share of a zone's memory)."
+  @spec bytes(t) :: non_neg_integer
+  def bytes(t), do: :ets.info(t, :memory) * :erlang.system_info(:wordsize)
+
   # The value of a `{key, value}` row, or `default`.
   defp value(t, key, default) do
     case :ets.lookup(t, key) do

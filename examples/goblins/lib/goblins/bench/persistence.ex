@@ -380,7 +380,7 @@ defmodule Goblins.Bench.Persistence do
   end
 
   defp table_bytes(id),
-    do: :ets.info(Overworld.Zone.metrics_ref(id).memory, :memory) * :erlang.system_info(:wordsize)
+    do: Overworld.Zone.Memory.bytes(Overworld.Zone.metrics_ref(id).memory)
 
   defp journal_records(id) do
     case Overworld.Zone.Store.whereis(id) do
