@@ -191,6 +191,30 @@ defmodule Overworld.Zone.WireTest do
 
       for e <- [flee, chase], bad = entity(e, :id), do: refute_received({:step, ^bad})
     end
+
+    test "is not spawned: the spawn or the join is refused with the error", %{id: id} do
+      {:ok, 1} = Zone.tick_now(id)
+
+      assert Zone.spawn(id, [[kind: :walker, x: 1, y: 1, state: :sleeping]]) ==
+               {:error,
+                {:invalid_field,
+                 "template :walker, field :state: expected one of [:idle, :wander, :flee, :chase], got: :sleeping"}}
+
+      # A {:data, i} element that is missing is not an integer.
+      assert Zone.spawn(id, [
+               [kind: :walker, x: 1, y: 1, state: :idle],
+               [kind: :thing, x: 1, y: 1, data: {1}]
+             ]) ==
+               {:error,
+                {:invalid_field, "template :everything, field :hp: expected an integer, got: nil"}}
+
+      assert {:error, {:invalid_field, "template :walker, field :state: " <> _}} =
+               Zone.join(id, "ann", :asleep)
+
+      assert {:ok, _} = Zone.join(id, "bob", :idle)
+      {:ok, 2} = Zone.tick_now(id)
+      assert Zone.count(id) == 6
+    end
   end
 
   defp run(id, ticks, view) do
