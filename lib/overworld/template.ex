@@ -49,9 +49,32 @@ defmodule Overworld.Template do
       iex> bits = Overworld.Template.encode_keyframe(t, q)
       iex> {bit_size(bits), Overworld.Template.decode_keyframe(t, bits)}
       {42, {:ok, q, <<>>}}
+
+  ## Values that cannot be quantized
+
+  Integers out of a numeric field's range clamp to it (angles wrap around). A value that is not
+  an integer (a float, nil, a string) for a numeric field, or not one of the `values` of an
+  `:enum` or `:bool` field, raises `Overworld.Template.Error`, naming the template and the
+  field, in `quantize/2` and in the compiled `__quantize__/2` alike. A `{:data, index}` source
+  whose element is missing (the entity's `data` is not a tuple, or too short) reads as `nil`:
+  not an integer, so the same error (and for an enum, outside its values unless `nil` is one).
+
+      iex> require Overworld.Entity
+      iex> t = Overworld.Template.Test.Wire.__templates__() |> hd()
+      iex> Overworld.Template.quantize(t, Overworld.Entity.entity(x: 1.5, state: :idle))
+      ** (Overworld.Template.Error) template :walker, field :x: expected an integer, got: 1.5
+
+      iex> require Overworld.Entity
+      iex> Overworld.Template.Test.Wire.__quantize__(0, Overworld.Entity.entity(state: :sleeping))
+      ** (Overworld.Template.Error) template :walker, field :state: expected one of [:idle, :wander, :flee, :chase], got: :sleeping
+
+  A zone with a `:wire` (`Overworld.Zone`) never lets such an entity in: a spawn is refused with
+  `{:error, {:invalid_field, message}}`, and an entity that `c:Overworld.Zone.handle_entity/3`
+  returns with such a value is an invalid return (counted, logged with the error's message; the
+  entity keeps its previous state).
   """
   import Bitwise
-  alias Overworld.Template.Field
+  alias Overworld.Template.{Error, Field}
 
   @enforce_keys [:id, :name, :kinds, :fields]
   defstruct @enforce_keys
@@ -184,10 +207,18 @@ defmodule Overworld.Template do
 
   ## Quantizing
 
-  @doc "The quantized values of an entity for a template."
+  @doc """
+  The quantized values of an entity for a template.
+
+  Raises `Overworld.Template.Error` (naming the template and the field) for a value that is not
+  an integer, or not one of an enum's or bool's values (see the module doc).
+  """
   @spec quantize(t, Overworld.Entity.t()) :: values
-  def quantize(%__MODULE__{fields: fields}, entity) do
+  def quantize(%__MODULE__{name: name, fields: fields}, entity) do
     fields |> Enum.map(&Field.quantize(&1, value(&1.source, entity))) |> List.to_tuple()
+  rescue
+    # Field.quantize/2 does not know the template (an error that names one is kept as it is).
+    e in Error -> reraise %{e | template: e.template || name}, __STACKTRACE__
   end
 
   @positions %{kind: 3, x: 4, y: 5, vx: 6, vy: 7, heading: 8, state: 9}

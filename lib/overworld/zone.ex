@@ -81,10 +81,13 @@ defmodule Overworld.Zone do
   * `:wire` — a module using `Overworld.Template` (default nil): the zone then encodes, once
     per cell per tick in its workers, the cell's delta block (`Overworld.Protocol.Snapshot`),
     readable by any process from the zone's wire table (`wire/1`), and serves keyframe blocks
-    on demand (`keyframes/2`); entities whose kind has no template are not replicated. **A
-    zone without a wire cannot serve players over the network**: a session that tries to
-    join one is refused with ERROR 6 ("zone ... has no wire") and closed with 4006. Players
-    joined from Elixir (`join/3`) play it all the same.
+    on demand (`keyframes/2`); entities whose kind has no template are not replicated. An
+    entity with a value its template cannot quantize (`Overworld.Template.Error`) never enters
+    the zone: a spawn of one is refused (`{:error, {:invalid_field, message}}`), and
+    `c:handle_entity/3` returning one is an invalid return (the entity keeps its previous
+    state). **A zone without a wire cannot serve players over the network**: a session that
+    tries to join one is refused with ERROR 6 ("zone ... has no wire") and closed with 4006.
+    Players joined from Elixir (`join/3`) play it all the same.
   * `:stall_timeout` — milliseconds after which a tick that has not finished is reported (logged
     with the workers that have not answered, counted as a stall), and again every such period
     while it lasts: a `handle_entity/3` that never returns stalls its zone, not the others

@@ -95,9 +95,9 @@ defmodule Overworld.TemplateTest do
     map = Template.to_map(everything, q)
     assert map.level == 42 and map.hp == -7 and map.mode == 3 and map.alive == true
     assert map.x == 0 and map.vx == 100 and map.heading == 16384
-    other = entity(kind: :other_thing, data: {500, 5000}, state: :unknown)
+    other = entity(kind: :other_thing, data: {500, 5000}, state: 1)
     m = Template.to_map(everything, Template.quantize(everything, other))
-    # Out of range values clamp; an unknown enum value is the first one.
+    # Out of range values clamp (values that cannot be quantized raise: see below).
     assert m.level == 127 and m.hp == -50 + 2047 and m.mode == 1 and m.alive == false
   end
 
@@ -188,63 +188,61 @@ defmodule Overworld.Template.CompiledTest do
         1,
         2,
         3,
-        1.5
+        1.5,
+        "1"
       ])
     ])
   end
 
+  # Mostly a value some template accepts, now and then any value: the quantizers must then
+  # raise the same error.
+  defp value(good), do: :proper_types.frequency([{9, good}, {1, any_value()}])
+
+  defp int,
+    do:
+      :proper_types.oneof([:proper_types.integer(-3_000_000, 3_000_000), :proper_types.integer()])
+
   defp entity_gen do
-    :proper_types.bind(
-      :proper_types.list(any_value()),
-      fn _ ->
-        :proper_types.tuple(
-          List.duplicate(any_value(), 7) ++
-            [:proper_types.elements([:walker, :thing, :other_thing, :vector, :x])]
-        )
-      end,
-      false
+    :proper_types.tuple(
+      List.duplicate(value(int()), 5) ++
+        [
+          value(:proper_types.elements([:idle, :wander, :flee, :chase, :dead, 1, 2, 3])),
+          # The data tuple, or now and then missing elements.
+          :proper_types.frequency([
+            {9, :proper_types.tuple([value(int()), value(int()), value(:proper_types.bool())])},
+            {1, :proper_types.elements([nil, {}, {1}])}
+          ]),
+          :proper_types.elements([:walker, :thing, :other_thing, :vector, :x])
+        ]
     )
   end
 
-  test "quantize, keyframe and delta agree with the generic functions (property)" do
+  # The values, or the error (equal errors: the same template, field and value).
+  defp outcome(quantize) do
+    {:ok, quantize.()}
+  rescue
+    e in Template.Error -> {:error, e}
+  end
+
+  test "quantize, keyframe and delta agree with the generic functions, errors too (property)" do
     Prop.check(
       :proper.forall(
         :proper_types.tuple([:proper_types.elements(@modules), entity_gen(), entity_gen()]),
         fn {mod, {x, y, vx, vy, h, st, d, kind}, {x2, y2, vx2, vy2, h2, st2, d2, _}} ->
-          a =
-            entity(
-              kind: kind,
-              x: x,
-              y: y,
-              vx: vx,
-              vy: vy,
-              heading: h,
-              state: st,
-              data: {d, d2, st}
-            )
+          a = entity(kind: kind, x: x, y: y, vx: vx, vy: vy, heading: h, state: st, data: d)
 
           b =
-            entity(
-              kind: kind,
-              x: x2,
-              y: y2,
-              vx: vx2,
-              vy: vy2,
-              heading: h2,
-              state: st2,
-              data: {d2, d, st2}
-            )
+            entity(kind: kind, x: x2, y: y2, vx: vx2, vy: vy2, heading: h2, state: st2, data: d2)
 
           mod.__templates__()
           |> Enum.with_index()
           |> Enum.all?(fn {t, i} ->
-            qa = mod.__quantize__(i, a)
-            qb = mod.__quantize__(i, b)
+            qa = outcome(fn -> mod.__quantize__(i, a) end)
+            qb = outcome(fn -> mod.__quantize__(i, b) end)
 
-            qa == Template.quantize(t, a) and qb == Template.quantize(t, b) and
-              mod.__keyframe__(i, qa) == Template.encode_keyframe(t, qa) and
-              mod.__delta__(i, qa, qb) == Template.encode_delta(t, qa, qb) and
-              mod.__delta__(i, qa, qa) == nil and
+            qa == outcome(fn -> Template.quantize(t, a) end) and
+              qb == outcome(fn -> Template.quantize(t, b) end) and
+              encoders_agree(mod, t, i, qa, qb) and
               mod.__same__(i, a, a) and
               (not mod.__same__(i, a, b) or qa == qb) and
               mod.__same__(i, a, entity(a, vx: vx2, vy: vy2, rng: 7)) ==
@@ -257,5 +255,52 @@ defmodule Overworld.Template.CompiledTest do
       ),
       1_000
     )
+  end
+
+  defp encoders_agree(mod, t, i, {:ok, qa}, {:ok, qb}) do
+    mod.__keyframe__(i, qa) == Template.encode_keyframe(t, qa) and
+      mod.__delta__(i, qa, qb) == Template.encode_delta(t, qa, qb) and
+      mod.__delta__(i, qa, qa) == nil
+  end
+
+  defp encoders_agree(_mod, _t, _i, _qa, _qb), do: true
+
+  test "a value that cannot be quantized raises the same error, generic or compiled" do
+    mod = Overworld.Template.Test.Wire
+    [walker, everything] = mod.__templates__()
+    ok = entity(kind: :walker, x: 1024, y: 2048, heading: 100, state: :idle)
+
+    cases = [
+      {walker, 0, entity(ok, heading: 1.5),
+       "template :walker, field :heading: expected an integer, got: 1.5"},
+      {walker, 0, entity(ok, x: nil),
+       "template :walker, field :x: expected an integer, got: nil"},
+      {walker, 0, entity(ok, y: "2"),
+       ~s(template :walker, field :y: expected an integer, got: "2")},
+      {walker, 0, entity(ok, state: :sleeping),
+       "template :walker, field :state: expected one of [:idle, :wander, :flee, :chase], got: :sleeping"},
+      # A {:data, i} source without its element: not an integer.
+      {everything, 1, entity(ok, state: 1, data: {7}),
+       "template :everything, field :hp: expected an integer, got: nil"},
+      {everything, 1, entity(ok, state: 1, data: :none),
+       "template :everything, field :level: expected an integer, got: nil"},
+      {everything, 1, entity(ok, state: 4, data: {1, 2}),
+       "template :everything, field :mode: expected one of [1, 2, 3], got: 4"}
+    ]
+
+    for {t, i, e, message} <- cases do
+      generic = assert_raise Template.Error, message, fn -> Template.quantize(t, e) end
+      compiled = assert_raise Template.Error, message, fn -> mod.__quantize__(i, e) end
+      assert generic == compiled
+    end
+
+    # A bool outside [false, true] (the vectors' `flag`, from {:data, 2}).
+    vectors = Overworld.Protocol.Vectors.Wire
+    [every_type | _] = vectors.__templates__()
+    e = entity(x: 0, vx: 0, state: :idle, data: {1, 2, nil})
+    message = "template :every_type, field :flag: expected one of [false, true], got: nil"
+    assert_raise Template.Error, message, fn -> Template.quantize(every_type, e) end
+    assert_raise Template.Error, message, fn -> vectors.__quantize__(0, e) end
+    assert vectors.__quantize__(0, entity(e, data: {1, 2, true})) |> elem(6) == 1
   end
 end

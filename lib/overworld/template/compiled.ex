@@ -6,7 +6,8 @@ defmodule Overworld.Template.Compiled do
   # functions (tested), several times faster; the zone's encoder uses them.
   #
   #   __index__(kind) :: index | nil
-  #   __quantize__(index, entity) :: values
+  #   __quantize__(index, entity) :: values  (raises Overworld.Template.Error for a value it
+  #                                            cannot quantize, as Template.quantize/2 does)
   #   __keyframe__(index, values) :: bitstring
   #   __delta__(index, old, new) :: bitstring | nil
   #   __same__(index, entity_a, entity_b) :: boolean  (every replicated source identical, so
@@ -56,12 +57,24 @@ defmodule Overworld.Template.Compiled do
 
   ## Quantize
 
-  defp quantize(%Template{fields: fields}, index) do
+  defp quantize(%Template{name: name, fields: fields}, index) do
     entity = Macro.var(:entity, __MODULE__)
-    values = Enum.map(fields, &quantize_field(&1, source(&1.source, entity)))
+    qs = vars(:q, length(fields))
+
+    # One binding per field, in field order: an invalid value raises for the first bad field,
+    # as the generic quantize/2 does (the order of a tuple's elements is not specified).
+    bindings =
+      fields
+      |> Enum.zip(qs)
+      |> Enum.map(fn {f, q} ->
+        quote(do: unquote(q) = unquote(quantize_field(f, source(f.source, entity), name)))
+      end)
 
     quote do
-      def __quantize__(unquote(index), unquote(entity)), do: {unquote_splicing(values)}
+      def __quantize__(unquote(index), unquote(entity)) do
+        unquote_splicing(bindings)
+        {unquote_splicing(qs)}
+      end
     end
   end
 
@@ -82,34 +95,52 @@ defmodule Overworld.Template.Compiled do
   defp source(field, entity),
     do: quote(do: :erlang.element(unquote(Map.fetch!(@positions, field) + 1), unquote(entity)))
 
-  defp quantize_field(%Field{type: :angle, bits: b}, v) do
-    quote do
-      case unquote(v) do
+  defp quantize_field(%Field{type: :angle, bits: b} = f, v, template) do
+    clauses =
+      quote do
         v when is_integer(v) -> Bitwise.bsr(Bitwise.band(v, 65535), unquote(16 - b))
-        _ -> 0
       end
-    end
+
+    quote do: case(unquote(v), do: unquote(clauses ++ invalid(f, template)))
   end
 
-  defp quantize_field(%Field{type: t, values: values}, v) when t in [:enum, :bool] do
+  defp quantize_field(%Field{type: t, values: values} = f, v, template)
+       when t in [:enum, :bool] do
     clauses =
       values |> Enum.with_index() |> Enum.map(fn {value, i} -> {:->, [], [[value], i]} end)
 
-    clauses = clauses ++ [{:->, [], [[{:_, [], nil}], 0]}]
-    quote do: case(unquote(v), do: unquote(clauses))
+    quote do: case(unquote(v), do: unquote(clauses ++ invalid(f, template)))
   end
 
-  defp quantize_field(%Field{min: min, step: step, bits: b}, v) do
+  defp quantize_field(%Field{min: min, step: step, bits: b} = f, v, template) do
     max = (1 <<< b) - 1
     # Steps are powers of two (fixed) or 1 (uint, int): a shift floors like div for v >= min.
     shift = step |> Integer.digits(2) |> length() |> Kernel.-(1)
 
-    quote do
-      case unquote(v) do
+    clauses =
+      quote do
         v when is_integer(v) and v <= unquote(min) -> 0
         v when is_integer(v) -> min(Bitwise.bsr(v - unquote(min), unquote(shift)), unquote(max))
-        _ -> 0
       end
+
+    quote do: case(unquote(v), do: unquote(clauses ++ invalid(f, template)))
+  end
+
+  # The last clause of a field's case: any other value raises (valid values never reach it).
+  # The exception is built inline and raised with :erlang.error/1, which the compiler knows
+  # never returns: the valid clauses then compile to the same code as without this clause (a
+  # function call here would make the quantized values of earlier fields live across it).
+  defp invalid(%Field{name: name, type: type, values: values}, template) do
+    values = if type in [:enum, :bool], do: values, else: nil
+
+    quote do
+      other ->
+        :erlang.error(%Overworld.Template.Error{
+          template: unquote(template),
+          field: unquote(name),
+          value: other,
+          values: unquote(Macro.escape(values))
+        })
     end
   end
 

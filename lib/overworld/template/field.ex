@@ -191,20 +191,41 @@ defmodule Overworld.Template.Field do
   @spec bits_for(pos_integer) :: pos_integer
   def bits_for(n) when n >= 1, do: length(Integer.digits(n, 2))
 
-  @doc "The quantized value (an integer in `0..2^bits-1`) of a raw value of this field."
+  @doc """
+  The quantized value (an integer in `0..2^bits-1`) of a raw value of this field.
+
+  Integers out of a numeric field's range clamp to it (angles wrap around); a value that is not
+  an integer, or not one of an enum's or bool's `values`, raises `Overworld.Template.Error`.
+
+      iex> {:ok, f} = Overworld.Template.Field.new(:heading, :angle, bits: 8)
+      iex> Overworld.Template.Field.quantize(f, 16384)
+      64
+      iex> Overworld.Template.Field.quantize(f, 1.5)
+      ** (Overworld.Template.Error) field :heading: expected an integer, got: 1.5
+
+      iex> {:ok, f} = Overworld.Template.Field.new(:state, :enum, values: [:idle, :wander])
+      iex> Overworld.Template.Field.quantize(f, :wander)
+      1
+      iex> Overworld.Template.Field.quantize(f, :sleeping)
+      ** (Overworld.Template.Error) field :state: expected one of [:idle, :wander], got: :sleeping
+  """
   @spec quantize(t, term) :: non_neg_integer
   def quantize(%__MODULE__{type: :angle, bits: b}, v) when is_integer(v),
     do: Bitwise.bsr(Integer.mod(v, 65536), 16 - b)
 
-  def quantize(%__MODULE__{type: t, values: values}, v) when t in [:enum, :bool] do
-    Enum.find_index(values, &(&1 === v)) || 0
+  def quantize(%__MODULE__{type: t, values: values} = f, v) when t in [:enum, :bool] do
+    case Enum.find_index(values, &(&1 === v)) do
+      nil -> raise Overworld.Template.Error, field: f.name, value: v, values: values
+      i -> i
+    end
   end
 
   def quantize(%__MODULE__{min: min, step: step, bits: b}, v) when is_integer(v) do
     (v - min) |> Integer.floor_div(step) |> max(0) |> min(Bitwise.bsl(1, b) - 1)
   end
 
-  def quantize(_field, _v), do: 0
+  def quantize(%__MODULE__{name: name}, v),
+    do: raise(Overworld.Template.Error, field: name, value: v)
 
   @doc "The value a quantized integer stands for (what the client sees)."
   @spec dequantize(t, non_neg_integer) :: term

@@ -593,6 +593,17 @@ defmodule Overworld.Zone.Bucket do
         {:__failed__, kind, reason, stack} ->
           {kind, reason, Exception.format(kind, reason, stack)}
 
+        # The entity returned has a value its wire template cannot quantize (the error names
+        # template and field; where in the encoder does not matter), or a `{module, function}`
+        # source of the template failed.
+        {:__unencodable__, kind, reason, stack} ->
+          detail =
+            if is_exception(reason, Overworld.Template.Error),
+              do: Exception.message(reason),
+              else: Exception.format(kind, reason, stack)
+
+          {kind, reason, "the wire cannot encode the entity returned: " <> detail}
+
         other ->
           {:error, {:bad_return, other}, "invalid return value: #{inspect(other, limit: 10)}"}
       end

@@ -80,8 +80,10 @@ defmodule Overworld.Zone.History do
   ## One tick
 
   @doc """
-  The zone's config as one worker that owns every row, without wire and shared tables: the
-  config `step/3` runs with.
+  The zone's config as one worker that owns every row, without shared tables: the config
+  `step/3` runs with. It keeps the zone's `:wire` module: an entity that the wire cannot encode
+  keeps its previous state (see `Overworld.Template`), in the replay as in the zone (the
+  encoded cells are dropped).
 
       iex> c = Overworld.Zone.Config.new!(Overworld.Test.Game, id: :doc, size: {70, 70}, workers: 4)
       iex> one = Overworld.Zone.History.single(c)
@@ -97,7 +99,6 @@ defmodule Overworld.Zone.History do
       | workers: 1,
         stripes: List.to_tuple(stripes),
         owners: Config.owners(stripes),
-        wire: nil,
         shared: nil
     }
   end

@@ -6,8 +6,9 @@ defmodule Overworld.Zone.Pass do
   # tick's view (own cells + halo), which hands each cell its 3x3 block. For every entity the
   # zone's `handle_entity/3` computes the next state; the result goes back into its cell (most
   # entities, kept in id order), to another cell of the stripe (`movers`), to another worker
-  # (`out`), nowhere (despawned: `gone`), or — when game code fails — the entity keeps its
-  # previous state and the failure is counted.
+  # (`out`), nowhere (despawned: `gone`), or — when game code fails, or returns an entity that
+  # the zone's wire cannot encode — the entity keeps its previous state and the failure is
+  # counted.
 
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
@@ -76,7 +77,8 @@ defmodule Overworld.Zone.Pass do
       moves: moves,
       gone: gone,
       errors: errors,
-      events: events
+      # Per entity, newest first (see settle/7): flattened in that order.
+      events: for({_id, evs} <- events, ev <- evs, do: ev)
     }
   end
 
@@ -113,9 +115,8 @@ defmodule Overworld.Zone.Pass do
         full(list, k, view, env, [], acc)
       end
 
-    stays = reverse(stays)
     {desc, border, wired} = out
-    wired = if wire, do: [Wire.cell(wire, k, list, stays) | wired], else: nil
+    {stays, wired, acc} = wire_cell(wire, k, list, reverse(stays), wired, acc, env)
 
     case stays do
       [] ->
@@ -130,6 +131,46 @@ defmodule Overworld.Zone.Pass do
   end
 
   defp done({desc, border, wired}, acc), do: {desc, :lists.reverse(border), wired, acc}
+
+  # The cell's ops, with a wire. Game code may return an entity that the wire cannot encode (a
+  # value its template cannot quantize): rare, so it is not checked entity by entity but when
+  # encoding the cell raises. Then the cell is redone: every entity that cannot be encoded
+  # keeps its previous state (same id in the cell's old list, which was encoded last tick), a
+  # failure like any invalid return, and the cell is encoded again. (Entities that left the
+  # cell were checked when they moved: see move/6.)
+  defp wire_cell(nil, _k, _list, stays, nil, acc, _env), do: {stays, nil, acc}
+
+  defp wire_cell(wire, k, list, stays, wired, acc, env) do
+    {stays, [Wire.cell(wire, k, list, stays) | wired], acc}
+  catch
+    _, _ ->
+      {stays, acc} = encodable(stays, list, wire, [], acc, env)
+      {stays, [Wire.cell(wire, k, list, stays) | wired], acc}
+  end
+
+  defp encodable([], _list, _wire, kept, acc, _env), do: {:lists.reverse(kept), acc}
+
+  defp encodable([e | rest], list, wire, kept, acc, env) do
+    case unencodable(wire, e) do
+      nil ->
+        encodable(rest, list, wire, [e | kept], acc, env)
+
+      failure ->
+        {_, _, _, _, _, _, _, inputs, _, _} = env
+        old = with_input(List.keyfind(list, entity(e, :id), 1), inputs)
+        encodable(rest, list, wire, [old | kept], failed_encoding(acc, e, failure), env)
+    end
+  end
+
+  # nil, or why the wire cannot encode the entity (a failure to report, see Bucket).
+  defp unencodable(nil, _e), do: nil
+
+  defp unencodable(wire, e) do
+    case Wire.check(wire, e) do
+      :ok -> nil
+      {:error, kind, reason, stack} -> {:__unencodable__, kind, reason, stack}
+    end
+  end
 
   # Most cells hold a handful of entities: reversing them inline beats the BIF call.
   defp reverse([_] = l), do: l
@@ -205,13 +246,16 @@ defmodule Overworld.Zone.Pass do
       when is_integer(x) and is_integer(y) ->
         e2 = clamp(e2, x, y, w, h)
         k2 = Grid.key(grid, entity(e2, :x), entity(e2, :y))
-        if k2 === k, do: {[e2 | stays], acc}, else: {stays, moved(acc, e2, k2, env)}
+        if k2 === k, do: {[e2 | stays], acc}, else: move(e, e2, k2, stays, acc, env)
 
       # Durable events of game code (`c:Overworld.Zone.handle_entity/3`): journaled by the zone.
+      # Kept with the entity's id: an entity that the wire then cannot encode is a failure,
+      # and its events go (see failed_encoding/3).
       {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2, events}
       when is_integer(x) and is_integer(y) and is_list(events) ->
         {movers, out, moves, gone, errors, evs} = acc
-        settle({:ok, e2}, e, id, k, stays, {movers, out, moves, gone, errors, events ++ evs}, env)
+        acc = {movers, out, moves, gone, errors, [{id, events} | evs]}
+        settle({:ok, e2}, e, id, k, stays, acc, env)
 
       :despawn ->
         {stays, gone(acc, e)}
@@ -223,6 +267,16 @@ defmodule Overworld.Zone.Pass do
 
   defp clamp(e, x, y, w, h) when x >= 0 and x <= w and y >= 0 and y <= h, do: e
   defp clamp(e, x, y, w, h), do: entity(e, x: x |> max(0) |> min(w), y: y |> max(0) |> min(h))
+
+  # An entity that changes cell is encoded after the grid phase, as an arrival in its new cell
+  # (maybe on another worker): with a wire it is checked now (movers are few per tick), so that
+  # one the wire cannot encode keeps its previous state like any invalid return.
+  defp move(e, e2, k2, stays, acc, env) do
+    case unencodable(elem(env, 9), e2) do
+      nil -> {stays, moved(acc, e2, k2, env)}
+      failure -> {[e | stays], failed_encoding(acc, e, failure)}
+    end
+  end
 
   defp moved({movers, out, moves, gone, errors, evs}, e, k2, env) do
     {_, grid, owners, me, _, _, _, _, _, _} = env
@@ -242,6 +296,13 @@ defmodule Overworld.Zone.Pass do
 
   defp gone({movers, out, moves, gone, errors, evs}, e),
     do: {movers, out, moves, [e | gone], errors, evs}
+
+  # An entity that the wire cannot encode: a failure like any invalid return, so the events it
+  # returned go too.
+  defp failed_encoding({movers, out, moves, gone, errors, evs}, e, failure) do
+    evs = List.keydelete(evs, entity(e, :id), 0)
+    failed({movers, out, moves, gone, errors, evs}, e, failure)
+  end
 
   defp failed({movers, out, moves, gone, {count, first}, evs}, e, result) do
     first = first || {entity(e, :id), result}

@@ -5,7 +5,7 @@ defmodule Overworld.Zone.Spawn do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 1]
   alias Overworld.Random
-  alias Overworld.Zone.Config
+  alias Overworld.Zone.{Config, Wire}
 
   @keys [:kind, :x, :y, :vx, :vy, :heading, :state, :rng, :data, :input]
 
@@ -27,7 +27,9 @@ defmodule Overworld.Zone.Spawn do
 
   @doc """
   Builds the entity `id` from a spec. Positions are clamped into the world; `:rng` defaults to
-  the entity's seed from the zone seed.
+  the entity's seed from the zone seed. With a `:wire`, an entity that it cannot encode (a
+  value its template cannot quantize, see `Overworld.Template`) is refused:
+  `{:error, {:invalid_field, message}}`, the message naming the template and the field.
 
       iex> config = Overworld.Zone.Config.new!(Overworld.Test.ProbeZone, id: :doc, size: {10, 10})
       iex> {:ok, e} = Overworld.Zone.Spawn.build(config, [kind: :rock, x: -5, y: 3], 7, nil)
@@ -49,21 +51,23 @@ defmodule Overworld.Zone.Spawn do
          {:ok, vy} <- int_field(fields, :vy, 0),
          {:ok, heading} <- int_field(fields, :heading, 0),
          {:ok, rng} <- int_field(fields, :rng, 0) do
-      {:ok,
-       entity(
-         id: id,
-         kind: Map.get(fields, :kind),
-         x: x |> max(0) |> min(config.width),
-         y: y |> max(0) |> min(config.height),
-         vx: vx,
-         vy: vy,
-         heading: Integer.mod(heading, 65536),
-         state: Map.get(fields, :state),
-         rng: seed(rng, config.seed, id),
-         data: Map.get(fields, :data),
-         owner: owner,
-         input: Map.get(fields, :input)
-       )}
+      e =
+        entity(
+          id: id,
+          kind: Map.get(fields, :kind),
+          x: x |> max(0) |> min(config.width),
+          y: y |> max(0) |> min(config.height),
+          vx: vx,
+          vy: vy,
+          heading: Integer.mod(heading, 65536),
+          state: Map.get(fields, :state),
+          rng: seed(rng, config.seed, id),
+          data: Map.get(fields, :data),
+          owner: owner,
+          input: Map.get(fields, :input)
+        )
+
+      encodable(config, e)
     else
       [:__bad__] -> {:error, {:bad_spec, spec}}
       unknown when is_list(unknown) -> {:error, {:unknown_fields, unknown}}
@@ -72,6 +76,24 @@ defmodule Overworld.Zone.Spawn do
   end
 
   def build(_config, spec, _id, _owner), do: {:error, {:bad_spec, spec}}
+
+  # The workers encode every entity they hold each tick: one they could not encode must not get
+  # there (game code returning such an entity keeps its previous state; a spawn has none).
+  defp encodable(%Config{wire: nil}, e), do: {:ok, e}
+
+  defp encodable(%Config{wire: wire}, e) do
+    case Wire.check(Wire.funs(wire), e) do
+      :ok ->
+        {:ok, e}
+
+      {:error, :error, %Overworld.Template.Error{} = error, _stack} ->
+        {:error, {:invalid_field, Exception.message(error)}}
+
+      # A `{module, function}` source failed.
+      {:error, kind, reason, stack} ->
+        {:error, {:invalid_field, Exception.format_banner(kind, reason, stack)}}
+    end
+  end
 
   # A generator state must be a non-zero 32-bit integer.
   defp seed(rng, zone_seed, id) do

@@ -42,6 +42,24 @@ defmodule Overworld.Zone.Wire do
     do: {&mod.__index__/1, &mod.__quantize__/2, &mod.__delta__/3, &mod.__same__/3}
 
   @doc false
+  # :ok when the wire can encode the entity (or does not replicate its kind); otherwise how
+  # quantizing it failed: a value that its template cannot quantize (`Overworld.Template.Error`),
+  # or a `{module, function}` source (game code too) that raised, threw or exited.
+  @spec check(funs, Overworld.Entity.t()) :: :ok | {:error, atom, term, list}
+  def check({index, quantize, _, _}, e) do
+    case index.(entity(e, :kind)) do
+      nil ->
+        :ok
+
+      ti ->
+        _ = quantize.(ti, e)
+        :ok
+    end
+  catch
+    kind, reason -> {:error, kind, reason, __STACKTRACE__}
+  end
+
+  @doc false
   # The ops of a cell: {key, the ops' bit fragments in reverse, any op not 00?, arrivals in the
   # cell (entities that changed template)}.
   @spec cell(funs, integer, [Overworld.Entity.t()], [Overworld.Entity.t()]) :: cell

@@ -92,6 +92,61 @@ defmodule Overworld.Zone.HistoryTest do
     assert game == List.last(dump.ticks).game
   end
 
+  defmodule Faulty do
+    @moduledoc false
+    # Walkers stepping east; from tick 3 on, the one whose state is :flee returns a heading
+    # that the zone's wire cannot encode (so it keeps its previous state).
+    use Overworld.Zone
+    require Overworld.Entity
+    import Overworld.Entity, only: [entity: 2]
+
+    @impl true
+    def init(_args) do
+      specs =
+        for i <- 1..20,
+            do: [
+              kind: :walker,
+              x: i * 5000,
+              y: i * 9000,
+              state: if(i == 7, do: :flee, else: :idle)
+            ]
+
+      {:ok, nil, [{:spawn, specs}]}
+    end
+
+    @impl true
+    def handle_entity(e, _view, ctx) do
+      if entity(e, :state) == :flee and ctx.tick >= 3,
+        do: {:ok, entity(e, heading: 1.5)},
+        else: {:ok, entity(e, x: entity(e, :x) + 700)}
+    end
+  end
+
+  test "a zone with a wire replays the same, an entity that the wire cannot encode included" do
+    id = {__MODULE__, make_ref()}
+
+    {:ok, _} =
+      Overworld.start_zone(Faulty,
+        id: id,
+        clock: :manual,
+        workers: 2,
+        size: {200, 200},
+        wire: Overworld.Template.Test.Wire,
+        history: 100,
+        keyframe_ticks: 10,
+        debug: true
+      )
+
+    on_exit(fn -> Overworld.stop_zone(id) end)
+    {:ok, 40} = Zone.tick_now(id, 40)
+    assert Zone.metrics(id).callback_errors == 38
+    {:ok, dump} = History.dump(id)
+    r = History.replay(dump)
+    assert r.mismatches == [] and r.checked >= 30
+    {:ok, cells, _game} = History.state_at(dump, 40)
+    assert sorted(Sweep.entities(cells)) == sorted(Zone.entities(id))
+  end
+
   test "state_at a past tick is what the zone held then", %{zone: zone, dump: dump, seen: seen} do
     for t <- [250, 280, 299] do
       {:ok, cells, _game} = History.state_at(dump, t)

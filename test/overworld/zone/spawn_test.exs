@@ -28,4 +28,27 @@ defmodule Overworld.Zone.SpawnTest do
       assert {:error, _} = Spawn.build(config, spec, 1, nil)
     end
   end
+
+  test "with a wire, an entity that it cannot encode is refused with the error" do
+    config =
+      Config.new!(Overworld.Test.ProbeZone,
+        id: :spawn_wire_test,
+        size: {10, 10},
+        wire: Overworld.Template.Test.Wire
+      )
+
+    assert {:ok, _} = Spawn.build(config, [kind: :walker, x: 1, y: 1, state: :idle], 1, nil)
+    # Kinds without a template are not replicated: anything goes.
+    assert {:ok, _} = Spawn.build(config, [kind: :rock, x: 1, y: 1, state: 1.5], 1, nil)
+
+    assert Spawn.build(config, [kind: :walker, x: 1, y: 1], 1, nil) ==
+             {:error,
+              {:invalid_field,
+               "template :walker, field :state: expected one of [:idle, :wander, :flee, :chase], got: nil"}}
+
+    assert Spawn.build(config, [kind: :thing, x: 1, y: 1, state: 1, data: {1.5, 2}], 1, nil) ==
+             {:error,
+              {:invalid_field,
+               "template :everything, field :level: expected an integer, got: 1.5"}}
+  end
 end
