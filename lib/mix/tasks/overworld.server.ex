@@ -153,10 +153,14 @@ defmodule Mix.Tasks.Overworld.Server do
     trap = Process.flag(:trap_exit, true)
     result = Overworld.Server.start_link(server_opts)
 
-    receive do
-      {:EXIT, _pid, _reason} -> :ok
-    after
-      0 -> :ok
+    # A supervisor that failed to start answers first and exits right after: its exit signal
+    # is waited for while exits are still trapped.
+    if match?({:error, _}, result) do
+      receive do
+        {:EXIT, _pid, _reason} -> :ok
+      after
+        5_000 -> :ok
+      end
     end
 
     Process.flag(:trap_exit, trap)
