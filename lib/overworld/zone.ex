@@ -41,7 +41,7 @@ defmodule Overworld.Zone do
   of `Overworld.Entity` fields without `id` (`:x` and `:y` are required); `:rng` defaults to
   `Overworld.Random.seed_for(zone_seed, id)`.
 
-  ### Inputs since 0.2: no `handle_input/3`
+  ### Inputs: no `handle_input/3`
 
   Earlier versions ran `handle_input/3` in the zone server once per player per tick. At
   thousands of players sending inputs ten times a second one process cannot do that within a
@@ -285,7 +285,7 @@ defmodule Overworld.Zone do
       IO.warn(
         "#{inspect(env.module)}.handle_input/3 is no longer called: inputs go from the " <>
           "sessions to the bucket workers. Validate them in decode_input/1 and act on " <>
-          "entity(e, :input) in handle_entity/3 (see Overworld.Zone, \"Inputs since 0.2\")",
+          "entity(e, :input) in handle_entity/3 (see Overworld.Zone, \"Inputs: no handle_input/3\")",
         Macro.Env.stacktrace(env)
       )
     end

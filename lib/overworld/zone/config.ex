@@ -1,7 +1,19 @@
 defmodule Overworld.Zone.Config do
-  @moduledoc false
-  # Validated zone options (see `Overworld.Zone` for the list) and the geometry derived from
-  # them: the grid and the stripes of rows each bucket worker owns.
+  @moduledoc """
+  A zone's configuration, as `Overworld.Zone.config/1` answers it: the options the zone was
+  started with, validated (the keys and defaults of `Overworld.Zone`'s options: `id`,
+  `module`, `args`, `tick_rate`, `clock`, `workers`, `size`, `cell_size`, `seed`,
+  `max_entities`, `wire`, `data_dir`, ...), and what follows from them:
+
+  * `width`, `height` — the world's size in units (1/1024 m; `size` is in metres);
+  * `grid` — the spatial grid (`Overworld.Spatial.Grid`: cell size in units, rows, columns);
+  * `stripes`, `owners` — the rows each bucket worker owns;
+  * `wire_kinds` — entity kind => the index of its template in the wire module's list;
+  * `shared` — the zone's counters and tables (internal: read them through the functions of
+    `Overworld.Zone`).
+
+  Read it, never build it: zones make their own from their options.
+  """
 
   alias Overworld.Entity
   alias Overworld.Spatial.Grid

@@ -6,6 +6,7 @@ defmodule Overworld.Zone.Dispatch do
   # The players' inputs are not in the message: each worker takes them from its input slots
   # when the tick starts (`Overworld.Zone.Inputs`).
 
+  require Logger
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.Telemetry
@@ -153,6 +154,40 @@ defmodule Overworld.Zone.Dispatch do
   end
 
   defp us(native), do: System.convert_time_unit(native, :native, :microsecond)
+
+  @doc """
+  The running tick has not finished after `:stall_timeout`: counted and logged, with where
+  each worker that has not reported is (a worker stuck in game code, the others waiting for
+  it at the border exchange).
+  """
+  @spec stalled(State.t()) :: :ok
+  def stalled(%State{running: %{n: n} = r} = st) do
+    waiting = Enum.to_list(0..(st.config.workers - 1)) -- r.reported
+    Metrics.add(st.metrics, :stalls, 1)
+
+    where =
+      Enum.map_join(waiting, "; ", fn w ->
+        stack =
+          case Process.info(elem(st.workers, w), :current_stacktrace) do
+            {:current_stacktrace, frames} ->
+              frames
+              |> Enum.take(3)
+              |> Enum.map_join(" < ", fn {m, f, a, _} -> Exception.format_mfa(m, f, a) end)
+
+            nil ->
+              "dead"
+          end
+
+        "worker #{w} in #{stack}"
+      end)
+
+    Logger.error(
+      "zone #{inspect(st.config.id)} tick #{n} has not finished after " <>
+        "#{st.config.stall_timeout} ms: bucket workers #{inspect(waiting)} have not reported " <>
+        "(#{where}); the zone waits, other zones carry on",
+      tick: n
+    )
+  end
 
   @doc "Merges the workers' answers to a query."
   @spec merge(term, [term]) :: term

@@ -389,36 +389,9 @@ defmodule Overworld.Zone.Server do
       else: {:noreply, st}
   end
 
-  # A tick still running after :stall_timeout: say so, with where each silent worker is (a worker
-  # stuck in game code, the others waiting for it at the border exchange), and again every
-  # period while it lasts.
-  def handle_info({:stalled, epoch, n}, %State{epoch: epoch, running: %{n: n} = r} = st) do
-    waiting = Enum.to_list(0..(st.config.workers - 1)) -- r.reported
-    Metrics.add(st.metrics, :stalls, 1)
-
-    where =
-      Enum.map_join(waiting, "; ", fn w ->
-        stack =
-          case Process.info(elem(st.workers, w), :current_stacktrace) do
-            {:current_stacktrace, frames} ->
-              frames
-              |> Enum.take(3)
-              |> Enum.map_join(" < ", fn {m, f, a, _} -> Exception.format_mfa(m, f, a) end)
-
-            nil ->
-              "dead"
-          end
-
-        "worker #{w} in #{stack}"
-      end)
-
-    Logger.error(
-      "zone #{inspect(st.config.id)} tick #{n} has not finished after " <>
-        "#{st.config.stall_timeout} ms: bucket workers #{inspect(waiting)} have not reported " <>
-        "(#{where}); the zone waits, other zones carry on",
-      tick: n
-    )
-
+  # A tick still running after :stall_timeout: said, and again every period while it lasts.
+  def handle_info({:stalled, epoch, n}, %State{epoch: epoch, running: %{n: n}} = st) do
+    Dispatch.stalled(st)
     Process.send_after(self(), {:stalled, epoch, n}, st.config.stall_timeout)
     {:noreply, st}
   end
