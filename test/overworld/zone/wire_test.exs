@@ -84,7 +84,7 @@ defmodule Overworld.Zone.WireTest do
         Enum.map(keyframes, &{1, elem(&1, 1)})
       else
         for w <- 0..(workers - 1),
-            [{_, ^n, data, index, first}] = :ets.lookup(table, {:tick, w, rem(n, 16)}),
+            {data, index, first} = Overworld.Zone.Wire.tick(table, w, n),
             {key, count, slice} <- per_key(data, index, first) do
           # Each key's slice is that cell's one block.
           assert count == 1
