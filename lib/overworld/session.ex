@@ -18,10 +18,12 @@ defmodule Overworld.Session do
      ever blocking (`port_command` with `:nosuspend`). When the client does not read, snapshots
      are skipped (the next one carries everything since: coalescing) and past
      `:max_outbound` queued bytes or `:slow_timeout` the connection is closed (4005). INPUTs
-     are decoded by the zone module's `decode_input/1` and forwarded with their sequence
-     number, at most `:input_rate` per second (the excess is dropped and counted). PING gets
+     are decoded by the zone module's `decode_input/1` and written, with their sequence
+     number, into the player's input slot (`Overworld.Zone.put_input/3`: the worker holding the
+     avatar applies the newest next tick), at most `:input_rate` per second (the excess is
+     dropped and counted). PING gets
      PONG, RESYNC restarts the snapshots from baseline 0, RELIABLE messages reach the zone's
-     `handle_info/2` as `{:overworld_event, user_id, payload}`.
+     `c:Overworld.Zone.handle_event/3`, in order.
   4. **Disconnect**: a close frame 1000 from the client leaves the zone at once. Any other
      end (a lost connection, 1001, a protocol error) keeps the player in the zone for the
      `:grace_period`; a reconnect of the same user within it resumes the same entity. Then

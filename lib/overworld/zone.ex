@@ -357,9 +357,9 @@ defmodule Overworld.Zone do
   @doc false
   # A session taking over a player already in the zone: the zone's reliable messages for the
   # player (`{:send, player, payload}`) go to `pid` from now on. Never joins.
-  @spec claim_session(zone, player, pid) :: :ok | {:error, :not_joined | :not_found}
-  def claim_session(zone, player, pid) when is_pid(pid),
-    do: tagged_call(zone, {:claim_session, player, pid}, 2_000)
+  @spec claim_session(zone, player, pid, timeout) :: :ok | {:error, :not_joined | :not_found}
+  def claim_session(zone, player, pid, timeout \\ 2_000) when is_pid(pid),
+    do: tagged_call(zone, {:claim_session, player, pid}, timeout)
 
   @doc "Removes `player` and its entity (`c:handle_leave/3` runs first)."
   @spec leave(zone, player, term) :: :ok | {:error, :not_joined | term}

@@ -252,6 +252,38 @@ defmodule Overworld.SessionTest do
     end
   end
 
+  # The close code and the last ERROR code before it, waiting up to `ms` for them.
+  defp close_within(conn, ms, error \\ nil) do
+    case recv(conn, ms) do
+      {{:close, code, _}, conn} -> Client.close(conn) && {code, error}
+      {%{type: :error, code: c}, conn} -> close_within(conn, ms, c)
+      {{:error, reason}, _} -> flunk("no close frame: #{inspect(reason)}")
+      {_other, conn} -> close_within(conn, ms, error)
+    end
+  end
+
+  describe "the zone stops" do
+    test "its players are closed with 4006; inputs sent meanwhile are dropped, no session crashes",
+         %{world: w, witness: witness} do
+      p = w |> join() |> snapshots(2)
+      {:ok, slot} = Overworld.Zone.input_slot(w.zone, p.user)
+
+      log =
+        capture_log(fn ->
+          stop_supervised!({Overworld.Zone, w.zone})
+          # The slot's tables went with the zone: writing answers, never raises.
+          assert :ok = Overworld.Zone.put_input(slot, {1, 1}, 99)
+          :ok = Client.send_msg(p.conn, %{type: :input, seq: 1, ack: 0, payload: <<1, 1>>})
+          # (A session looks for a restarted zone server for 5 s before it gives up.)
+          assert {4006, 6} = close_within(p.conn, 8_000)
+          assert {4006, 6} = close_within(witness.conn, 8_000)
+        end)
+
+      refute log =~ "terminating"
+      refute log =~ "ArgumentError"
+    end
+  end
+
   describe "bad clients (the witness keeps its snapshots)" do
     test "a garbage binary message: ERROR 2, close 4002", %{world: w, witness: witness} do
       p = join(w)

@@ -116,8 +116,10 @@ defmodule Overworld.Session.Hello do
   """
   @spec reattach(Session.t(), pid) :: tuple
   def reattach(st, pid) do
-    with true <- Overworld.Zone.player_entity(st.zone, st.user) == st.entity,
-         {:error, :already_joined} <- Overworld.Zone.join(st.zone, st.user, %{session: self()}),
+    # The claim is a call: answered once the new server has finished starting (its players
+    # read back), so what follows sees its players, never a half-loaded table.
+    with :ok <- Overworld.Zone.claim_session(st.zone, st.user, self(), 10_000),
+         true <- Overworld.Zone.player_entity(st.zone, st.user) == st.entity,
          :ok <- Overworld.Zone.subscribe(st.zone, self()) do
       Process.monitor(pid)
       obs = st.obs && Interest.resync(st.obs, :zone_restarted)

@@ -275,7 +275,7 @@ defmodule Overworld.Zone.Bucket do
   defp run_tick(st, n, simulate?, ctx, spawns, despawns, sent_at) do
     t_in = System.monotonic_time()
     %Config{grid: grid} = st.config
-    st = arrived(st, spawns)
+    st = arrived(st, spawns, simulate?)
     {inputs, acks} = Inputs.take(st.inputs, st.index, st.avatars)
     record_inputs(st, n, inputs)
     t0 = System.monotonic_time()
@@ -312,8 +312,10 @@ defmodule Overworld.Zone.Bucket do
       Enum.split_while(halo, fn {k, _} -> k < st.bounds |> elem(1) |> first_key(grid) end)
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
-    st = avatars(st, pass, migrants_in, despawns)
+    {st, gone} = avatars(st, pass, migrants_in, despawns)
     st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own, acks)
+    # (After the publication: its acknowledgements of their last inputs go too.)
+    for id <- gone, do: forget_avatar(st, id)
 
     count =
       st.count + length(migrants_in) - length(pass.out) - length(pass.gone) - removed +
@@ -355,33 +357,42 @@ defmodule Overworld.Zone.Bucket do
   ## Avatars and their inputs (Overworld.Zone.Inputs)
 
   # Avatars spawning here: ours from this tick on (an input sent before the avatar existed
-  # reaches it as it spawns), routed to us (a recovery from the store or a rewind loads them
-  # without a join).
-  defp arrived(st, spawns) do
+  # reaches it as it spawns: the zone routed it here when its player joined). A load step (a
+  # recovery from the store, a rewind) loads avatars without a join: they are routed here.
+  defp arrived(st, spawns, simulate?) do
     case for e <- spawns, entity(e, :owner) != nil, do: entity(e, :id) do
       [] ->
         st
 
       ids ->
-        Inputs.routes(st.inputs, for(id <- ids, do: {id, st.index}))
+        if not simulate?, do: Inputs.routes(st.inputs, for(id <- ids, do: {id, st.index}))
         %{st | avatars: Enum.reduce(ids, st.avatars, &Map.put(&2, &1, true))}
     end
   end
 
-  # After the pass and the exchange: avatars that left for another stripe (routed there),
-  # came from one, or are gone.
+  # After the pass and the exchange: avatars that left for another stripe (routed there, if
+  # their player is still in the zone), came from one, or are gone (answered: their route,
+  # input slot, position and acknowledgement are then forgotten, rows that may have been
+  # written while their despawn was on its way).
   defp avatars(st, pass, migrants_in, despawns) do
     case {pass.moves, pass.gone, migrants_in, map_size(despawns)} do
       {[], [], [], 0} ->
-        st
+        {st, []}
 
       _ ->
-        if pass.moves != [], do: Inputs.routes(st.inputs, pass.moves)
+        if pass.moves != [], do: Inputs.reroute(st.inputs, pass.moves)
         gone = for e <- pass.gone, entity(e, :owner) != nil, do: entity(e, :id)
-        left = Enum.map(pass.moves, &elem(&1, 0)) ++ gone ++ Map.keys(despawns)
+        despawned = for {id, _} <- despawns, is_map_key(st.avatars, id), do: id
+        gone = Enum.uniq(gone ++ despawned)
+        left = Enum.map(pass.moves, &elem(&1, 0)) ++ gone
         came = for e <- migrants_in, entity(e, :owner) != nil, do: {entity(e, :id), true}
-        %{st | avatars: st.avatars |> Map.drop(left) |> Map.merge(Map.new(came))}
+        {%{st | avatars: st.avatars |> Map.drop(left) |> Map.merge(Map.new(came))}, gone}
     end
+  end
+
+  defp forget_avatar(st, id) do
+    Inputs.forget(st.inputs, id)
+    if st.encoder, do: Wire.forget_player(st.config.shared.wire, id)
   end
 
   # The inputs a tick applied, for the zone's time-travel history (Overworld.Zone.History).

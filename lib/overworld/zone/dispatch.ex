@@ -48,22 +48,31 @@ defmodule Overworld.Zone.Dispatch do
   """
   @spec tick(State.t(), non_neg_integer, boolean) :: State.t()
   def tick(%State{} = st, n, simulate?) do
+    spawns = unborn(st.spawns, st.despawns)
+
     Memory.put_tick(st.memory, st.config.history, %{
       n: n,
       simulate: simulate?,
-      spawns: st.spawns,
+      spawns: spawns,
       despawns: st.despawns,
       game: st.game,
       next_id: st.next_id
     })
 
     ctx = context(st.config, n)
-
-    running =
-      send_tick(st.config, st.workers, st.epoch, n, simulate?, ctx, st.spawns, st.despawns)
+    running = send_tick(st.config, st.workers, st.epoch, n, simulate?, ctx, spawns, st.despawns)
 
     Process.send_after(self(), {:stalled, st.epoch, n}, st.config.stall_timeout)
     %{st | spawns: [], despawns: [], running: running}
+  end
+
+  # An entity spawned and despawned before the same tick (a player that joined and left)
+  # never appears.
+  defp unborn(spawns, []), do: spawns
+
+  defp unborn(spawns, despawns) do
+    gone = MapSet.new(despawns)
+    Enum.reject(spawns, &MapSet.member?(gone, entity(&1, :id)))
   end
 
   @doc """

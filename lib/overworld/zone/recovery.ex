@@ -42,8 +42,11 @@ defmodule Overworld.Zone.Recovery do
   end
 
   defp fresh(st) do
-    # A world that starts over: nothing of a previous one is remembered (but its subscribers).
+    # A world that starts over: nothing of a previous one is remembered (but its subscribers):
+    # entity ids start over, so no input, route or acknowledgement of an old avatar may reach
+    # a new one.
     Memory.forget_world(st.memory)
+    State.forget_inputs(st, true)
 
     with {:ok, st} <- run_init(st) do
       # Tick 0: the initial entities are loaded, without a simulation pass.
@@ -266,6 +269,7 @@ defmodule Overworld.Zone.Recovery do
       # history, hashes, pending changes and players go too (the players come back from
       # the snapshot and the journal).
       State.forget_wire_ticks(st)
+      State.forget_inputs(st, false)
       Memory.forget_world(st.memory)
       for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
       deadline = System.monotonic_time(:millisecond) + st.config.rejoin_ms

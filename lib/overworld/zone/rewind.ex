@@ -35,6 +35,13 @@ defmodule Overworld.Zone.Rewind do
 
     Memory.forget_history(st.memory)
     State.forget_wire_ticks(st)
+    # Inputs sent before the rewind do not apply to the past; the players it brings back are
+    # remembered (their inputs find them again, a restarted server keeps them).
+    State.forget_inputs(st, false)
+
+    for {player, id} <- Players.to_map(players),
+        do: Memory.put_player(st.memory, player, id, Map.get(st.sessions, player))
+
     st = %{st | tick: tick, game: game, players: players, spawns: entities, despawns: []}
     st = st |> Dispatch.tick(tick, false) |> Server.await_load()
 

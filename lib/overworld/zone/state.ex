@@ -138,4 +138,17 @@ defmodule Overworld.Zone.State do
     do: Overworld.Zone.Wire.forget_ticks(table)
 
   def forget_wire_ticks(_st), do: true
+
+  @doc """
+  A zone that starts a new world (`init/1` again: entity ids start over) or goes back to an
+  older one (its store, a rewind): no input sent before applies, and no avatar keeps a route
+  (the load step routes the avatars it loads); the avatars' positions go (they come again
+  with the tick), and with `acks: true` (ids start over) their acknowledgements.
+  """
+  @spec forget_inputs(t, boolean) :: :ok
+  def forget_inputs(%__MODULE__{config: %Config{shared: shared}}, acks?) do
+    Overworld.Zone.Inputs.reset(shared.inputs)
+    if shared.wire, do: Overworld.Zone.Wire.forget_players(shared.wire, acks?)
+    :ok
+  end
 end

@@ -316,6 +316,16 @@ defmodule Overworld.Zone.Wire do
     :ets.delete(table, {:pos, id})
   end
 
+  @doc false
+  # Forgets every avatar's position and acknowledgement (a zone that starts a new world:
+  # entity ids start over) or only the positions (`acks: false`: a zone recovered from its
+  # store, whose avatars keep their ids; their positions come again with the next tick).
+  @spec forget_players(:ets.tid(), boolean) :: true
+  def forget_players(table, acks? \\ true) do
+    :ets.match_delete(table, {{:pos, :_}, :_, :_, :_})
+    if acks?, do: :ets.match_delete(table, {{:ack, :_}, :_}), else: true
+  end
+
   @doc """
   Forgets every published block (ticks and keyframes): a zone recovered from a snapshot ticks
   again from an older tick, and must not be mixed with blocks of the lost timeline.

@@ -6,6 +6,7 @@ defmodule Overworld.Zone.InputsTest do
   alias Overworld.Zone
   alias Overworld.Zone.{Inputs, Memory, Wire}
   alias Overworld.Test.ProbeZone
+  import ExUnit.CaptureLog
 
   describe "slots (the tables alone)" do
     test "latest wins; a take empties the worker's table; a slot written after it waits" do
@@ -41,6 +42,39 @@ defmodule Overworld.Zone.InputsTest do
       :ok = Inputs.put(t, 7, :newer, 3)
       assert {%{}, []} = Inputs.take(t, 0, %{})
       assert {%{7 => :newer}, [{7, 3}]} = Inputs.take(t, 1, %{7 => true})
+    end
+
+    test "an input older than one a worker already applied is dropped when it moves, never applied after it" do
+      t = Inputs.new(2)
+      Inputs.route(t, 7, 0)
+      # Written during the tick in which the avatar crosses, before the worker re-routes it.
+      :ok = Inputs.put(t, 7, :older, 1)
+      Inputs.reroute(t, [{7, 1}])
+      :ok = Inputs.put(t, 7, :newer, 2)
+      # The next tick, the workers in parallel: worker 1 takes first, then worker 0 moves.
+      assert {%{7 => :newer}, [{7, 2}]} = Inputs.take(t, 1, %{7 => true})
+      assert {%{}, []} = Inputs.take(t, 0, %{})
+      assert {%{}, []} = Inputs.take(t, 1, %{7 => true})
+
+      # Worker 0 moves first: the newer slot waiting in worker 1's table is kept.
+      :ok = Inputs.put(t, 7, :a, 3)
+      Inputs.route(t, 7, 0)
+      :ok = Inputs.put(t, 7, :b, 4)
+      Inputs.reroute(t, [{7, 1}])
+      :ok = Inputs.put(t, 7, :c, 5)
+      assert {%{}, []} = Inputs.take(t, 0, %{})
+      assert {%{7 => :c}, [{7, 5}]} = Inputs.take(t, 1, %{7 => true})
+    end
+
+    test "a player that left is not routed again, and a put to a zone that is gone answers" do
+      t = Inputs.new(2)
+      Inputs.route(t, 7, 0)
+      Inputs.forget(t, 7)
+      # Its avatar crossed a stripe in the tick it left: not routed again.
+      Inputs.reroute(t, [{7, 1}])
+      assert {:error, :no_route} = Inputs.put(t, 7, :late, 1)
+      :ets.delete(t.routes)
+      assert {:error, :not_found} = Inputs.put(t, 7, :gone, 2)
     end
 
     test "a slot waits for its avatar to arrive, and goes with its player" do
@@ -113,6 +147,101 @@ defmodule Overworld.Zone.InputsTest do
       Zone.input(zone, "ann", {3, 0}, 43)
       {:ok, _} = Zone.tick_now(zone)
       assert Zone.entity(zone, id) == nil
+    end
+
+    test "across a stripe border, an input older than one applied never comes after it" do
+      # As an input that a session wrote to the old worker while the avatar crossed: it must
+      # not be applied after the newer one the new worker took meanwhile, nor the ack go back.
+      for _ <- 1..20 do
+        zone = start(workers: 2, wire: Overworld.Template.Test.Wire)
+        {:ok, id} = Zone.join(zone, "ann", %{x: 20_000, y: 50_500})
+        {:ok, 1} = Zone.tick_now(zone)
+        inputs = Zone.config(zone).shared.inputs
+        table = Zone.wire(zone).table
+        Zone.input(zone, "ann", {0, 30_720}, 1)
+        # Tick 2: the avatar crosses into worker 1's stripe.
+        {:ok, 2} = Zone.tick_now(zone)
+        # A session that looked the route up before the crossing: worker 0's table.
+        Inputs.route(inputs, id, 0)
+        :ok = Inputs.put(inputs, id, {1, 30_720}, 2)
+        Inputs.route(inputs, id, 1)
+        :ok = Inputs.put(inputs, id, {2, 30_720}, 3)
+        {:ok, 3} = Zone.tick_now(zone)
+        {:ok, 4} = Zone.tick_now(zone)
+
+        assert {entity(Zone.entity(zone, id), :input), Wire.input_ack(table, id)} ==
+                 {{2, 30_720}, 3}
+
+        Overworld.stop_zone(zone)
+      end
+    end
+
+    test "a player that joins and leaves before the next tick never appears, nor keeps a route" do
+      zone = start(workers: 2)
+      {:ok, id} = Zone.join(zone, "ann", %{x: 20_000, y: 20_000})
+      :ok = Zone.leave(zone, "ann")
+      {:ok, _} = Zone.tick_now(zone, 2)
+      assert Zone.entity(zone, id) == nil
+      assert :ets.lookup(Zone.config(zone).shared.inputs.routes, id) == []
+    end
+
+    test "a player that leaves as its avatar crosses a stripe keeps no route, slot or position" do
+      zone = start(workers: 2, wire: Overworld.Template.Test.Wire)
+      {:ok, id} = Zone.join(zone, "ann", %{x: 20_000, y: 50_500})
+      {:ok, 1} = Zone.tick_now(zone)
+      Zone.input(zone, "ann", {0, 30_720}, 1)
+      # The leave reaches the zone while the tick that moves the avatar across runs.
+      server = Zone.whereis(zone)
+      :sys.suspend(server)
+      task = Task.async(fn -> Zone.tick_now(zone) end)
+      Process.sleep(20)
+      send(server, {:"$gen_call", {self(), make_ref()}, {:leave, "ann", :quit}})
+      :sys.resume(server)
+      {:ok, _} = Task.await(task)
+      {:ok, _} = Zone.tick_now(zone, 2)
+      shared = Zone.config(zone).shared
+      assert Zone.entity(zone, id) == nil
+      assert :ets.lookup(shared.inputs.routes, id) == []
+      assert Enum.all?(Tuple.to_list(shared.inputs.slots), &(:ets.lookup(&1, id) == []))
+      assert Wire.position(shared.wire, id) == nil
+    end
+
+    test "a zone that starts over (no data directory) gives no old input to a new avatar" do
+      zone = start(workers: 1, wire: Overworld.Template.Test.Wire)
+      {:ok, ann} = Zone.join(zone, "ann", %{x: 5_000, y: 5_000})
+      {:ok, _} = Zone.tick_now(zone)
+      :ok = Zone.input(zone, "ann", {3_000, 0}, 500)
+      server = Zone.whereis(zone)
+      worker = Overworld.Names.whereis(Overworld.Names.bucket(zone, 0))
+
+      capture_log(fn ->
+        Process.exit(worker, :kill)
+        Overworld.Test.Restart.await_new_server(zone, server)
+        Zone.info(zone)
+      end)
+
+      # init/1 again: entity ids start over, so the next avatar has ann's old id.
+      assert {:ok, ^ann} = Zone.join(zone, "bob", %{x: 5_000, y: 5_000})
+      {:ok, _} = Zone.tick_now(zone)
+      assert entity(Zone.entity(zone, ann), :input) == nil
+      assert Wire.input_ack(Zone.wire(zone).table, ann) == 0
+    end
+
+    test "a rewind applies no input sent before it; the players it brings back have their slots" do
+      zone = start(workers: 2, debug: true, keyframe_ticks: 2, history: 20)
+      {:ok, id} = Zone.join(zone, "ann", %{x: 20_000, y: 20_000})
+      {:ok, 4} = Zone.tick_now(zone, 4)
+      Zone.input(zone, "ann", {3_000, 0})
+      capture_log(fn -> {:ok, 2} = Zone.rewind(zone, 2) end)
+      assert entity(Zone.entity(zone, id), :input) == nil
+
+      :ok = Zone.leave(zone, "ann")
+      {:ok, 4} = Zone.tick_now(zone, 2)
+      capture_log(fn -> {:ok, 2} = Zone.rewind(zone, 2) end)
+      assert Zone.player_entity(zone, "ann") == id
+      Zone.input(zone, "ann", {1_000, 0})
+      {:ok, _} = Zone.tick_now(zone)
+      assert entity(Zone.entity(zone, id), :input) == {1_000, 0}
     end
 
     test "the history records the inputs each tick applied" do
