@@ -18,18 +18,19 @@ defmodule Overworld.Zone.Inputs do
   #     avatar spawns on a load step or leaves for another worker's stripe (only while the
   #     route exists: a player that left is not routed again), deleted when the player leaves
   #     or its avatar is gone;
-  #   * the slots, `{entity id, input, seq, stamp, consumed}` (one table per worker): `seq` is
-  #     the client's input sequence number (acknowledged in the player's snapshots once
-  #     applied, nil for none), `stamp` a strictly increasing integer (which of two slots is
-  #     newer), `consumed` whether a tick applied it.
+  #   * the slots, `{entity id, input, seq, stamp, taken}` (one table per worker): `seq` is the
+  #     client's input sequence number (acknowledged in the player's snapshots once applied,
+  #     nil for none), `stamp` a strictly increasing integer (which of two slots is newer),
+  #     `taken` 0 for a new slot, else the unique number of the take that consumed it.
   #
   # Taking is race-free without locks, and an input is never applied twice nor after a newer
   # one:
   #
-  #   * a worker selects the slots of its table not yet consumed, and marks each one it
-  #     applies consumed with a conditional replace of exactly the object it read: a slot
-  #     written again meanwhile is another object (another stamp), stays unconsumed and is
-  #     applied next tick;
+  #   * a worker marks every new slot of its table as taken by this take (one atomic
+  #     conditional replace per object, all in one call: no Erlang work per slot), then
+  #     selects the slots so marked: exactly those it applies. A slot written again between the
+  #     two is a new slot again (it replaced the marked one: latest wins) and is applied next
+  #     tick;
   #   * a consumed slot stays in the table (deleted only with its avatar), so it keeps the
   #     stamp of the newest input applied;
   #   * a slot of an avatar the worker does not hold (it crossed into another stripe after the
@@ -103,7 +104,7 @@ defmodule Overworld.Zone.Inputs do
     case :ets.lookup(r, id) do
       [{_, w}] ->
         stamp = :erlang.unique_integer([:monotonic, :positive])
-        :ets.insert(elem(slots, w), {id, input, seq, stamp, false})
+        :ets.insert(elem(slots, w), {id, input, seq, stamp, 0})
         :ok
 
       [] ->
@@ -122,31 +123,43 @@ defmodule Overworld.Zone.Inputs do
           {%{optional(pos_integer) => term}, [{pos_integer, non_neg_integer}]}
   def take(%__MODULE__{slots: slots} = t, w, avatars) do
     table = elem(slots, w)
+    take = :erlang.unique_integer([:positive, :monotonic])
+    mark = [{{:"$1", :"$2", :"$3", :"$4", 0}, [], [{{:"$1", :"$2", :"$3", :"$4", take}}]}]
 
-    case :ets.select(table, [{{:_, :_, :_, :_, false}, [], [:"$_"]}]) do
-      [] -> {%{}, []}
-      rows -> take(rows, t, table, w, avatars, [], [])
+    case :ets.select_replace(table, mark) do
+      0 ->
+        {%{}, []}
+
+      _ ->
+        take(
+          :ets.select(table, [{{:_, :_, :_, :_, take}, [], [:"$_"]}]),
+          t,
+          table,
+          w,
+          avatars,
+          [],
+          []
+        )
     end
   end
 
   defp take([], _t, _table, _w, _avatars, inputs, acks), do: {:maps.from_list(inputs), acks}
 
-  defp take([{id, input, seq, stamp, false} | rest], t, table, w, avatars, inputs, acks)
+  defp take([{id, input, seq, _, _} | rest], t, table, w, avatars, inputs, acks)
        when is_map_key(avatars, id) do
-    # Consumed: exactly this object (stamps are unique; a newer one written since stays new).
-    consumed = [{{id, :_, :_, stamp, false}, [], [{{id, {:const, input}, seq, stamp, true}}]}]
-    :ets.select_replace(table, consumed)
     acks = if seq, do: [{id, seq} | acks], else: acks
     take(rest, t, table, w, avatars, [{id, input} | inputs], acks)
   end
 
-  defp take([{id, _, _, _, _} = row | rest], t, table, w, avatars, inputs, acks) do
+  defp take([{id, input, seq, stamp, taken} = row | rest], t, table, w, avatars, inputs, acks) do
     case :ets.lookup(t.routes, id) do
       [{_, ^w}] ->
-        :ok
+        # Its avatar has not arrived yet: new again (unless written again meanwhile).
+        new = [{{id, :_, :_, stamp, taken}, [], [{{id, {:const, input}, seq, stamp, 0}}]}]
+        :ets.select_replace(table, new)
 
       [{_, other}] ->
-        move(elem(t.slots, other), row)
+        move(elem(t.slots, other), {id, input, seq, stamp, 0})
         :ets.delete_object(table, row)
 
       [] ->
