@@ -3,8 +3,8 @@ defmodule Overworld.Bots do
   The bot swarm of `mix overworld.bots`: in-BEAM clients speaking the real protocol over real
   sockets (`Overworld.Client`). Each bot authenticates its device over HTTP, opens a WebSocket,
   sends HELLO, and then plays: every `1 / input_hz` seconds an INPUT whose payload its input
-  module makes (`Overworld.Bots.Input`; by default `Overworld.Bots.Stick`, a stick's two
-  axes walking at random). A game whose inputs look otherwise gives its own module.
+  module makes (`Overworld.Bots.Input`; by default `Overworld.Bots.Wander`, a random walk over
+  the zone's input layout from the HANDSHAKE). A game whose inputs are raw bytes gives its own.
 
   Measured (shared `:counters` and `Overworld.Metrics.Histogram`s, so no per-sample lists):
   snapshots and bytes received, the interval between a bot's consecutive snapshots (and its
@@ -54,7 +54,7 @@ defmodule Overworld.Bots do
   @doc """
   Starts one bot (linked to the caller). Options: `:host`, `:port`, `:path` (with its query),
   `:device` (device id), `:input_hz`, `:input` (an `Overworld.Bots.Input` module, default
-  `Overworld.Bots.Stick`), `:ip` (local address), `:seed`.
+  `Overworld.Bots.Wander`), `:ip` (local address), `:seed`.
   """
   @spec start(t, keyword) :: pid
   def start(m, opts), do: spawn_link(fn -> run(m, opts) end)
@@ -64,14 +64,15 @@ defmodule Overworld.Bots do
     port = Keyword.fetch!(opts, :port)
     copts = if ip = opts[:ip], do: [ip: ip], else: []
     seed = Keyword.get(opts, :seed, 1)
-    input = Keyword.get(opts, :input, Overworld.Bots.Stick)
+    input = Keyword.get(opts, :input, Overworld.Bots.Wander)
 
     with {:ok, %{"token" => token}} <-
            Client.authenticate_device(host, port, Keyword.fetch!(opts, :device), copts),
          {:ok, c} <- Client.connect(host, port, Keyword.fetch!(opts, :path), copts),
-         :ok <- Client.send_msg(c, %{type: :hello, version: 1, token: token}),
+         :ok <-
+           Client.send_msg(c, %{type: :hello, version: Overworld.Protocol.version(), token: token}),
          {:ok, {:binary, hs}, c} <- Client.recv(c, 10_000),
-         {:ok, %{type: :handshake, tick_rate: rate}} <- Overworld.Protocol.decode(hs) do
+         {:ok, %{type: :handshake, tick_rate: rate} = hs} <- Overworld.Protocol.decode(hs) do
       :counters.add(m.counters, counter(:connected), 1)
       :ok = :inet.setopts(c.sock, active: 100)
       period = div(1_000_000, max(rate, 1))
@@ -88,7 +89,7 @@ defmodule Overworld.Bots do
         pending: :queue.new(),
         tick: 0,
         last: nil,
-        input: {input, input.init(seed)}
+        input: {input, input.init(seed, hs.input)}
       })
     else
       _ -> :counters.add(m.counters, counter(:failed), 1)

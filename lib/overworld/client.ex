@@ -7,7 +7,7 @@ defmodule Overworld.Client do
 
       {:ok, %{"token" => token}} = Overworld.Client.authenticate_device("127.0.0.1", 4000, "device-0001")
       {:ok, conn} = Overworld.Client.connect("127.0.0.1", 4000, "/ws")
-      :ok = Overworld.Client.send_msg(conn, %{type: :hello, version: 1, token: token})
+      :ok = Overworld.Client.send_msg(conn, %{type: :hello, version: Overworld.Protocol.version(), token: token})
       {:ok, {:binary, handshake}, conn} = Overworld.Client.recv(conn, 5_000)
   """
   import Bitwise

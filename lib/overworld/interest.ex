@@ -48,7 +48,7 @@ defmodule Overworld.Interest do
   require Overworld.Entity
   alias Overworld.Entity
   alias Overworld.Interest.Region
-  alias Overworld.Protocol.Codec
+  alias Overworld.Protocol.{Codec, Snapshot}
   alias Overworld.Spatial.Grid
   alias Overworld.Zone.Wire
 
@@ -227,7 +227,7 @@ defmodule Overworld.Interest do
 
     case fast(o, region, n) do
       {:ok, blocks, count, bytes} ->
-        finish(%{o | uniform: n}, n, at, blocks, count, bytes, [], 0, true)
+        finish(%{o | uniform: n}, n, at, blocks, count, bytes, [], [], 0, true)
 
       :slow ->
         slow(materialize(o), n, x, y, region, at)
@@ -307,13 +307,65 @@ defmodule Overworld.Interest do
     left_bytes = Enum.reduce(left, 0, &(&2 + byte_size(Codec.varint(&1))))
     room = frame_budget(o, n) - 16 - left_bytes
 
-    {sent, deferred, again} =
-      take(Enum.sort(items ++ kf_items), room, [], 0, {o, cache, n, room, []})
+    items = Enum.sort(items ++ kf_items)
+    {sent, deferred, again} = take(items, room, [], 0, {o, cache, n, room, []})
 
-    o = o |> apply_sent(sent, n) |> refetch(again, n)
+    # The frame lists the cells it holds back too: when they do not fit beside the blocks, the
+    # blocks are chosen again in the room they leave.
+    b = runs_bytes(behind(o |> apply_sent(sent, n) |> refetch(again, n), n))
+
+    {sent, deferred, again} =
+      if b > 0 and b + cost(sent) > room,
+        do: take(items, room - b, [], 0, {o, cache, n, room - b, []}),
+        else: {sent, deferred, again}
+
+    {o, sent, behind, deferred} = fit(o, sent, again, deferred, n, room)
     {blocks, count, bytes} = blocks(sent)
-    finish(%{o | uniform: uniform(o, n)}, n, at, blocks, count, bytes, left, deferred, false)
+    o = %{o | uniform: uniform(o, n)}
+    finish(o, n, at, blocks, count, bytes, left, behind, deferred, false)
   end
+
+  # What the frame sends with the list of the cells it holds back (`behind/2`): while the two do
+  # not fit the room together, the last (least urgent) item waits too, but for an item larger
+  # than the whole room, which goes alone (see take/5: the one frame allowed over budget).
+  defp fit(o0, sent, again, deferred, n, room) do
+    o = o0 |> apply_sent(sent, n) |> refetch(again, n)
+    behind = behind(o, n)
+
+    case sent do
+      [{_, c, _, _, _}] when c > room ->
+        {o, sent, behind, deferred}
+
+      [_ | _] ->
+        if cost(sent) + runs_bytes(behind) > room,
+          do: fit(o0, Enum.drop(sent, -1), again, deferred + 1, n, room),
+          else: {o, sent, behind, deferred}
+
+      [] ->
+        {o, sent, behind, deferred}
+    end
+  end
+
+  defp cost(items), do: Enum.reduce(items, 0, fn {_, c, _, _, _}, acc -> acc + c end)
+
+  # The cells the client holds at an older tick than `n` (their blocks held back), as runs
+  # `{first key, cell count}`, by key: what the snapshot lists as behind.
+  # Those are the held runs at an older tick, and the cells the client may still hold an old
+  # state of while their keyframe is on its way (pending and stale); neighbours are one run.
+  defp behind(%__MODULE__{held: held, pending: pending, grid: g}, n) do
+    held_back =
+      for {row, runs} <- held, {a, b, t} <- runs, t < n, do: {Grid.key_at(g, a, row), b - a + 1}
+
+    stale = for {key, {_, _, _, _, true}} <- pending, do: {key, 1}
+    join_keys(Enum.sort(held_back ++ stale))
+  end
+
+  defp join_keys([{k, c}, {k2, c2} | rest]) when k + c == k2, do: join_keys([{k, c + c2} | rest])
+  defp join_keys([run | rest]), do: [run | join_keys(rest)]
+  defp join_keys([]), do: []
+
+  defp runs_bytes([]), do: 0
+  defp runs_bytes(runs), do: IO.iodata_length(Snapshot.runs(runs)) - 1
 
   # Every cell held, at tick n: the next frame may take the fast path.
   defp uniform(%__MODULE__{pending: p, held: held}, n) when map_size(p) == 0 do
@@ -322,7 +374,7 @@ defmodule Overworld.Interest do
 
   defp uniform(_o, _n), do: nil
 
-  defp finish(o, n, at, blocks, count, bytes, left, deferred, fast?) do
+  defp finish(o, n, at, blocks, count, bytes, left, behind, deferred, fast?) do
     baseline = if o.reset, do: 0, else: o.tick
 
     frame = [
@@ -331,8 +383,7 @@ defmodule Overworld.Interest do
       Codec.varint(baseline),
       Codec.varint(o.input_ack),
       Codec.varint(count),
-      blocks,
-      Codec.varint(length(left)) | Enum.map(left, &Codec.varint/1)
+      blocks | Snapshot.tail(left, behind)
     ]
 
     info = %{
@@ -343,6 +394,7 @@ defmodule Overworld.Interest do
       pending: map_size(o.pending),
       deferred: deferred,
       left: length(left),
+      behind: length(behind),
       fast: fast?
     }
 

@@ -8,8 +8,10 @@ defmodule Overworld.Protocol do
   `last_tick`).
 
   Server → client: `:handshake` (`version`, `tick_rate`, `entity_id`, `width`, `height`,
-  `cell_size`, `templates`), `:event` (`seq`, `payload`), `:pong` (`client_time`,
-  `server_tick`), `:error` (`code`, `message`). Snapshots come with interest management.
+  `cell_size`, `cols`, `rows`, `templates`, `input`: an input layout or nil, `extensions`:
+  `[{type, bytes}]`), `:event` (the server's RELIABLE: `seq`, `payload`), `:pong`
+  (`client_time`, `server_tick`), `:error` (`code`, `message`). Snapshots come with interest
+  management (`Overworld.Protocol.Snapshot`).
 
   `decode/1` never raises and never creates atoms: bad bytes answer `{:error, reason}`;
   decoded templates carry their names as strings.
@@ -27,7 +29,7 @@ defmodule Overworld.Protocol do
   alias Overworld.Template
   alias Overworld.Template.Field
 
-  @version 1
+  @version 2
 
   @doc "The protocol version this server speaks."
   @spec version() :: pos_integer
@@ -58,8 +60,15 @@ defmodule Overworld.Protocol do
       varint(m.width),
       varint(m.height),
       varint(m.cell_size),
+      varint(m.cols),
+      varint(m.rows),
       <<length(m.templates)::8>>,
-      Enum.map(m.templates, &schema/1)
+      Enum.map(m.templates, &schema/1),
+      case Map.get(m, :input) do
+        nil -> <<0>>
+        t -> [<<1>>, schema(t)]
+      end,
+      extensions(Map.get(m, :extensions, []))
     ])
   end
 
@@ -69,6 +78,25 @@ defmodule Overworld.Protocol do
     do: <<0x04, varint(t)::binary, varint(k)::binary>>
 
   def encode(%{type: :error, code: c, message: msg}), do: <<0x05, c::16, string(msg)::binary>>
+
+  @doc false
+  # Extensions (room for later versions' additions): a varint count, then per extension its
+  # type (varint), byte length (varint) and bytes; a reader skips the types it does not know.
+  @spec extensions([{non_neg_integer, binary}]) :: iodata
+  def extensions(list),
+    do: [varint(length(list)) | Enum.map(list, fn {t, b} -> [varint(t), string(b)] end)]
+
+  @doc false
+  @spec read_extensions(binary) :: {:ok, [{non_neg_integer, binary}], binary} | {:error, atom}
+  def read_extensions(bin) do
+    with {:ok, n, rest} <- read_varint(bin), do: read_n(rest, n, &read_extension/1)
+  end
+
+  defp read_extension(bin) do
+    with {:ok, type, rest} <- read_varint(bin),
+         {:ok, bytes, rest} <- read_string(rest, 65_536),
+         do: {:ok, {type, bytes}, rest}
+  end
 
   defp schema(%Template{} = t) do
     [
@@ -131,8 +159,12 @@ defmodule Overworld.Protocol do
          {:ok, w, rest} <- read_varint(rest),
          {:ok, h, rest} <- read_varint(rest),
          {:ok, c, rest} <- read_varint(rest),
+         {:ok, cols, rest} <- read_varint(rest),
+         {:ok, rows, rest} <- read_varint(rest),
          {:ok, n, rest} <- byte(rest),
          {:ok, templates, rest} <- read_n(rest, n, &read_template/1),
+         {:ok, input, rest} <- read_input(rest),
+         {:ok, extensions, rest} <- read_extensions(rest),
          :ok <- empty(rest) do
       {:ok,
        %{
@@ -143,7 +175,11 @@ defmodule Overworld.Protocol do
          width: w,
          height: h,
          cell_size: c,
-         templates: templates
+         cols: cols,
+         rows: rows,
+         templates: templates,
+         input: input,
+         extensions: extensions
        }}
     end
   end
@@ -191,6 +227,11 @@ defmodule Overworld.Protocol do
       error -> error
     end
   end
+
+  defp read_input(<<0, rest::binary>>), do: {:ok, nil, rest}
+  defp read_input(<<1, rest::binary>>), do: read_template(rest)
+  defp read_input(<<_, _::binary>>), do: {:error, :bad_input_layout}
+  defp read_input(_), do: {:error, :truncated}
 
   defp read_template(<<id::8, rest::binary>>) do
     with {:ok, name, rest} <- read_string(rest, 255),

@@ -66,6 +66,7 @@ defmodule Overworld.Session do
     :obs,
     :pos,
     :module,
+    :input,
     :slow_since,
     :grace,
     ws: nil,
@@ -365,7 +366,7 @@ defmodule Overworld.Session do
   defp forward_input(%{slot: nil} = st, _seq, _payload), do: st
 
   defp forward_input(st, seq, payload) do
-    case decode_input(st.module, payload) do
+    case decode_input(st, payload) do
       {:ok, input} ->
         Overworld.Zone.put_input(st.slot, input, seq)
 
@@ -376,7 +377,12 @@ defmodule Overworld.Session do
     st
   end
 
-  defp decode_input(module, payload) do
+  defp decode_input(%{input: nil, module: module}, payload), do: safe_decode(module, payload)
+
+  defp decode_input(%{input: layout}, payload),
+    do: Overworld.Template.decode_input(layout, payload)
+
+  defp safe_decode(module, payload) do
     module.decode_input(payload)
   catch
     _, _ -> {:error, :raised}

@@ -85,9 +85,25 @@ defmodule Overworld.Template do
 
   defmacro __using__(_opts) do
     quote do
-      import Overworld.Template, only: [template: 3, field: 2, field: 3]
+      import Overworld.Template, only: [template: 3, input: 2, input: 3, field: 2, field: 3]
       Module.register_attribute(__MODULE__, :overworld_templates, accumulate: true)
+      Module.register_attribute(__MODULE__, :overworld_inputs, accumulate: true)
       @before_compile Overworld.Template
+    end
+  end
+
+  @doc """
+  Declares the layout of the zone's inputs (at most one per module): typed values a client
+  sends instead of raw bytes (see "Inputs" in the module doc).
+  """
+  defmacro input(name, opts \\ [], do: block) do
+    quote do
+      Module.put_attribute(__MODULE__, :overworld_fields, [])
+      unquote(block)
+
+      @overworld_inputs {unquote(name), unquote(opts),
+                         Enum.reverse(Module.get_attribute(__MODULE__, :overworld_fields)),
+                         __ENV__.line}
     end
   end
 
@@ -123,32 +139,51 @@ defmodule Overworld.Template do
     check_unique!(templates, env)
     escaped = Macro.escape(templates)
 
+    input =
+      case Module.get_attribute(env.module, :overworld_inputs) do
+        [] ->
+          nil
+
+        [one] ->
+          build!(one, env, :input)
+
+        [_, {name, _, _, line} | _] ->
+          raise CompileError,
+            file: env.file,
+            line: line,
+            description: "input #{inspect(name)}: a module declares at most one input layout"
+      end
+
     quote do
       @doc "The templates declared in this module."
       @spec __templates__() :: [Overworld.Template.t()]
       def __templates__, do: unquote(escaped)
 
+      @doc "The layout of the zone's inputs declared in this module, or nil."
+      @spec __input__() :: Overworld.Template.t() | nil
+      def __input__, do: unquote(Macro.escape(input))
+
       unquote(Overworld.Template.Compiled.functions(templates))
     end
   end
 
-  defp build!({name, opts, fields, line}, env) do
+  defp build!({name, opts, fields, line}, env, what \\ :template) do
     fail = fn msg ->
       raise CompileError,
         file: env.file,
         line: line,
-        description: "template #{inspect(name)}: " <> msg
+        description: "#{what} #{inspect(name)}: " <> msg
     end
 
     unless is_atom(name), do: fail.("the name must be an atom")
-    id = Keyword.get(opts, :id)
+    id = Keyword.get(opts, :id, if(what == :input, do: 0))
 
     unless is_integer(id) and id in 0..255,
       do: fail.("expected :id to be an integer in 0..255, got: #{inspect(id)}")
 
-    kinds = Keyword.get(opts, :kinds, [name])
+    kinds = if what == :input, do: [], else: Keyword.get(opts, :kinds, [name])
 
-    unless is_list(kinds) and kinds != [],
+    unless what == :input or (is_list(kinds) and kinds != []),
       do: fail.("expected :kinds to be a non-empty list, got: #{inspect(kinds)}")
 
     if fields == [], do: fail.("declares no field")
@@ -162,6 +197,9 @@ defmodule Overworld.Template do
 
     fields =
       Enum.map(fields, fn {fname, type, fopts, fline} ->
+        # An input's fields are the values a client sends, by name.
+        fopts = if what == :input, do: Keyword.put(fopts, :from, {:input, fname}), else: fopts
+
         case Field.new(fname, type, fopts) do
           {:ok, f} ->
             f
@@ -170,7 +208,7 @@ defmodule Overworld.Template do
             raise CompileError,
               file: env.file,
               line: fline,
-              description: "template #{inspect(name)}: " <> msg
+              description: "#{what} #{inspect(name)}: " <> msg
         end
       end)
 
@@ -239,6 +277,55 @@ defmodule Overworld.Template do
     fields
     |> Enum.with_index()
     |> Map.new(fn {f, i} -> {f.name, Field.dequantize(f, elem(q, i))} end)
+  end
+
+  ## Inputs
+
+  @doc """
+  The payload of an INPUT message for an input layout (`__input__/0`): the values (a map of
+  field name => value) quantized and bit-packed as a keyframe, zero bits to the byte boundary.
+  Raises `Overworld.Template.Error` for a value the layout cannot quantize (a missing one is
+  nil).
+
+      iex> t = Overworld.Template.Test.Wire.__input__()
+      iex> bin = Overworld.Template.encode_input(t, %{turn: -3, jump: true})
+      iex> {bin, Overworld.Template.decode_input(t, bin)}
+      {<<124, 128>>, {:ok, %{turn: -3, jump: true}}}
+  """
+  @spec encode_input(t, map) :: binary
+  def encode_input(%__MODULE__{fields: fields} = t, values) when is_map(values) do
+    q = fields |> Enum.map(&Field.quantize(&1, Map.get(values, &1.name))) |> List.to_tuple()
+    bits = encode_keyframe(t, q)
+    pad = rem(8 - rem(bit_size(bits), 8), 8)
+    <<bits::bitstring, 0::size(pad)>>
+  rescue
+    e in Error -> reraise %{e | template: e.template || t.name}, __STACKTRACE__
+  end
+
+  @doc """
+  Reads an INPUT payload with an input layout: the values as a map, or `{:error, reason}`
+  (too short, or more than the zero bits that pad it to a byte). Never raises.
+
+      iex> t = Overworld.Template.Test.Wire.__input__()
+      iex> Overworld.Template.decode_input(t, <<124>>)
+      {:error, :truncated}
+      iex> Overworld.Template.decode_input(t, <<124, 128, 0>>)
+      {:error, :bad_input}
+  """
+  @spec decode_input(t, binary) :: {:ok, map} | {:error, :truncated | :bad_input}
+  def decode_input(%__MODULE__{} = t, payload) when is_binary(payload) do
+    case decode_keyframe(t, payload) do
+      {:ok, q, rest} when bit_size(rest) < 8 ->
+        size = bit_size(rest)
+
+        if rest == <<0::size(size)>>, do: {:ok, to_map(t, q)}, else: {:error, :bad_input}
+
+      {:ok, _q, _rest} ->
+        {:error, :bad_input}
+
+      error ->
+        error
+    end
   end
 
   ## Keyframes

@@ -32,7 +32,11 @@ defmodule Overworld.ProtocolTest do
         u(@max),
         u(@max),
         u(@max),
-        u(@max)
+        u(@max),
+        u(@max),
+        u(@max),
+        :proper_types.boolean(),
+        :proper_types.list(:proper_types.tuple([u(@max), binary()]))
       ])
     ])
   end
@@ -46,7 +50,7 @@ defmodule Overworld.ProtocolTest do
   defp to_message({:pong, t, k}), do: %{type: :pong, client_time: t, server_tick: k}
   defp to_message({:error, c, m}), do: %{type: :error, code: c, message: m}
 
-  defp to_message({:handshake, v, r, id, w, h, c}),
+  defp to_message({:handshake, v, r, id, w, h, c, cols, rows, input?, extensions}),
     do: %{
       type: :handshake,
       version: v,
@@ -55,30 +59,31 @@ defmodule Overworld.ProtocolTest do
       width: w,
       height: h,
       cell_size: c,
-      templates: Wire.__templates__()
+      cols: cols,
+      rows: rows,
+      templates: Wire.__templates__(),
+      input: if(input?, do: Wire.__input__()),
+      extensions: extensions
     }
 
   # What a decoded handshake compares equal to: names as strings, no kinds or sources.
-  defp as_decoded(%{type: :handshake, templates: ts} = m) do
-    %{
-      m
-      | templates:
-          Enum.map(ts, fn t ->
-            %{
-              t
-              | name: to_string(t.name),
-                kinds: [],
-                fields:
-                  Enum.map(t.fields, fn f ->
-                    values =
-                      f.values &&
-                        Enum.map(f.values, fn v ->
-                          if is_atom(v) and not is_boolean(v), do: to_string(v), else: v
-                        end)
+  defp as_decoded(%{type: :handshake, templates: ts, input: input} = m),
+    do: %{m | templates: Enum.map(ts, &as_decoded/1), input: input && as_decoded(input)}
 
-                    %{f | name: to_string(f.name), source: nil, values: values}
-                  end)
-            }
+  defp as_decoded(%Overworld.Template{} = t) do
+    %{
+      t
+      | name: to_string(t.name),
+        kinds: [],
+        fields:
+          Enum.map(t.fields, fn f ->
+            values =
+              f.values &&
+                Enum.map(f.values, fn v ->
+                  if is_atom(v) and not is_boolean(v), do: to_string(v), else: v
+                end)
+
+            %{f | name: to_string(f.name), source: nil, values: values}
           end)
     }
   end
@@ -96,7 +101,7 @@ defmodule Overworld.ProtocolTest do
   end
 
   test "a decoded handshake describes the templates well enough to decode their records" do
-    m = to_message({:handshake, 1, 30, 7, 1000, 1000, 12_288})
+    m = to_message({:handshake, 2, 30, 7, 1000, 1000, 12_288, 2, 2, true, []})
     {:ok, decoded} = Protocol.decode(Protocol.encode(m))
 
     for {t, d} <- Enum.zip(Wire.__templates__(), decoded.templates) do

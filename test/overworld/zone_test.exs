@@ -313,10 +313,11 @@ defmodule Overworld.ZoneTest do
       start(id: zone, clock: :realtime, tick_rate: 30, args: [sleep: 50])
       Process.sleep(1_000)
       m = Zone.metrics(zone)
-      assert m.overruns >= 10
+      # (A loaded machine makes ticks longer still: fewer, never more.)
+      assert m.overruns >= 5 and m.overruns >= m.ticks - 2
       assert m.skipped_deadlines >= m.overruns
-      # About one tick per two deadlines, and no two ticks closer than a period: no burst.
-      assert m.ticks in 12..21
+      # At most one tick per two deadlines, and no two ticks closer than a period: no burst.
+      assert m.ticks in 5..21
 
       starts =
         for {:ticked, _, t, d} <- Enum.take(flush_ticks(), 12),

@@ -92,7 +92,14 @@ defmodule Overworld.Test.ServerCase do
   def join(world, opts \\ []) do
     auth = Keyword.get_lazy(opts, :auth, fn -> auth(world) end)
     conn = connect(world, Keyword.get(opts, :path, "/ws"))
-    :ok = Client.send_msg(conn, %{type: :hello, version: 1, token: auth["token"]})
+
+    :ok =
+      Client.send_msg(conn, %{
+        type: :hello,
+        version: Overworld.Protocol.version(),
+        token: auth["token"]
+      })
+
     {%{type: :handshake} = hs, conn} = recv_msg(conn)
 
     %{

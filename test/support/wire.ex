@@ -20,5 +20,11 @@ defmodule Overworld.Template.Test.Wire do
     field(:alive, :bool, from: {__MODULE__, :alive?})
   end
 
+  # The layout of a test zone's inputs: a turn rate and a button.
+  input :steer do
+    field(:turn, :int, min: -127, max: 127)
+    field(:jump, :bool)
+  end
+
   def alive?(entity), do: elem(entity, 2) == :thing
 end

@@ -6,6 +6,7 @@ defmodule Overworld.Protocol.Vectors do
   # the Elixir tests check the file against the encoder, the TypeScript tests decode it.
 
   import Bitwise
+  alias Overworld.Protocol.Snapshot
   alias Overworld.Template
   alias Overworld.Template.Field
 
@@ -27,6 +28,16 @@ defmodule Overworld.Protocol.Vectors do
       field(:x, :fixed, max: 16384, precision: 1 / 64)
       field(:y, :fixed, max: 16384, precision: 1 / 64)
       field(:heading, :angle, bits: 8)
+    end
+
+    # Typed inputs: every type a client may send.
+    input :controls, id: 3 do
+      field(:mx, :int, min: -127, max: 127)
+      field(:my, :int, min: -127, max: 127)
+      field(:aim, :angle, bits: 8)
+      field(:stance, :enum, values: [:walk, :run, :crouch])
+      field(:fire, :bool)
+      field(:charge, :uint, max: 1000)
     end
   end
 
@@ -78,10 +89,10 @@ defmodule Overworld.Protocol.Vectors do
       }
     ]
 
-    {steps, _} =
+    {steps, {_, view}} =
       states
       |> Enum.with_index(1)
-      |> Enum.map_reduce(nil, fn {state, tick}, prev ->
+      |> Enum.map_reduce({nil, %Snapshot.View{}}, fn {state, tick}, {prev, view} ->
         state = state |> Enum.reject(fn {_k, es} -> es == [] end) |> Map.new()
 
         {blocks, left} =
@@ -108,29 +119,78 @@ defmodule Overworld.Protocol.Vectors do
           end
 
         msg = IO.iodata_to_binary(Snapshot.encode(tick, tick - 1, blocks, left))
-
-        view =
-          for {k, es} <- Enum.sort(state) do
-            %{
-              "cell" => k,
-              "entities" =>
-                Enum.map(es, fn {id, ti, q} ->
-                  %{"id" => id, "template" => Enum.at(ts, ti).id, "q" => Tuple.to_list(q)}
-                end)
-            }
-          end
-
-        {%{"tick" => tick, "hex" => Base.encode16(msg, case: :lower), "view" => view}, state}
+        {step, view} = step(view, tick, msg, ts)
+        {step, {state, view}}
       end)
 
     %{
       "description" =>
         "Snapshots (docs/protocol.md, 'Snapshots'), applied in order to an empty view; " <>
           "templates are those of templates.json in that order (template index = position). " <>
-          "After each snapshot the view holds exactly `view`: cells in key order, entities by id.",
+          "After each snapshot the view holds exactly `view`: cells in key order, entities by " <>
+          "id; `ticks`: [cell, tick] pairs, the tick each cell is at (a cell held back keeps " <>
+          "the one it had); `entities`: every entity by id, the copy of the cell at the newest " <>
+          "tick when two cells hold one. The last three steps are protocol 2's cases: a delta " <>
+          "for a cell never held and a cell leaving that was never held (an unknown cell is " <>
+          "empty); a cell held back while an entity of it moved to a cell sent (two copies, the " <>
+          "newer current) with an extension of an unknown type (skipped); the cell catching up.",
       "templates" => Enum.map(ts, & &1.id),
-      "snapshots" => steps
+      "snapshots" => steps ++ v2_steps(ts, view, length(steps) + 1)
     }
+  end
+
+  # A snapshot applied to the client's view: the step's JSON and the new view.
+  defp step(view, tick, msg, ts) do
+    {:ok, view} = Snapshot.apply(view, msg, ts)
+
+    {Map.merge(%{"tick" => tick, "hex" => Base.encode16(msg, case: :lower)}, view_json(view, ts)),
+     view}
+  end
+
+  defp view_json(view, ts) do
+    entry = fn {id, ti, q} ->
+      %{"id" => id, "template" => Enum.at(ts, ti).id, "q" => Tuple.to_list(q)}
+    end
+
+    %{
+      "view" =>
+        for(
+          {k, es} <- Enum.sort(view.cells),
+          do: %{"cell" => k, "entities" => Enum.map(es, entry)}
+        ),
+      "ticks" => for({k, t} <- Enum.sort(view.ticks), do: [k, t]),
+      "entities" =>
+        for({id, {ti, q}} <- Enum.sort(Snapshot.View.entities(view)), do: entry.({id, ti, q}))
+    }
+  end
+
+  # Protocol 2's cases, on the view the first steps left (which holds cells 11 and 12).
+  defp v2_steps(ts, view, t1) do
+    [a, b] = ts
+    q = fn t, seed -> elem(random_values(t, seed), 0) end
+
+    # A delta block for cell 50, which the client never held (empty: arrivals only), and cell
+    # 70 leaving, never held either (nothing to drop).
+    block = Snapshot.delta_block(50, [], [{60, 1, q.(b, 21)}], ts)
+
+    {s1, view} =
+      step(view, t1, IO.iodata_to_binary(Snapshot.encode(t1, t1 - 1, [block], [70])), ts)
+
+    # Entity 1 moves from cell 11 to cell 13: the block of 13 is sent (1 arrives there), the
+    # block of 11 held back (listed as behind): two copies of 1, the one in 13 (at the newest
+    # tick) current. With an extension of an unknown type, which the client skips.
+    [{1, 0, q1} | rest11] = old11 = Map.fetch!(view.cells, 11)
+    block = Snapshot.delta_block(13, [], [{1, 0, nudge(a, q1, 2)}], ts)
+    msg = Snapshot.encode(t1 + 1, t1, [block], [], 0, [{11, 1}], [{99, <<1, 2, 3>>}])
+    {s2, view} = step(view, t1 + 1, IO.iodata_to_binary(msg), ts)
+
+    # Cell 11 catches up: its delta from what the client holds (1 left it).
+    block = Snapshot.delta_block(11, old11, rest11, ts)
+
+    {s3, _view} =
+      step(view, t1 + 2, IO.iodata_to_binary(Snapshot.encode(t1 + 2, t1 + 1, [block], [])), ts)
+
+    [s1, s2, s3]
   end
 
   defmodule Drifters do
@@ -216,7 +276,9 @@ defmodule Overworld.Protocol.Vectors do
             "hex" => Base.encode16(msg, case: :lower),
             "left" => info.left,
             "deferred" => info.deferred,
+            "behind" => info.behind,
             "cells" => view.cells |> Map.keys() |> Enum.sort(),
+            "ticks" => for({k, t} <- Enum.sort(view.ticks), do: [k, t]),
             "entities" => entities
           }
 
@@ -229,8 +291,9 @@ defmodule Overworld.Protocol.Vectors do
             "empty view, after each the view holds exactly `cells` (keys) and `entities` (by " <>
             "id). They include several blocks of one cell in a frame, keyframes of cells " <>
             "entering the view, cells leaving it (`left`: how many), cells left waiting by the " <>
-            "byte budget (`deferred`), and a frame with baseline 0 (a resync: the client drops " <>
-            "everything first). Templates: those of templates.json.",
+            "byte budget (`deferred`; `behind`: the runs of cells held back the frame lists), " <>
+            "`ticks`: [cell, tick] the tick each cell is at, and a frame with baseline 0 (a " <>
+            "resync: the client drops everything first). Templates: those of templates.json.",
         "templates" => Enum.map(Wire.__templates__(), & &1.id),
         "frames" => steps
       }
@@ -241,8 +304,8 @@ defmodule Overworld.Protocol.Vectors do
 
   defp messages do
     cases = [
-      %{type: :hello, version: 1, token: ""},
-      %{type: :hello, version: 1, token: "eyJ1c2VyIjoxfQ.c2ln"},
+      %{type: :hello, version: 2, token: ""},
+      %{type: :hello, version: 2, token: "eyJ1c2VyIjoxfQ.c2ln"},
       %{type: :hello, version: 65535, token: "ü"},
       %{type: :input, seq: 0, ack: 0, payload: ""},
       %{type: :input, seq: 1, ack: 300, payload: <<127, 129, 0>>},
@@ -255,17 +318,35 @@ defmodule Overworld.Protocol.Vectors do
       %{type: :event, seq: 1, payload: "loot"},
       %{type: :event, seq: 128, payload: <<0, 255>>},
       %{type: :pong, client_time: 1_764_000_000_123, server_tick: 90_000},
-      %{type: :error, code: 1, message: "unsupported protocol version 9, this server speaks 1"},
+      %{type: :error, code: 1, message: "unsupported protocol version 9, this server speaks 2"},
       %{type: :error, code: 1008, message: ""},
       %{
         type: :handshake,
-        version: 1,
+        version: 2,
         tick_rate: 30,
         entity_id: 10_001,
         width: 724_077,
         height: 724_077,
         cell_size: 12_288,
-        templates: Wire.__templates__()
+        cols: 59,
+        rows: 59,
+        templates: Wire.__templates__(),
+        input: Wire.__input__(),
+        extensions: [{99, <<1, 2, 3>>}]
+      },
+      %{
+        type: :handshake,
+        version: 2,
+        tick_rate: 0,
+        entity_id: 0,
+        width: 0,
+        height: 0,
+        cell_size: 0,
+        cols: 0,
+        rows: 0,
+        templates: [],
+        input: nil,
+        extensions: []
       }
     ]
 
@@ -293,6 +374,16 @@ defmodule Overworld.Protocol.Vectors do
       {:templates, ts} ->
         {"templates", Enum.map(ts, & &1.id)}
 
+      {:input, nil} ->
+        {"input", :null}
+
+      {:input, t} ->
+        {"input", t.id}
+
+      {:extensions, list} ->
+        {"extensions",
+         for({t, b} <- list, do: %{"type" => t, "hex" => Base.encode16(b, case: :lower)})}
+
       {k, v} when k in [:payload, :token, :message] ->
         {"#{k}_hex", Base.encode16(v, case: :lower)}
 
@@ -311,8 +402,24 @@ defmodule Overworld.Protocol.Vectors do
           "1 + a signed difference of diff_bits bits, or 0 + the full value.",
       "templates" => Enum.map(Wire.__templates__(), &schema/1),
       "keyframes" => Enum.flat_map(Wire.__templates__(), &keyframes/1),
-      "deltas" => Enum.flat_map(Wire.__templates__(), &deltas/1)
+      "deltas" => Enum.flat_map(Wire.__templates__(), &deltas/1),
+      "input" => schema(Wire.__input__()),
+      "inputs" => inputs(Wire.__input__())
     }
+  end
+
+  # Typed inputs: values (what the client gives) and the INPUT payload they make (a keyframe of
+  # the input layout, padded to a byte).
+  defp inputs(t) do
+    for q <- samples(t, 6) do
+      values = Template.to_map(t, q)
+      bin = Template.encode_input(t, values)
+
+      %{
+        "values" => Map.new(values, fn {k, v} -> {to_string(k), value_json(v)} end),
+        "hex" => Base.encode16(bin, case: :lower)
+      }
+    end
   end
 
   defp schema(%Template{} = t) do

@@ -9,8 +9,10 @@ defmodule Goblins do
   in `docs/goblins-scenario.md`; `checksum/1` lets both sides compare states bit for bit.
 
   Aggressive goblins (id divisible by 20, 5 %) have kind `:warlord`, the others `:goblin`.
-  Players (kind `:player`) walk with inputs `{mx, my}`, `mx`, `my` in -127..127 (full speed at
-  127: 5 m/s), which `decode_input/1` makes from the client's two signed bytes.
+  Players (kind `:player`) walk with their input: the axes `mx` and `my` in -127..127 (the
+  walking direction and speed scaled by 127: 127 is full speed, 5 m/s; diagonals are capped at
+  it), typed values of the input layout `Goblins.Wire` declares (so the client sends
+  `%{mx: 100, my: 0}`, and the player's entity holds that map as its `:input`).
 
   ## Loot (durable events)
 
@@ -109,23 +111,6 @@ defmodule Goblins do
     y = :erlang.phash2({player, :y}, s)
     {:ok, [kind: :player, x: x, y: y, data: 0], state}
   end
-
-  @doc """
-  A client's input payload: two signed bytes, `mx` and `my` in -127..127 (the walking
-  direction and speed, 127 = full speed).
-
-      iex> Goblins.decode_input(<<100, 156>>)
-      {:ok, {100, -100}}
-      iex> Goblins.decode_input(<<1, 2, 3>>)
-      {:error, :bad_payload}
-      iex> Goblins.decode_input(<<-128, 0>>)
-      {:error, :bad_payload}
-  """
-  @impl true
-  def decode_input(<<mx::signed-8, my::signed-8>>) when mx > -128 and my > -128,
-    do: {:ok, {mx, my}}
-
-  def decode_input(_payload), do: {:error, :bad_payload}
 
   @impl true
   def handle_entity({:entity, _, kind, _, _, _, _, _, _, _, _, _, _} = e, view, ctx)
@@ -404,7 +389,7 @@ defmodule Goblins do
   defp player(e, near, ctx) do
     {mx, my} =
       case entity(e, :input) do
-        {mx, my} -> {mx, my}
+        %{mx: mx, my: my} -> {mx, my}
         _ -> {0, 0}
       end
 

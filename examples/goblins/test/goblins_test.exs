@@ -76,20 +76,20 @@ defmodule GoblinsTest do
     x0 = entity(Zone.entity(id, pid), :x)
     assert x0 == :erlang.phash2({:ann, :x}, side)
     dir = if x0 > div(side, 2), do: -1, else: 1
-    Zone.input(id, :ann, {127 * dir, 0})
+    Zone.input(id, :ann, %{mx: 127 * dir, my: 0})
     {:ok, _} = Zone.tick_now(id, 30)
     e = Zone.entity(id, pid)
     # 30 ticks at 5 m/s; goblins in the way may push the player back a little, never forward.
     assert entity(e, :vx) == dir * 5 * 1024
     assert abs(entity(e, :x) - x0) in 3_000..(30 * div(5 * 1024, 30))
-    # Beyond full speed (only the Elixir API can say so: decode_input/1 refuses it from a
-    # client): still 5 m/s.
-    Zone.input(id, :ann, {500 * dir, 0})
+    # Beyond full speed (only the Elixir API can say so: the input layout clamps a client's to
+    # -127..127): still 5 m/s.
+    Zone.input(id, :ann, %{mx: 500 * dir, my: 0})
     {:ok, _} = Zone.tick_now(id)
-    assert entity(Zone.entity(id, pid), :input) == {500 * dir, 0}
+    assert entity(Zone.entity(id, pid), :input) == %{mx: 500 * dir, my: 0}
     assert entity(Zone.entity(id, pid), :vx) == dir * 5 * 1024
     # Back towards the nearer edge, for longer than it takes: clamped there.
-    Zone.input(id, :ann, {-127 * dir, 0})
+    Zone.input(id, :ann, %{mx: -127 * dir, my: 0})
     {:ok, _} = Zone.tick_now(id, 260)
     e = Zone.entity(id, pid)
     assert entity(e, :vx) == -dir * 5 * 1024

@@ -4,8 +4,9 @@ defmodule Mix.Tasks.Overworld.Bots do
   A swarm of bots (`Overworld.Bots`) playing against a running server (`make run` or
   `mix overworld.server`): each authenticates a device over HTTP, opens a WebSocket, and plays,
   sending `--input-hz` inputs per second whose payloads `--input` makes (a module of the
-  game's project implementing `Overworld.Bots.Input`; default `Overworld.Bots.Stick`, two
-  signed bytes of a stick's axes walking at random).
+  game's project implementing `Overworld.Bots.Input`; default `Overworld.Bots.Wander`, a random
+  walk over the zone's input layout, which the HANDSHAKE carries; two random signed bytes for a
+  zone without one).
 
       mix overworld.bots --url ws://127.0.0.1:4000/ws --count N [--input-hz 10] [--seconds S]
                          [--ramp 200] [--warmup 3] [--ips 1] [--nice N] [--input MODULE]
@@ -50,7 +51,7 @@ defmodule Mix.Tasks.Overworld.Bots do
       if opts[:input],
         do:
           Overworld.Bench.Args.module!(opts[:input], "--input", "an Overworld.Bots.Input module"),
-        else: Overworld.Bots.Stick
+        else: Overworld.Bots.Wander
 
     url = URI.parse(Keyword.get(opts, :url, "ws://127.0.0.1:4000/ws"))
 
@@ -104,7 +105,7 @@ defmodule Mix.Tasks.Overworld.Bots do
           path: o.path,
           device: "overworld-bot-#{run}-#{i}",
           input_hz: o.input_hz,
-          input: Map.get(o, :input, Overworld.Bots.Stick),
+          input: Map.get(o, :input, Overworld.Bots.Wander),
           ip: source_ip(o, i),
           seed: i
         )

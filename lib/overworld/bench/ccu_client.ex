@@ -71,7 +71,12 @@ defmodule Overworld.Bench.CCUClient do
 
     result =
       with {:ok, c} <- Client.connect(o.host, o.port, "/ws?zone=", copts),
-           :ok <- Client.send_msg(c, %{type: :hello, version: 1, token: token}),
+           :ok <-
+             Client.send_msg(c, %{
+               type: :hello,
+               version: Overworld.Protocol.version(),
+               token: token
+             }),
            {:ok, {:binary, <<1, _::binary>>}, c} <- Client.recv(c, 30_000) do
         {:ok, c}
       end

@@ -20,9 +20,13 @@ defmodule Overworld.Protocol.Snapshot do
     then per arrival its id gap (from the previous arrival), template index and keyframe; zero
     bits to the byte boundary. (`key * 4 + 2` is invalid.)
 
-  A snapshot: opcode `0x02`, varint tick, varint baseline, varint input ack, varint block count, the blocks,
-  varint count and keys of the cells that left the view. Blocks apply in order (several blocks
-  of one cell follow each other); baseline 0 means the client drops everything first.
+  A snapshot: opcode `0x02`, varint tick, varint baseline, varint input ack, varint block
+  count, the blocks, varint count and keys of the cells that left the view, varint count and
+  runs (first key, cell count) of the cells held back (behind: the client keeps them at the
+  tick it had), varint count of extensions and each (type, byte length, bytes). Blocks apply in
+  order (several blocks of one cell follow each other); baseline 0 means the client drops
+  everything first. A cell the client does not hold is empty: a delta block for it carries
+  only arrivals, and a cell that leaves without being held is nothing to drop.
   """
   import Bitwise
   alias Overworld.Protocol.Codec
@@ -159,39 +163,87 @@ defmodule Overworld.Protocol.Snapshot do
 
   @doc """
   A snapshot message from blocks (iodata, shared binaries are not copied). `input_ack` is the
-  newest input sequence number of the client that the tick consumed (0: none).
+  newest input sequence number of the client that a tick applied (0: none); `behind` the runs
+  `{first key, cell count}` of held cells whose blocks this snapshot holds back.
   """
-  @spec encode(non_neg_integer, non_neg_integer, [iodata], [non_neg_integer], non_neg_integer) ::
-          iodata
-  def encode(tick, baseline, blocks, left, input_ack \\ 0) do
+  @spec encode(
+          non_neg_integer,
+          non_neg_integer,
+          [iodata],
+          [non_neg_integer],
+          non_neg_integer,
+          [{non_neg_integer, pos_integer}],
+          [{non_neg_integer, binary}]
+        ) :: iodata
+  def encode(tick, baseline, blocks, left, input_ack \\ 0, behind \\ [], extensions \\ []) do
     [
       <<0x02, Codec.varint(tick)::binary, Codec.varint(baseline)::binary,
         Codec.varint(input_ack)::binary, Codec.varint(length(blocks))::binary>>,
-      blocks,
-      Codec.varint(length(left)),
-      Enum.map(left, &Codec.varint/1)
+      blocks | tail(left, behind, extensions)
     ]
+  end
+
+  @doc false
+  # What follows the blocks: the cells that left, the runs held back, the extensions (none
+  # yet: docs/protocol.md, later versions add some without breaking this one).
+  @spec tail([non_neg_integer], [{non_neg_integer, pos_integer}], [{non_neg_integer, binary}]) ::
+          iodata
+  def tail(left, behind, extensions \\ []) do
+    [
+      Codec.varint(length(left)),
+      Enum.map(left, &Codec.varint/1),
+      runs(behind),
+      Overworld.Protocol.extensions(extensions)
+    ]
+  end
+
+  @doc """
+  Runs of cell keys `{first key, count}` (sorted by key, not overlapping) as the snapshot
+  carries them: their count, then per run the gap from the end of the previous run (from key 0
+  for the first) and the count, varints: a run of the view's next row is two bytes.
+
+      iex> Overworld.Protocol.Snapshot.runs([{300, 4}, {318, 2}]) |> IO.iodata_to_binary()
+      <<2, 172, 2, 4, 14, 2>>
+  """
+  @spec runs([{non_neg_integer, pos_integer}]) :: iodata
+  def runs(runs) do
+    {encoded, _} =
+      Enum.map_reduce(runs, 0, fn {k, n}, next ->
+        {[Codec.varint(k - next), Codec.varint(n)], k + n}
+      end)
+
+    [Codec.varint(length(runs)) | encoded]
   end
 
   ## Decoding (client)
 
   defmodule View do
     @moduledoc """
-    What a client holds: its cells (key => entries sorted by id), the tick they are at and the
-    newest input the server acknowledged.
+    What a client holds: its cells (key => entries sorted by id), the tick each cell is at
+    (`ticks`: the last snapshot that did not hold it back), the tick of the last snapshot and
+    the newest input the server acknowledged.
     """
-    defstruct cells: %{}, tick: 0, input_ack: 0
+    defstruct cells: %{}, ticks: %{}, tick: 0, input_ack: 0
 
     @type t :: %__MODULE__{
             cells: %{optional(non_neg_integer) => [Overworld.Protocol.Snapshot.entry()]},
+            ticks: %{optional(non_neg_integer) => non_neg_integer},
             tick: non_neg_integer,
             input_ack: non_neg_integer
           }
 
-    @doc "Every entity the client holds: id => {template index, values}."
+    @doc """
+    Every entity the client holds: id => {template index, values}. A cell held back may still
+    hold an entity that has since moved into a newer cell: the copy in the cell at the newest
+    tick is the current one.
+    """
     @spec entities(t) :: %{optional(pos_integer) => {non_neg_integer, tuple}}
-    def entities(%__MODULE__{cells: cells}) do
-      for {_k, entries} <- cells, {id, ti, q} <- entries, into: %{}, do: {id, {ti, q}}
+    def entities(%__MODULE__{cells: cells, ticks: ticks}) do
+      cells
+      |> Enum.sort_by(fn {k, _} -> Map.get(ticks, k, 0) end)
+      |> Enum.reduce(%{}, fn {_k, entries}, acc ->
+        Enum.reduce(entries, acc, fn {id, ti, q}, acc -> Map.put(acc, id, {ti, q}) end)
+      end)
     end
   end
 
@@ -208,13 +260,21 @@ defmodule Overworld.Protocol.Snapshot do
 
     with {:ok, tick, rest} <- Codec.read_varint(rest),
          {:ok, baseline, rest} <- Codec.read_varint(rest),
-         {:ok, base} <- base(view, baseline),
+         {:ok, base, ticks} <- base(view, baseline),
          {:ok, ack, rest} <- Codec.read_varint(rest),
          {:ok, n, rest} <- Codec.read_varint(rest),
          {:ok, cells, rest} <- blocks(n, rest, base, tb, ts),
          {:ok, left, rest} <- Codec.read_varint(rest),
-         {:ok, cells, <<>>} <- leave(left, rest, cells) do
-      {:ok, %View{cells: cells, tick: tick, input_ack: ack}}
+         {:ok, cells, rest} <- leave(left, rest, cells),
+         {:ok, behind, rest} <- read_runs(rest),
+         {:ok, _extensions, <<>>} <- Overworld.Protocol.read_extensions(rest) do
+      {:ok,
+       %View{
+         cells: cells,
+         ticks: cell_ticks(cells, ticks, behind, tick),
+         tick: tick,
+         input_ack: ack
+       }}
     else
       {:ok, _, _} -> {:error, :trailing_bytes}
       error -> error
@@ -224,9 +284,39 @@ defmodule Overworld.Protocol.Snapshot do
   def apply(%View{}, _bin, _templates), do: {:error, :not_a_snapshot}
 
   # Baseline 0: the client starts from nothing; otherwise it must hold the baseline.
-  defp base(_view, 0), do: {:ok, %{}}
-  defp base(%View{tick: tick, cells: cells}, tick), do: {:ok, cells}
+  defp base(_view, 0), do: {:ok, %{}, %{}}
+  defp base(%View{tick: tick, cells: cells, ticks: ticks}, tick), do: {:ok, cells, ticks}
   defp base(_view, _baseline), do: {:error, :unknown_baseline}
+
+  # The runs of cells held back: `{first key, count}` (see runs/1).
+  defp read_runs(bin) do
+    with {:ok, n, rest} <- Codec.read_varint(bin), do: read_runs(n, rest, 0, [])
+  end
+
+  defp read_runs(0, rest, _next, acc), do: {:ok, acc, rest}
+
+  defp read_runs(n, bin, next, acc) do
+    with {:ok, gap, rest} <- Codec.read_varint(bin),
+         {:ok, c, rest} <- Codec.read_varint(rest) do
+      if c > 0 and c <= 65_536,
+        do: read_runs(n - 1, rest, next + gap + c, [{next + gap, c} | acc]),
+        else: {:error, :bad_run}
+    end
+  end
+
+  # Every cell held is at this snapshot's tick but those held back, which keep theirs.
+  defp cell_ticks(cells, ticks, behind, tick) do
+    back =
+      for {k, c} <- behind,
+          key <- k..(k + c - 1)//1,
+          is_map_key(cells, key),
+          into: %{},
+          do: {key, true}
+
+    Map.new(cells, fn {k, _} ->
+      {k, if(is_map_key(back, k), do: Map.get(ticks, k, 0), else: tick)}
+    end)
+  end
 
   defp blocks(0, rest, cells, _tb, _ts), do: {:ok, cells, rest}
 

@@ -12,12 +12,19 @@ defmodule Overworld.Session.Hello do
   alias Overworld.Auth.Token
   alias Overworld.Session.Outbox
 
+  @version Protocol.version()
+
   @doc """
   HELLO: `{:ok, st}` (live), or what the session's callback returns (closed with a code).
   """
   @spec hello(map, Session.t()) :: {:ok, Session.t()} | tuple
-  def hello(%{version: v}, st) when v != 1 do
-    Session.close(st, 4001, "unsupported protocol version #{v}, this server speaks 1", 1)
+  def hello(%{version: v}, st) when v != @version do
+    Session.close(
+      st,
+      4001,
+      "unsupported protocol version #{v}, this server speaks #{Protocol.version()}",
+      1
+    )
   end
 
   def hello(%{token: token}, st) do
@@ -92,6 +99,8 @@ defmodule Overworld.Session.Hello do
            slot: slot,
            obs: obs,
            module: config.module,
+           # Typed inputs: decoded with the zone's input layout, else by its decode_input/1.
+           input: config.wire.__input__(),
            input_seq: max(seq, st.input_seq)
        }}
     else
@@ -233,7 +242,10 @@ defmodule Overworld.Session.Hello do
       width: 0,
       height: 0,
       cell_size: 0,
-      templates: []
+      cols: 0,
+      rows: 0,
+      templates: [],
+      input: nil
     }
   end
 
@@ -246,7 +258,10 @@ defmodule Overworld.Session.Hello do
       width: config.width,
       height: config.height,
       cell_size: Overworld.Entity.meters(config.cell_size),
-      templates: config.wire.__templates__()
+      cols: config.grid.cols,
+      rows: config.grid.rows,
+      templates: config.wire.__templates__(),
+      input: config.wire.__input__()
     }
   end
 end

@@ -33,7 +33,7 @@ defmodule Overworld.Template.Field do
           step: pos_integer,
           values: [term] | nil,
           diff_bits: non_neg_integer,
-          source: atom | {:data, non_neg_integer} | {module, atom}
+          source: atom | {:data, non_neg_integer} | {module, atom} | {:input, atom}
         }
 
   @unit 1024
@@ -170,6 +170,8 @@ defmodule Overworld.Template.Field do
   end
 
   defp source(_name, f) when f in @entity_fields, do: {:ok, f}
+  # A field of an input layout: the value of that name a client sends.
+  defp source(name, {:input, name} = s), do: {:ok, s}
   defp source(_name, {:data, i} = s) when is_integer(i) and i >= 0, do: {:ok, s}
   defp source(_name, {m, f} = s) when is_atom(m) and is_atom(f), do: {:ok, s}
 

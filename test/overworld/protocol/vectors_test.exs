@@ -51,6 +51,30 @@ defmodule Overworld.Protocol.VectorsTest do
     end
   end
 
+  test "typed inputs: values encode to the exact payload and decode back; every type", %{
+    json: json
+  } do
+    t = Vectors.Wire.__input__()
+    assert json["input"]["id"] == t.id
+
+    assert Enum.map(json["input"]["fields"], & &1["type"]) |> Enum.sort() ==
+             ~w(angle bool enum int int uint)
+
+    assert length(json["inputs"]) >= 6
+
+    for case <- json["inputs"] do
+      values =
+        Map.new(t.fields, fn f ->
+          v = case["values"][to_string(f.name)]
+          {f.name, if(f.type == :enum, do: Enum.find(f.values, &(to_string(&1) == v)), else: v)}
+        end)
+
+      bin = Base.decode16!(case["hex"], case: :lower)
+      assert Template.encode_input(t, values) == bin
+      assert Template.decode_input(t, bin) == {:ok, values}
+    end
+  end
+
   test "the vectors cover every field type and both delta forms", %{json: json} do
     types = for t <- json["templates"], f <- t["fields"], uniq: true, do: f["type"]
     assert Enum.sort(types) == ~w(angle bool enum fixed int uint)
@@ -72,7 +96,7 @@ defmodule Overworld.Protocol.MessageVectorsTest do
   @names Map.new(
            ~w(type hello input client_event ping resync handshake event pong error version token
               seq ack payload client_time reason last_tick tick_rate entity_id width height
-              cell_size templates server_tick code message)a,
+              cell_size cols rows templates extensions server_tick code message)a,
            &{Atom.to_string(&1), &1}
          )
 
@@ -84,6 +108,15 @@ defmodule Overworld.Protocol.MessageVectorsTest do
       {"templates", ids} ->
         {:templates,
          Enum.map(ids, fn id -> Enum.find(Vectors.Wire.__templates__(), &(&1.id == id)) end)}
+
+      {"input", :null} ->
+        {:input, nil}
+
+      {"input", id} ->
+        {:input, %{Vectors.Wire.__input__() | id: id}}
+
+      {"extensions", list} ->
+        {:extensions, for(e <- list, do: {e["type"], Base.decode16!(e["hex"], case: :lower)})}
 
       {k, v} ->
         if String.ends_with?(k, "_hex"),
@@ -109,7 +142,10 @@ defmodule Overworld.Protocol.MessageVectorsTest do
         assert Enum.map(decoded.templates, & &1.name) ==
                  Enum.map(m.templates, &to_string(&1.name))
 
-        assert Protocol.encode(%{decoded | templates: m.templates}) == bytes
+        assert (decoded.input && decoded.input.name) == (m.input && to_string(m.input.name))
+        assert decoded.extensions == m.extensions
+        assert {decoded.cols, decoded.rows} == {m.cols, m.rows}
+        assert Protocol.encode(%{decoded | templates: m.templates, input: m.input}) == bytes
       else
         assert decoded == m
       end
@@ -143,8 +179,36 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
 
       assert view.cells == expected
       assert view.tick == s["tick"]
+      assert Enum.sort(view.ticks) == Enum.map(s["ticks"], &List.to_tuple/1)
+
+      assert for({id, {ti, q}} <- Enum.sort(Snapshot.View.entities(view)), do: {id, ti, q}) ==
+               for(e <- s["entities"], do: {e["id"], index[e["template"]], List.to_tuple(e["q"])})
+
       view
     end)
+  end
+
+  test "protocol 2's cases in the snapshot vectors are what they say" do
+    json = "protocol/vectors/snapshots.json" |> File.read!() |> :jiffy.decode([:return_maps])
+    [s1, s2, s3] = Enum.take(json["snapshots"], -3)
+
+    cells = fn s ->
+      Map.new(s["view"], &{&1["cell"], Enum.map(&1["entities"], fn e -> e["id"] end)})
+    end
+
+    # A delta for a cell never held: it arrives with its arrivals only.
+    assert cells.(s1)[50] == [60]
+    # Entity 1 in two cells, the one sent (13, newer) current: its values are 13's.
+    assert 1 in cells.(s2)[11] and 1 in cells.(s2)[13]
+    assert Map.new(s2["ticks"], &List.to_tuple/1)[11] < s2["tick"]
+    e1 = Enum.find(s2["entities"], &(&1["id"] == 1))
+    in13 = Enum.find(Enum.find(s2["view"], &(&1["cell"] == 13))["entities"], &(&1["id"] == 1))
+    assert e1 == in13
+    # The extension (type 99) is in the bytes, and skipped.
+    assert s2["hex"] |> String.ends_with?("0163030102" <> "03")
+    # Cell 11 caught up: one copy of 1 again.
+    refute 1 in cells.(s3)[11]
+    assert Enum.all?(s3["ticks"], fn [_k, t] -> t == s3["tick"] end)
   end
 
   test "frames.json: a client view applying a real observer's frames holds what the file says" do
@@ -155,6 +219,7 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
     # The sequence covers what it claims to.
     assert Enum.any?(frames, &(&1["left"] > 0))
     assert Enum.any?(frames, &(&1["deferred"] > 0))
+    assert Enum.any?(frames, &(&1["behind"] > 0))
 
     assert Enum.any?(
              tl(frames),
@@ -171,6 +236,7 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
 
       assert view.tick == f["tick"]
       assert view.cells |> Map.keys() |> Enum.sort() == f["cells"]
+      assert Enum.sort(view.ticks) == Enum.map(f["ticks"], &List.to_tuple/1)
 
       held =
         for {id, {ti, q}} <- Enum.sort(Overworld.Protocol.Snapshot.View.entities(view)),

@@ -316,7 +316,14 @@ defmodule Overworld.Transport.WebSocketTest do
     test "a fragmented HELLO with a ping inside works; the ping gets its pong", %{world: w} do
       a = auth(w)
       conn = connect(w)
-      hello = Overworld.Protocol.encode(%{type: :hello, version: 1, token: a["token"]})
+
+      hello =
+        Overworld.Protocol.encode(%{
+          type: :hello,
+          version: Overworld.Protocol.version(),
+          token: a["token"]
+        })
+
       <<h1::binary-size(5), h2::binary-size(10), h3::binary>> = hello
 
       bytes = f(2, h1, fin: false) <> f(9, "are you there") <> f(0, h2, fin: false) <> f(0, h3)

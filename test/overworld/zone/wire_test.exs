@@ -96,7 +96,8 @@ defmodule Overworld.Zone.WireTest do
 
     count = blocks |> Enum.map(&elem(&1, 0)) |> Enum.sum()
     msg = [2, Codec.varint(n), Codec.varint(n - 1), 0, Codec.varint(count)]
-    msg = IO.iodata_to_binary([msg, Enum.map(blocks, &elem(&1, 1)), 0])
+    # (No cell left, none held back, no extension.)
+    msg = IO.iodata_to_binary([msg, Enum.map(blocks, &elem(&1, 1)), 0, 0, 0])
     {:ok, view} = Snapshot.apply(view, msg, templates)
     assert Snapshot.View.entities(view) == expected(id, templates)
     view

@@ -19,4 +19,10 @@ defmodule Goblins.Wire do
     field(:y, :fixed, max: 16384, precision: 1 / 64)
     field(:heading, :angle, bits: 8)
   end
+
+  # What a player's client sends: the stick's axes, -127..127 each (127 = full speed, 5 m/s).
+  input :move do
+    field(:mx, :int, min: -127, max: 127)
+    field(:my, :int, min: -127, max: 127)
+  end
 end

@@ -80,7 +80,11 @@ defmodule Mix.Tasks.Goblins.Bench.Inputs do
           slot
         end,
         inject: fn slot, seq, k ->
-          Overworld.Zone.put_input(slot, {rem(k * 7, 255) - 127, rem(k * 13, 255) - 127}, seq)
+          Overworld.Zone.put_input(
+            slot,
+            %{mx: rem(k * 7, 255) - 127, my: rem(k * 13, 255) - 127},
+            seq
+          )
         end
       })
 
