@@ -23,9 +23,17 @@ defmodule Overworld.Persistence.Journal do
   ## Reading
 
   `read/1` never raises: it answers the events of every valid record in order, and how the
-  file ended. A torn tail (a partial header or payload), a record whose CRC does not match, a
-  length beyond the maximum or a payload that does not decode end the reading at the last
-  valid record (`{:stopped_at, offset, reason}`); nothing after it is applied.
+  file ended. A torn tail (a partial record header or payload), a record whose CRC does not
+  match, a length beyond the maximum or a payload that does not decode end the reading at the
+  last valid record (`{:stopped_at, offset, reason}`); nothing after it is applied.
+
+  The file header is judged the same way. An empty (or missing) file is an empty journal,
+  `{:ok, [], :complete}`: a file created and never written, by a crash before its header.
+  A file shorter than the header whose bytes begin the header is a torn tail at byte 0,
+  `{:ok, [], {:stopped_at, 0, :torn_file_header}}`: nothing in it was ever acknowledged (the
+  header is synced before any record goes in), and `open/2` on it writes the header anew. Any
+  other beginning (a damaged header, another file) is refused whole, `{:error, :not_a_journal}`:
+  no record of it is read, and `open/2` does not write into it.
 
       iex> path = Path.join(System.tmp_dir!(), "journal-doc-#{System.os_time()}")
       iex> File.rm(path)
@@ -54,8 +62,9 @@ defmodule Overworld.Persistence.Journal do
   Opens (creating it if needed) the journal at `path` and starts its writer, linked to the
   caller. An existing file is read first: appends continue after its last valid record (a
   torn tail is cut off). Options: `:commit_ms` (group commit interval, default 2). When the
-  file or its directory cannot be made or opened, answers `{:error, reason}`; the writer's
-  exit then reaches the (linked) caller too, which should trap exits (a zone's store does).
+  file or its directory cannot be made or opened, or the file is not a journal, answers
+  `{:error, reason}`; the writer's exit then reaches the (linked) caller too, which should
+  trap exits (a zone's store does).
   """
   @spec open(Path.t(), keyword) :: {:ok, t} | {:error, term}
   def open(path, opts \\ []) do
@@ -156,6 +165,8 @@ defmodule Overworld.Persistence.Journal do
 
       iex> Overworld.Persistence.Journal.decode(<<"OWJ", 1, 0, 0, 0, 0, 0, 0>>)
       {:ok, [], {:stopped_at, 8, :torn_header}}
+      iex> Overworld.Persistence.Journal.decode(<<"OWJ", 1>>)
+      {:ok, [], {:stopped_at, 0, :torn_file_header}}
       iex> Overworld.Persistence.Journal.decode("nonsense")
       {:error, :not_a_journal}
   """
@@ -167,9 +178,16 @@ defmodule Overworld.Persistence.Journal do
     end
   end
 
-  # The events of the valid prefix and where it ends (byte offset).
+  # The events of the valid prefix and where it ends (byte offset). A file cut inside its
+  # header is a torn tail at 0; a header with any byte wrong is not ours.
   defp valid(<<@header, rest::binary>>), do: records(rest, byte_size(@header), [])
   defp valid(<<>>), do: {:ok, [], 0, :complete}
+
+  defp valid(bin)
+       when byte_size(bin) < byte_size(@header) and
+              binary_part(@header, 0, byte_size(bin)) == bin,
+       do: stop([], 0, :torn_file_header)
+
   defp valid(_), do: {:error, :not_a_journal}
 
   defp records(<<>>, at, acc), do: {:ok, Enum.reverse(acc), at, :complete}

@@ -24,6 +24,53 @@ defmodule Overworld.Persistence.JournalTest do
     Enum.scan(events, 8, fn e, at -> at + 8 + byte_size(:erlang.term_to_binary(e)) end)
   end
 
+  @header <<"OWJ", 1, 0, 0, 0, 0>>
+
+  # Records of varied sizes (payloads of a few bytes to 2 KB), one of them carrying a whole
+  # journal of its own (a header and a valid record: a reader that lost the framing would
+  # find them).
+  defp varied do
+    inner = :erlang.term_to_binary({:inside, 1})
+    nested = @header <> <<byte_size(inner)::32, :erlang.crc32(inner)::32>> <> inner
+
+    [
+      :a,
+      [],
+      {:picked_up, "ann", 7, %{loot: 21}},
+      :binary.copy(<<0xA5>>, 2_000),
+      {:nested, nested},
+      "",
+      Map.new(1..30, &{&1, "player-#{&1}"}),
+      {:left, "ann"}
+    ]
+  end
+
+  # What reading the first `cut` bytes of the journal of `evs` must answer: the records wholly
+  # before the cut, and where and why it stopped.
+  defp after_cut(_evs, _ends, 0), do: {:ok, [], :complete}
+
+  defp after_cut(_evs, _ends, cut) when cut < 8,
+    do: {:ok, [], {:stopped_at, 0, :torn_file_header}}
+
+  defp after_cut(evs, ends, cut) do
+    whole = Enum.count(ends, &(&1 <= cut))
+    last = if whole == 0, do: 8, else: Enum.at(ends, whole - 1)
+
+    ending =
+      cond do
+        cut == last -> :complete
+        cut - last < 8 -> {:stopped_at, last, :torn_header}
+        true -> {:stopped_at, last, :torn_payload}
+      end
+
+    {:ok, Enum.take(evs, whole), ending}
+  end
+
+  defp flip(bin, at, bit) do
+    <<pre::binary-size(at), byte, post::binary>> = bin
+    <<pre::binary, bxor(byte, 1 <<< bit), post::binary>>
+  end
+
   test "appends are numbered, survive a reopen, and continue after it", %{tmp_dir: dir} do
     path = Path.join(dir, "zone.journal")
     {:ok, j} = Journal.open(path)
@@ -134,6 +181,55 @@ defmodule Overworld.Persistence.JournalTest do
     end
   end
 
+  test "a journal cut at every byte, its header included: exactly the whole records before " <>
+         "the cut, never a partial or garbage one",
+       %{tmp_dir: dir} do
+    evs = varied()
+    bin = write(Path.join(dir, "whole.journal"), evs)
+    ends = boundaries(evs)
+    assert List.last(ends) == byte_size(bin)
+    copy = Path.join(dir, "cut.journal")
+
+    for cut <- 0..byte_size(bin) do
+      File.write!(copy, binary_part(bin, 0, cut))
+      expected = after_cut(evs, ends, cut)
+      assert Journal.read(copy) == expected, "cut at #{cut}"
+      assert Journal.decode(binary_part(bin, 0, cut)) == expected, "cut at #{cut}"
+    end
+  end
+
+  test "reopening a journal cut anywhere, its header included: appends go after the whole " <>
+         "records before the cut",
+       %{tmp_dir: dir} do
+    evs = varied()
+    bin = write(Path.join(dir, "whole.journal"), evs)
+    ends = boundaries(evs)
+    copy = Path.join(dir, "cut.journal")
+
+    # Every byte of the file header, and around every record's end (inside the next record's
+    # header, at its payload's first byte, in its payload).
+    cuts =
+      Enum.uniq(
+        Enum.to_list(0..9) ++
+          for(e <- ends, d <- [-1, 0, 1, 7, 8, 9], e + d <= byte_size(bin), do: e + d)
+      )
+
+    for cut <- cuts do
+      File.write!(copy, binary_part(bin, 0, cut))
+      whole = Enum.count(ends, &(&1 <= cut))
+
+      capture_log(fn ->
+        {:ok, j} = Journal.open(copy, commit_ms: 0)
+        assert {:ok, seq} = Journal.sync_append(j, :after)
+        assert seq == whole + 1, "cut at #{cut}"
+        :ok = Journal.close(j)
+      end)
+
+      assert Journal.read(copy) == {:ok, Enum.take(evs, whole) ++ [:after], :complete},
+             "cut at #{cut}"
+    end
+  end
+
   test "reopening a torn journal cuts the tail, warns, and appends after the valid records",
        %{tmp_dir: dir} do
     path = Path.join(dir, "torn.journal")
@@ -157,34 +253,87 @@ defmodule Overworld.Persistence.JournalTest do
     evs = events(40)
     bin = write(Path.join(dir, "flips.journal"), evs)
     size = byte_size(bin)
+    ends = boundaries(evs)
 
     Prop.check(
       :proper.forall(
         :proper_types.non_empty(
           :proper_types.list(
             :proper_types.tuple([
-              :proper_types.integer(8, size - 1),
+              # The file header included.
+              :proper_types.integer(0, size - 1),
               :proper_types.integer(0, 7)
             ])
           )
         ),
         fn flips ->
           flips = Enum.take(flips, 3)
+          corrupt = Enum.reduce(flips, bin, fn {at, b}, acc -> flip(acc, at, b) end)
+          # The first damaged byte (flips of the same bit cancel out).
+          first =
+            Enum.find(0..(size - 1), size, &(:binary.at(corrupt, &1) != :binary.at(bin, &1)))
 
-          corrupt =
-            Enum.reduce(flips, bin, fn {at, b}, acc ->
-              <<pre::binary-size(at), byte, post::binary>> = acc
-              <<pre::binary, bxor(byte, 1 <<< b), post::binary>>
-            end)
+          case Journal.decode(corrupt) do
+            # A damaged file header refuses the file whole.
+            {:error, :not_a_journal} ->
+              first < 8
 
-          {:ok, read, _ending} = Journal.decode(corrupt)
-          # What is read is the journal's beginning, untouched: a prefix of the events.
-          read == Enum.take(evs, length(read)) and
-            (corrupt == bin or length(read) < length(evs))
+            # Else exactly the records wholly before the first damaged byte: the journal's
+            # beginning, untouched.
+            {:ok, read, ending} ->
+              first >= 8 and read == Enum.take(evs, Enum.count(ends, &(&1 <= first))) and
+                ending == :complete == (first == size)
+          end
         end
       ),
       2_000
     )
+  end
+
+  test "every bit of a journal flipped, one at a time, header included: a damaged header " <>
+         "refuses the file, a damaged record ends the reading just before it",
+       %{tmp_dir: dir} do
+    evs = varied()
+    bin = write(Path.join(dir, "every-bit.journal"), evs)
+    ends = boundaries(evs)
+
+    for at <- 0..(byte_size(bin) - 1), bit <- 0..7 do
+      corrupt = flip(bin, at, bit)
+
+      if at < 8 do
+        assert Journal.decode(corrupt) == {:error, :not_a_journal}, "bit #{bit} of byte #{at}"
+      else
+        whole = Enum.count(ends, &(&1 <= at))
+        start = if whole == 0, do: 8, else: Enum.at(ends, whole - 1)
+
+        assert {:ok, read, {:stopped_at, ^start, reason}} = Journal.decode(corrupt),
+               "bit #{bit} of byte #{at}"
+
+        assert read == Enum.take(evs, whole), "bit #{bit} of byte #{at}"
+        assert reason in [:bad_checksum, :bad_length, :torn_payload]
+      end
+    end
+
+    # A header-only journal and a torn header, damaged: refused too (not a torn tail).
+    for prefix <- 1..8, at <- 0..(prefix - 1), bit <- 0..7 do
+      assert Journal.decode(flip(binary_part(@header, 0, prefix), at, bit)) ==
+               {:error, :not_a_journal}
+    end
+  end
+
+  test "a journal with a damaged header is not opened, and not written to", %{tmp_dir: dir} do
+    Process.flag(:trap_exit, true)
+    bin = write(Path.join(dir, "whole.journal"), varied())
+    path = Path.join(dir, "damaged.journal")
+
+    for at <- 0..7, bit <- 0..7 do
+      corrupt = flip(bin, at, bit)
+      File.write!(path, corrupt)
+      assert Journal.read(path) == {:error, :not_a_journal}
+      assert Journal.open(path) == {:error, {:not_a_journal, path}}
+      assert_receive {:EXIT, _, {:not_a_journal, ^path}}
+      assert File.read!(path) == corrupt
+    end
   end
 
   test "what is not a journal is refused; an empty or missing file is an empty journal",
