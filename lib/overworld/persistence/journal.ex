@@ -20,6 +20,11 @@ defmodule Overworld.Persistence.Journal do
   (`Overworld.Persistence.Dir`), before any record goes in. A durable event is acknowledged
   to a client only after that message. `sync_append/2` waits for it.
 
+  When a write or fsync fails, the file can no longer be trusted: every caller waiting on that
+  group commit gets `{:journal_failed, ref, reason}` instead (never `:journal_synced`), the
+  error is logged, and the writer exits with `{:shutdown, {:journal_failed, reason}}` (its
+  owner opens a new file; a zone's store restarts).
+
   ## Reading
 
   `read/1` never raises: it answers the events of every valid record in order, and how the
@@ -61,23 +66,34 @@ defmodule Overworld.Persistence.Journal do
   @doc """
   Opens (creating it if needed) the journal at `path` and starts its writer, linked to the
   caller. An existing file is read first: appends continue after its last valid record (a
-  torn tail is cut off). Options: `:commit_ms` (group commit interval, default 2). When the
-  file or its directory cannot be made or opened, or the file is not a journal, answers
-  `{:error, reason}`; the writer's exit then reaches the (linked) caller too, which should
-  trap exits (a zone's store does).
+  torn tail is cut off). When the file or its directory cannot be made or opened, or the file
+  is not a journal, answers `{:error, reason}`; the writer's exit then reaches the (linked)
+  caller too, which should trap exits (a zone's store does).
+
+  Options:
+
+    * `:commit_ms` — the group commit interval in milliseconds (default 2; 0 commits every
+      record at once).
+    * `:sync` — **a test hook** (DESIGN.md §9.11), `nil` by default. A function of one argument,
+      the open file, called by the writer in place of `:file.datasync/1` for every group commit,
+      after the commit's `write`; its result is taken as the fsync's (`:ok` or
+      `{:error, reason}`), and no caller of the commit hears of it before it returns. A test
+      holds acknowledgements back by blocking in it (then calling `:file.datasync/1` itself) or
+      makes the fsync fail by returning an error. Without it the writer calls
+      `:file.datasync/1` directly. (The new file's header sync is not covered.)
   """
   @spec open(Path.t(), keyword) :: {:ok, t} | {:error, term}
   def open(path, opts \\ []) do
-    commit = Keyword.get(opts, :commit_ms, 2)
+    o = Overworld.Options.validate!(opts, schema(), inspect(__MODULE__))
+    GenServer.start_link(__MODULE__, {path, o.commit_ms, o.sync})
+  end
 
-    unless is_integer(commit) and commit >= 0,
-      do:
-        raise(
-          ArgumentError,
-          "expected :commit_ms to be a non-negative integer, got: #{inspect(commit)}"
-        )
-
-    GenServer.start_link(__MODULE__, {path, commit})
+  defp schema do
+    [
+      commit_ms: {:non_neg_integer, 2},
+      sync:
+        {{:custom, &(is_nil(&1) or is_function(&1, 1)), "nil or a function of one argument"}, nil}
+    ]
   end
 
   @doc """
@@ -220,7 +236,7 @@ defmodule Overworld.Persistence.Journal do
   ## Writer
 
   @impl true
-  def init({path, commit}) do
+  def init({path, commit, sync}) do
     Process.flag(:trap_exit, true)
 
     case open_file(path) do
@@ -230,6 +246,7 @@ defmodule Overworld.Persistence.Journal do
            io: io,
            path: path,
            commit: commit,
+           sync: sync,
            seq: seq,
            pending: [],
            pending_n: 0,
@@ -361,7 +378,7 @@ defmodule Overworld.Persistence.Journal do
   defp commit(%{pending: []} = st), do: st
 
   defp commit(st) do
-    result = with :ok <- :file.write(st.io, st.pending), do: :file.datasync(st.io)
+    result = with :ok <- :file.write(st.io, st.pending), do: datasync(st)
 
     case result do
       :ok ->
@@ -392,4 +409,9 @@ defmodule Overworld.Persistence.Journal do
         syncs: st.syncs + 1
     }
   end
+
+  # The commit's fsync: `:file.datasync/1` called directly, or the test hook `:sync` (once per
+  # group commit, never per record).
+  defp datasync(%{sync: nil, io: io}), do: :file.datasync(io)
+  defp datasync(%{sync: sync, io: io}), do: sync.(io)
 end

@@ -71,6 +71,56 @@ defmodule Overworld.Persistence.JournalTest do
     <<pre::binary, bxor(byte, 1 <<< bit), post::binary>>
   end
 
+  # A sync hook (the `:sync` option) that holds every group commit's fsync until the test
+  # says: the writer reports `{:sync_held, writer}` and waits for `{:sync_go, action}` (`:ok`:
+  # the real fsync; an error: the fsync fails with it).
+  defp held_sync(test) do
+    fn io ->
+      send(test, {:sync_held, self()})
+
+      receive do
+        {:sync_go, :ok} -> :file.datasync(io)
+        {:sync_go, error} -> error
+      end
+    end
+  end
+
+  defp release(writer, action \\ :ok), do: send(writer, {:sync_go, action})
+
+  # `Journal.sync/1` from another process (it waits for the commit, held or not): the test
+  # hears `{:synced, result}`.
+  defp sync_from_elsewhere(j) do
+    test = self()
+
+    spawn(fn ->
+      result =
+        try do
+          Journal.sync(j)
+        catch
+          :exit, reason -> {:exit, reason}
+        end
+
+      send(test, {:synced, result})
+    end)
+  end
+
+  # Until the writer has numbered `n` records (appends from other processes are in).
+  defp wait_seq(j, n) do
+    unless :sys.get_state(j).seq >= n do
+      Process.sleep(5)
+      wait_seq(j, n)
+    end
+  end
+
+  # The `{:journal_synced, ref, seq}` messages in the mailbox now, in the order they came.
+  defp synced_messages(acc \\ []) do
+    receive do
+      {:journal_synced, ref, seq} -> synced_messages([{ref, seq} | acc])
+    after
+      0 -> Enum.reverse(acc)
+    end
+  end
+
   test "appends are numbered, survive a reopen, and continue after it", %{tmp_dir: dir} do
     path = Path.join(dir, "zone.journal")
     {:ok, j} = Journal.open(path)
@@ -347,6 +397,126 @@ defmodule Overworld.Persistence.JournalTest do
 
     assert_raise ArgumentError, ~r/:commit_ms/, fn ->
       Journal.open(Path.join(dir, "x"), commit_ms: -1)
+    end
+  end
+
+  test "no acknowledgement before the fsync that covers it: while it is held none leaves; " <>
+         "released, all of them, in order, and the records are on disk",
+       %{tmp_dir: dir} do
+    path = Path.join(dir, "held.journal")
+    # A commit only when the test asks for one (Journal.sync/1), and its fsync held.
+    {:ok, j} = Journal.open(path, commit_ms: 60_000, sync: held_sync(self()))
+    [r1, r2, r7, rn, r8, rn2] = for _ <- 1..6, do: make_ref()
+
+    {:ok, 1} = Journal.append(j, {:e, 1}, notify: r1)
+    :ok = Journal.append_async(j, {:e, 2}, r2)
+    {:ok, 3} = Journal.append(j, {:e, 3})
+    # Three appenders that wait (sync_append/2), each in its own process.
+    waiters = for i <- 4..6, do: Task.async(fn -> Journal.sync_append(j, {:e, i}, 30_000) end)
+    wait_seq(j, 6)
+    {:ok, 7} = Journal.append(j, {:e, 7}, notify: r7)
+    :ok = Journal.notify(j, rn)
+
+    sync_from_elsewhere(j)
+    assert_receive {:sync_held, ^j}, 5_000
+    # The commit is written (the file holds its records) but its fsync has not returned: no
+    # acknowledgement of any kind has left.
+    assert {:ok, written, :complete} = Journal.read(path)
+    assert length(written) == 7
+    # What arrives while the fsync is held belongs to the next commit.
+    :ok = Journal.append_async(j, {:e, 8}, r8)
+    :ok = Journal.notify(j, rn2)
+    refute_receive {:journal_synced, _, _}, 200
+    assert Task.yield_many(waiters, 0) |> Enum.map(&elem(&1, 1)) == [nil, nil, nil]
+    refute_received {:synced, _}
+
+    release(j)
+    assert_receive {:synced, :ok}, 5_000
+    # All of this commit's, in the order they were asked; nothing for the next one's.
+    assert synced_messages() == [{r1, 1}, {r2, 2}, {r7, 7}, {rn, 7}]
+    waited = Task.await_many(waiters, 5_000)
+    assert waited |> Enum.map(fn {:ok, seq} -> seq end) |> Enum.sort() == [4, 5, 6]
+
+    # The next commit: held again, then released.
+    sync_from_elsewhere(j)
+    assert_receive {:sync_held, ^j}, 5_000
+    refute_receive {:journal_synced, _, _}, 100
+    release(j)
+    assert_receive {:synced, :ok}, 5_000
+    assert synced_messages() == [{r8, 8}, {rn2, 8}]
+
+    stats = Journal.stats(j)
+    :ok = Journal.close(j)
+    assert stats == %{records: 8, syncs: 2}
+    # On disk, in sequence order (the waiters' records where their numbers say).
+    by_seq =
+      Map.new(Enum.zip(Enum.map(waited, fn {:ok, s} -> s end), 4..6), fn {s, i} ->
+        {s, {:e, i}}
+      end)
+
+    expected = for s <- 1..8, do: Map.get(by_seq, s, {:e, s})
+    assert Journal.read(path) == {:ok, expected, :complete}
+  end
+
+  test "a failed fsync: no acknowledgement ever leaves for what it covered; its callers hear " <>
+         "of the failure and the writer stops",
+       %{tmp_dir: dir} do
+    Process.flag(:trap_exit, true)
+    path = Path.join(dir, "failed.journal")
+    {:ok, j} = Journal.open(path, commit_ms: 60_000, sync: held_sync(self()))
+
+    # A first commit that succeeds.
+    r1 = make_ref()
+    {:ok, 1} = Journal.append(j, {:e, 1}, notify: r1)
+    sync_from_elsewhere(j)
+    assert_receive {:sync_held, ^j}, 5_000
+    release(j)
+    assert_receive {:synced, :ok}, 5_000
+    assert synced_messages() == [{r1, 1}]
+
+    # A second one whose fsync fails.
+    [r2, r3, rn] = for _ <- 1..3, do: make_ref()
+    :ok = Journal.append_async(j, {:e, 2}, r2)
+    {:ok, 3} = Journal.append(j, {:e, 3}, notify: r3)
+    waiter = Task.async(fn -> Journal.sync_append(j, {:e, 4}, 30_000) end)
+    wait_seq(j, 4)
+    :ok = Journal.append_async(j, {:e, 5}, nil)
+    :ok = Journal.notify(j, rn)
+    sync_from_elsewhere(j)
+    assert_receive {:sync_held, ^j}, 5_000
+
+    log =
+      capture_log(fn ->
+        release(j, {:error, :eio})
+        assert_receive {:EXIT, ^j, {:shutdown, {:journal_failed, :eio}}}, 5_000
+      end)
+
+    assert log =~ "write failed (:eio): the writer stops"
+    refute Process.alive?(j)
+    # The writer is gone (its exit came after every message it sent): whatever it told us is
+    # in the mailbox. Failures, in the order asked, and not one acknowledgement.
+    assert synced_messages() == []
+
+    failed =
+      for _ <- 1..3 do
+        assert_received {:journal_failed, ref, :eio}
+        ref
+      end
+
+    assert failed == [r2, r3, rn]
+    assert Task.await(waiter, 5_000) == {:error, :eio}
+    assert_receive {:synced, {:exit, _}}, 5_000
+    # What was acknowledged is on disk.
+    assert {:ok, [{:e, 1} | _], _} = Journal.read(path)
+  end
+
+  test "the :sync option is checked", %{tmp_dir: dir} do
+    assert_raise ArgumentError, ~r/:sync/, fn ->
+      Journal.open(Path.join(dir, "x"), sync: fn _io, _extra -> :ok end)
+    end
+
+    assert_raise ArgumentError, ~r/unknown option :synk/, fn ->
+      Journal.open(Path.join(dir, "x"), synk: &:file.datasync/1)
     end
   end
 end
