@@ -20,12 +20,25 @@ defmodule Overworld.Persistence.Journal do
   (`Overworld.Persistence.Dir`), before any record goes in. A durable event is acknowledged
   to a client only after that message. `sync_append/2` waits for it.
 
+  When a write or fsync fails, the file can no longer be trusted: every caller waiting on that
+  group commit gets `{:journal_failed, ref, reason}` instead (never `:journal_synced`), the
+  error is logged, and the writer exits with `{:shutdown, {:journal_failed, reason}}` (its
+  owner opens a new file; a zone's store restarts).
+
   ## Reading
 
   `read/1` never raises: it answers the events of every valid record in order, and how the
-  file ended. A torn tail (a partial header or payload), a record whose CRC does not match, a
-  length beyond the maximum or a payload that does not decode end the reading at the last
-  valid record (`{:stopped_at, offset, reason}`); nothing after it is applied.
+  file ended. A torn tail (a partial record header or payload), a record whose CRC does not
+  match, a length beyond the maximum or a payload that does not decode end the reading at the
+  last valid record (`{:stopped_at, offset, reason}`); nothing after it is applied.
+
+  The file header is judged the same way. An empty (or missing) file is an empty journal,
+  `{:ok, [], :complete}`: a file created and never written, by a crash before its header.
+  A file shorter than the header whose bytes begin the header is a torn tail at byte 0,
+  `{:ok, [], {:stopped_at, 0, :torn_file_header}}`: nothing in it was ever acknowledged (the
+  header is synced before any record goes in), and `open/2` on it writes the header anew. Any
+  other beginning (a damaged header, another file) is refused whole, `{:error, :not_a_journal}`:
+  no record of it is read, and `open/2` does not write into it.
 
       iex> path = Path.join(System.tmp_dir!(), "journal-doc-#{System.os_time()}")
       iex> File.rm(path)
@@ -53,22 +66,34 @@ defmodule Overworld.Persistence.Journal do
   @doc """
   Opens (creating it if needed) the journal at `path` and starts its writer, linked to the
   caller. An existing file is read first: appends continue after its last valid record (a
-  torn tail is cut off). Options: `:commit_ms` (group commit interval, default 2). When the
-  file or its directory cannot be made or opened, answers `{:error, reason}`; the writer's
-  exit then reaches the (linked) caller too, which should trap exits (a zone's store does).
+  torn tail is cut off). When the file or its directory cannot be made or opened, or the file
+  is not a journal, answers `{:error, reason}`; the writer's exit then reaches the (linked)
+  caller too, which should trap exits (a zone's store does).
+
+  Options:
+
+    * `:commit_ms` — the group commit interval in milliseconds (default 2; 0 commits every
+      record at once).
+    * `:sync` — **a test hook** (DESIGN.md §9.11), `nil` by default. A function of one argument,
+      the open file, called by the writer in place of `:file.datasync/1` for every group commit,
+      after the commit's `write`; its result is taken as the fsync's (`:ok` or
+      `{:error, reason}`), and no caller of the commit hears of it before it returns. A test
+      holds acknowledgements back by blocking in it (then calling `:file.datasync/1` itself) or
+      makes the fsync fail by returning an error. Without it the writer calls
+      `:file.datasync/1` directly. (The new file's header sync is not covered.)
   """
   @spec open(Path.t(), keyword) :: {:ok, t} | {:error, term}
   def open(path, opts \\ []) do
-    commit = Keyword.get(opts, :commit_ms, 2)
+    o = Overworld.Options.validate!(opts, schema(), inspect(__MODULE__))
+    GenServer.start_link(__MODULE__, {path, o.commit_ms, o.sync})
+  end
 
-    unless is_integer(commit) and commit >= 0,
-      do:
-        raise(
-          ArgumentError,
-          "expected :commit_ms to be a non-negative integer, got: #{inspect(commit)}"
-        )
-
-    GenServer.start_link(__MODULE__, {path, commit})
+  defp schema do
+    [
+      commit_ms: {:non_neg_integer, 2},
+      sync:
+        {{:custom, &(is_nil(&1) or is_function(&1, 1)), "nil or a function of one argument"}, nil}
+    ]
   end
 
   @doc """
@@ -156,6 +181,8 @@ defmodule Overworld.Persistence.Journal do
 
       iex> Overworld.Persistence.Journal.decode(<<"OWJ", 1, 0, 0, 0, 0, 0, 0>>)
       {:ok, [], {:stopped_at, 8, :torn_header}}
+      iex> Overworld.Persistence.Journal.decode(<<"OWJ", 1>>)
+      {:ok, [], {:stopped_at, 0, :torn_file_header}}
       iex> Overworld.Persistence.Journal.decode("nonsense")
       {:error, :not_a_journal}
   """
@@ -167,9 +194,16 @@ defmodule Overworld.Persistence.Journal do
     end
   end
 
-  # The events of the valid prefix and where it ends (byte offset).
+  # The events of the valid prefix and where it ends (byte offset). A file cut inside its
+  # header is a torn tail at 0; a header with any byte wrong is not ours.
   defp valid(<<@header, rest::binary>>), do: records(rest, byte_size(@header), [])
   defp valid(<<>>), do: {:ok, [], 0, :complete}
+
+  defp valid(bin)
+       when byte_size(bin) < byte_size(@header) and
+              binary_part(@header, 0, byte_size(bin)) == bin,
+       do: stop([], 0, :torn_file_header)
+
   defp valid(_), do: {:error, :not_a_journal}
 
   defp records(<<>>, at, acc), do: {:ok, Enum.reverse(acc), at, :complete}
@@ -202,7 +236,7 @@ defmodule Overworld.Persistence.Journal do
   ## Writer
 
   @impl true
-  def init({path, commit}) do
+  def init({path, commit, sync}) do
     Process.flag(:trap_exit, true)
 
     case open_file(path) do
@@ -212,6 +246,7 @@ defmodule Overworld.Persistence.Journal do
            io: io,
            path: path,
            commit: commit,
+           sync: sync,
            seq: seq,
            pending: [],
            pending_n: 0,
@@ -343,7 +378,7 @@ defmodule Overworld.Persistence.Journal do
   defp commit(%{pending: []} = st), do: st
 
   defp commit(st) do
-    result = with :ok <- :file.write(st.io, st.pending), do: :file.datasync(st.io)
+    result = with :ok <- :file.write(st.io, st.pending), do: datasync(st)
 
     case result do
       :ok ->
@@ -374,4 +409,9 @@ defmodule Overworld.Persistence.Journal do
         syncs: st.syncs + 1
     }
   end
+
+  # The commit's fsync: `:file.datasync/1` called directly, or the test hook `:sync` (once per
+  # group commit, never per record).
+  defp datasync(%{sync: nil, io: io}), do: :file.datasync(io)
+  defp datasync(%{sync: sync, io: io}), do: sync.(io)
 end

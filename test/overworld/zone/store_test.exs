@@ -10,7 +10,12 @@ defmodule Overworld.Zone.StoreTest do
 
   setup do
     dir = Path.join(Overworld.Test.DataDir.path(), "store-#{System.unique_integer([:positive])}")
-    on_exit(fn -> File.rm_rf(dir) end)
+    # A failed test's zone stopped too, so the next test can start its own.
+    on_exit(fn ->
+      Overworld.stop_zone(:store_test)
+      File.rm_rf(dir)
+    end)
+
     %{dir: dir}
   end
 
@@ -98,6 +103,46 @@ defmodule Overworld.Zone.StoreTest do
     log = capture_log(fn -> start(dir, :store_test) end)
     assert log =~ "bad_checksum"
     assert Map.keys(Zone.info(:store_test).players) == ~w(a)
+    Overworld.stop_zone(:store_test)
+  end
+
+  test "the newest segment torn in its header (a crash as a roll made it): the records " <>
+         "before it are replayed, and the zone goes on",
+       %{dir: dir} do
+    zdir = zone_with_journal(dir, :store_test, ~w(a b c))
+    expected = joined(zdir)
+    assert expected == ~w(a b c)
+
+    # A next segment whose header was torn by the crash.
+    "." <> n = zdir |> Path.join("journal.*") |> Path.wildcard() |> Enum.max() |> Path.extname()
+    n = String.to_integer(n)
+    File.write!(Store.segment_path(zdir, n + 1), <<"OWJ", 1, 0>>)
+
+    log = capture_log(fn -> start(dir, :store_test) end)
+    assert log =~ "replay ends at byte 0 (torn_file_header)"
+    refute log =~ "unreadable"
+    assert Zone.info(:store_test).players |> Map.keys() |> Enum.sort() == expected
+
+    # It writes on (to a new segment), and recovers again.
+    {:ok, _} = Zone.join(:store_test, "d", %{})
+    {:ok, _} = Zone.tick_now(:store_test)
+    :ok = Overworld.stop_zone(:store_test)
+    capture_log(fn -> start(dir, :store_test) end)
+    assert Zone.info(:store_test).players |> Map.keys() |> Enum.sort() == ~w(a b c d)
+    Overworld.stop_zone(:store_test)
+  end
+
+  test "the newest segment cut inside its header: none of its records, the zone starts from " <>
+         "the snapshot before it",
+       %{dir: dir} do
+    zdir = zone_with_journal(dir, :store_test, ~w(a b c))
+    damage_last_segment(zdir, &binary_part(&1, 0, 5))
+    assert joined(zdir) == []
+
+    log = capture_log(fn -> start(dir, :store_test) end)
+    assert log =~ "torn_file_header"
+    assert Zone.info(:store_test).players == %{}
+    assert Zone.count(:store_test) == 300
     Overworld.stop_zone(:store_test)
   end
 
