@@ -282,8 +282,9 @@ defmodule Overworld.SessionTest do
           assert {4006, 6} = close_within(witness.conn, 15_000)
         end)
 
-      refute log =~ "terminating"
-      refute log =~ "ArgumentError"
+      # (Other tests log crashes of their own processes meanwhile: only ours count.)
+      refute log =~ "Overworld.Zone.Inputs.put"
+      refute log =~ "Overworld.Session.forward_input"
     end
   end
 
