@@ -42,12 +42,16 @@ deps-elixir:
 	@mix compile >/dev/null
 	@cd $(GAME) && mix compile >/dev/null
 
-# The native reference of the goblin benchmark ($(GAME)/reference) needs cargo: rustup's if it
-# is there, else Debian's.
+# The native reference of the goblin benchmark ($(GAME)/reference) is built and tested with the
+# cargo its cargo.sh picks: the first Rust toolchain of this machine at least as new as the
+# crate's rust-version (rustup's cargo on PATH or in ~/.cargo/bin, else Debian's /usr/bin/cargo),
+# Debian's cargo-web installed with apt-get when none is (Debian 12's own cargo, Rust 1.63, is too
+# old). deps-rust says in one line which toolchain it used. The goblin benchmark builds the
+# reference through the same script (Goblins.Bench.Reference).
+CARGO_SH := $(GAME)/reference/cargo.sh
+
 deps-rust:
-	@command -v cargo >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
-	  $(SUDO) apt-get install -y -q cargo || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cargo; }; }
-	@cd $(GAME)/reference && cargo build --release --quiet
+	@$(CARGO_SH) --setup build --release --quiet
 
 # The TypeScript SDK (clients/typescript): Node 20 and npm, Debian's Chromium for the browser
 # test (test/browser.test.ts drives /usr/bin/chromium with playwright-core, which never downloads
@@ -75,7 +79,7 @@ test-example:
 	cd $(GAME) && mix test
 
 test-rust:
-	cd $(GAME)/reference && cargo test --release --quiet
+	$(CARGO_SH) test --release --quiet
 
 test-ts:
 	cd clients/typescript && npx tsc -p tsconfig.json --noEmit && npx vitest run
