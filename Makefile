@@ -20,12 +20,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # bucket workers of a zone really run in parallel from the first microsecond of a tick.
 export ELIXIR_ERL_OPTIONS ?= +sbt db
 
-.PHONY: help run test deps deps-elixir deps-rust deps-ts test-elixir test-example test-rust test-ts bench clean
+.PHONY: help run test deps deps-elixir deps-rust deps-ts test-elixir test-example test-rust test-ts bench bench-full clean
 
 help:
 	@echo "make run    start the goblin world (10,000 goblins) and print its tick statistics"
 	@echo "make test   run every test suite (the framework's, the goblin example's, the Rust reference's, the TypeScript SDK's)"
-	@echo "make bench  the goblin benchmark at 10K and 100K with the native reference, the wire, 19,000 sessions, persistence, inputs"
+	@echo "make bench       every benchmark, short (a few minutes in all; JSON in bench/results/short/, figures not meaningful)"
+	@echo "make bench-full  the commands docs/benchmarks.md quotes for its figures (hours; JSON in bench/results/)"
 
 deps: deps-elixir deps-rust deps-ts
 
@@ -42,12 +43,16 @@ deps-elixir:
 	@mix compile >/dev/null
 	@cd $(GAME) && mix compile >/dev/null
 
-# The native reference of the goblin benchmark ($(GAME)/reference) needs cargo: rustup's if it
-# is there, else Debian's.
+# The native reference of the goblin benchmark ($(GAME)/reference) is built and tested with the
+# cargo its cargo.sh picks: the first Rust toolchain of this machine at least as new as the
+# crate's rust-version (rustup's cargo on PATH or in ~/.cargo/bin, else Debian's /usr/bin/cargo),
+# Debian's cargo-web installed with apt-get when none is (Debian 12's own cargo, Rust 1.63, is too
+# old). deps-rust says in one line which toolchain it used. The goblin benchmark builds the
+# reference through the same script (Goblins.Bench.Reference).
+CARGO_SH := $(GAME)/reference/cargo.sh
+
 deps-rust:
-	@command -v cargo >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
-	  $(SUDO) apt-get install -y -q cargo || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q cargo; }; }
-	@cd $(GAME)/reference && cargo build --release --quiet
+	@$(CARGO_SH) --setup build --release --quiet
 
 # The TypeScript SDK (clients/typescript): Node 20 and npm, Debian's Chromium for the browser
 # test (test/browser.test.ts drives /usr/bin/chromium with playwright-core, which never downloads
@@ -75,18 +80,63 @@ test-example:
 	cd $(GAME) && mix test
 
 test-rust:
-	cd $(GAME)/reference && cargo test --release --quiet
+	$(CARGO_SH) test --release --quiet
 
 test-ts:
 	cd clients/typescript && npx tsc -p tsconfig.json --noEmit && npx vitest run
 
+# The bots play against the goblin server: $(call with_server,PORT,COMMANDS) starts it in the
+# background as docs/benchmarks.md does (`mix goblins.server --port PORT` in $(GAME); the port
+# must be free), runs COMMANDS once it accepts connections, and stops the server (SIGTERM to its
+# process group) however COMMANDS end.
+define with_server
+if (exec 3<>/dev/tcp/127.0.0.1/$(1)) 2>/dev/null; then echo "port $(1) is in use: stop what listens there first" >&2; exit 1; fi; \
+set -m; (cd $(GAME) && mix goblins.server --port $(1)) & server=$$!; set +m; \
+trap 'kill -TERM -- -'$$server' 2>/dev/null; wait '$$server'' EXIT; \
+waited=0; until (exec 3<>/dev/tcp/127.0.0.1/$(1)) 2>/dev/null; do \
+  kill -0 $$server 2>/dev/null || exit 1; \
+  [ $$((waited += 1)) -le 180 ] || { echo "the goblin server did not listen on port $(1) within 180 s" >&2; exit 1; }; \
+  sleep 1; done; \
+$(2)
+endef
+
+# `make bench`: every benchmark of docs/benchmarks.md once, short: the same tasks as bench-full
+# with small sizes and durations (a few minutes in all), to see that they run. Their JSON goes to
+# bench/results/short/ (not kept in git); their figures mean nothing. test/bench_commands_test.exs
+# checks that every task of bench-full is here.
+SHORT := bench/results/short
+# The short bots' server port (not 4000, which `make run` uses).
+BENCH_PORT ?= 4100
+
 bench: deps
-	cd $(GAME) && mix goblins.bench --entities 10000 --seconds 60 --reference --json ../../bench/results/goblins-10k.json
-	cd $(GAME) && mix goblins.bench --entities 100000 --seconds 30 --reference --json ../../bench/results/goblins-100k.json
-	cd $(GAME) && mix goblins.bench.encode --entities 10000 --observers 500 --seconds 60 --json ../../bench/results/encode-10k.json
+	cd $(GAME) && mix goblins.bench --entities 10000 --seconds 10 --reference --json ../../$(SHORT)/goblins-10k.json
+	cd $(GAME) && mix goblins.bench --entities 100000 --seconds 5 --reference --json ../../$(SHORT)/goblins-100k.json
+	cd $(GAME) && mix goblins.bench.encode --entities 10000 --observers 100 --seconds 10 --json ../../$(SHORT)/encode-10k.json
+	mix overworld.bench.ccu --count 1000 --hold 1 --json $(SHORT)/ccu-1k.json
+	$(call with_server,$(BENCH_PORT),mix overworld.bots --url ws://127.0.0.1:$(BENCH_PORT)/ws --count 100 --input-hz 10 --seconds 10 --ramp 100 --warmup 3 --nice 10 --json $(SHORT)/bots-100.json)
+	$(call with_server,$(BENCH_PORT),mix overworld.bots --url ws://127.0.0.1:$(BENCH_PORT)/ws --count 100 --input-hz 10 --seconds 10 --ramp 100 --warmup 3 --json $(SHORT)/bots-100-equal.json)
+	cd $(GAME) && mix goblins.bench.inputs --players 2000 --rounds 1 --seconds 3 --json ../../$(SHORT)/inputs-2k.json
+	cd $(GAME) && mix goblins.bench.persistence --samples 5 --seconds 1 --zone-seconds 2 --rounds 2 --kills 20 --json ../../$(SHORT)/persistence-10k.json
+
+# `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
+# 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
+# test/bench_commands_test.exs checks that these commands and the doc's are the same.
+bench-full: deps
+	cd $(GAME) && mix goblins.bench --entities 10000 --seconds 340 --reference --json ../../bench/results/goblins-10k.json
+	cd $(GAME) && mix goblins.bench --entities 100000 --seconds 60 --reference --json ../../bench/results/goblins-100k.json
+	cd $(GAME) && mix goblins.bench.encode --entities 10000 --observers 500 --seconds 340 --json ../../bench/results/encode-10k.json
 	mix overworld.bench.ccu --count 19000 --hold 5 --json bench/results/ccu-19k.json
-	cd $(GAME) && mix goblins.bench.persistence --entities 10000 --json ../../bench/results/persistence-10k.json
-	cd $(GAME) && mix goblins.bench.inputs --json ../../bench/results/inputs-19k.json
+	mix overworld.bench.ccu --count 20000 --hold 5 --json bench/results/ccu-20k.json
+	$(call with_server,4000,mix overworld.bots --url ws://127.0.0.1:4000/ws --count 1000 --input-hz 10 --seconds 340 --ramp 250 --warmup 20 --nice 10 --json bench/results/bots-1000-340s.json)
+	$(call with_server,4000,mix overworld.bots --url ws://127.0.0.1:4000/ws --count 1000 --input-hz 10 --seconds 340 --ramp 250 --warmup 20 --json bench/results/bots-1000-340s-equal.json)
+	cd $(GAME) && mix goblins.bench.inputs --rounds 3 --json ../../bench/results/inputs-19k-after.json
+	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 60 --rounds 10 --kills 400 --json ../../bench/results/persistence-10k-long.json
+	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 5 --rounds 2 --kills 400 --json ../../bench/results/persistence-10k-recovery.json
+	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 30 --rounds 6 --kills 50 --json ../../bench/results/persistence-10k-control.json
+	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 10 --rounds 30 --kills 50 --samples 5 --json ../../bench/results/persistence-10k-short-rounds.json
+	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 10 --rounds 30 --kills 400 --samples 5 --json ../../bench/results/persistence-10k-short-rounds-2.json
+	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 10 --rounds 30 --kills 400 --samples 5 --json ../../bench/results/persistence-10k-short-rounds-3.json
+	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 1 --rounds 1 --kills 400 --samples 2 --seconds 1 --json ../../bench/results/persistence-10k-recovery-parallel-scan.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

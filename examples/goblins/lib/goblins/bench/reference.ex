@@ -1,7 +1,9 @@
 defmodule Goblins.Bench.Reference do
   @moduledoc false
   # The native reference of the goblin benchmark (reference/ in this project, plain Rust): built
-  # with cargo on first use, run as a separate OS process, its one-line JSON parsed.
+  # on first use with the cargo that reference/cargo.sh picks (the same toolchain as `make
+  # deps-rust` and `make test`: the first one on this machine new enough for the crate), run as
+  # a separate OS process, its one-line JSON parsed.
 
   @dir Path.expand("../../../reference", __DIR__)
   @binary "target/release/overworld-reference"
@@ -11,13 +13,12 @@ defmodule Goblins.Bench.Reference do
   def binary! do
     dir = @dir
     bin = Path.join(dir, @binary)
-    cargo = System.find_executable("cargo") || Path.expand("~/.cargo/bin/cargo")
+    cargo_sh = Path.join(dir, "cargo.sh")
 
-    unless File.exists?(cargo), do: Mix.raise("cargo not found: run `make deps` to install it")
-
-    case System.cmd(cargo, ["build", "--release", "--quiet"], cd: dir, stderr_to_stdout: true) do
+    case System.cmd("bash", [cargo_sh, "build", "--release", "--quiet"], stderr_to_stdout: true) do
       {_, 0} -> bin
-      {out, code} -> Mix.raise("cargo build failed (#{code}):\n#{out}")
+      {out, 3} -> Mix.raise(String.trim(out))
+      {out, code} -> Mix.raise("cargo build of #{dir} failed (#{code}):\n#{out}")
     end
   end
 
