@@ -44,7 +44,8 @@ defmodule Overworld.Session do
   alias Overworld.Transport.WebSocket
   alias Overworld.Zone.Wire
 
-  # A restarted zone server is looked for every 5 ms for up to 5 s.
+  # A restarted zone server is looked for every 5 ms for up to 5 s (a new one that dies before
+  # it answers is no answer: the zone is restarting again; see Hello.reattach/3).
   @reattach_tries 1_000
 
   # Messages delivered per {active, N} batch.
@@ -157,7 +158,7 @@ defmodule Overworld.Session do
       when phase in [:live, :detached] do
     # (The registry may still name the dead server for a moment.)
     case Overworld.Zone.whereis(st.zone) do
-      pid when is_pid(pid) and pid != st.zone_was -> Hello.reattach(st, pid)
+      pid when is_pid(pid) and pid != st.zone_was -> Hello.reattach(st, pid, tries)
       _ when tries > 0 -> Process.send_after(self(), {:reattach, tries - 1}, 5) && {:noreply, st}
       _ -> Hello.zone_lost(st)
     end

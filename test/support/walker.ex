@@ -22,6 +22,7 @@ defmodule Overworld.Test.Walker do
           :go ->
             walk(player, test, %{
               snapshots: 0,
+              snapshot_at: nil,
               events: [],
               closed: nil,
               seq: 0,
@@ -36,7 +37,10 @@ defmodule Overworld.Test.Walker do
     pid
   end
 
-  @doc "What the walker saw: `{view, %{snapshots, events: [{npc, amount, total}], ...}}`."
+  @doc """
+  What the walker saw: `{view, %{snapshots, snapshot_at, events: [{npc, amount, total}], ...}}`
+  (`snapshot_at`: the monotonic time of the last snapshot it applied).
+  """
   def report(walker, allow_closed \\ false) do
     send(walker, {:report, self()})
 
@@ -51,6 +55,20 @@ defmodule Overworld.Test.Walker do
         report(walker, true)
     after
       5_000 -> flunk("no report from a walker")
+    end
+  end
+
+  @doc "`report/1` of several walkers at once (each answers within its 100 ms loop)."
+  def report_all(walkers) do
+    for w <- walkers, do: send(w, {:report, self()})
+
+    for w <- walkers do
+      receive do
+        {:walker, ^w, view, acc} -> {view, acc}
+        {:walker_closed, ^w, why} -> flunk("a player was disconnected: #{inspect(why)}")
+      after
+        5_000 -> flunk("no report from a walker")
+      end
     end
   end
 
@@ -117,7 +135,8 @@ defmodule Overworld.Test.Walker do
       case ServerCase.recv(p.conn, left) do
         {{:snapshot, snap}, conn} ->
           {:ok, view} = Snapshot.apply(p.view, snap, p.templates)
-          read(%{p | conn: conn, view: view}, %{acc | snapshots: acc.snapshots + 1}, until)
+          acc = %{acc | snapshots: acc.snapshots + 1, snapshot_at: System.monotonic_time()}
+          read(%{p | conn: conn, view: view}, acc, until)
 
         {%{type: :event, payload: <<"L", gid::32, amount::16, total::32>>}, conn} ->
           read(%{p | conn: conn}, %{acc | events: [{gid, amount, total} | acc.events]}, until)

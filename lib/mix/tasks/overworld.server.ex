@@ -25,8 +25,9 @@ defmodule Mix.Tasks.Overworld.Server do
 
   `--port 0` picks a free port. Once the server listens it prints
   `listening on http://127.0.0.1:<port>` (tools and tests wait for that line). Each line then
-  covers the last interval: tick duration p50/p99/max in microseconds, overruns, the average
-  of each tick phase, and scheduler utilization beside OS CPU (the BEAM busy-waits, so OS CPU
+  covers the last interval: tick duration p50 and max in microseconds with the ticks they
+  rest on (the p99 too once 100 ticks lie above it, i.e. 10,000 ticks in the interval),
+  overruns, the average of each tick phase, and scheduler utilization beside OS CPU (the BEAM busy-waits, so OS CPU
   over-states the work).
 
   A game's own task can start its zones itself and call `serve/2` for the server and the

@@ -1,7 +1,10 @@
 defmodule Overworld.Bench.Report do
   @moduledoc false
-  # Periodic tick statistics of a zone over a window (used by `mix overworld.server`).
+  # Periodic tick statistics of a zone over a window (used by `mix overworld.server`). A
+  # window holds a few hundred ticks: its p99 is left out until it rests on enough of them
+  # (`Overworld.Bench.Stats.describe/3`).
 
+  alias Overworld.Bench.Stats
   alias Overworld.Metrics.{CPU, Histogram}
   alias Overworld.Zone
 
@@ -32,7 +35,7 @@ defmodule Overworld.Bench.Report do
 
     line =
       "tick #{m.tick} | #{m.entities} entities | #{ticks} ticks in #{Float.round(cpu.seconds, 1)} s | " <>
-        "tick µs p50 #{s.p50 || "-"} p99 #{s.p99 || "-"} max #{s.max || "-"} | " <>
+        "tick µs #{Stats.describe(s, [50, 99], of: "ticks")} | " <>
         "overruns #{m.overruns - prev.metrics.overruns} | " <>
         "phases µs input #{per.(:input)} systems #{per.(:systems)} grid #{per.(:grid)} other #{per.(:other)} | " <>
         "schedulers #{pct(cpu.scheduler)} (OS CPU #{pct(cpu.os_cpu)})"

@@ -122,9 +122,12 @@ defmodule Overworld.Session.Hello do
   The zone server died and a new one runs (`pid`): the player is still its (the zone kept
   it), so the session subscribes again and its client starts over from a keyframe; the
   client's reliable messages held meanwhile go now. Otherwise the zone lost the player.
+  A new server that dies before it has answered (a bucket worker died while it recovered:
+  the zone restarts again) is no answer: the session waits for the next one, within the
+  `tries` left of its wait (`{:reattach, tries}`).
   """
-  @spec reattach(Session.t(), pid) :: tuple
-  def reattach(st, pid) do
+  @spec reattach(Session.t(), pid, non_neg_integer) :: tuple
+  def reattach(st, pid, tries) do
     # The claim is a call: answered once the new server has finished starting (its players
     # read back), so what follows sees its players, never a half-loaded table.
     with :ok <- Overworld.Zone.claim_session(st.zone, st.user, self(), 10_000),
@@ -135,10 +138,22 @@ defmodule Overworld.Session.Hello do
       for p <- Enum.reverse(st.held_in), do: send(pid, {:overworld_event, st.user, p})
       {:noreply, %{st | zone_pid: pid, obs: obs, held_in: []}}
     else
+      {:error, :not_found} -> reattach_later(st, pid, tries)
       _ -> zone_lost(st)
     end
   catch
-    :exit, _ -> zone_lost(st)
+    :exit, _ -> reattach_later(st, pid, tries)
+  end
+
+  # The server `pid` is gone (or was never up): the next one, unless it is too late. A server
+  # still alive that did not answer (a timeout) is not waited for again.
+  defp reattach_later(st, pid, tries) do
+    if tries > 0 and not Process.alive?(pid) do
+      Process.send_after(self(), {:reattach, tries - 1}, 5)
+      {:noreply, %{st | zone_was: pid}}
+    else
+      zone_lost(st)
+    end
   end
 
   @doc "The zone is gone, or lost the player: a live client is closed with 4006."

@@ -54,12 +54,12 @@ defmodule Mix.Tasks.Goblins.Bench.PersistenceTest do
 
     assert json["zone_recovery_memory_samples"] == 3
     assert json["zone_tick_samples"] > 20
-    # Each round's p99 ratio, and their median among them.
+    # Each round's p99 ratio, and their median: of two rounds, their mean.
     rounds =
       json["zone_tick_p99_on_vs_off_per_round"] |> String.split() |> Enum.map(&String.to_float/1)
 
-    assert length(rounds) == 2
-    assert json["zone_tick_p99_on_vs_off_round_median_percent"] in rounds
+    assert [a, b] = rounds
+    assert_in_delta json["zone_tick_p99_on_vs_off_round_median_percent"], (a + b) / 2, 0.0006
     assert out =~ "p99 on versus off by round  median"
     # The temporary files are gone.
     refute File.exists?(json["dir"])
