@@ -56,3 +56,52 @@ export function fromHex(hex: string): Uint8Array {
   for (let i = 0; i < out.length; i++) out[i] = parseInt(hex.slice(2 * i, 2 * i + 2), 16);
   return out;
 }
+
+/**
+ * Writes bits most significant first, as the server reads them; `toBytes` pads the last byte
+ * with zero bits.
+ */
+export class BitWriter {
+  private readonly out: number[] = [];
+  private acc = 0;
+  private used = 0;
+  private length = 0;
+
+  /** Bits written. */
+  get bitLength(): number {
+    return this.length;
+  }
+
+  /** An unsigned integer `v` (0..2^n-1, an integer) of `n` bits (0..53). */
+  uint(n: number, v: number): this {
+    if (!Number.isInteger(n) || n < 0 || n > 53) throw new RangeError(`bit width out of range: ${n}`);
+    if (!Number.isInteger(v) || v < 0 || v >= 2 ** n) throw new RangeError(`${v} does not fit ${n} unsigned bits`);
+    for (let i = n - 1; i >= 0; i--) {
+      // Division, not shifts: values may exceed 32 bits.
+      this.acc = (this.acc << 1) | (Math.floor(v / 2 ** i) % 2);
+      if (++this.used === 8) {
+        this.out.push(this.acc);
+        this.acc = 0;
+        this.used = 0;
+      }
+    }
+    this.length += n;
+    return this;
+  }
+
+  /** A two's complement signed integer `v` (-2^(n-1)..2^(n-1)-1) of `n` bits (1..53). */
+  int(n: number, v: number): this {
+    if (!Number.isInteger(v) || v < -(2 ** (n - 1)) || v >= 2 ** (n - 1)) throw new RangeError(`${v} does not fit ${n} signed bits`);
+    return this.uint(n, v < 0 ? v + 2 ** n : v);
+  }
+
+  /** The bits written, zero bits to the byte boundary. */
+  toBytes(): Uint8Array {
+    const out = Uint8Array.from(this.out);
+    if (this.used === 0) return out;
+    const padded = new Uint8Array(out.length + 1);
+    padded.set(out);
+    padded[out.length] = this.acc << (8 - this.used);
+    return padded;
+  }
+}

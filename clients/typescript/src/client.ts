@@ -80,16 +80,26 @@ export class Client {
   }
 
   /**
-   * Connects to a zone with a session. Unless `options.refresh` is given, a refused or expired
-   * token is refreshed with this client before reconnecting.
+   * Connects to a zone with a session: resolves with the connection once its first HANDSHAKE
+   * came (`conn.handshake` is set); rejects with a `ConnectError` (the close code and reason,
+   * and the server's ERROR message if one came: e.g. 3 for a refused token, 1 for a protocol
+   * version it does not speak) when the socket closes or cannot open before that, and then
+   * nothing is tried again. Once connected, an unexpected close reconnects (see
+   * `ZoneConnection`); unless `options.refresh` is given, a refused or expired token is then
+   * refreshed with this client before reconnecting.
+   *
+   * Snapshots may be applied before the caller's code after `await` runs: `conn.world` and
+   * `conn.entities` hold them, but listeners added then miss their events.
    */
-  connect(session: Session, options: ConnectOptions = {}): ZoneConnection {
+  async connect(session: Session, options: ConnectOptions = {}): Promise<ZoneConnection> {
     const WebSocket = options.WebSocket ?? this.WebSocket;
-    return new ZoneConnection(this.socketUrl(options.zone), session, {
+    const conn = new ZoneConnection(this.socketUrl(options.zone), session, {
       ...options,
       ...(WebSocket ? { WebSocket } : {}),
       refresh: options.refresh ?? ((s) => this.refresh(s)),
     });
+    await conn.connected();
+    return conn;
   }
 
   private async post(path: string, body: unknown): Promise<Session> {

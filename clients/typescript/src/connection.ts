@@ -5,7 +5,7 @@ import { ServerClock } from "./clock.js";
 import { decodeEntity, EntityView, type Entity, type EntityViewOptions } from "./interpolation.js";
 import { PROTOCOL_VERSION, decodeServerMessage, encodeClientMessage, type ClientMessage } from "./messages.js";
 import { WorldView } from "./snapshot.js";
-import type { TemplateSchema } from "./template.js";
+import { encodeInput, type InputValues, type TemplateSchema } from "./template.js";
 
 /**
  * What the connection needs of a WebSocket: the browser's `WebSocket` and the `ws` package's
@@ -36,7 +36,12 @@ export interface Handshake {
   height: number;
   /** Metres. */
   cellSize: number;
+  /** The zone's grid, in cells: a cell's key is (row + 1) * (cols + 2) + col + 1. */
+  cols: number;
+  rows: number;
   templates: TemplateSchema[];
+  /** The layout of the zone's typed inputs (`sendInput({...})`), or null: the zone reads raw bytes. */
+  input: TemplateSchema | null;
 }
 
 export interface CloseInfo {
@@ -52,6 +57,27 @@ export interface ServerError {
   message: string;
 }
 
+/**
+ * The connection's first socket closed (or could not open) before a HANDSHAKE: what
+ * `Client.connect` and `ZoneConnection.connected()` reject with. Nothing is tried again.
+ */
+export class ConnectError extends Error {
+  /** The close code (1006: the socket could not open or dropped; 4007: no answer in time; 1000: `close()`). */
+  readonly code: number;
+  readonly reason: string;
+  /** The server's ERROR message before the close, if one came (e.g. code 1: protocol version, 3: unauthorized). */
+  readonly error: ServerError | undefined;
+
+  constructor(code: number, reason: string, error?: ServerError) {
+    const why = error !== undefined ? `${error.message || reason} (error ${error.code}, close ${code})` : `${reason || "closed"} (close ${code})`;
+    super(`could not connect: ${why}`);
+    this.name = "ConnectError";
+    this.code = code;
+    this.reason = reason;
+    this.error = error;
+  }
+}
+
 export interface ReconnectOptions extends BackoffOptions {
   /** Attempts in a row (without a handshake between) before giving up (default: no limit). */
   maxAttempts?: number;
@@ -64,7 +90,7 @@ export interface ConnectOptions extends EntityViewOptions {
   pingInterval?: number;
   /** Milliseconds without any message before the connection is given up and made again (default max(3 × pingInterval, 10 s)). */
   heartbeatTimeout?: number;
-  /** Reconnection after an unexpected close (default on, 250 ms base, factor 2, cap 10 s); false: never. */
+  /** Reconnection after an unexpected close of an established connection (one that had a handshake; default on, 250 ms base, factor 2, cap 10 s); false: never. */
   reconnect?: false | ReconnectOptions;
   /** A random source in [0, 1) for the back-off jitter (default Math.random). */
   random?: () => number;
@@ -149,7 +175,9 @@ function toBytes(data: unknown): Uint8Array | undefined {
  * after 4003 (unauthorized) only once the token was refreshed. Input sequence numbers go on
  * across reconnections.
  *
- * It starts connecting when made.
+ * It starts connecting when made. Reconnection is for a connection that was established: when
+ * the first socket closes (or cannot open) before a HANDSHAKE, the connection is closed for
+ * good and `connected()` rejects with a `ConnectError` (`Client.connect` awaits it).
  */
 export class ZoneConnection {
   /** Decoded entities with their recent history, for interpolation. */
@@ -196,6 +224,12 @@ export class ZoneConnection {
   private readonly closeListeners = new Listeners<[CloseInfo]>();
   private readonly eventListeners = new Listeners<[Uint8Array, number]>();
 
+  /** Settled by the first handshake, or the first socket's close before one. */
+  private readonly ready: Promise<Handshake>;
+  private settle!: { resolve: (h: Handshake) => void; reject: (e: ConnectError) => void };
+  /** The newest ERROR message of the current socket. */
+  private lastError: ServerError | undefined;
+
   /**
    * @param url the WebSocket URL, `ws(s)://host:port/ws?zone=...` (see `Client.connect`)
    * @param session whose token goes in HELLO
@@ -212,7 +246,18 @@ export class ZoneConnection {
     this.pingInterval = options.pingInterval ?? 15_000;
     this.heartbeatTimeout = options.heartbeatTimeout ?? Math.max(3 * this.pingInterval, 10_000);
     this.entities = new EntityView(options);
+    this.ready = new Promise<Handshake>((resolve, reject) => (this.settle = { resolve, reject }));
+    // Nobody may ever ask: a rejection nobody awaits is not an unhandled one.
+    this.ready.catch(() => undefined);
     this.open();
+  }
+
+  /**
+   * The first handshake: resolves when it comes; rejects with a `ConnectError` when the first
+   * socket closes or cannot open before it (or `close()` is called before it).
+   */
+  connected(): Promise<Handshake> {
+    return this.ready;
   }
 
   // ---- state ----
@@ -321,8 +366,27 @@ export class ZoneConnection {
   /**
    * Sends an INPUT with the next sequence number and the newest snapshot tick as its ack.
    * Answers the sequence number, or 0 when not connected (the input is dropped).
+   *
+   * The input is either the values of the zone's input layout (`handshake.input`), by field
+   * name, in the SDK's units (`fixed` in metres, `angle` in radians or, with the
+   * `angleUnit: "turns"` option, turns; `int`/`uint` integers; `enum`/`bool` their values),
+   * encoded with `encodeInput`; or raw bytes, sent as they are (for a zone that declares no
+   * layout and reads them with its own decoder). Values for a zone without a layout, a field
+   * missing or a value its field cannot take throw a TypeError.
    */
-  sendInput(payload: Uint8Array): number {
+  sendInput(payload: Uint8Array): number;
+  sendInput<T extends InputValues<T>>(values: T): number;
+  sendInput(input: Uint8Array | InputValues): number {
+    let payload: Uint8Array;
+    if (ArrayBuffer.isView(input)) payload = new Uint8Array(input.buffer, input.byteOffset, input.byteLength);
+    else {
+      // Before the first handshake the layout is not known: dropped, as raw bytes would be.
+      if (this.hs === undefined) return 0;
+      const layout = this.hs.input;
+      if (layout === null)
+        throw new TypeError("this zone declares no input layout: send its input as raw bytes (a Uint8Array)");
+      payload = encodeInput(layout, input, this.entities.angleUnit);
+    }
     if (this.status !== "open") return 0;
     const seq = this.seq + 1;
     if (!this.send({ type: "input", seq, ack: this.view.tick, payload })) return 0;
@@ -358,6 +422,7 @@ export class ZoneConnection {
     this.status = "closed";
     clearTimeout(this.reconnectTimer);
     this.drop(1000, "client closed");
+    this.settle.reject(new ConnectError(1000, "client closed"));
     this.closeListeners.emit({ code: 1000, reason: "client closed", willReconnect: false });
   }
 
@@ -377,6 +442,7 @@ export class ZoneConnection {
   private open(): void {
     this.stats.connects++;
     this.eventSeq = 0;
+    this.lastError = undefined;
     this.view = new WorldView();
     this.resyncAt = undefined;
     this.pings.clear();
@@ -461,6 +527,8 @@ export class ZoneConnection {
   /** The socket is gone: tell, and reconnect when that is right. */
   private closed(code: number, reason: string): void {
     if (this.status === "closed") return;
+    // The first socket never got a handshake: connecting failed, nothing is tried again.
+    if (this.hs === undefined) return this.finish(code, reason);
     const limit = this.options.reconnect === false ? 0 : (this.options.reconnect?.maxAttempts ?? Infinity);
     if (FINAL.has(code) || this.attempt >= limit) return this.finish(code, reason);
     if (code === UNAUTHORIZED) {
@@ -484,6 +552,7 @@ export class ZoneConnection {
   private finish(code: number, reason: string): void {
     if (this.status === "closed") return;
     this.status = "closed";
+    this.settle.reject(new ConnectError(code, reason, this.lastError));
     this.closeListeners.emit({ code, reason, willReconnect: false });
   }
 
@@ -533,7 +602,10 @@ export class ZoneConnection {
           width: v.width / 1024,
           height: v.height / 1024,
           cellSize: v.cell_size / 1024,
+          cols: v.cols,
+          rows: v.rows,
           templates: v.templates,
+          input: v.input,
         });
       case "pong": {
         const sent = this.pings.get(v.client_time);
@@ -544,6 +616,7 @@ export class ZoneConnection {
         return;
       }
       case "error":
+        this.lastError = { code: v.code, message: v.message };
         return this.errorListeners.emit({ code: v.code, message: v.message });
       case "event":
         return this.eventListeners.emit(v.payload, v.seq);
@@ -570,6 +643,7 @@ export class ZoneConnection {
     this.ping();
     clearInterval(this.pingTimer);
     this.pingTimer = setInterval(() => this.ping(), this.pingInterval);
+    this.settle.resolve(h);
     this.handshakeListeners.emit(h);
   }
 
@@ -592,8 +666,7 @@ export class ZoneConnection {
     const t = this.now();
     this.clock.observe(time, t);
     const held = this.view.entities();
-    const cellOf = new Map<number, number>();
-    for (const [key, entries] of this.view.cells) for (const e of entries) cellOf.set(e.id, key);
+    const cellOf = this.view.entityCells();
     // A view sent again from scratch (baseline 0 after a reconnection or a resync) comes over
     // several frames: entities of the previous view are held over until their cell is there
     // again (then they are in it or they left) or `settle` ms passed, rather than reported as

@@ -2,7 +2,16 @@ import { ByteReader, ByteWriter, unzigzag } from "./bytes.js";
 import type { FieldSchema, FieldType, Result, TemplateSchema } from "./template.js";
 
 /** The protocol version this client speaks. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
+
+/**
+ * An extension of a HANDSHAKE or a SNAPSHOT (room for later protocol versions): its type and
+ * bytes. A client skips the types it does not know.
+ */
+export interface Extension {
+  type: number;
+  bytes: Uint8Array;
+}
 
 /** Messages the client sends. */
 export type ClientMessage =
@@ -22,7 +31,13 @@ export type ServerMessage =
       width: number;
       height: number;
       cell_size: number;
+      /** The zone's grid: a cell's key is (row + 1) * (cols + 2) + col + 1. */
+      cols: number;
+      rows: number;
       templates: TemplateSchema[];
+      /** The layout of the zone's typed inputs (null: the zone reads raw bytes). */
+      input: TemplateSchema | null;
+      extensions: Extension[];
     }
   | { type: "event"; seq: number; payload: Uint8Array }
   | { type: "pong"; client_time: number; server_tick: number }
@@ -88,14 +103,26 @@ function handshake(r: ByteReader): Result<ServerMessage> {
   const width = r.varint();
   const height = r.varint();
   const cell_size = r.varint();
+  const cols = r.varint();
+  const rows = r.varint();
   const count = r.u8();
-  if ([version, tick_rate, entity_id, width, height, cell_size, count].includes(undefined)) return fail("truncated");
+  if ([version, tick_rate, entity_id, width, height, cell_size, cols, rows, count].includes(undefined)) return fail("truncated");
   const templates: TemplateSchema[] = [];
   for (let i = 0; i < count!; i++) {
     const t = template(r);
     if (!t.ok) return t;
     templates.push(t.value);
   }
+  let input: TemplateSchema | null = null;
+  const tag = r.u8();
+  if (tag === undefined) return fail("truncated");
+  if (tag === 1) {
+    const t = template(r);
+    if (!t.ok) return t;
+    input = t.value;
+  } else if (tag !== 0) return fail("bad_input_layout");
+  const extensions = readExtensions(r);
+  if (!extensions.ok) return extensions;
   if (r.remaining > 0) return fail("trailing_bytes");
   return {
     ok: true,
@@ -107,7 +134,11 @@ function handshake(r: ByteReader): Result<ServerMessage> {
       width: width!,
       height: height!,
       cell_size: cell_size!,
+      cols: cols!,
+      rows: rows!,
       templates,
+      input,
+      extensions: extensions.value,
     },
   };
 }
@@ -153,4 +184,24 @@ function template(r: ByteReader): Result<TemplateSchema> {
     fields.push({ name: fname!, type: ftype, bits: bits!, diff_bits: diff_bits!, min: unzigzag(min!), step: step!, values });
   }
   return { ok: true, value: { id, name, fields } };
+}
+
+/**
+ * Reads extensions: a varint count, then per extension its type (varint), byte length (varint,
+ * at most 65,536) and bytes. Never throws.
+ */
+export function readExtensions(r: ByteReader): Result<Extension[]> {
+  const n = r.varint();
+  if (n === undefined) return fail("truncated");
+  const out: Extension[] = [];
+  for (let i = 0; i < n; i++) {
+    const type = r.varint();
+    const length = r.varint();
+    if (type === undefined || length === undefined) return fail("truncated");
+    if (length > 65_536) return fail("string_too_long");
+    const bytes = r.bytesOf(length);
+    if (bytes === undefined) return fail("truncated");
+    out.push({ type, bytes });
+  }
+  return { ok: true, value: out };
 }

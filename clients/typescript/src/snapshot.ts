@@ -1,5 +1,6 @@
 import { BitReader } from "./bits.js";
 import { ByteReader } from "./bytes.js";
+import { readExtensions } from "./messages.js";
 import { decodeDelta, decodeKeyframe, type Result, type TemplateSchema } from "./template.js";
 
 /** An entity the client holds: id, template index (in the handshake's list) and quantized values. */
@@ -14,41 +15,83 @@ const fail = <T>(error: string): Result<T> => ({ ok: false, error });
 /** Bits of a template index for `count` templates. */
 export const indexBits = (count: number): number => (count <= 1 ? 0 : Math.floor(Math.log2(count - 1)) + 1);
 
+/** A run of cells `[first key, count]` a snapshot held back. */
+export type Run = readonly [first: number, count: number];
+
 /**
- * What a client holds: its cells (key → entries sorted by id), updated by snapshots
- * (docs/protocol.md, 'Snapshots'). A snapshot applies completely or not at all: on an error
- * the view is unchanged and the client asks for a resync.
+ * What a client holds: its cells (key → entries sorted by id) and the tick each cell is at,
+ * updated by snapshots (docs/protocol.md, 'Snapshots'). A snapshot applies completely or not
+ * at all: on an error the view is unchanged and the client asks for a resync.
+ *
+ * Every cell held after a snapshot is at that snapshot's tick, except the cells the snapshot
+ * lists as held back (the server's byte budget): those keep the tick they were at until their
+ * blocks come. An entity that moved meanwhile may then be in two cells: the copy in the cell at
+ * the newest tick is the current one (`entities()`).
  */
 export class WorldView {
   readonly cells = new Map<number, Entry[]>();
+  /** The tick each cell held is at (key → tick). */
+  readonly ticks = new Map<number, number>();
   tick = 0;
   /** The newest input sequence number the server had consumed at `tick` (0: none). */
   inputAck = 0;
+  /** The runs of cells the newest snapshot held back (sorted by key; cells not held included). */
+  heldBack: readonly Run[] = [];
 
-  /** Every entity held, by id. */
+  /** The tick a cell held is at (undefined: the cell is not held). */
+  cellTick(key: number): number | undefined {
+    return this.ticks.get(key);
+  }
+
+  /** Whether the newest snapshot held back a cell (its blocks wait; it keeps its tick). */
+  isHeldBack(key: number): boolean {
+    return inRuns(this.heldBack, key);
+  }
+
+  /**
+   * Every entity held, by id. An entity in two cells (it moved while a cell was held back) is
+   * the copy of the cell at the newest tick.
+   */
   entities(): Map<number, Entry> {
     const out = new Map<number, Entry>();
-    for (const entries of this.cells.values()) for (const e of entries) out.set(e.id, e);
+    for (const key of this.byTick()) for (const e of this.cells.get(key)!) out.set(e.id, e);
     return out;
+  }
+
+  /** The key of the cell holding each entity's current copy (as `entities()` resolves it), by id. */
+  entityCells(): Map<number, number> {
+    const out = new Map<number, number>();
+    for (const key of this.byTick()) for (const e of this.cells.get(key)!) out.set(e.id, key);
+    return out;
+  }
+
+  /** The keys held, oldest tick first (then by key): later copies of an id win. */
+  private byTick(): number[] {
+    const keys = [...this.cells.keys()];
+    const tick = (k: number) => this.ticks.get(k) ?? 0;
+    return keys.sort((a, b) => tick(a) - tick(b) || a - b);
   }
 
   /**
    * Applies a snapshot message (opcode 0x02). Blocks apply in order (several blocks of one cell
-   * follow each other). Baseline 0 starts from an empty view; any other baseline must be the
-   * view's tick, else the error is `unknown_baseline`.
+   * follow each other); a cell not held is empty (a delta block for it has arrivals only; a
+   * cell leaving that is not held is nothing to drop). Baseline 0 starts from an empty view;
+   * any other baseline must be the view's tick, else the error is `unknown_baseline`. The runs
+   * of cells held back follow, then extensions (skipped).
    */
   apply(bytes: Uint8Array, templates: TemplateSchema[]): Result<number> {
     const r = new ByteReader(bytes);
     if (r.u8() !== 0x02) return fail("not_a_snapshot");
     const tick = r.varint();
     const baseline = r.varint();
-    const ack = r.varint();
-    const n = r.varint();
-    if (tick === undefined || baseline === undefined || ack === undefined || n === undefined)
-      return fail("truncated");
+    if (tick === undefined || baseline === undefined) return fail("truncated");
     // Baseline 0: start from nothing; otherwise the view must hold the baseline.
     if (baseline !== 0 && baseline !== this.tick) return fail("unknown_baseline");
+    const ack = r.varint();
+    const n = r.varint();
+    if (ack === undefined || n === undefined) return fail("truncated");
     const held = baseline === 0 ? new Map<number, Entry[]>() : this.cells;
+    const heldTicks = baseline === 0 ? new Map<number, number>() : this.ticks;
     const tb = indexBits(templates.length);
     const changed = new Map<number, Entry[]>();
     for (let i = 0; i < n; i++) {
@@ -79,17 +122,65 @@ export class WorldView {
       if (key === undefined) return fail("truncated");
       gone.push(key);
     }
+    const runs = readRuns(r);
+    if (!runs.ok) return runs;
+    const extensions = readExtensions(r);
+    if (!extensions.ok) return extensions;
     if (r.remaining > 0) return fail("trailing_bytes");
+
+    // Everything read: apply.
     if (baseline === 0) this.cells.clear();
     for (const [key, entries] of changed) {
       if (entries.length === 0) this.cells.delete(key);
       else this.cells.set(key, entries);
     }
     for (const key of gone) this.cells.delete(key);
+    const ticks = new Map<number, number>();
+    for (const key of this.cells.keys())
+      ticks.set(key, inRuns(runs.value, key) ? (heldTicks.get(key) ?? 0) : tick);
+    this.ticks.clear();
+    for (const [key, t] of ticks) this.ticks.set(key, t);
+    this.heldBack = runs.value;
     this.tick = tick;
     this.inputAck = ack;
     return { ok: true, value: tick };
   }
+}
+
+/**
+ * The runs of cells held back: a varint count, then per run the gap from the end of the
+ * previous run (from key 0 for the first) and the cell count (1..65,536), varints.
+ */
+function readRuns(r: ByteReader): Result<Run[]> {
+  const n = r.varint();
+  if (n === undefined) return fail("truncated");
+  const runs: Run[] = [];
+  let next = 0;
+  for (let i = 0; i < n; i++) {
+    const gap = r.varint();
+    const count = r.varint();
+    if (gap === undefined || count === undefined) return fail("truncated");
+    if (count < 1 || count > 65_536) return fail("bad_run");
+    const first = next + gap;
+    if (!Number.isSafeInteger(first + count)) return fail("bad_run");
+    runs.push([first, count]);
+    next = first + count;
+  }
+  return { ok: true, value: runs };
+}
+
+/** Whether `key` is in one of `runs` (sorted by key, not overlapping). */
+function inRuns(runs: readonly Run[], key: number): boolean {
+  let lo = 0;
+  let hi = runs.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    const [first, count] = runs[mid]!;
+    if (key < first) hi = mid - 1;
+    else if (key >= first + count) lo = mid + 1;
+    else return true;
+  }
+  return false;
 }
 
 function readVbits(r: BitReader): number | undefined {

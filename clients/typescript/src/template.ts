@@ -1,4 +1,4 @@
-import { BitReader } from "./bits.js";
+import { BitReader, BitWriter } from "./bits.js";
 
 /** A field type (see Overworld.Template.Field on the server). */
 export type FieldType = "uint" | "int" | "fixed" | "angle" | "enum" | "bool";
@@ -124,4 +124,85 @@ export function decodeValue(f: FieldSchema, q: number, unit: AngleUnit = "radian
     default:
       return f.min + q * f.step;
   }
+}
+
+/**
+ * The values of an input layout's fields, by name, in the SDK's units (see `encodeInput`): an
+ * object literal, a record, or any type (an interface too) whose properties are all values.
+ */
+export type InputValues<T = Record<string, Value>> = { readonly [K in keyof T]: Value };
+
+/**
+ * The quantized value of a field for a value in the SDK's units (those `decodeValue` answers),
+ * exactly as the server quantizes (`Overworld.Template.Field.quantize/2`): `fixed` in metres
+ * and `angle` in radians or turns (`unit`) are first rounded to the server's units (1/1024 m,
+ * 1/65536 turn); numbers outside a field's range clamp to it, angles wrap around. Throws a
+ * TypeError for a value the field cannot take (not an integer for `int`/`uint`, not a finite
+ * number for `fixed`/`angle`, not one of an `enum`'s or `bool`'s values).
+ */
+export function quantizeValue(f: FieldSchema, v: unknown, unit: AngleUnit = "radians"): number {
+  const expected = (what: string) => new TypeError(`field ${f.name} (${f.type}): expected ${what}, got: ${describe(v)}`);
+  switch (f.type) {
+    case "enum":
+    case "bool": {
+      const i = (f.values ?? []).findIndex((x) => x === v);
+      if (i < 0) throw expected(`one of ${JSON.stringify(f.values ?? [])}`);
+      return i;
+    }
+    case "angle": {
+      if (typeof v !== "number" || !Number.isFinite(v)) throw expected("a finite number");
+      const turns = unit === "turns" ? v : v / (2 * Math.PI);
+      const units = Math.round(turns * 65536);
+      const wrapped = ((units % 65536) + 65536) % 65536;
+      return Math.floor(wrapped / 2 ** (16 - f.bits));
+    }
+    case "fixed": {
+      if (typeof v !== "number" || !Number.isFinite(v)) throw expected("a finite number (metres)");
+      return clamp(f, Math.round(v * 1024));
+    }
+    default:
+      if (typeof v !== "number" || !Number.isInteger(v)) throw expected("an integer");
+      return clamp(f, v);
+  }
+}
+
+/** The server's clamp: floor((v - min) / step) within 0..2^bits-1. */
+function clamp(f: FieldSchema, v: number): number {
+  return Math.min(Math.max(Math.floor((v - f.min) / f.step), 0), 2 ** f.bits - 1);
+}
+
+function describe(v: unknown): string {
+  if (typeof v === "string") return JSON.stringify(v);
+  if (typeof v === "bigint") return `${v}n`;
+  try {
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return String(v);
+  }
+}
+
+/**
+ * The payload of an INPUT for a zone's input layout (the handshake's `input`): every field's
+ * value quantized (`quantizeValue`) and bit-packed as a keyframe, most significant bit first,
+ * zero bits to the byte boundary, byte for byte what `Overworld.Template.encode_input/2`
+ * makes. `values` holds each field's value by name in the SDK's units: `fixed` in metres,
+ * `angle` in radians (or turns with `unit`), `int` and `uint` integers, `enum` and `bool`
+ * their values; other names are ignored. Throws a TypeError for a missing field or a value a
+ * field cannot take.
+ */
+export function encodeInput<T extends InputValues<T>>(layout: TemplateSchema, values: T, unit: AngleUnit = "radians"): Uint8Array {
+  if (typeof values !== "object" || values === null) throw new TypeError(`input ${layout.name}: expected an object of field values`);
+  const byName = values as Readonly<Record<string, unknown>>;
+  const w = new BitWriter();
+  for (const f of layout.fields) {
+    const v = byName[f.name];
+    if (v === undefined) throw new TypeError(`input ${layout.name}: field ${f.name} is missing`);
+    try {
+      w.uint(f.bits, quantizeValue(f, v, unit));
+    } catch (e) {
+      if (e instanceof TypeError) throw new TypeError(`input ${layout.name}: ${e.message}`);
+      throw e;
+    }
+  }
+  return w.toBytes();
 }

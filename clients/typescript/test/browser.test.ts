@@ -117,6 +117,10 @@ interface SdkRun {
   entityId: number;
   tickRate: number;
   templates: string[];
+  version: number;
+  input: { name: string; fields: string[] } | null;
+  protocol: { encoded: number[]; reader: number[]; version: number };
+  connectError: { name: string; isConnectError: boolean; code: number; errorCode: number | null } | null;
   snapshots: number;
   goblins: number;
   tick: number;
@@ -195,9 +199,9 @@ describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
     // A player from Node (the SDK over `ws`): the page counts it.
     const client = new Client({ baseUrl: game!.baseUrl, WebSocket });
     const session = await client.authenticateDevice(`browser-status-${process.pid}-${Date.now()}`);
-    const conn = client.connect(session, { zone: "goblins" });
+    const conn = await client.connect(session, { zone: "goblins" });
     open.push(conn);
-    await until("the Node player's handshake", () => conn.entityId > 0, 10_000);
+    expect(conn.entityId).toBeGreaterThan(0);
     await until("the page to show a player in goblins", async () => ((await goblins())?.players ?? 0) >= 1, 5_000, tail(log));
     await until("the page to show a session", async () => /^[1-9]\d* sessions/.test((await page.textContent("#server")) ?? ""), 5_000, tail(log));
     conn.close();
@@ -224,9 +228,15 @@ describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
     expect(run.entityId).toBeGreaterThan(0);
     expect(run.tickRate).toBeGreaterThan(0);
     expect(run.templates).toEqual(expect.arrayContaining(["goblin", "player"]));
+    expect(run.version).toBe(2);
+    expect(run.input).toEqual({ name: "move", fields: ["mx", "my"] });
+    // The subpath build (/sdk/protocol.js) loads in the page: encodeInput and BitReader from it.
+    expect(run.protocol).toEqual({ encoded: [227, 127], reader: [100, 0], version: 2 });
+    // A refused token: client.connect rejects with the main entry's ConnectError.
+    expect(run.connectError).toEqual({ name: "ConnectError", isConnectError: true, code: 4003, errorCode: 3 });
     expect(run.snapshots).toBeGreaterThanOrEqual(3);
     expect(run.goblins).toBeGreaterThan(0);
-    // Inputs acknowledged, and the player moved along x.
+    // Typed inputs acknowledged, and the player moved along x.
     expect(run.lastSeq).toBe(10);
     expect(run.inputSeq).toBe(10);
     expect(run.inputAck).toBeGreaterThanOrEqual(run.lastSeq);

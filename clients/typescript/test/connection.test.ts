@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   Client,
+  ConnectError,
   OverworldHttpError,
   ZoneConnection,
   type CloseInfo,
@@ -10,7 +11,7 @@ import {
   type Session,
   type ServerError,
 } from "../src/index.js";
-import { FakeSocket, PLAYER, encodeHandshake, encodeSnapshot, error, pong, qm, type TestEntity } from "./helpers.js";
+import { FakeSocket, MOVE, PLAYER, encodeHandshake, encodeSnapshot, error, pong, qm, type TestEntity } from "./helpers.js";
 
 const session = (token = "tok-1"): Session => ({
   userId: "7",
@@ -45,6 +46,15 @@ function establish(socket: FakeSocket, entityId = 42) {
   socket.deliver(encodeHandshake({ entityId }));
 }
 
+/** Establishes the first socket, then drops it: the connection is reconnecting (after 125 ms). */
+function established(options: ConnectOptions = {}, s = session()) {
+  const c = connect(options, s);
+  establish(c.socket);
+  c.socket.drop(1006);
+  c.closes.length = 0;
+  return c;
+}
+
 beforeEach(() => {
   vi.useFakeTimers();
   vi.setSystemTime(1_000_000);
@@ -61,7 +71,7 @@ describe("ZoneConnection: the connection sequence", () => {
     expect(socket.binaryType).toBe("arraybuffer");
     expect(conn.state).toBe("connecting");
     socket.accept();
-    expect(socket.sent).toEqual([{ type: "hello", version: 1, token: "tok-1" }]);
+    expect(socket.sent).toEqual([{ type: "hello", version: 2, token: "tok-1" }]);
   });
 
   it("handles the handshake: templates, tick rate, entity id, world size in metres; pings at once", () => {
@@ -71,7 +81,9 @@ describe("ZoneConnection: the connection sequence", () => {
     establish(socket, 42);
     expect(conn.state).toBe("open");
     expect(conn.entityId).toBe(42);
-    expect(seen).toEqual([{ version: 1, tickRate: 30, entityId: 42, width: 316, height: 316, cellSize: 12, templates: expect.any(Array) }]);
+    expect(seen).toEqual([
+      { version: 2, tickRate: 30, entityId: 42, width: 316, height: 316, cellSize: 12, cols: 27, rows: 27, templates: expect.any(Array), input: null },
+    ]);
     expect(conn.handshake!.templates.map((t) => t.name)).toEqual(["goblin", "player"]);
     expect(conn.handshake!.templates[1]).toEqual(PLAYER);
     expect(socket.sent.map((m) => m.type)).toEqual(["hello", "ping"]);
@@ -166,6 +178,196 @@ describe("ZoneConnection: inputs", () => {
     expect(conn.inputAck).toBe(3);
     expect(conn.inputSeq).toBe(4);
   });
+
+  it("sends typed inputs with the handshake's input layout; raw bytes still go as they are", () => {
+    const { conn, socket } = connect();
+    // Before a handshake the layout is unknown: dropped like any input then.
+    expect(conn.sendInput({ mx: 100, my: 0 })).toBe(0);
+    socket.accept();
+    socket.deliver(encodeHandshake({ entityId: 1, input: MOVE }));
+    expect(conn.handshake!.input).toEqual(MOVE);
+    expect(conn.sendInput({ mx: 100, my: 0 })).toBe(1);
+    // Clamped to -127..127 (q 0..254 of 8 bits: 227 = 100 + 127, 127 = 0 + 127), as the server.
+    expect(conn.sendInput({ mx: -1000, my: 127 })).toBe(2);
+    expect(conn.sendInput(new Uint8Array([9, 9, 9]))).toBe(3);
+    expect(conn.sendInput(Buffer.from([1, 2]))).toBe(4);
+    expect(socket.of("input").map((m) => m.payload)).toEqual([[227, 127], [0, 254], [9, 9, 9], [1, 2]]);
+    // A missing field or a bad value is a TypeError; nothing is sent, the sequence is unchanged.
+    expect(() => conn.sendInput({ mx: 1 })).toThrow(new TypeError("input move: field my is missing"));
+    expect(() => conn.sendInput({ mx: 1.5, my: 0 })).toThrow(TypeError);
+    expect(() => conn.sendInput({ mx: "1", my: 0 })).toThrow(/mx \(int\): expected an integer, got: "1"/);
+    expect(conn.inputSeq).toBe(4);
+    expect(socket.of("input").length).toBe(4);
+    // While reconnecting: still checked against the layout, then dropped.
+    socket.drop(1006);
+    expect(conn.sendInput({ mx: 0, my: 0 })).toBe(0);
+    expect(() => conn.sendInput({ my: 0 })).toThrow(TypeError);
+    conn.close();
+  });
+
+  it("refuses typed inputs for a zone without an input layout", () => {
+    const { conn, socket } = connect();
+    establish(socket, 1);
+    expect(conn.handshake!.input).toBeNull();
+    expect(() => conn.sendInput({ mx: 100, my: 0 })).toThrow(TypeError);
+    expect(() => conn.sendInput({ mx: 100, my: 0 })).toThrow(/declares no input layout/);
+    expect(conn.sendInput(new Uint8Array([100, 0]))).toBe(1);
+  });
+
+  it("encodes angles in the view's unit (radians by default, or turns)", () => {
+    const AIM = { id: 0, name: "aim", fields: [{ name: "a", type: "angle" as const, bits: 8, min: 0, step: 1, diff_bits: 3, values: null }] };
+    const radians = connect();
+    establish(radians.socket, 1);
+    radians.socket.deliver(encodeHandshake({ entityId: 1, input: AIM }));
+    radians.conn.sendInput({ a: Math.PI / 2 });
+    expect(radians.socket.of("input")[0]!.payload).toEqual([64]);
+    const turns = connect({ angleUnit: "turns" });
+    turns.socket.accept();
+    turns.socket.deliver(encodeHandshake({ entityId: 1, input: AIM }));
+    turns.conn.sendInput({ a: 0.75 });
+    expect(turns.socket.of("input")[0]!.payload).toEqual([192]);
+  });
+});
+
+describe("ZoneConnection: the first connection (connected(), Client.connect)", () => {
+  it("connected() resolves with the first handshake", async () => {
+    const { conn, socket } = connect();
+    let settled = false;
+    const p = conn.connected().then((h) => ((settled = true), h));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(settled).toBe(false);
+    establish(socket, 42);
+    const h = await p;
+    expect(h).toBe(conn.handshake);
+    expect(h.entityId).toBe(42);
+    // Later handshakes (reconnections) do not change it.
+    socket.drop(1006);
+    await vi.advanceTimersByTimeAsync(125);
+    establish(FakeSocket.last(), 42);
+    expect(await conn.connected()).toBe(h);
+  });
+
+  it("rejects with a ConnectError (close code, reason, the server's ERROR) when the first socket closes before a handshake; no retry", async () => {
+    const { conn, closes, socket } = connect({ refresh: vi.fn(async (s: Session) => s) });
+    socket.accept();
+    socket.deliver(error(1, "unsupported protocol version 2, this server speaks 3"));
+    socket.drop(4001, "unsupported version");
+    const e = await conn.connected().catch((e: unknown) => e);
+    expect(e).toBeInstanceOf(ConnectError);
+    expect(e).toBeInstanceOf(Error);
+    expect(e).toMatchObject({
+      name: "ConnectError",
+      code: 4001,
+      reason: "unsupported version",
+      error: { code: 1, message: "unsupported protocol version 2, this server speaks 3" },
+    });
+    expect((e as Error).message).toContain("unsupported protocol version 2");
+    expect(closes).toEqual([{ code: 4001, reason: "unsupported version", willReconnect: false }]);
+    expect(conn.state).toBe("closed");
+    // A refused token (4003) before the first handshake is not refreshed and tried again either.
+    FakeSocket.reset();
+    const refresh = vi.fn(async (s: Session) => s);
+    const b = connect({ refresh });
+    b.socket.accept();
+    b.socket.deliver(error(3, "unauthorized"));
+    b.socket.drop(4003, "unauthorized");
+    await expect(b.conn.connected()).rejects.toMatchObject({ code: 4003, error: { code: 3 } });
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(refresh).not.toHaveBeenCalled();
+    expect(FakeSocket.instances.length).toBe(1);
+  });
+
+  it("rejects when the socket cannot open, never opens in time, or close() comes first", async () => {
+    // The upgrade refused ('ws' reports an error, then a close 1006).
+    const a = connect();
+    a.socket.onerror!({ message: "Unexpected server response: 404" });
+    a.socket.drop(1006);
+    await expect(a.conn.connected()).rejects.toMatchObject({ code: 1006, reason: "Unexpected server response: 404", error: undefined });
+    expect(a.closes).toEqual([{ code: 1006, reason: "Unexpected server response: 404", willReconnect: false }]);
+    // A WebSocket constructor that throws (e.g. a bad URL for the browser's).
+    class Throwing {
+      constructor() {
+        throw new SyntaxError("bad url");
+      }
+    }
+    const b = new ZoneConnection("ws://127.0.0.1:1/ws", session(), { WebSocket: Throwing as never });
+    await expect(b.connected()).rejects.toMatchObject({ code: 1006, reason: "cannot open a WebSocket: bad url" });
+    // No answer within heartbeatTimeout.
+    FakeSocket.reset();
+    const c = connect({ heartbeatTimeout: 5000 });
+    const rejected = expect(c.conn.connected()).rejects.toMatchObject({ code: 4007 });
+    await vi.advanceTimersByTimeAsync(5000);
+    await rejected;
+    expect(FakeSocket.instances.length).toBe(1);
+    // close() before the handshake.
+    const d = connect();
+    d.socket.accept();
+    d.conn.close();
+    await expect(d.conn.connected()).rejects.toMatchObject({ code: 1000, reason: "client closed" });
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(FakeSocket.instances.length).toBe(2);
+  });
+
+  it("a connection nobody awaits fails without an unhandled rejection", async () => {
+    const unhandled = vi.fn();
+    process.on("unhandledRejection", unhandled);
+    try {
+      const { socket } = connect();
+      socket.drop(1006);
+      await vi.advanceTimersByTimeAsync(10);
+      vi.useRealTimers();
+      await new Promise((r) => setTimeout(r, 20));
+      expect(unhandled).not.toHaveBeenCalled();
+    } finally {
+      process.off("unhandledRejection", unhandled);
+    }
+  });
+
+  it("Client.connect resolves with the connection on the handshake, or rejects with the ConnectError", async () => {
+    const client = new Client({ baseUrl: "http://127.0.0.1:4000", fetch: async () => ({ status: 500, text: async () => "" }), WebSocket: FakeSocket });
+    const ok = client.connect(session(), { zone: "goblins" });
+    establish(FakeSocket.last(), 7);
+    const conn = await ok;
+    expect(conn).toBeInstanceOf(ZoneConnection);
+    expect(conn.state).toBe("open");
+    expect(conn.handshake!.entityId).toBe(7);
+    conn.close();
+
+    const refused = client.connect(session("bad"), { zone: "goblins" });
+    const socket = FakeSocket.last();
+    socket.accept();
+    socket.deliver(error(3, "unauthorized"));
+    socket.drop(4003, "unauthorized");
+    const e = await refused.catch((e: unknown) => e);
+    expect(e).toBeInstanceOf(ConnectError);
+    expect(e).toMatchObject({ code: 4003, reason: "unauthorized", error: { code: 3, message: "unauthorized" } });
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(FakeSocket.instances.length).toBe(2);
+  });
+});
+
+describe("ZoneConnection: cells held back", () => {
+  it("an entity that moved out of a held-back cell is its newest copy, neither leaving nor entering again", () => {
+    const { conn, socket } = connect();
+    establish(socket, 3);
+    const enters: number[] = [];
+    const leaves: number[] = [];
+    conn.onEnter((e) => enters.push(e.id));
+    conn.onLeave((id) => leaves.push(id));
+    socket.deliver(encodeSnapshot({ tick: 10, cells: [{ key: 40, entities: [goblin(1, 0), me(3, 0)] }] }));
+    // Tick 11: cell 40 held back; entity 1 now in cell 41.
+    socket.deliver(encodeSnapshot({ tick: 11, baseline: 10, cells: [{ key: 41, entities: [goblin(1, 12)] }], behind: [[40, 1]] }));
+    expect(conn.world.cellTick(40)).toBe(10);
+    expect(conn.world.cellTick(41)).toBe(11);
+    expect(conn.world.entities().get(1)!.q[0]).toBe(qm(12));
+    expect(conn.entities.samples(1).map((s) => s.values[0])).toEqual([0, 12]);
+    // Tick 12: cell 40 comes without it.
+    socket.deliver(encodeSnapshot({ tick: 12, baseline: 11, cells: [{ key: 40, entities: [me(3, 0)] }] }));
+    expect(conn.world.entities().get(1)!.q[0]).toBe(qm(12));
+    expect(enters).toEqual([1, 3]);
+    expect(leaves).toEqual([]);
+    expect(conn.stats.refused).toBe(0);
+  });
 });
 
 describe("ZoneConnection: resync", () => {
@@ -229,7 +431,7 @@ describe("ZoneConnection: closing and reconnecting", () => {
     expect(FakeSocket.instances.length).toBe(2);
     const second = FakeSocket.last();
     establish(second, 42);
-    expect(second.sent[0]).toEqual({ type: "hello", version: 1, token: "tok-1" });
+    expect(second.sent[0]).toEqual({ type: "hello", version: 2, token: "tok-1" });
     expect(conn.entityId).toBe(42);
     expect(conn.state).toBe("open");
     // The input sequence goes on; the new socket's view starts over.
@@ -240,6 +442,7 @@ describe("ZoneConnection: closing and reconnecting", () => {
 
   it("backs off exponentially while attempts fail, and starts over after a handshake", () => {
     const { closes } = connect({ random: () => 0.5 });
+    establish(FakeSocket.last());
     const delays: number[] = [];
     for (let attempt = 0; attempt < 8; attempt++) {
       const n = FakeSocket.instances.length;
@@ -294,7 +497,9 @@ describe("ZoneConnection: closing and reconnecting", () => {
   });
 
   it("gives a failed socket's error message as the reason of a close without one", () => {
-    const { closes, socket } = connect();
+    const { closes } = established();
+    vi.advanceTimersByTime(125);
+    const socket = FakeSocket.last();
     socket.onerror!({ message: "Unexpected server response: 404" });
     socket.drop(1006);
     expect(closes).toEqual([{ code: 1006, reason: "Unexpected server response: 404", willReconnect: true }]);
@@ -302,6 +507,7 @@ describe("ZoneConnection: closing and reconnecting", () => {
 
   it("gives up after maxAttempts, and never reconnects when reconnect is false", () => {
     const { closes } = connect({ reconnect: { maxAttempts: 2 }, random: () => 0 });
+    establish(FakeSocket.last());
     FakeSocket.last().drop(1006);
     vi.advanceTimersByTime(1);
     FakeSocket.last().drop(1006);
@@ -312,6 +518,7 @@ describe("ZoneConnection: closing and reconnecting", () => {
     expect(closes.map((c) => c.willReconnect)).toEqual([true, true, false]);
     FakeSocket.reset();
     const other = connect({ reconnect: false });
+    establish(other.socket);
     other.socket.drop(1006);
     vi.advanceTimersByTime(20_000);
     expect(FakeSocket.instances.length).toBe(1);
@@ -331,39 +538,43 @@ describe("ZoneConnection: closing and reconnecting", () => {
 
   it("after 4003, reconnects only once the token was refreshed", async () => {
     const refresh = vi.fn(async (s: Session) => ({ ...s, token: "tok-2" }));
-    const { conn, closes, socket } = connect({ refresh });
+    const { conn, closes } = established({ refresh });
+    vi.advanceTimersByTime(125);
+    const socket = FakeSocket.last();
     socket.accept();
     socket.deliver(error(3, "unauthorized"));
     socket.drop(4003, "unauthorized");
     expect(refresh).toHaveBeenCalledTimes(1);
     await vi.advanceTimersByTimeAsync(0);
     expect(closes).toEqual([{ code: 4003, reason: "unauthorized", willReconnect: true }]);
-    await vi.advanceTimersByTimeAsync(125);
-    const second = FakeSocket.last();
-    expect(FakeSocket.instances.length).toBe(2);
-    second.accept();
-    expect(second.sent[0]).toEqual({ type: "hello", version: 1, token: "tok-2" });
+    await vi.advanceTimersByTimeAsync(250);
+    const third = FakeSocket.last();
+    expect(FakeSocket.instances.length).toBe(3);
+    third.accept();
+    expect(third.sent[0]).toEqual({ type: "hello", version: 2, token: "tok-2" });
     expect(conn.session.token).toBe("tok-2");
     // Refused again before any handshake: the refreshed token is no better; give up.
-    second.drop(4003, "unauthorized");
+    third.drop(4003, "unauthorized");
     await vi.advanceTimersByTimeAsync(60_000);
     expect(refresh).toHaveBeenCalledTimes(1);
     expect(closes[1]).toEqual({ code: 4003, reason: "unauthorized", willReconnect: false });
-    expect(FakeSocket.instances.length).toBe(2);
+    expect(FakeSocket.instances.length).toBe(3);
   });
 
   it("after 4003 without a refresh hook, or when the refresh fails, stops", async () => {
-    const a = connect();
-    a.socket.accept();
-    a.socket.drop(4003);
+    const a = established();
+    vi.advanceTimersByTime(125);
+    FakeSocket.last().accept();
+    FakeSocket.last().drop(4003);
     expect(a.closes).toEqual([{ code: 4003, reason: "", willReconnect: false }]);
     FakeSocket.reset();
-    const b = connect({ refresh: () => Promise.reject(new Error("expired")) });
-    b.socket.accept();
-    b.socket.drop(4003);
+    const b = established({ refresh: () => Promise.reject(new Error("expired")) });
+    vi.advanceTimersByTime(125);
+    FakeSocket.last().accept();
+    FakeSocket.last().drop(4003);
     await vi.advanceTimersByTimeAsync(60_000);
     expect(b.closes).toEqual([{ code: 4003, reason: "", willReconnect: false }]);
-    expect(FakeSocket.instances.length).toBe(1);
+    expect(FakeSocket.instances.length).toBe(2);
   });
 
   it("refreshes an expired token before reconnecting", async () => {
@@ -399,9 +610,11 @@ describe("ZoneConnection: closing and reconnecting", () => {
   });
 
   it("also gives up a connection attempt that never opens", () => {
-    const { closes } = connect({ heartbeatTimeout: 5000 });
+    const { closes } = established({ heartbeatTimeout: 5000 });
+    vi.advanceTimersByTime(125);
     vi.advanceTimersByTime(5000);
     expect(closes.map((c) => c.code)).toEqual([4007]);
+    expect(closes[0]!.willReconnect).toBe(true);
   });
 
   it("close() closes for good and tells at once", () => {
@@ -419,8 +632,7 @@ describe("ZoneConnection: closing and reconnecting", () => {
   });
 
   it("close() while waiting to reconnect cancels the attempt", () => {
-    const { conn, socket } = connect();
-    socket.drop(1006);
+    const { conn } = established();
     conn.close();
     vi.advanceTimersByTime(60_000);
     expect(FakeSocket.instances.length).toBe(1);
@@ -470,9 +682,11 @@ describe("Client", () => {
     const client = new Client({ baseUrl: "https://game.example:8443", fetch: f, WebSocket: FakeSocket });
     expect(client.socketUrl()).toBe("wss://game.example:8443/ws");
     expect(client.socketUrl("")).toBe("wss://game.example:8443/ws?zone=");
-    const conn = client.connect(session(), { zone: "goblins", random: () => 0.5 });
+    const connecting = client.connect(session(), { zone: "goblins", random: () => 0.5 });
     expect(FakeSocket.last().url).toBe("wss://game.example:8443/ws?zone=goblins");
-    FakeSocket.last().accept();
+    establish(FakeSocket.last(), 5);
+    const conn = await connecting;
+    expect(conn.entityId).toBe(5);
     FakeSocket.last().drop(4003);
     await vi.advanceTimersByTimeAsync(200);
     expect(calls.length).toBe(1);

@@ -1,27 +1,14 @@
 // Test-only encoders of server messages (the SDK only decodes them) and a scriptable WebSocket.
-import { ByteReader, ByteWriter, zigzag, type FieldSchema, type TemplateSchema } from "../src/index.js";
+import { BitWriter, ByteReader, ByteWriter, zigzag, type FieldSchema, type TemplateSchema } from "../src/protocol.js";
 
-/** Writes bits most significant first. */
-export class BitWriter {
-  private readonly bits: number[] = [];
-  uint(n: number, v: number): this {
-    for (let i = n - 1; i >= 0; i--) this.bits.push(Math.floor(v / 2 ** i) % 2);
-    return this;
-  }
-  /** The protocol's bit varint: groups of a continuation bit and 7 value bits, low group first. */
-  vbits(v: number): this {
-    do {
-      const low = v % 128;
-      v = Math.floor(v / 128);
-      this.uint(1, v > 0 ? 1 : 0).uint(7, low);
-    } while (v > 0);
-    return this;
-  }
-  toBytes(): Uint8Array {
-    const out = new Uint8Array(Math.ceil(this.bits.length / 8));
-    this.bits.forEach((b, i) => (out[i >> 3]! |= b << (7 - (i & 7))));
-    return out;
-  }
+/** The protocol's bit varint: groups of a continuation bit and 7 value bits, low group first. */
+function vbits(w: BitWriter, v: number): BitWriter {
+  do {
+    const low = v % 128;
+    v = Math.floor(v / 128);
+    w.uint(1, v > 0 ? 1 : 0).uint(7, low);
+  } while (v > 0);
+  return w;
 }
 
 const field = (name: string, type: FieldSchema["type"], bits: number, extra: Partial<FieldSchema> = {}): FieldSchema => ({
@@ -57,6 +44,12 @@ export const PLAYER: TemplateSchema = {
   ],
 };
 export const TEMPLATES = [GOBLIN, PLAYER];
+/** The goblin world's input layout (Goblins.Wire's `input :move`): the stick's axes, -127..127. */
+export const MOVE: TemplateSchema = {
+  id: 0,
+  name: "move",
+  fields: [field("mx", "int", 8, { min: -127, diff_bits: 3 }), field("my", "int", 8, { min: -127, diff_bits: 3 })],
+};
 
 /** Quantized x or y of a position in metres (1/64 m steps). */
 export const qm = (metres: number): number => Math.round(metres * 64);
@@ -68,30 +61,47 @@ export function encodeHandshake(h: {
   width?: number;
   height?: number;
   cellSize?: number;
+  cols?: number;
+  rows?: number;
   templates?: TemplateSchema[];
+  /** The input layout (default none). */
+  input?: TemplateSchema | null;
+  extensions?: Array<{ type: number; bytes: Uint8Array }>;
 }): Uint8Array {
   const templates = h.templates ?? TEMPLATES;
   const w = new ByteWriter()
     .u8(0x01)
-    .u16(h.version ?? 1)
+    .u16(h.version ?? 2)
     .u16(h.tickRate ?? 30)
     .varint(h.entityId)
     .varint(h.width ?? 316 * 1024)
     .varint(h.height ?? 316 * 1024)
     .varint(h.cellSize ?? 12 * 1024)
+    .varint(h.cols ?? 27)
+    .varint(h.rows ?? 27)
     .u8(templates.length);
-  for (const t of templates) {
-    w.u8(t.id).string(t.name).u8(t.fields.length);
-    for (const f of t.fields) {
-      w.string(f.name).u8(["uint", "int", "fixed", "angle", "enum", "bool"].indexOf(f.type));
-      w.u8(f.bits).u8(f.diff_bits).varint(zigzag(f.min)).varint(f.step);
-      if (f.type === "enum") {
-        w.u8(f.values!.length);
-        for (const v of f.values!) typeof v === "string" ? w.u8(0).string(v) : w.u8(1).varint(zigzag(v as number));
-      }
+  for (const t of templates) template(w, t);
+  if (h.input) template(w.u8(1), h.input);
+  else w.u8(0);
+  extensions(w, h.extensions ?? []);
+  return w.toBytes();
+}
+
+function template(w: ByteWriter, t: TemplateSchema): void {
+  w.u8(t.id).string(t.name).u8(t.fields.length);
+  for (const f of t.fields) {
+    w.string(f.name).u8(["uint", "int", "fixed", "angle", "enum", "bool"].indexOf(f.type));
+    w.u8(f.bits).u8(f.diff_bits).varint(zigzag(f.min)).varint(f.step);
+    if (f.type === "enum") {
+      w.u8(f.values!.length);
+      for (const v of f.values!) typeof v === "string" ? w.u8(0).string(v) : w.u8(1).varint(zigzag(v as number));
     }
   }
-  return w.toBytes();
+}
+
+function extensions(w: ByteWriter, list: Array<{ type: number; bytes: Uint8Array }>): void {
+  w.varint(list.length);
+  for (const e of list) w.varint(e.type).varint(e.bytes.length).bytes(e.bytes);
 }
 
 export interface TestEntity {
@@ -108,6 +118,9 @@ export function encodeSnapshot(s: {
   ack?: number;
   cells: Array<{ key: number; entities: TestEntity[] }>;
   left?: number[];
+  /** Runs of cells held back: [first key, count], sorted. */
+  behind?: Array<[number, number]>;
+  extensions?: Array<{ type: number; bytes: Uint8Array }>;
   templates?: TemplateSchema[];
 }): Uint8Array {
   const templates = s.templates ?? TEMPLATES;
@@ -118,7 +131,7 @@ export function encodeSnapshot(s: {
     const b = new BitWriter();
     let previous = 0;
     for (const e of [...c.entities].sort((a, b) => a.id - b.id)) {
-      b.vbits(e.id - previous).uint(tb, e.template);
+      vbits(b, e.id - previous).uint(tb, e.template);
       previous = e.id;
       templates[e.template]!.fields.forEach((f, i) => b.uint(f.bits, e.q[i]!));
     }
@@ -127,6 +140,14 @@ export function encodeSnapshot(s: {
   const left = s.left ?? [];
   w.varint(left.length);
   for (const k of left) w.varint(k);
+  const behind = s.behind ?? [];
+  w.varint(behind.length);
+  let next = 0;
+  for (const [first, count] of behind) {
+    w.varint(first - next).varint(count);
+    next = first + count;
+  }
+  extensions(w, s.extensions ?? []);
   return w.toBytes();
 }
 

@@ -4,15 +4,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebSocket } from "ws";
 import {
   Client,
+  ConnectError,
   OverworldHttpError,
+  ZoneConnection,
   decodeEntity,
   type CloseInfo,
   type ConnectOptions,
   type Handshake,
   type ServerError,
   type Session,
-  type ZoneConnection,
 } from "../src/index.js";
+import { MOVE } from "./helpers.js";
 import { START_TIMEOUT, startServer, type RunningServer } from "./server.js";
 
 const SKIP = process.env.OVERWORLD_SKIP_INTEGRATION === "1";
@@ -30,7 +32,7 @@ async function waitFor(what: string, check: () => boolean, ms = 10_000): Promise
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const deviceId = () => `ts-client-${process.pid}-${Math.random().toString(36).slice(2, 12)}`;
 
-/** A connection with its events recorded. */
+/** A connection's events from now on, recorded (after `await client.connect`: the handshakes of reconnections). */
 function watch(conn: ZoneConnection) {
   const rec = { handshakes: [] as Handshake[], closes: [] as CloseInfo[], errors: [] as ServerError[], snapshots: 0 };
   conn.onHandshake((h) => rec.handshakes.push(h));
@@ -43,8 +45,8 @@ function watch(conn: ZoneConnection) {
 describe.skipIf(SKIP)("against the real server (mix goblins.server)", () => {
   let client: Client;
   const open: ZoneConnection[] = [];
-  const connect = (session: Session, options: ConnectOptions = {}) => {
-    const conn = client.connect(session, { zone: "goblins", ...options });
+  const connect = async (session: Session, options: ConnectOptions = {}) => {
+    const conn = await client.connect(session, { zone: "goblins", ...options });
     open.push(conn);
     return conn;
   };
@@ -88,25 +90,32 @@ describe.skipIf(SKIP)("against the real server (mix goblins.server)", () => {
     expect(r.refreshToken.length).toBeGreaterThan(0);
     expect(r.created).toBe(false);
     // The new token connects.
-    const conn = connect(r);
-    const rec = watch(conn);
-    await waitFor("the handshake with a refreshed token", () => rec.handshakes.length === 1);
+    const conn = await connect(r);
+    expect(conn.state).toBe("open");
     expect(conn.entityId).toBeGreaterThan(0);
     conn.close();
   }, 20_000);
 
-  it("connects: handshake, snapshots with goblins, inputs acknowledged and the player moving, RTT, reconnect", async () => {
+  it("connects: handshake, snapshots with goblins, typed inputs acknowledged and the player moving, RTT, reconnect", async () => {
     const session = await client.authenticateDevice(deviceId());
-    const conn = connect(session);
+    const conn = await connect(session);
     const rec = watch(conn);
-    await waitFor("the handshake", () => rec.handshakes.length === 1);
-    const h = rec.handshakes[0]!;
+    // Resolved on the handshake.
+    const h = conn.handshake!;
+    expect(await conn.connected()).toBe(h);
+    expect(conn.state).toBe("open");
+    expect(h.version).toBe(2);
     expect(h.entityId).toBeGreaterThan(0);
     expect(h.tickRate).toBeGreaterThan(0);
     expect(h.width).toBeGreaterThan(0);
+    // The grid (Overworld.Spatial.Grid): cells of cellSize over the world.
+    expect(h.cols).toBe(Math.floor(h.width / h.cellSize) + 1);
+    expect(h.rows).toBe(Math.floor(h.height / h.cellSize) + 1);
     const names = h.templates.map((t) => t.name);
     expect(names).toContain("goblin");
     expect(names).toContain("player");
+    // The goblin world's input layout: mx, my in -127..127.
+    expect(h.input).toEqual(MOVE);
 
     // Snapshots with goblins in view.
     const goblins = () => [...conn.world.entities().values()].filter((e) => h.templates[e.template]?.name === "goblin").length;
@@ -118,17 +127,28 @@ describe.skipIf(SKIP)("against the real server (mix goblins.server)", () => {
     expect(conn.rtt!).toBeGreaterThanOrEqual(0);
     expect(conn.rtt!).toBeLessThan(1000);
 
-    // The player's own entity, and its x as the inputs move it.
-    const playerX = () => {
+    // The player's own entity, and its position as the inputs move it.
+    const player = (axis: "x" | "y") => {
       const e = conn.world.entities().get(h.entityId);
       const d = e && decodeEntity(e, h.templates);
-      return d?.values.x as number | undefined;
+      return d?.values[axis] as number | undefined;
     };
+    const playerX = () => player("x");
     await waitFor("the player's entity in view", () => playerX() !== undefined);
+    // Its cell's key from the grid: (row + 1) * (cols + 2) + col + 1.
+    const col = Math.floor(playerX()! / h.cellSize);
+    const row = Math.floor(player("y")! / h.cellSize);
+    expect(conn.world.entityCells().get(h.entityId)).toBe((row + 1) * (h.cols + 2) + col + 1);
+    for (const key of conn.world.cells.keys()) {
+      const c = (key % (h.cols + 2)) - 1;
+      const r = Math.floor(key / (h.cols + 2)) - 1;
+      expect(c >= 0 && c < h.cols && r >= 0 && r < h.rows).toBe(true);
+      expect(conn.world.cellTick(key)).toBeLessThanOrEqual(conn.tick);
+    }
     const x0 = playerX()!;
     let last = 0;
     for (let i = 0; i < 20; i++) {
-      last = conn.sendInput(new Uint8Array([100, 0]));
+      last = conn.sendInput({ mx: 100, my: 0 }); // east, 100/127 of full speed
       expect(last).toBe(i + 1);
       await sleep(50);
     }
@@ -143,13 +163,21 @@ describe.skipIf(SKIP)("against the real server (mix goblins.server)", () => {
     before.terminate();
     await waitFor("the close", () => rec.closes.length === 1);
     expect(rec.closes[0]!.willReconnect).toBe(true);
-    await waitFor("the second handshake", () => rec.handshakes.length === 2);
-    expect(rec.handshakes[1]!.entityId).toBe(h.entityId);
+    await waitFor("the second handshake", () => rec.handshakes.length === 1);
+    expect(rec.handshakes[0]!.entityId).toBe(h.entityId);
     expect(conn.entityId).toBe(h.entityId);
-    // The input sequence goes on.
-    const seq = conn.sendInput(new Uint8Array([0, 100]));
-    expect(seq).toBe(last + 1);
+    // The input sequence goes on; the player walks along y now.
+    await waitFor("the player's entity in view again", () => player("y") !== undefined);
+    const y0 = player("y")!;
+    let seq = 0;
+    for (let i = 0; i < 10; i++) {
+      seq = conn.sendInput({ mx: 0, my: 100 });
+      expect(seq).toBe(last + 1 + i);
+      await sleep(50);
+    }
     await waitFor(`inputAck to reach ${seq} after the reconnect`, () => conn.inputAck === seq, 5000);
+    await sleep(100);
+    expect(player("y")!).toBeGreaterThan(y0 + 0.5);
     // Every snapshot applied (the first of each socket has baseline 0, the others the previous tick).
     expect(conn.stats.refused).toBe(0);
     expect(conn.stats.resyncs).toBe(0);
@@ -157,25 +185,40 @@ describe.skipIf(SKIP)("against the real server (mix goblins.server)", () => {
     expect(rec.errors).toEqual([]);
   }, 30_000);
 
-  it("a bad token is closed with 4003 and, without a working refresh, not tried again", async () => {
+  it("a bad token: connect rejects with a ConnectError (close 4003, ERROR 3), and nothing is tried again", async () => {
     const bad: Session = { userId: "0", token: "not-a-token", refreshToken: "nor-this", expiresAt: Date.now() + 3_600_000, refreshExpiresAt: Date.now() + 3_600_000, created: false };
-    const conn = connect(bad);
+    const e = await connect(bad).catch((e: unknown) => e);
+    expect(e).toBeInstanceOf(ConnectError);
+    expect(e).toMatchObject({ code: 4003, error: { code: 3 } });
+  }, 15_000);
+
+  it("a refused token is not refreshed before a first handshake: the connection is closed for good", async () => {
+    const s = await client.authenticateDevice(deviceId());
+    let refreshes = 0;
+    const conn = new ZoneConnection(client.socketUrl("goblins"), { ...s, token: "not-a-token" }, {
+      WebSocket,
+      refresh: async (old) => {
+        refreshes++;
+        return client.refresh(old);
+      },
+    });
+    open.push(conn);
     const rec = watch(conn);
-    await waitFor("the close", () => rec.closes.length === 1);
-    expect(rec.closes[0]).toMatchObject({ code: 4003, willReconnect: false });
+    await expect(conn.connected()).rejects.toMatchObject({ name: "ConnectError", code: 4003, error: { code: 3 } });
+    await sleep(500);
+    expect(rec.closes).toEqual([expect.objectContaining({ code: 4003, willReconnect: false })]);
     expect(rec.errors.map((e) => e.code)).toEqual([3]);
     expect(rec.handshakes).toEqual([]);
+    expect(refreshes).toBe(0);
+    expect(conn.stats.connects).toBe(1);
     expect(conn.state).toBe("closed");
   }, 15_000);
 
-  it("a refused token is refreshed and the connection made again", async () => {
-    const s = await client.authenticateDevice(deviceId());
-    const conn = connect({ ...s, token: "not-a-token" });
-    const rec = watch(conn);
-    await waitFor("the handshake after refreshing", () => rec.handshakes.length === 1);
-    expect(rec.closes[0]).toMatchObject({ code: 4003, willReconnect: true });
-    expect(conn.session.token).not.toBe("not-a-token");
-    expect(conn.entityId).toBeGreaterThan(0);
+  it("typed inputs are checked against the zone's layout before anything is sent", async () => {
+    const conn = await connect(await client.authenticateDevice(deviceId()));
+    expect(() => conn.sendInput({ mx: 100 })).toThrow(new TypeError("input move: field my is missing"));
+    expect(() => conn.sendInput({ mx: 0.5, my: 0 })).toThrow(TypeError);
+    expect(conn.inputSeq).toBe(0);
     conn.close();
   }, 15_000);
 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { EntityView, ServerClock, backoffDelay, decodeEntity, decodeValue, type Entry } from "../src/index.js";
+import { EntityView, ServerClock, backoffDelay, decodeEntity, type Entry } from "../src/index.js";
+import { decodeValue } from "../src/protocol.js";
 import { GOBLIN, PLAYER, TEMPLATES, qm } from "./helpers.js";
 
 const RATE = 30;

@@ -1,12 +1,21 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { decodeServerMessage, encodeClientMessage, fromHex, type ClientMessage, type TemplateSchema } from "../src/index.js";
+import {
+  ByteWriter,
+  PROTOCOL_VERSION,
+  decodeServerMessage,
+  encodeClientMessage,
+  fromHex,
+  type ClientMessage,
+  type TemplateSchema,
+} from "../src/protocol.js";
+import { PROTOCOL_VERSION as MAIN_VERSION } from "../src/index.js";
 
 const load = (name: string) =>
   JSON.parse(readFileSync(fileURLToPath(new URL(`../../../protocol/vectors/${name}`, import.meta.url)), "utf8"));
 const { messages } = load("messages.json") as { messages: Array<{ message: Record<string, unknown>; hex: string }> };
-const { templates } = load("templates.json") as { templates: TemplateSchema[] };
+const { templates, input } = load("templates.json") as { templates: TemplateSchema[]; input: TemplateSchema };
 
 const CLIENT = ["hello", "input", "client_event", "ping", "resync"];
 const toHex = (b: Uint8Array) => Buffer.from(b).toString("hex");
@@ -20,12 +29,49 @@ function message(m: Record<string, unknown>): Record<string, unknown> {
     else if (k === "token_hex") out.token = text(v as string);
     else if (k === "message_hex") out.message = text(v as string);
     else if (k === "templates") out.templates = (v as number[]).map((id) => templates.find((t) => t.id === id));
+    // The input layout by id: templates.json's `input`.
+    else if (k === "input") out.input = v === null ? null : [input, ...templates].find((t) => t.id === v);
+    else if (k === "extensions") out.extensions = (v as Array<{ type: number; hex: string }>).map((e) => ({ type: e.type, bytes: fromHex(e.hex) }));
     else out[k] = v;
   }
   return out;
 }
 
 describe("message vectors", () => {
+  it("speak protocol version 2", () => {
+    expect(PROTOCOL_VERSION).toBe(2);
+    expect(MAIN_VERSION).toBe(2);
+    const hellos = messages.filter((c) => c.message.type === "hello" && c.message.version === 2);
+    expect(hellos.length).toBeGreaterThan(0);
+  });
+
+  it("decode a handshake's grid, input layout and extensions", () => {
+    const cases = messages.filter((c) => c.message.type === "handshake");
+    const full = cases.find((c) => c.message.input !== null)!;
+    const got = decodeServerMessage(fromHex(full.hex));
+    expect(got.ok).toBe(true);
+    if (!got.ok || got.value.type !== "handshake") return;
+    expect(got.value.cols).toBe(full.message.cols);
+    expect(got.value.rows).toBe(full.message.rows);
+    expect(got.value.input).toEqual(input);
+    expect(got.value.extensions).toEqual([{ type: 99, bytes: fromHex("010203") }]);
+    // An input layout tag other than 0 or 1, and an extension longer than 64 KiB, are refused.
+    const empty = cases.find((c) => c.message.input === null)!;
+    const bytes = fromHex(empty.hex);
+    const tagAt = bytes.length - 2; // the input tag, then the extension count
+    const badTag = bytes.slice();
+    badTag[tagAt] = 2;
+    expect(decodeServerMessage(badTag)).toEqual({ ok: false, error: "bad_input_layout" });
+    const long = new ByteWriter().bytes(bytes.subarray(0, tagAt + 1)).varint(1).varint(7).varint(65_537).bytes(new Uint8Array(65_537)).toBytes();
+    expect(decodeServerMessage(long)).toEqual({ ok: false, error: "string_too_long" });
+    const skipped = new ByteWriter().bytes(bytes.subarray(0, tagAt + 1)).varint(2).varint(7).varint(0).varint(300).varint(2).u8(1).u8(2).toBytes();
+    const r = decodeServerMessage(skipped);
+    expect(r.ok && r.value.type === "handshake" && r.value.extensions).toEqual([
+      { type: 7, bytes: new Uint8Array(0) },
+      { type: 300, bytes: new Uint8Array([1, 2]) },
+    ]);
+  });
+
   it("encodes every client message byte for byte", () => {
     const cases = messages.filter((c) => CLIENT.includes(c.message.type as string));
     expect(cases.length).toBeGreaterThanOrEqual(8);

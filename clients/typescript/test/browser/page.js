@@ -1,6 +1,8 @@
 // The SDK as a game page uses it: an ES module import of the build (dist/), the browser's fetch
 // and its native WebSocket (nothing passed in). test/browser.test.ts calls window.runSdk.
-import { Client, decodeEntity } from "/sdk/index.js";
+// `/sdk/protocol.js` is the build of the `@overworld/client/protocol` subpath.
+import { Client, ConnectError, decodeEntity } from "/sdk/index.js";
+import { BitReader, PROTOCOL_VERSION, encodeInput } from "/sdk/protocol.js";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -19,7 +21,18 @@ window.runSdk = async (baseUrl) => {
   state("authenticating");
   const client = new Client({ baseUrl });
   const session = await client.authenticateDevice(`browser-${Date.now()}-${Math.random().toString(36).slice(2, 10)}`);
-  const conn = client.connect(session, { zone: "goblins" });
+
+  // A refused token: connect rejects.
+  state("connecting with a bad token");
+  let connectError = null;
+  try {
+    (await client.connect({ ...session, token: "not-a-token" }, { zone: "goblins" })).close();
+  } catch (e) {
+    connectError = { name: e.name, isConnectError: e instanceof ConnectError, code: e.code, errorCode: e.error?.code ?? null };
+  }
+
+  state("connecting");
+  const conn = await client.connect(session, { zone: "goblins" });
   const errors = [];
   const closes = [];
   let snapshots = 0;
@@ -27,9 +40,11 @@ window.runSdk = async (baseUrl) => {
   conn.onClose((c) => closes.push({ code: c.code, reason: c.reason, willReconnect: c.willReconnect }));
   conn.onSnapshot(() => snapshots++);
   try {
-    state("connecting");
-    await until("the handshake", () => conn.entityId > 0, 15_000);
     const h = conn.handshake;
+    // The input layout with the subpath's encoder: mx 100, my 0 → q 227, 127.
+    const encoded = [...encodeInput(h.input, { mx: 100, my: 0 })];
+    const r = new BitReader(new Uint8Array(encoded));
+    const protocol = { encoded, reader: [r.uint(8) - 127, r.uint(8) - 127], version: PROTOCOL_VERSION };
     const entities = () => [...conn.world.entities().values()];
     const goblins = () => entities().filter((e) => h.templates[e.template]?.name === "goblin").length;
     const afterHandshake = snapshots;
@@ -45,7 +60,7 @@ window.runSdk = async (baseUrl) => {
     state("moving");
     let last = 0;
     for (let i = 0; i < 10; i++) {
-      last = conn.sendInput(new Uint8Array([100, 0]));
+      last = conn.sendInput({ mx: 100, my: 0 }); // the goblins' input layout: east
       await sleep(50);
     }
     await until(`inputAck to reach ${last}`, () => conn.inputAck >= last, 10_000);
@@ -64,6 +79,10 @@ window.runSdk = async (baseUrl) => {
       entityId: conn.entityId,
       tickRate: h.tickRate,
       templates: h.templates.map((t) => t.name),
+      version: h.version,
+      input: h.input && { name: h.input.name, fields: h.input.fields.map((f) => f.name) },
+      protocol,
+      connectError,
       snapshots,
       goblins: goblins(),
       tick: conn.tick,
