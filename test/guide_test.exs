@@ -75,12 +75,15 @@ defmodule Overworld.GuideTest do
       # 4. A player: its hero appears, then walks east with its inputs.
       p = join(%{port: http}, path: "/ws?zone=my_game")
       assert [%{name: "hero"}] = p.templates
+      # The guide's input layout, as the HANDSHAKE tells every client.
+      assert %{name: "walk", fields: [%{name: "dx"}, %{name: "dy"}]} = layout = p.handshake.input
+      east = Overworld.Template.encode_input(layout, %{"dx" => 10, "dy" => 0})
       p = snapshots(p, 3)
       {x0, y0} = hero(p)
 
       p =
         Enum.reduce(1..20, p, fn seq, p ->
-          :ok = Client.send_msg(p.conn, %{type: :input, seq: seq, ack: 0, payload: <<10, 0>>})
+          :ok = Client.send_msg(p.conn, %{type: :input, seq: seq, ack: 0, payload: east})
           snapshots(p, 1)
         end)
         |> snapshots(10)

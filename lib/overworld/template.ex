@@ -283,7 +283,9 @@ defmodule Overworld.Template do
 
   @doc """
   The payload of an INPUT message for an input layout (`__input__/0`): the values (a map of
-  field name => value) quantized and bit-packed as a keyframe, zero bits to the byte boundary.
+  field name => value, keyed as the layout names its fields: atoms in a module's layout,
+  strings in one a client read from a HANDSHAKE) quantized and bit-packed as a keyframe, zero
+  bits to the byte boundary.
   Raises `Overworld.Template.Error` for a value the layout cannot quantize (a missing one is
   nil).
 

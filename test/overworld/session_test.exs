@@ -277,7 +277,7 @@ defmodule Overworld.SessionTest do
           assert :ok = Overworld.Zone.put_input(slot, {1, 1}, 99)
           :ok = Client.send_msg(p.conn, %{type: :input, seq: 1, ack: 0, payload: <<1, 1>>})
           # (A session looks for a restarted zone server for 5 s before it gives up: longer on a
-      # loaded machine.)
+          # loaded machine.)
           assert {4006, 6} = close_within(p.conn, 15_000)
           assert {4006, 6} = close_within(witness.conn, 15_000)
         end)
