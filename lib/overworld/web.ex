@@ -161,8 +161,11 @@ defmodule Overworld.Web do
           tick: m.tick,
           entities: m.entities,
           players: m.players,
+          # The percentiles rest on tick_samples ticks (since the zone started).
+          tick_samples: m.tick_us[:count],
           tick_p50_us: m.tick_us[:p50],
           tick_p99_us: m.tick_us[:p99],
+          tick_max_us: m.tick_us[:max],
           overruns: m.overruns,
           # The raw tick histogram (µs), so a tool can take the percentiles of a time window
           # from two polls (`Overworld.Metrics.Histogram.diff/2`).

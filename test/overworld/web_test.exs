@@ -80,9 +80,12 @@ defmodule Overworld.WebTest do
       assert s2["sessions"] == s["sessions"] + 1
       assert [%{"players" => players, "entities" => 301}] = s2["zones"]
       assert players == hd(s["zones"])["players"] + 1
-      assert [%{"tick" => tick, "tick_p50_us" => p50, "tick_p99_us" => p99}] = s2["zones"]
+      assert [%{"tick" => tick, "tick_p50_us" => p50, "tick_p99_us" => p99} = z2] = s2["zones"]
       assert tick > z["tick"]
       assert is_integer(p50) and is_integer(p99) and p99 >= p50
+      # The percentiles say how many ticks they rest on (every tick the zone ran here).
+      assert z2["tick_samples"] > z["tick_samples"] and z2["tick_samples"] <= tick
+      assert z2["tick_max_us"] >= p99
       assert s2["frames_out"] > s["frames_out"]
       assert s2["bytes_out"] > s["bytes_out"]
       Client.close(p.conn)
