@@ -102,8 +102,9 @@ defmodule Overworld.Interest do
 
   @typedoc """
   What `frame/4` tells about the frame: its size, block count, the cells in view, held and
-  pending, how many runs and keyframes waited for lack of budget, and whether it took the
-  fast path (nothing changed but the tick: one slice per row of the view).
+  pending, how many runs and keyframes waited for lack of budget, how many cells left the view
+  (and their keys), the runs of cells the frame lists as held back (first key, count), and
+  whether it took the fast path (nothing changed but the tick: one slice per row of the view).
   """
   @type info :: %{
           bytes: non_neg_integer,
@@ -112,6 +113,8 @@ defmodule Overworld.Interest do
           pending: non_neg_integer,
           deferred: non_neg_integer,
           left: non_neg_integer,
+          left_keys: [non_neg_integer],
+          behind: [{non_neg_integer, pos_integer}],
           fast: boolean
         }
 
@@ -394,7 +397,8 @@ defmodule Overworld.Interest do
       pending: map_size(o.pending),
       deferred: deferred,
       left: length(left),
-      behind: length(behind),
+      left_keys: left,
+      behind: behind,
       fast: fast?
     }
 

@@ -262,6 +262,8 @@ defmodule Overworld.Protocol do
          step: step,
          values: values,
          diff_bits: diff,
+         # What the wire can carry (the declared range is not sent).
+         max: if(values, do: length(values) - 1, else: (1 <<< bits) - 1),
          source: nil
        }, rest}
     end

@@ -314,13 +314,16 @@ defmodule Overworld.Template do
       iex> Overworld.Template.decode_input(t, <<124, 128, 0>>)
       {:error, :bad_input}
   """
-  @spec decode_input(t, binary) :: {:ok, map} | {:error, :truncated | :bad_input}
+  @spec decode_input(t, binary) ::
+          {:ok, map} | {:error, :truncated | :bad_input | :bad_enum_index}
   def decode_input(%__MODULE__{} = t, payload) when is_binary(payload) do
     case decode_keyframe(t, payload) do
       {:ok, q, rest} when bit_size(rest) < 8 ->
         size = bit_size(rest)
 
-        if rest == <<0::size(size)>>, do: {:ok, to_map(t, q)}, else: {:error, :bad_input}
+        if rest == <<0::size(size)>>,
+          do: {:ok, to_map(t, in_range(t.fields, q))},
+          else: {:error, :bad_input}
 
       {:ok, _q, _rest} ->
         {:error, :bad_input}
@@ -328,6 +331,20 @@ defmodule Overworld.Template do
       error ->
         error
     end
+  end
+
+  # A client may send what the wire carries (`2^bits - 1`); numbers past the declared range
+  # are clamped to it (an enum index past its values never decodes: see read_keyframe/3).
+  defp in_range(fields, q) do
+    fields
+    |> Enum.with_index()
+    |> Enum.reduce(q, fn
+      {%Field{values: nil, max: m}, i}, q when is_integer(m) and elem(q, i) > m ->
+        put_elem(q, i, m)
+
+      _, q ->
+        q
+    end)
   end
 
   ## Keyframes
@@ -342,17 +359,25 @@ defmodule Overworld.Template do
     do: keyframe(fs, q, i + 1, <<acc::bitstring, elem(q, i)::size(b)>>)
 
   @doc "Reads a keyframe; answers the values and the bits after it."
-  @spec decode_keyframe(t, bitstring) :: {:ok, values, bitstring} | {:error, :truncated}
+  @spec decode_keyframe(t, bitstring) ::
+          {:ok, values, bitstring} | {:error, :truncated | :bad_enum_index}
   def decode_keyframe(%__MODULE__{fields: fields}, bits), do: read_keyframe(fields, bits, [])
 
   defp read_keyframe([], rest, acc), do: {:ok, acc |> :lists.reverse() |> List.to_tuple(), rest}
 
-  defp read_keyframe([%Field{bits: b} | fs], bits, acc) do
+  defp read_keyframe([%Field{bits: b} = f | fs], bits, acc) do
     case bits do
-      <<v::size(b), rest::bitstring>> -> read_keyframe(fs, rest, [v | acc])
-      _ -> {:error, :truncated}
+      <<v::size(b), rest::bitstring>> ->
+        if known?(f, v), do: read_keyframe(fs, rest, [v | acc]), else: {:error, :bad_enum_index}
+
+      _ ->
+        {:error, :truncated}
     end
   end
+
+  # An enum's index is one of its values.
+  defp known?(%Field{values: nil}, _v), do: true
+  defp known?(%Field{max: m}, v), do: v <= m
 
   ## Deltas
 
@@ -435,10 +460,13 @@ defmodule Overworld.Template do
     end
   end
 
-  defp read_changed(%Field{diff_bits: 0, bits: b}, _a, bits) do
+  defp read_changed(%Field{diff_bits: 0, bits: b} = f, _a, bits) do
     case bits do
-      <<v::size(b), rest::bitstring>> -> {:ok, v, rest}
-      _ -> {:error, :truncated}
+      <<v::size(b), rest::bitstring>> ->
+        if known?(f, v), do: {:ok, v, rest}, else: {:error, :bad_enum_index}
+
+      _ ->
+        {:error, :truncated}
     end
   end
 

@@ -11,10 +11,13 @@ defmodule Overworld.TemplateTest do
 
   defp templates, do: Wire.__templates__()
 
-  # Random quantized values for a template (each within its field's bits).
+  # Random quantized values for a template (each within its field's bits; an enum's index one
+  # of its values).
   defp values(t) do
     t.fields
-    |> Enum.map(fn f -> :proper_types.integer(0, Bitwise.bsl(1, f.bits) - 1) end)
+    |> Enum.map(fn f ->
+      :proper_types.integer(0, if(f.values, do: f.max, else: Bitwise.bsl(1, f.bits) - 1))
+    end)
     |> :proper_types.tuple()
   end
 
@@ -112,7 +115,7 @@ defmodule Overworld.TemplateTest do
           d = Template.decode_delta(t, old, junk)
 
           match?({:ok, _, _}, k) or
-            (k == {:error, :truncated} and
+            (k in [{:error, :truncated}, {:error, :bad_enum_index}] and
                (match?({:ok, _, _}, d) or match?({:error, _}, d)))
         end
       ),
@@ -122,6 +125,28 @@ defmodule Overworld.TemplateTest do
     [walker | _] = templates()
     assert Template.decode_delta(walker, {1, 2}, <<0::4>>) == {:error, :bad_baseline}
     assert Template.decode_keyframe(walker, <<1, 2, 3>>) == {:error, :truncated}
+  end
+
+  test "an enum index past the enum's values is refused, in keyframes, deltas and inputs" do
+    [_walker, everything] = templates()
+    # mode: enum of 3 values in 2 bits; index 3 names none.
+    q = {1, 2, 3, 4, 5, 2, 1}
+    bits = Template.encode_keyframe(everything, q)
+    assert {:ok, ^q, <<>>} = Template.decode_keyframe(everything, bits)
+    bad = Template.encode_keyframe(everything, put_elem(q, 5, 3))
+    assert Template.decode_keyframe(everything, bad) == {:error, :bad_enum_index}
+    # A delta carrying the enum whole.
+    delta = Template.encode_delta(everything, q, put_elem(q, 5, 3))
+    assert Template.decode_delta(everything, q, delta) == {:error, :bad_enum_index}
+  end
+
+  test "an input decodes to values within the declared range; what the wire carries past it is clamped" do
+    layout = Wire.__input__()
+    # turn: int -127..127 in 8 bits: q 255 (128) is on the wire, and decodes as 127.
+    assert Template.encode_input(layout, %{turn: 128, jump: false}) == <<255, 0>>
+    assert Template.decode_input(layout, <<255, 0>>) == {:ok, %{turn: 127, jump: false}}
+    assert Template.decode_input(layout, <<254, 128>>) == {:ok, %{turn: 127, jump: true}}
+    assert Template.decode_input(layout, <<0, 0>>) == {:ok, %{turn: -127, jump: false}}
   end
 
   describe "declarations are checked at compile time" do

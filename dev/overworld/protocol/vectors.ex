@@ -30,6 +30,13 @@ defmodule Overworld.Protocol.Vectors do
       field(:heading, :angle, bits: 8)
     end
 
+    # A third template (template indexes are 2 bits wide), an enum of integers (negative
+    # included) and a number whose changes always travel whole (diff_bits 0).
+    template :marker, id: 9, kinds: [:marker] do
+      field(:level, :enum, values: [-5, 0, 10, 1000], from: {:data, 0})
+      field(:count, :uint, bits: 12, diff_bits: 0, from: {:data, 1})
+    end
+
     # Typed inputs: every type a client may send.
     input :controls, id: 3 do
       field(:mx, :int, min: -127, max: 127)
@@ -38,6 +45,7 @@ defmodule Overworld.Protocol.Vectors do
       field(:stance, :enum, values: [:walk, :run, :crouch])
       field(:fire, :bool)
       field(:charge, :uint, max: 1000)
+      field(:throttle, :fixed, min: -1, max: 1, precision: 1 / 256)
     end
   end
 
@@ -56,7 +64,7 @@ defmodule Overworld.Protocol.Vectors do
   defp snapshots do
     alias Overworld.Protocol.Snapshot
     ts = Wire.__templates__()
-    [a, b] = ts
+    [a, b, c] = ts
 
     q = fn t, seed -> elem(random_values(t, seed), 0) end
 
@@ -79,13 +87,13 @@ defmodule Overworld.Protocol.Vectors do
       %{
         10 => [{5, 0, q.(a, 8)}],
         11 => [{1, 0, q.(a, 5)}, {9, 1, q.(b, 7)}],
-        12 => [{2, 1, q.(b, 9)}],
+        12 => [{2, 1, q.(b, 9)}, {3, 2, q.(c, 12)}],
         30 => [{40, 1, q.(b, 10)}]
       },
       %{
         10 => [],
         11 => [{1, 0, q.(a, 11)}, {9, 1, q.(b, 7)}],
-        12 => [{2, 1, q.(b, 9)}, {5, 0, q.(a, 8)}]
+        12 => [{2, 1, q.(b, 9)}, {3, 2, q.(c, 13)}, {5, 0, q.(a, 8)}]
       }
     ]
 
@@ -130,10 +138,14 @@ defmodule Overworld.Protocol.Vectors do
           "After each snapshot the view holds exactly `view`: cells in key order, entities by " <>
           "id; `ticks`: [cell, tick] pairs, the tick each cell is at (a cell held back keeps " <>
           "the one it had); `entities`: every entity by id, the copy of the cell at the newest " <>
-          "tick when two cells hold one. The last three steps are protocol 2's cases: a delta " <>
+          "tick when two cells hold one. Keys are made up (no grid: any key is a cell here). " <>
+          "Step 3 changes entity 5's template (it leaves its cell with op 10 and arrives " <>
+          "again in the same block). The last four steps are protocol 2's cases: a delta " <>
           "for a cell never held and a cell leaving that was never held (an unknown cell is " <>
           "empty); a cell held back while an entity of it moved to a cell sent (two copies, the " <>
-          "newer current) with an extension of an unknown type (skipped); the cell catching up.",
+          "newer current), runs that also name cells not held (ignored) and an extension of " <>
+          "an unknown type (skipped); the cell catching up; an empty keyframe (count 0: the " <>
+          "cell is no longer held).",
       "templates" => Enum.map(ts, & &1.id),
       "snapshots" => steps ++ v2_steps(ts, view, length(steps) + 1)
     }
@@ -166,7 +178,7 @@ defmodule Overworld.Protocol.Vectors do
 
   # Protocol 2's cases, on the view the first steps left (which holds cells 11 and 12).
   defp v2_steps(ts, view, t1) do
-    [a, b] = ts
+    [a, b, _c] = ts
     q = fn t, seed -> elem(random_values(t, seed), 0) end
 
     # A delta block for cell 50, which the client never held (empty: arrivals only), and cell
@@ -178,19 +190,28 @@ defmodule Overworld.Protocol.Vectors do
 
     # Entity 1 moves from cell 11 to cell 13: the block of 13 is sent (1 arrives there), the
     # block of 11 held back (listed as behind): two copies of 1, the one in 13 (at the newest
-    # tick) current. With an extension of an unknown type, which the client skips.
+    # tick) current. With an extension of an unknown type, which the client skips. The runs
+    # of cells held back also name cells 95..96, which the client does not hold (cells in
+    # view, empty: ignored).
     [{1, 0, q1} | rest11] = old11 = Map.fetch!(view.cells, 11)
     block = Snapshot.delta_block(13, [], [{1, 0, nudge(a, q1, 2)}], ts)
-    msg = Snapshot.encode(t1 + 1, t1, [block], [], 0, [{11, 1}], [{99, <<1, 2, 3>>}])
+    msg = Snapshot.encode(t1 + 1, t1, [block], [], 0, [{11, 1}, {95, 2}], [{99, <<1, 2, 3>>}])
     {s2, view} = step(view, t1 + 1, IO.iodata_to_binary(msg), ts)
 
     # Cell 11 catches up: its delta from what the client holds (1 left it).
     block = Snapshot.delta_block(11, old11, rest11, ts)
 
-    {s3, _view} =
+    {s3, view} =
       step(view, t1 + 2, IO.iodata_to_binary(Snapshot.encode(t1 + 2, t1 + 1, [block], [])), ts)
 
-    [s1, s2, s3]
+    # Cell 12, asked for again as a keyframe, is empty now: a keyframe of 0 entities, and the
+    # client no longer holds the cell.
+    block = Snapshot.keyframe_block(12, [], ts)
+
+    {s4, _view} =
+      step(view, t1 + 3, IO.iodata_to_binary(Snapshot.encode(t1 + 3, t1 + 2, [block], [])), ts)
+
+    [s1, s2, s3, s4]
   end
 
   defmodule Drifters do
@@ -256,6 +277,15 @@ defmodule Overworld.Protocol.Vectors do
     try do
       {:ok, obs} = Interest.new(id, radius: 25, leave_radius: 45, budget: 4_500)
       ts = Wire.__templates__()
+      g = Zone.config(id).grid
+
+      grid = %{
+        "width" => g.width,
+        "height" => g.height,
+        "cell_size" => g.cell,
+        "cols" => g.cols,
+        "rows" => g.rows
+      }
 
       {steps, _} =
         Enum.map_reduce(1..40, {obs, %Snapshot.View{}}, fn n, {obs, view} ->
@@ -274,9 +304,9 @@ defmodule Overworld.Protocol.Vectors do
           step = %{
             "tick" => n,
             "hex" => Base.encode16(msg, case: :lower),
-            "left" => info.left,
+            "left" => info.left_keys,
             "deferred" => info.deferred,
-            "behind" => info.behind,
+            "behind" => for({k, c} <- info.behind, do: [k, c]),
             "cells" => view.cells |> Map.keys() |> Enum.sort(),
             "ticks" => for({k, t} <- Enum.sort(view.ticks), do: [k, t]),
             "entities" => entities
@@ -290,10 +320,15 @@ defmodule Overworld.Protocol.Vectors do
           "Frames of an observer of a real zone (Overworld.Interest): applied in order to an " <>
             "empty view, after each the view holds exactly `cells` (keys) and `entities` (by " <>
             "id). They include several blocks of one cell in a frame, keyframes of cells " <>
-            "entering the view, cells leaving it (`left`: how many), cells left waiting by the " <>
-            "byte budget (`deferred`; `behind`: the runs of cells held back the frame lists), " <>
+            "entering the view, cells leaving it (`left`: the keys the frame lists, some " <>
+            "never held: cells in view that were empty), cells held back by the byte budget " <>
+            "(`behind`: the runs [first key, count] the frame lists, again some not held; " <>
+            "`deferred`: how many items waited, the server's own count, not on the wire), " <>
             "`ticks`: [cell, tick] the tick each cell is at, and a frame with baseline 0 (a " <>
-            "resync: the client drops everything first). Templates: those of templates.json.",
+            "resync: the client drops everything first). `grid`: the zone's HANDSHAKE " <>
+            "figures (units; key = (row + 1) * (cols + 2) + col + 1). Templates: those of " <>
+            "templates.json, in that order.",
+        "grid" => grid,
         "templates" => Enum.map(Wire.__templates__(), & &1.id),
         "frames" => steps
       }
@@ -353,9 +388,15 @@ defmodule Overworld.Protocol.Vectors do
     %{
       "description" =>
         "Wire messages (docs/protocol.md, 'Messages'): each case is a message and its exact " <>
-          "bytes. `payload`, `token` and `message` are given as hex (`*_hex`) since they are " <>
-          "bytes; templates in a handshake are given by id (see templates.json). The " <>
-          "TypeScript client encodes the client-to-server cases and decodes the others.",
+          "bytes; every kind but SNAPSHOT, whose vectors are snapshots.json and frames.json. " <>
+          "Names: `client_event` is the client's RELIABLE (0x42), `event` the server's " <>
+          "RELIABLE (0x03, EVENT); `seq` is `input_seq` in an INPUT and `reliable_seq` in a " <>
+          "RELIABLE; `ack` is INPUT's `ack_tick`. `payload`, `token` and `message` are given " <>
+          "as hex (`*_hex`) since they are bytes; a handshake's `templates` are ids of " <>
+          "templates.json's `templates` (in that order), its `input` the id of templates.json's " <>
+          "`input` (null: none). The second handshake is the one of a connection that joined " <>
+          "no zone (no grid: every figure 0, no templates). The TypeScript client encodes the " <>
+          "client-to-server cases and decodes the others.",
       "messages" =>
         Enum.map(cases, fn m ->
           %{
@@ -397,9 +438,17 @@ defmodule Overworld.Protocol.Vectors do
       "description" =>
         "Entity template encoding (docs/protocol.md, 'Templates'). Bits are written most " <>
           "significant first; `hex` is the record padded with zero bits to a whole byte and " <>
-          "`bits` its exact length. Keyframe: every field. Delta: a mask (one bit per field, " <>
-          "first field first), then per changed field: enum and bool their value; other types " <>
-          "1 + a signed difference of diff_bits bits, or 0 + the full value.",
+          "`bits` its exact length. Values: `q` the quantized integer, `value` what it stands " <>
+          "for (units of 1/1024 m for fixed, 1/65536 turn for angles). Keyframe: every field. " <>
+          "Delta: a mask (one bit per field, first field first), then per changed field: a " <>
+          "field of diff_bits 0 (every enum and bool) its value; others 1 + a signed " <>
+          "difference of diff_bits bits when it fits (both ends of the range are among the " <>
+          "cases), or 0 + the full value. `input`: an input layout (every field type); " <>
+          "`inputs`: values a client gives (in the same units), the INPUT payload they make " <>
+          "(quantized as the table says: clamped to 0..2^bits-1, angles wrapped, fixed " <>
+          "values floored to their step) and `decoded`, what the server makes of the payload " <>
+          "(numbers clamped again to the declared range, which the HANDSHAKE does not carry: " <>
+          "mx, my -127..127, charge 0..1000, throttle -1..1 m).",
       "templates" => Enum.map(Wire.__templates__(), &schema/1),
       "keyframes" => Enum.flat_map(Wire.__templates__(), &keyframes/1),
       "deltas" => Enum.flat_map(Wire.__templates__(), &deltas/1),
@@ -411,13 +460,26 @@ defmodule Overworld.Protocol.Vectors do
   # Typed inputs: values (what the client gives) and the INPUT payload they make (a keyframe of
   # the input layout, padded to a byte).
   defp inputs(t) do
-    for q <- samples(t, 6) do
-      values = Template.to_map(t, q)
+    exact = for q <- samples(t, 6), do: Template.to_map(t, q)
+
+    # Values a client may give that are not exactly a quantized value: past the declared range
+    # but within the bits (the server clamps them), past the bits (the client clamps), angles
+    # past a turn or negative (wrapped), fixed values off their step (floored).
+    given = [
+      %{mx: 128, my: -128, aim: 70_000, stance: :run, fire: true, charge: 1023, throttle: 1024},
+      %{mx: 500, my: -500, aim: -1, stance: :crouch, fire: false, charge: 5000, throttle: -2000},
+      %{mx: 3, my: -3, aim: 255, stance: :walk, fire: true, charge: 7, throttle: 301}
+    ]
+
+    for values <- exact ++ given do
       bin = Template.encode_input(t, values)
+      {:ok, decoded} = Template.decode_input(t, bin)
+      json = &Map.new(&1, fn {k, v} -> {to_string(k), value_json(v)} end)
 
       %{
-        "values" => Map.new(values, fn {k, v} -> {to_string(k), value_json(v)} end),
-        "hex" => Base.encode16(bin, case: :lower)
+        "values" => json.(values),
+        "hex" => Base.encode16(bin, case: :lower),
+        "decoded" => json.(decoded)
       }
     end
   end
@@ -482,9 +544,12 @@ defmodule Overworld.Protocol.Vectors do
   defp deltas(t) do
     [base | _] = samples = samples(t, 10)
 
+    mid = t.fields |> Enum.map(&div(max_q(&1), 2)) |> List.to_tuple()
+
     pairs =
       Enum.zip(samples, tl(samples)) ++
-        [{base, nudge(t, base, 1)}, {nudge(t, base, 3), nudge(t, base, -2)}]
+        [{base, nudge(t, base, 1)}, {nudge(t, base, 3), nudge(t, base, -2)}] ++
+        [{mid, edge(t, mid, -1)}, {mid, edge(t, mid, 1)}]
 
     for {old, new} <- pairs, bits = Template.encode_delta(t, old, new), bits != nil do
       %{
@@ -505,6 +570,21 @@ defmodule Overworld.Protocol.Vectors do
       {%Field{type: :angle, bits: b}, i} -> Integer.mod(elem(q, i) + by, 1 <<< b)
       {%Field{values: values}, i} when is_list(values) -> elem(q, i)
       {f, i} -> (elem(q, i) + by) |> max(0) |> min(max_q(f))
+    end)
+    |> List.to_tuple()
+  end
+
+  # Every numeric field moved by half its difference range: -2^(diff_bits-1) still travels as a
+  # difference, +2^(diff_bits-1) no longer fits (the full value goes).
+  defp edge(t, q, sign) do
+    t.fields
+    |> Enum.with_index()
+    |> Enum.map(fn
+      {%Field{values: nil, diff_bits: d} = f, i} when d > 0 ->
+        Integer.mod(elem(q, i) + sign * (1 <<< (d - 1)), max_q(f) + 1)
+
+      {_f, i} ->
+        elem(q, i)
     end)
     |> List.to_tuple()
   end

@@ -347,7 +347,8 @@ defmodule Overworld.Protocol.Snapshot do
   defp block(1, old, arrivals, bits, tb, ts) do
     with {:ok, kept, rest} <- read_ops(old, bits, ts, []),
          {:ok, new, rest} <- read_keyframes(arrivals, 0, rest, tb, ts, []),
-         do: align(merge_sorted(kept, new), bits, rest)
+         {:ok, entries} <- merge_sorted(kept, new),
+         do: align(entries, bits, rest)
   end
 
   defp align(entries, bits, rest) do
@@ -369,6 +370,7 @@ defmodule Overworld.Protocol.Snapshot do
 
   defp read_keyframes(n, prev, bits, tb, ts, acc) do
     with {:ok, gap, rest} <- read_vbits(bits, 0, 0),
+         true <- gap > 0 || {:error, :bad_id},
          <<ti::size(tb), rest::bitstring>> <- rest,
          true <- ti < tuple_size(ts) || {:error, :bad_template_index},
          {:ok, q, rest} <- Template.decode_keyframe(elem(ts, ti), rest) do
@@ -413,8 +415,17 @@ defmodule Overworld.Protocol.Snapshot do
     end
   end
 
-  defp merge_sorted(a, []), do: a
-  defp merge_sorted(a, b), do: :lists.keymerge(1, a, b)
+  # The entities that stayed and those that arrived, by id; an arrival of an id the cell still
+  # holds is invalid (an entity that changes template leaves with `10` and arrives again).
+  defp merge_sorted(a, []), do: {:ok, a}
+  defp merge_sorted([], b), do: {:ok, b}
+  defp merge_sorted(a, b), do: merge(a, b, [])
+
+  defp merge([{x, _, _} = e | a], [{y, _, _} | _] = b, acc) when x < y, do: merge(a, b, [e | acc])
+  defp merge([{x, _, _} | _] = a, [{y, _, _} = e | b], acc) when y < x, do: merge(a, b, [e | acc])
+  defp merge([], b, acc), do: {:ok, :lists.reverse(acc, b)}
+  defp merge(a, [], acc), do: {:ok, :lists.reverse(acc, a)}
+  defp merge(_a, _b, _acc), do: {:error, :bad_id}
 
   defp leave(0, rest, cells), do: {:ok, cells, rest}
 

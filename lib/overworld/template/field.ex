@@ -22,7 +22,10 @@ defmodule Overworld.Template.Field do
   """
 
   @enforce_keys [:name, :type, :bits, :min, :step, :values, :diff_bits, :source]
-  defstruct @enforce_keys
+  # `max`: the largest quantized value the declaration allows (`min..max` of an int is
+  # `0..max - min`); the wire carries `bits`, so a client may send up to `2^bits - 1`. Not on
+  # the wire: a field read from a HANDSHAKE has `2^bits - 1` (an enum's: its last index).
+  defstruct @enforce_keys ++ [:max]
 
   @type type :: :uint | :int | :fixed | :angle | :enum | :bool
   @type t :: %__MODULE__{
@@ -31,6 +34,7 @@ defmodule Overworld.Template.Field do
           bits: 1..53,
           min: integer,
           step: pos_integer,
+          max: non_neg_integer | nil,
           values: [term] | nil,
           diff_bits: non_neg_integer,
           source: atom | {:data, non_neg_integer} | {module, atom} | {:input, atom}
@@ -78,10 +82,10 @@ defmodule Overworld.Template.Field do
   defp spec(:uint, opts) do
     case {Keyword.get(opts, :bits), Keyword.get(opts, :max)} do
       {b, nil} when is_integer(b) and b in 1..64 ->
-        {:ok, %{bits: b, min: 0, step: 1, values: nil}}
+        {:ok, %{bits: b, min: 0, step: 1, max: Bitwise.bsl(1, b) - 1, values: nil}}
 
       {nil, m} when is_integer(m) and m > 0 ->
-        {:ok, %{bits: bits_for(m), min: 0, step: 1, values: nil}}
+        {:ok, %{bits: bits_for(m), min: 0, step: 1, max: m, values: nil}}
 
       other ->
         {:error, ":uint needs :bits in 1..64 or a positive :max, got: #{inspect(other)}"}
@@ -91,7 +95,7 @@ defmodule Overworld.Template.Field do
   defp spec(:int, opts) do
     case {Keyword.get(opts, :min), Keyword.get(opts, :max)} do
       {lo, hi} when is_integer(lo) and is_integer(hi) and hi > lo ->
-        {:ok, %{bits: bits_for(hi - lo), min: lo, step: 1, values: nil}}
+        {:ok, %{bits: bits_for(hi - lo), min: lo, step: 1, max: hi - lo, values: nil}}
 
       other ->
         {:error, ":int needs integers :min < :max, got: #{inspect(other)}"}
@@ -120,14 +124,17 @@ defmodule Overworld.Template.Field do
         min = round(lo * @unit)
         # max is exclusive: [0, 16384) m at 1/64 m is 2^20 values, 20 bits.
         range = max(div(round(hi * @unit) - min - 1, step), 1)
-        {:ok, %{bits: bits_for(range), min: min, step: step, values: nil}}
+        {:ok, %{bits: bits_for(range), min: min, step: step, max: range, values: nil}}
     end
   end
 
   defp spec(:angle, opts) do
     case Keyword.get(opts, :bits, 8) do
-      b when is_integer(b) and b in 1..16 -> {:ok, %{bits: b, min: 0, step: 1, values: nil}}
-      b -> {:error, ":angle :bits must be in 1..16, got: #{inspect(b)}"}
+      b when is_integer(b) and b in 1..16 ->
+        {:ok, %{bits: b, min: 0, step: 1, max: Bitwise.bsl(1, b) - 1, values: nil}}
+
+      b ->
+        {:error, ":angle :bits must be in 1..16, got: #{inspect(b)}"}
     end
   end
 
@@ -136,7 +143,15 @@ defmodule Overworld.Template.Field do
       [_, _ | _] = values ->
         if length(Enum.uniq(values)) == length(values) and
              Enum.all?(values, &(is_atom(&1) or is_integer(&1))),
-           do: {:ok, %{bits: bits_for(length(values) - 1), min: 0, step: 1, values: values}},
+           do:
+             {:ok,
+              %{
+                bits: bits_for(length(values) - 1),
+                min: 0,
+                step: 1,
+                max: length(values) - 1,
+                values: values
+              }},
            else:
              {:error, ":enum :values must be distinct atoms or integers, got: #{inspect(values)}"}
 
@@ -145,7 +160,7 @@ defmodule Overworld.Template.Field do
     end
   end
 
-  defp spec(:bool, _opts), do: {:ok, %{bits: 1, min: 0, step: 1, values: [false, true]}}
+  defp spec(:bool, _opts), do: {:ok, %{bits: 1, min: 0, step: 1, max: 1, values: [false, true]}}
 
   defp spec(type, _opts),
     do:

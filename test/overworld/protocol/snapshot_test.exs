@@ -161,6 +161,40 @@ defmodule Overworld.Protocol.SnapshotTest do
     assert cells == %{}
   end
 
+  test "invalid blocks are refused and leave the view as it was: an id gap of 0, an arrival of an id the cell holds, op 11" do
+    es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}, {9, 1, {1, 2, 3}}]
+
+    msg = fn tick, base, blocks ->
+      IO.iodata_to_binary(Snapshot.encode(tick, base, blocks, []))
+    end
+
+    {:ok, view} =
+      Snapshot.apply(
+        %View{},
+        msg.(5, 0, [Snapshot.keyframe_block(40, es, @templates)]),
+        @templates
+      )
+
+    enc = Snapshot.encoder(@templates)
+
+    # Ids 3, 3: the second's gap is 0.
+    twice = Snapshot.keyframe_block(41, [hd(es), hd(es)], @templates)
+    assert Snapshot.apply(view, msg.(6, 5, [twice]), @templates) == {:error, :bad_id}
+    # Id 0: the first gap is 0.
+    zero = Snapshot.keyframe_block(41, [{0, 1, {1, 2, 3}}], @templates)
+    assert Snapshot.apply(view, msg.(6, 5, [zero]), @templates) == {:error, :bad_id}
+    # Cell 40 keeps 3 and 9 (ops 00 00), and 9 arrives again.
+    again = Snapshot.delta_block_bits(40, <<0::2, 0::2>>, [{9, 1, {1, 2, 3}}], enc)
+    assert Snapshot.apply(view, msg.(6, 5, [again]), @templates) == {:error, :bad_id}
+    # 9 leaves (10) and arrives again with another template: a template change, valid.
+    changed = Snapshot.delta_block_bits(40, <<0::2, 2::2>>, [{9, 0, {1, 2, 3, 4, 5, 0, 1}}], enc)
+    assert {:ok, v2} = Snapshot.apply(view, msg.(6, 5, [changed]), @templates)
+    assert v2.cells[40] == [hd(es), {9, 0, {1, 2, 3, 4, 5, 0, 1}}]
+    # Op 11 is no op.
+    bad_op = Snapshot.delta_block_bits(40, <<3::2, 0::2>>, [], enc)
+    assert Snapshot.apply(view, msg.(6, 5, [bad_op]), @templates) == {:error, :bad_op}
+  end
+
   test "bad snapshots are errors, never exceptions (property)" do
     es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}, {9, 1, {1, 2, 3}}]
 
