@@ -1,12 +1,27 @@
 /**
  * Byte-level pieces of the wire format (docs/protocol.md): varints (unsigned LEB128, at most
- * 53 bits), zigzag, length-prefixed strings. Readers never throw: past the end they answer
- * `undefined`.
+ * 8 bytes and below 2^53), zigzag, length-prefixed strings. Readers never throw: a read that
+ * fails answers `undefined`, and `error` says why.
  */
 export class ByteReader {
   private pos = 0;
+  private fault: string | undefined;
   constructor(private readonly bytes: Uint8Array, start = 0) {
     this.pos = start;
+  }
+
+  /**
+   * Why the first read that answered `undefined` failed: `truncated` (the bytes end inside the
+   * value), `varint_too_long` (a varint of more than 8 bytes, or of 2^53 and more) or
+   * `string_too_long` (a length over the string's maximum). `truncated` when no read failed.
+   */
+  get error(): string {
+    return this.fault ?? "truncated";
+  }
+
+  private refuse(reason: string): undefined {
+    this.fault ??= reason;
+    return undefined;
   }
 
   get remaining(): number {
@@ -18,29 +33,31 @@ export class ByteReader {
   }
 
   u8(): number | undefined {
-    return this.pos < this.bytes.length ? this.bytes[this.pos++] : undefined;
+    return this.pos < this.bytes.length ? this.bytes[this.pos++] : this.refuse("truncated");
   }
 
   u16(): number | undefined {
-    if (this.remaining < 2) return undefined;
+    if (this.remaining < 2) return this.refuse("truncated");
     const v = (this.bytes[this.pos]! << 8) | this.bytes[this.pos + 1]!;
     this.pos += 2;
     return v;
   }
 
+  /** A varint: at most 8 bytes (longer forms than needed are fine), a value below 2^53. */
   varint(): number | undefined {
     let value = 0;
     for (let shift = 0; shift <= 49; shift += 7) {
       const b = this.u8();
       if (b === undefined) return undefined;
       value += (b & 0x7f) * 2 ** shift;
-      if ((b & 0x80) === 0) return value <= Number.MAX_SAFE_INTEGER ? value : undefined;
+      if ((b & 0x80) === 0) return value <= Number.MAX_SAFE_INTEGER ? value : this.refuse("varint_too_long");
     }
-    return undefined;
+    // Eight bytes, and the last says another follows.
+    return this.refuse("varint_too_long");
   }
 
   bytesOf(n: number): Uint8Array | undefined {
-    if (n < 0 || n > this.remaining) return undefined;
+    if (n < 0 || n > this.remaining) return this.refuse("truncated");
     const out = this.bytes.subarray(this.pos, this.pos + n);
     this.pos += n;
     return out;
@@ -50,9 +67,11 @@ export class ByteReader {
     return this.bytesOf(this.remaining)!;
   }
 
+  /** A string of at most `max` bytes (`string_too_long` past it). */
   string(max = 65535): string | undefined {
     const n = this.varint();
-    if (n === undefined || n > max) return undefined;
+    if (n === undefined) return undefined;
+    if (n > max) return this.refuse("string_too_long");
     const b = this.bytesOf(n);
     return b === undefined ? undefined : new TextDecoder().decode(b);
   }

@@ -63,7 +63,12 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
 const FIELD_TYPES: FieldType[] = ["uint", "int", "fixed", "angle", "enum", "bool"];
 const fail = <T>(error: string): Result<T> => ({ ok: false, error });
 
-/** Decodes a server message; never throws. */
+/**
+ * Decodes a server message; never throws. Errors are docs/protocol.md's names ('What a decoder
+ * refuses'): `truncated`, `trailing_bytes`, `varint_too_long`, `string_too_long`, `empty`,
+ * `unknown_opcode N`, and in a HANDSHAKE `bad_input_layout`, `unknown_field_type T`,
+ * `bad_field_bits`, `bad_field_step`, `bad_enum_values`, `bad_enum_value`, `bad_template`.
+ */
 export function decodeServerMessage(bytes: Uint8Array): Result<ServerMessage> {
   const r = new ByteReader(bytes);
   const op = r.u8();
@@ -74,20 +79,20 @@ export function decodeServerMessage(bytes: Uint8Array): Result<ServerMessage> {
       return handshake(r);
     case 0x03: {
       const seq = r.varint();
-      if (seq === undefined) return fail("truncated");
+      if (seq === undefined) return fail(r.error);
       return { ok: true, value: { type: "event", seq, payload: r.rest() } };
     }
     case 0x04: {
       const client_time = r.varint();
       const server_tick = r.varint();
-      if (client_time === undefined || server_tick === undefined) return fail("truncated");
+      if (client_time === undefined || server_tick === undefined) return fail(r.error);
       if (r.remaining > 0) return fail("trailing_bytes");
       return { ok: true, value: { type: "pong", client_time, server_tick } };
     }
     case 0x05: {
       const code = r.u16();
       const message = code === undefined ? undefined : r.string();
-      if (code === undefined || message === undefined) return fail("truncated");
+      if (code === undefined || message === undefined) return fail(r.error);
       if (r.remaining > 0) return fail("trailing_bytes");
       return { ok: true, value: { type: "error", code, message } };
     }
@@ -106,7 +111,7 @@ function handshake(r: ByteReader): Result<ServerMessage> {
   const cols = r.varint();
   const rows = r.varint();
   const count = r.u8();
-  if ([version, tick_rate, entity_id, width, height, cell_size, cols, rows, count].includes(undefined)) return fail("truncated");
+  if ([version, tick_rate, entity_id, width, height, cell_size, cols, rows, count].includes(undefined)) return fail(r.error);
   const templates: TemplateSchema[] = [];
   for (let i = 0; i < count!; i++) {
     const t = template(r);
@@ -115,7 +120,7 @@ function handshake(r: ByteReader): Result<ServerMessage> {
   }
   let input: TemplateSchema | null = null;
   const tag = r.u8();
-  if (tag === undefined) return fail("truncated");
+  if (tag === undefined) return fail(r.error);
   if (tag === 1) {
     const t = template(r);
     if (!t.ok) return t;
@@ -145,45 +150,59 @@ function handshake(r: ByteReader): Result<ServerMessage> {
 
 function template(r: ByteReader): Result<TemplateSchema> {
   const id = r.u8();
-  const name = r.string(255);
-  const n = r.u8();
-  if (id === undefined || name === undefined || n === undefined) return fail("truncated");
-  if (n === 0) return fail("bad_template");
+  const name = id === undefined ? undefined : r.string(255);
+  const n = name === undefined ? undefined : r.u8();
+  if (id === undefined || name === undefined || n === undefined) return fail(r.error);
   const fields: FieldSchema[] = [];
   for (let i = 0; i < n; i++) {
-    const fname = r.string(255);
-    const type = r.u8();
-    const bits = r.u8();
-    const diff_bits = r.u8();
-    const min = r.varint();
-    const step = r.varint();
-    if ([fname, type, bits, diff_bits, min, step].includes(undefined)) return fail("truncated");
-    const ftype = FIELD_TYPES[type!];
-    if (ftype === undefined) return fail(`unknown_field_type ${type}`);
-    if (bits! < 1 || bits! > 53 || diff_bits! > bits! || step! < 1) return fail("bad_field");
-    let values: Array<string | number | boolean> | null = null;
-    if (ftype === "bool") values = [false, true];
-    if (ftype === "enum") {
-      const count = r.u8();
-      if (count === undefined) return fail("truncated");
-      values = [];
-      for (let j = 0; j < count; j++) {
-        const tag = r.u8();
-        if (tag === 0) {
-          const s = r.string(255);
-          if (s === undefined) return fail("truncated");
-          values.push(s);
-        } else if (tag === 1) {
-          const u = r.varint();
-          if (u === undefined) return fail("truncated");
-          values.push(unzigzag(u));
-        } else return tag === undefined ? fail("truncated") : fail("bad_enum_value");
-      }
-      if (values.length < 2 || values.length > 2 ** bits!) return fail("bad_enum_values");
-    }
-    fields.push({ name: fname!, type: ftype, bits: bits!, diff_bits: diff_bits!, min: unzigzag(min!), step: step!, values });
+    const f = field(r);
+    if (!f.ok) return f;
+    fields.push(f.value);
   }
+  if (fields.length === 0) return fail("bad_template");
   return { ok: true, value: { id, name, fields } };
+}
+
+/**
+ * A field of a template, read in the order of the Elixir decoder (so both answer the same
+ * reason): name, type, bits and diff_bits, min, step, an enum's values, then the checks.
+ */
+function field(r: ByteReader): Result<FieldSchema> {
+  const name = r.string(255);
+  if (name === undefined) return fail(r.error);
+  if (r.remaining < 3) return fail("truncated");
+  const type = r.u8()!;
+  const bits = r.u8()!;
+  const diff_bits = r.u8()!;
+  const ftype = FIELD_TYPES[type];
+  if (ftype === undefined) return fail(`unknown_field_type ${type}`);
+  const min = r.varint();
+  const step = min === undefined ? undefined : r.varint();
+  if (min === undefined || step === undefined) return fail(r.error);
+  let values: Array<string | number | boolean> | null = null;
+  if (ftype === "bool") values = [false, true];
+  if (ftype === "enum") {
+    const count = r.u8();
+    if (count === undefined) return fail(r.error);
+    values = [];
+    for (let j = 0; j < count; j++) {
+      const tag = r.u8();
+      if (tag === undefined) return fail(r.error);
+      if (tag === 0) {
+        const s = r.string(255);
+        if (s === undefined) return fail(r.error);
+        values.push(s);
+      } else if (tag === 1) {
+        const u = r.varint();
+        if (u === undefined) return fail(r.error);
+        values.push(unzigzag(u));
+      } else return fail("bad_enum_value");
+    }
+  }
+  if (bits < 1 || bits > 53 || diff_bits > bits) return fail("bad_field_bits");
+  if (step < 1) return fail("bad_field_step");
+  if (ftype === "enum" && (values!.length < 2 || values!.length > 2 ** bits)) return fail("bad_enum_values");
+  return { ok: true, value: { name, type: ftype, bits, diff_bits, min: unzigzag(min), step, values } };
 }
 
 /**
@@ -192,15 +211,15 @@ function template(r: ByteReader): Result<TemplateSchema> {
  */
 export function readExtensions(r: ByteReader): Result<Extension[]> {
   const n = r.varint();
-  if (n === undefined) return fail("truncated");
+  if (n === undefined) return fail(r.error);
   const out: Extension[] = [];
   for (let i = 0; i < n; i++) {
     const type = r.varint();
     const length = r.varint();
-    if (type === undefined || length === undefined) return fail("truncated");
+    if (type === undefined || length === undefined) return fail(r.error);
     if (length > 65_536) return fail("string_too_long");
     const bytes = r.bytesOf(length);
-    if (bytes === undefined) return fail("truncated");
+    if (bytes === undefined) return fail(r.error);
     out.push({ type, bytes });
   }
   return { ok: true, value: out };

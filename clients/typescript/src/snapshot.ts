@@ -78,30 +78,36 @@ export class WorldView {
    * cell leaving that is not held is nothing to drop). Baseline 0 starts from an empty view;
    * any other baseline must be the view's tick, else the error is `unknown_baseline`. The runs
    * of cells held back follow, then extensions (skipped).
+   *
+   * Errors (docs/protocol.md, 'What a decoder refuses'), the view then unchanged: `truncated`,
+   * `trailing_bytes`, `varint_too_long`, `string_too_long` (an extension over 64 KiB),
+   * `not_a_snapshot`, `unknown_baseline`, `bad_block`, `bad_op`, `bad_id` (an id gap of 0, an
+   * arrival of an id the cell still holds), `bad_template_index`, `bad_enum_index`,
+   * `out_of_range`, `bad_run`.
    */
   apply(bytes: Uint8Array, templates: TemplateSchema[]): Result<number> {
     const r = new ByteReader(bytes);
     if (r.u8() !== 0x02) return fail("not_a_snapshot");
     const tick = r.varint();
     const baseline = r.varint();
-    if (tick === undefined || baseline === undefined) return fail("truncated");
+    if (tick === undefined || baseline === undefined) return fail(r.error);
     // Baseline 0: start from nothing; otherwise the view must hold the baseline.
     if (baseline !== 0 && baseline !== this.tick) return fail("unknown_baseline");
     const ack = r.varint();
     const n = r.varint();
-    if (ack === undefined || n === undefined) return fail("truncated");
+    if (ack === undefined || n === undefined) return fail(r.error);
     const held = baseline === 0 ? new Map<number, Entry[]>() : this.cells;
     const heldTicks = baseline === 0 ? new Map<number, number>() : this.ticks;
     const tb = indexBits(templates.length);
     const changed = new Map<number, Entry[]>();
     for (let i = 0; i < n; i++) {
       const head = r.varint();
-      if (head === undefined) return fail("truncated");
+      if (head === undefined) return fail(r.error);
       // Kind in the low two bits: 0 keyframe, 1 delta without arrivals (no count), 3 delta with.
       const kind = head % 4;
       if (kind === 2) return fail("bad_block");
       const count = kind === 1 ? 0 : r.varint();
-      if (count === undefined) return fail("truncated");
+      if (count === undefined) return fail(r.error);
       const key = Math.floor(head / 4);
       const bits = new BitReader(bytes, bytes.length * 8, r.offset * 8);
       const entries =
@@ -115,11 +121,11 @@ export class WorldView {
       if (r.bytesOf(consumed) === undefined) return fail("truncated");
     }
     const left = r.varint();
-    if (left === undefined) return fail("truncated");
+    if (left === undefined) return fail(r.error);
     const gone: number[] = [];
     for (let i = 0; i < left; i++) {
       const key = r.varint();
-      if (key === undefined) return fail("truncated");
+      if (key === undefined) return fail(r.error);
       gone.push(key);
     }
     const runs = readRuns(r);
@@ -153,13 +159,13 @@ export class WorldView {
  */
 function readRuns(r: ByteReader): Result<Run[]> {
   const n = r.varint();
-  if (n === undefined) return fail("truncated");
+  if (n === undefined) return fail(r.error);
   const runs: Run[] = [];
   let next = 0;
   for (let i = 0; i < n; i++) {
     const gap = r.varint();
     const count = r.varint();
-    if (gap === undefined || count === undefined) return fail("truncated");
+    if (gap === undefined || count === undefined) return fail(r.error);
     if (count < 1 || count > 65_536) return fail("bad_run");
     const first = next + gap;
     if (!Number.isSafeInteger(first + count)) return fail("bad_run");
@@ -183,35 +189,54 @@ function inRuns(runs: readonly Run[], key: number): boolean {
   return false;
 }
 
-function readVbits(r: BitReader): number | undefined {
+/**
+ * A bit varint (an id gap): groups of a continuation bit and 7 value bits, low group first, at
+ * most 8 groups (`varint_too_long` past them, or for a value of 2^53 and more, which a number
+ * does not hold exactly).
+ */
+function readVbits(r: BitReader): Result<number> {
   let value = 0;
   for (let shift = 0; shift <= 49; shift += 7) {
     const more = r.uint(1);
     const v = r.uint(7);
-    if (more === undefined || v === undefined) return undefined;
+    if (more === undefined || v === undefined) return fail("truncated");
     value += v * 2 ** shift;
-    if (more === 0) return value;
+    if (more === 0) return value <= Number.MAX_SAFE_INTEGER ? { ok: true, value } : fail("varint_too_long");
   }
-  return undefined;
+  return fail("varint_too_long");
 }
 
+/**
+ * Entities as a keyframe block lists them (and a delta block its arrivals): per entity the id
+ * gap from the previous one (from 0 for the first; at least 1, else `bad_id`), the template
+ * index and the template keyframe.
+ */
 function readKeyframes(r: BitReader, count: number, tb: number, templates: TemplateSchema[]): Result<Entry[]> {
   const out: Entry[] = [];
   let id = 0;
   for (let i = 0; i < count; i++) {
     const gap = readVbits(r);
+    if (!gap.ok) return gap;
+    if (gap.value === 0) return fail("bad_id");
+    id += gap.value;
+    if (!Number.isSafeInteger(id)) return fail("bad_id");
     const ti = r.uint(tb);
-    if (gap === undefined || ti === undefined) return fail("truncated");
+    if (ti === undefined) return fail("truncated");
     const t = templates[ti];
     if (t === undefined) return fail("bad_template_index");
     const q = decodeKeyframe(t, r);
     if (!q.ok) return q;
-    id += gap;
     out.push({ id, template: ti, q: q.value });
   }
   return { ok: true, value: out };
 }
 
+/**
+ * A delta block's bits against the entities the client holds in the cell: 2 bits per entity
+ * (`00` unchanged, `01` changed + template delta, `10` left, `11` invalid: `bad_op`), then the
+ * arrivals, none of which may be an id the cell still holds (`bad_id`; an entity whose
+ * template changes leaves with `10` and arrives again).
+ */
 function readDelta(r: BitReader, old: Entry[], arrivals: number, tb: number, templates: TemplateSchema[]): Result<Entry[]> {
   const kept: Entry[] = [];
   for (const e of old) {
@@ -233,7 +258,8 @@ function readDelta(r: BitReader, old: Entry[], arrivals: number, tb: number, tem
   while (i < kept.length || j < arrived.value.length) {
     const a = kept[i];
     const b = arrived.value[j];
-    if (b === undefined || (a !== undefined && a.id <= b.id)) {
+    if (a !== undefined && b !== undefined && a.id === b.id) return fail("bad_id");
+    if (b === undefined || (a !== undefined && a.id < b.id)) {
       out.push(a!);
       i++;
     } else {

@@ -32,56 +32,69 @@ export type Result<T> = { ok: true; value: T } | { ok: false; error: string };
 const ok = <T>(value: T): Result<T> => ({ ok: true, value });
 const fail = <T>(error: string): Result<T> => ({ ok: false, error });
 
-/** Reads a keyframe: every field's quantized value. */
+/** Whether a quantized value is one of its field's: an enum's index names one of its values. */
+const known = (f: FieldSchema, q: number): boolean => f.type !== "enum" || q < (f.values?.length ?? 0);
+
+/**
+ * Reads a keyframe: every field's quantized value. Errors: `truncated`, `bad_enum_index` (an
+ * enum index past the enum's last value).
+ */
 export function decodeKeyframe(t: TemplateSchema, r: BitReader): Result<number[]> {
   const q: number[] = [];
   for (const f of t.fields) {
     const v = r.uint(f.bits);
     if (v === undefined) return fail("truncated");
+    if (!known(f, v)) return fail("bad_enum_index");
     q.push(v);
   }
   return ok(q);
 }
 
-/** Reads a delta against the previous quantized values `old`. */
+/**
+ * Reads a delta against the previous quantized values `old`: the mask (one bit per field, any
+ * number of fields), then each changed field. Errors: `truncated`, `out_of_range` (a difference
+ * taking a number outside its bits), `bad_enum_index` (an enum's new index past its last
+ * value), `bad_baseline` (`old` is not one value per field).
+ */
 export function decodeDelta(t: TemplateSchema, old: readonly number[], r: BitReader): Result<number[]> {
   const n = t.fields.length;
   if (old.length !== n) return fail("bad_baseline");
-  const mask = r.uint(n);
-  if (mask === undefined) return fail("truncated");
+  // The mask, first field first, read in chunks of at most 32 bits (a template has up to 255
+  // fields: more bits than a number holds exactly).
+  const changed: boolean[] = [];
+  while (changed.length < n) {
+    const size = Math.min(32, n - changed.length);
+    const chunk = r.uint(size);
+    if (chunk === undefined) return fail("truncated");
+    for (let b = size - 1; b >= 0; b--) changed.push(Math.floor(chunk / 2 ** b) % 2 === 1);
+  }
   const q: number[] = [];
   for (let i = 0; i < n; i++) {
     const f = t.fields[i]!;
     const previous = old[i]!;
-    const changed = Math.floor(mask / 2 ** (n - 1 - i)) % 2 === 1;
-    if (!changed) {
+    if (!changed[i]) {
       q.push(previous);
       continue;
     }
-    if (f.diff_bits === 0) {
-      const v = r.uint(f.bits);
-      if (v === undefined) return fail("truncated");
-      q.push(v);
-      continue;
-    }
-    const flag = r.uint(1);
+    let v: number | undefined;
+    // diff_bits 0 (every enum and bool): the value alone; others a flag first (1: a difference).
+    const flag = f.diff_bits === 0 ? 0 : r.uint(1);
     if (flag === undefined) return fail("truncated");
     if (flag === 0) {
-      const v = r.uint(f.bits);
+      v = r.uint(f.bits);
       if (v === undefined) return fail("truncated");
-      q.push(v);
-      continue;
-    }
-    const d = r.int(f.diff_bits);
-    if (d === undefined) return fail("truncated");
-    const size = 2 ** f.bits;
-    if (f.type === "angle") {
-      q.push((((previous + d) % size) + size) % size);
     } else {
-      const v = previous + d;
-      if (v < 0 || v >= size) return fail("out_of_range");
-      q.push(v);
+      const d = r.int(f.diff_bits);
+      if (d === undefined) return fail("truncated");
+      const size = 2 ** f.bits;
+      if (f.type === "angle") v = (((previous + d) % size) + size) % size;
+      else {
+        v = previous + d;
+        if (v < 0 || v >= size) return fail("out_of_range");
+      }
     }
+    if (!known(f, v)) return fail("bad_enum_index");
+    q.push(v);
   }
   return ok(q);
 }
@@ -136,7 +149,9 @@ export type InputValues<T = Record<string, Value>> = { readonly [K in keyof T]: 
  * The quantized value of a field for a value in the SDK's units (those `decodeValue` answers),
  * exactly as the server quantizes (`Overworld.Template.Field.quantize/2`): `fixed` in metres
  * and `angle` in radians or turns (`unit`) are first rounded to the server's units (1/1024 m,
- * 1/65536 turn); numbers outside a field's range clamp to it, angles wrap around. Throws a
+ * 1/65536 turn); numbers clamp to what the field's bits carry (`0..2^bits-1` quantized; the
+ * server then clamps them to the range the game declared, which the handshake does not carry),
+ * angles wrap around. Throws a
  * TypeError for a value the field cannot take (not an integer for `int`/`uint`, not a finite
  * number for `fixed`/`angle`, not one of an `enum`'s or `bool`'s values).
  */

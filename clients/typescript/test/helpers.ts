@@ -44,6 +44,12 @@ export const PLAYER: TemplateSchema = {
   ],
 };
 export const TEMPLATES = [GOBLIN, PLAYER];
+/** A third template (with it, template indexes are 2 bits): an enum of 3 values in 2 bits. */
+export const MARKER: TemplateSchema = {
+  id: 3,
+  name: "marker",
+  fields: [field("level", "enum", 2, { values: [-1, 0, 10] }), field("count", "uint", 4)],
+};
 /** The goblin world's input layout (Goblins.Wire's `input :move`): the stick's axes, -127..127. */
 export const MOVE: TemplateSchema = {
   id: 0,
@@ -111,12 +117,38 @@ export interface TestEntity {
   q: number[];
 }
 
-/** A SNAPSHOT of keyframe blocks (one per cell), entities sorted by id in each. */
+/** A delta block for `encodeSnapshot`: 2-bit ops for the entities held, then arrivals. */
+export interface DeltaBlock {
+  key: number;
+  /** One op per entity the client holds in the cell, in id order: 0 unchanged, 2 left, 3 (invalid). */
+  ops: number[];
+  /** Entities arriving, in the order given (ids as given: a repeated id makes a gap of 0). */
+  arrivals?: TestEntity[];
+}
+
+/** A cell of `encodeSnapshot`: a keyframe block, a delta block, or a block's raw bytes. */
+export type TestBlock = { key: number; entities: TestEntity[] } | DeltaBlock | { raw: Uint8Array };
+
+/** The records of entities as a keyframe block (or a delta's arrivals) lists them, ids as given. */
+function records(b: BitWriter, entities: TestEntity[], templates: TemplateSchema[]): void {
+  const tb = templates.length <= 1 ? 0 : Math.floor(Math.log2(templates.length - 1)) + 1;
+  let previous = 0;
+  for (const e of entities) {
+    vbits(b, e.id - previous).uint(tb, e.template);
+    previous = e.id;
+    templates[e.template]!.fields.forEach((f, i) => b.uint(f.bits, e.q[i]!));
+  }
+}
+
+/**
+ * A SNAPSHOT of blocks: keyframe blocks (entities sorted by id), delta blocks (ops and
+ * arrivals) or raw bytes, in order.
+ */
 export function encodeSnapshot(s: {
   tick: number;
   baseline?: number;
   ack?: number;
-  cells: Array<{ key: number; entities: TestEntity[] }>;
+  cells: TestBlock[];
   left?: number[];
   /** Runs of cells held back: [first key, count], sorted. */
   behind?: Array<[number, number]>;
@@ -124,18 +156,24 @@ export function encodeSnapshot(s: {
   templates?: TemplateSchema[];
 }): Uint8Array {
   const templates = s.templates ?? TEMPLATES;
-  const tb = templates.length <= 1 ? 0 : Math.floor(Math.log2(templates.length - 1)) + 1;
   const w = new ByteWriter().u8(0x02).varint(s.tick).varint(s.baseline ?? 0).varint(s.ack ?? 0).varint(s.cells.length);
   for (const c of s.cells) {
-    w.varint(c.key * 4).varint(c.entities.length);
-    const b = new BitWriter();
-    let previous = 0;
-    for (const e of [...c.entities].sort((a, b) => a.id - b.id)) {
-      vbits(b, e.id - previous).uint(tb, e.template);
-      previous = e.id;
-      templates[e.template]!.fields.forEach((f, i) => b.uint(f.bits, e.q[i]!));
+    if ("raw" in c) {
+      w.bytes(c.raw);
+    } else if ("entities" in c) {
+      w.varint(c.key * 4).varint(c.entities.length);
+      const b = new BitWriter();
+      records(b, [...c.entities].sort((a, b) => a.id - b.id), templates);
+      w.bytes(b.toBytes());
+    } else {
+      const arrivals = c.arrivals ?? [];
+      if (arrivals.length === 0) w.varint(c.key * 4 + 1);
+      else w.varint(c.key * 4 + 3).varint(arrivals.length);
+      const b = new BitWriter();
+      for (const op of c.ops) b.uint(2, op);
+      records(b, arrivals, templates);
+      w.bytes(b.toBytes());
     }
-    w.bytes(b.toBytes());
   }
   const left = s.left ?? [];
   w.varint(left.length);

@@ -8,9 +8,11 @@ import {
   encodeClientMessage,
   fromHex,
   type ClientMessage,
+  type FieldSchema,
   type TemplateSchema,
 } from "../src/protocol.js";
 import { PROTOCOL_VERSION as MAIN_VERSION } from "../src/index.js";
+import { encodeHandshake } from "./helpers.js";
 
 const load = (name: string) =>
   JSON.parse(readFileSync(fileURLToPath(new URL(`../../../protocol/vectors/${name}`, import.meta.url)), "utf8"));
@@ -102,5 +104,65 @@ describe("message vectors", () => {
         expect(() => decodeServerMessage(copy)).not.toThrow();
       }
     }
+  });
+});
+
+describe("what a message decoder refuses (docs/protocol.md)", () => {
+  const fail = (error: string) => ({ ok: false, error });
+  const u = (extra: Partial<FieldSchema> = {}): FieldSchema => ({ name: "u", type: "uint", bits: 5, min: 0, step: 1, diff_bits: 3, values: null, ...extra });
+  const hs = (...fields: FieldSchema[]) => decodeServerMessage(encodeHandshake({ entityId: 1, templates: [{ id: 1, name: "t", fields }] }));
+
+  it("bad_field_bits (bits outside 1..53, diff_bits over bits), bad_field_step (0)", () => {
+    expect(hs(u()).ok).toBe(true);
+    expect(hs(u({ bits: 53, diff_bits: 53 })).ok).toBe(true);
+    expect(hs(u({ bits: 0, diff_bits: 0 }))).toEqual(fail("bad_field_bits"));
+    expect(hs(u({ bits: 54 }))).toEqual(fail("bad_field_bits"));
+    expect(hs(u({ bits: 5, diff_bits: 6 }))).toEqual(fail("bad_field_bits"));
+    expect(hs(u({ step: 0 }))).toEqual(fail("bad_field_step"));
+    expect(hs(u(), u({ name: "v", type: "fixed", step: 0 }))).toEqual(fail("bad_field_step"));
+    // The input layout is a template too.
+    expect(decodeServerMessage(encodeHandshake({ entityId: 1, input: { id: 0, name: "in", fields: [u({ bits: 60 })] } }))).toEqual(fail("bad_field_bits"));
+  });
+
+  it("enums: bad_enum_values (fewer than 2, more than 2^bits), bad_enum_value (a tag other than 0 and 1)", () => {
+    const e = (values: Array<string | number>, bits = 2) => u({ name: "e", type: "enum", bits, diff_bits: 0, values });
+    expect(hs(e(["a", -5, 1000]))).toEqual({ ok: true, value: expect.objectContaining({ type: "handshake" }) });
+    expect(hs(e(["a"]))).toEqual(fail("bad_enum_values"));
+    expect(hs(e(["a", "b", "c", "d", "e"]))).toEqual(fail("bad_enum_values"));
+    const bytes = encodeHandshake({ entityId: 1, templates: [{ id: 1, name: "t", fields: [e(["a", "b"])] }] });
+    const at = bytes.indexOf(0x61); // the tag before "a" is 0
+    expect(bytes[at - 2]).toBe(0);
+    const bad = bytes.slice();
+    bad[at - 2] = 2;
+    expect(decodeServerMessage(bad)).toEqual(fail("bad_enum_value"));
+  });
+
+  it("{unknown_field_type}, bad_template (no field), string_too_long (a name over 255 bytes)", () => {
+    const bytes = encodeHandshake({ entityId: 1, templates: [{ id: 1, name: "t", fields: [u({ name: "only" })] }] });
+    const at = bytes.indexOf(0x79) + 1; // after "only": the type byte
+    expect(bytes[at]).toBe(0);
+    const bad = bytes.slice();
+    bad[at] = 9;
+    expect(decodeServerMessage(bad)).toEqual(fail("unknown_field_type 9"));
+    expect(hs()).toEqual(fail("bad_template"));
+    expect(hs(u({ name: "n".repeat(255) })).ok).toBe(true);
+    expect(hs(u({ name: "n".repeat(256) }))).toEqual(fail("string_too_long"));
+    expect(decodeServerMessage(encodeHandshake({ entityId: 1, templates: [{ id: 1, name: "t".repeat(256), fields: [u()] }] }))).toEqual(fail("string_too_long"));
+  });
+
+  it("varint_too_long: a varint over 8 bytes or of 2^53 and more; truncated inside one", () => {
+    const pong = (...bytes: number[]) => decodeServerMessage(Uint8Array.from([0x04, ...bytes, 0]));
+    expect(pong(...Array(8).fill(0x80), 0x00)).toEqual(fail("varint_too_long"));
+    expect(pong(...Array(7).fill(0xff), 0x10)).toEqual(fail("varint_too_long"));
+    expect(pong(...Array(7).fill(0xff), 0x0f)).toEqual({ ok: true, value: { type: "pong", client_time: 2 ** 53 - 1, server_tick: 0 } });
+    expect(pong(...Array(7).fill(0x80), 0x00)).toEqual({ ok: true, value: { type: "pong", client_time: 0, server_tick: 0 } });
+    expect(decodeServerMessage(Uint8Array.from([0x04, 0x80, 0x80]))).toEqual(fail("truncated"));
+    expect(decodeServerMessage(Uint8Array.from([0x03, ...Array(9).fill(0x81)]))).toEqual(fail("varint_too_long"));
+    // In a HANDSHAKE (the width) and an ERROR's message length.
+    const hsBytes = encodeHandshake({ entityId: 1 });
+    const long = new ByteWriter().bytes(hsBytes.subarray(0, 6)).bytes(Uint8Array.from(Array(9).fill(0xff))).bytes(hsBytes.subarray(6)).toBytes();
+    expect(decodeServerMessage(long)).toEqual(fail("varint_too_long"));
+    expect(decodeServerMessage(Uint8Array.from([0x05, 0, 1, ...Array(8).fill(0xff)]))).toEqual(fail("varint_too_long"));
+    expect(decodeServerMessage(new ByteWriter().u8(0x05).u16(1).varint(65_536).bytes(new Uint8Array(65_536)).toBytes())).toEqual(fail("string_too_long"));
   });
 });

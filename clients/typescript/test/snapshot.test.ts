@@ -2,8 +2,8 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { WorldView, type TemplateSchema } from "../src/index.js";
-import { ByteWriter, fromHex } from "../src/protocol.js";
-import { TEMPLATES, encodeSnapshot, qm, type TestEntity } from "./helpers.js";
+import { BitWriter, ByteWriter, fromHex, indexBits } from "../src/protocol.js";
+import { MARKER, TEMPLATES, encodeSnapshot, qm, type TestEntity } from "./helpers.js";
 
 const load = (name: string) =>
   JSON.parse(readFileSync(fileURLToPath(new URL(`../../../protocol/vectors/${name}`, import.meta.url)), "utf8"));
@@ -40,25 +40,54 @@ describe("snapshot vectors", () => {
     }
   });
 
-  it("protocol 2's cases: unknown cells are empty; a held-back cell keeps its tick and its stale copy loses", () => {
+  it("use three templates (2-bit indexes), one of them an enum of integers", () => {
+    expect(templates.length).toBe(3);
+    expect(indexBits(templates.length)).toBe(2);
+    const view = new WorldView();
+    const seen = new Set<number>();
+    for (const s of snapshots.snapshots) {
+      view.apply(fromHex(s.hex), templates);
+      for (const e of view.entities().values()) seen.add(e.template);
+    }
+    expect([...seen].sort()).toEqual([0, 1, 2]);
+  });
+
+  it("protocol 2's cases: unknown cells are empty; a held-back cell keeps its tick and its stale copy loses; an empty keyframe drops a cell", () => {
     const view = new WorldView();
     const steps = snapshots.snapshots;
-    for (const s of steps.slice(0, -3)) expect(view.apply(fromHex(s.hex), templates).ok).toBe(true);
-    // Step n-3: a delta for a cell never held (arrivals only), a cell leaving that was never held.
-    const [a, b, c] = steps.slice(-3);
+    for (const s of steps.slice(0, -4)) expect(view.apply(fromHex(s.hex), templates).ok).toBe(true);
+    const [a, b, c, d] = steps.slice(-4);
+    // Step n-4: a delta for a cell never held (arrivals only), a cell leaving that was never held.
+    const fresh = a!.view.map((v) => v.cell).find((k) => !view.cells.has(k))!;
+    expect(fresh).toBeDefined();
     expect(view.apply(fromHex(a!.hex), templates)).toEqual({ ok: true, value: a!.tick });
-    // Step n-2: cell 11 held back while entity 1 moved from it to cell 13: two copies, 13's is current.
+    expect(view.cells.has(fresh)).toBe(true);
+    // Step n-3: cell 11 held back while entity 1 moved from it to cell 13: two copies, 13's is
+    // current; the runs also name cells not held (ignored); an extension of an unknown type.
     expect(view.apply(fromHex(b!.hex), templates)).toEqual({ ok: true, value: b!.tick });
     expect(view.isHeldBack(11)).toBe(true);
     expect(view.cellTick(11)).toBeLessThan(b!.tick);
+    expect(view.heldBack.length).toBeGreaterThan(0);
+    const listed = view.heldBack.flatMap(([first, count]) => Array.from({ length: count }, (_, i) => first + i));
+    expect(listed.some((k) => !view.cells.has(k))).toBe(true);
+    for (const k of listed) if (!view.cells.has(k)) expect(view.cellTick(k)).toBeUndefined();
     expect(view.cells.get(11)!.some((e) => e.id === 1)).toBe(true);
     expect(view.cells.get(13)!.some((e) => e.id === 1)).toBe(true);
     expect(view.entities().get(1)!.q).toEqual(b!.view.find((v) => v.cell === 13)!.entities.find((e) => e.id === 1)!.q);
     expect(view.entityCells().get(1)).toBe(13);
-    // Step n-1: the cell catches up; every cell is current.
+    // Step n-2: the cell catches up; every cell is current.
     expect(view.apply(fromHex(c!.hex), templates)).toEqual({ ok: true, value: c!.tick });
     expect(view.heldBack).toEqual([]);
     expect([...view.ticks.values()].every((t) => t === c!.tick)).toBe(true);
+    // Step n-1: a keyframe of count 0 for a held cell: it is no longer held.
+    const emptied = [...view.cells.keys()].filter((k) => !d!.view.some((v) => v.cell === k));
+    expect(emptied.length).toBe(1);
+    const bytes = fromHex(d!.hex);
+    expect(bytes[5]).toBe(emptied[0]! * 4); // the block's header: a keyframe of the cell...
+    expect(bytes[6]).toBe(0); // ...of no entity
+    expect(view.apply(bytes, templates)).toEqual({ ok: true, value: d!.tick });
+    expect(view.cells.has(emptied[0]!)).toBe(false);
+    expect(view.cellTick(emptied[0]!)).toBeUndefined();
   });
 
   it("leaves the view unchanged when a snapshot is bad", () => {
@@ -90,15 +119,22 @@ const frames = load("frames.json") as {
   frames: Array<{
     tick: number;
     hex: string;
-    left: number;
+    left: number[];
     deferred: number;
-    behind: number;
+    behind: Array<[number, number]>;
     cells: number[];
     ticks: Array<[number, number]>;
     entities: Array<{ id: number; template: number; q: number[] }>;
   }>;
 };
 const frameTemplates = frames.templates.map((id) => all.find((t) => t.id === id)!);
+const grid = (load("frames.json") as { grid: { width: number; height: number; cell_size: number; cols: number; rows: number } }).grid;
+/** Whether a key is a cell of the frames' grid (not key 0 nor the padding around it). */
+const onGrid = (key: number): boolean => {
+  const row = Math.floor(key / (grid.cols + 2)) - 1;
+  const col = (key % (grid.cols + 2)) - 1;
+  return row >= 0 && row < grid.rows && col >= 0 && col < grid.cols;
+};
 
 describe("frame vectors (a real observer's frames)", () => {
   it("a view applying the frames in order holds exactly the expected cells and entities", () => {
@@ -108,7 +144,14 @@ describe("frame vectors (a real observer's frames)", () => {
       expect(view.apply(fromHex(f.hex), frameTemplates)).toEqual({ ok: true, value: f.tick });
       expect([...view.cells.keys()].sort((a, b) => a - b)).toEqual(f.cells);
       expect([...view.ticks.entries()].sort(([a], [b]) => a - b)).toEqual(f.ticks);
-      expect(view.heldBack.length).toBe(f.behind);
+      expect(view.heldBack).toEqual(f.behind);
+      for (const [first, count] of f.behind) for (let k = first; k < first + count; k++) expect(view.isHeldBack(k)).toBe(true);
+      // Every cell held is on the grid; those the frame let go are no longer held.
+      for (const key of view.cells.keys()) expect(onGrid(key)).toBe(true);
+      for (const key of f.left) {
+        expect(onGrid(key)).toBe(true);
+        expect(view.cells.has(key)).toBe(false);
+      }
       const got = [...view.entities().values()]
         .sort((a, b) => a.id - b.id)
         .map((e) => ({ id: e.id, template: frameTemplates[e.template]!.id, q: e.q }));
@@ -127,8 +170,27 @@ describe("frame vectors (a real observer's frames)", () => {
     expect(view.tick).toBe(2);
   });
 
-  it("include frames that hold cells back", () => {
-    expect(frames.frames.some((f) => f.behind > 0 && f.ticks.some(([, t]) => t < f.tick))).toBe(true);
+  it("are on a grid of the HANDSHAKE's figures", () => {
+    expect(grid.cols).toBe(Math.floor(grid.width / grid.cell_size) + 1);
+    expect(grid.rows).toBe(Math.floor(grid.height / grid.cell_size) + 1);
+    expect(frames.frames.flatMap((f) => f.cells).every(onGrid)).toBe(true);
+  });
+
+  it("include frames that hold cells back, list cells that left and runs naming cells not held", () => {
+    expect(frames.frames.some((f) => f.behind.length > 0 && f.ticks.some(([, t]) => t < f.tick))).toBe(true);
+    expect(frames.frames.some((f) => f.left.length > 0)).toBe(true);
+    // Cells in view but empty: listed (left, behind) though the client never held them.
+    const view = new WorldView();
+    let leftNotHeld = false;
+    let behindNotHeld = false;
+    for (const f of frames.frames) {
+      const before = new Set(view.cells.keys());
+      view.apply(fromHex(f.hex), frameTemplates);
+      if (f.left.some((k) => !before.has(k))) leftNotHeld = true;
+      if (f.behind.some(([first, count]) => Array.from({ length: count }, (_, i) => first + i).some((k) => !view.cells.has(k)))) behindNotHeld = true;
+    }
+    expect(leftNotHeld).toBe(true);
+    expect(behindNotHeld).toBe(true);
   });
 });
 
@@ -190,5 +252,146 @@ describe("WorldView: held-back runs and extensions", () => {
     expect(apply(head().varint(0).varint(1).varint(9).varint(2).u8(1).u8(2))).toEqual({ ok: true, value: 5 });
     expect(apply(head().varint(0).varint(0).u8(0))).toEqual({ ok: false, error: "trailing_bytes" });
     expect(apply(head().varint(0))).toEqual({ ok: false, error: "truncated" });
+  });
+});
+
+describe("WorldView: what a decoder refuses (docs/protocol.md), the view unchanged", () => {
+  const goblin = (id: number, x = 5): TestEntity => ({ id, template: 0, q: [qm(x), qm(10), 0, 1, 0] });
+  const player = (id: number, x = 5): TestEntity => ({ id, template: 1, q: [qm(x), qm(20), 7] });
+  const state = (v: WorldView) => JSON.stringify([[...v.cells], [...v.ticks], v.heldBack, v.tick, v.inputAck]);
+  /** A view at tick 10 holding cell 30 (goblins 1, 2) and cell 31 (goblin 3). */
+  const start = (templates: TemplateSchema[] = TEMPLATES) => {
+    const view = new WorldView();
+    const first = encodeSnapshot({
+      tick: 10,
+      cells: [{ key: 30, entities: [goblin(1), goblin(2)] }, { key: 31, entities: [goblin(3)] }],
+      templates,
+    });
+    expect(view.apply(first, templates)).toEqual({ ok: true, value: 10 });
+    return view;
+  };
+  /** Applies a snapshot at tick 11 on `start()`: the result, and checks a refusal left the view as it was. */
+  const next = (s: Omit<Parameters<typeof encodeSnapshot>[0], "tick">, templates: TemplateSchema[] = TEMPLATES) => {
+    const view = start(templates);
+    const before = state(view);
+    const r = view.apply(encodeSnapshot({ tick: 11, baseline: 10, templates, ...s }), templates);
+    if (!r.ok) expect(state(view)).toBe(before);
+    return { r, view };
+  };
+  const refused = (error: string) => ({ ok: false, error });
+
+  it("bad_id: an id gap of 0 in a keyframe (an id 0 first, or an id twice)", () => {
+    expect(next({ cells: [{ key: 40, entities: [goblin(0)] }] }).r).toEqual(refused("bad_id"));
+    expect(next({ cells: [{ key: 40, entities: [goblin(4), goblin(4)] }] }).r).toEqual(refused("bad_id"));
+    // Baseline 0 too: the view stays as it was.
+    const view = start();
+    const before = state(view);
+    expect(view.apply(encodeSnapshot({ tick: 12, cells: [{ key: 30, entities: [goblin(5), goblin(5)] }] }), TEMPLATES)).toEqual(refused("bad_id"));
+    expect(state(view)).toBe(before);
+    expect(next({ cells: [{ key: 40, entities: [goblin(4), goblin(5)] }] }).r).toEqual({ ok: true, value: 11 });
+  });
+
+  it("bad_id: an arrival gap of 0, an arrival of an id the cell still holds", () => {
+    expect(next({ cells: [{ key: 30, ops: [0, 0], arrivals: [goblin(7), goblin(7)] }] }).r).toEqual(refused("bad_id"));
+    expect(next({ cells: [{ key: 30, ops: [0, 0], arrivals: [goblin(0)] }] }).r).toEqual(refused("bad_id"));
+    // Entity 2 stays (00 or 01) and arrives again: refused.
+    expect(next({ cells: [{ key: 30, ops: [0, 0], arrivals: [goblin(2, 8)] }] }).r).toEqual(refused("bad_id"));
+    expect(next({ cells: [{ key: 30, ops: [2, 0], arrivals: [goblin(2, 8)] }] }).r).toEqual(refused("bad_id"));
+    // A cell's second block in the snapshot: against the cell as the first left it.
+    expect(next({ cells: [{ key: 40, entities: [goblin(9)] }, { key: 40, ops: [0], arrivals: [goblin(9)] }] }).r).toEqual(refused("bad_id"));
+    // A cell never held holds nothing: any arrival is new.
+    expect(next({ cells: [{ key: 40, ops: [], arrivals: [goblin(1), goblin(2)] }] }).r).toEqual({ ok: true, value: 11 });
+  });
+
+  it("a template change (10, then an arrival of the same id) and an id moving between cells stay valid", () => {
+    const { r, view } = next({ cells: [{ key: 30, ops: [0, 2], arrivals: [player(2, 9)] }, { key: 31, ops: [0], arrivals: [goblin(1, 6)] }, { key: 30, ops: [2, 0] }] });
+    expect(r).toEqual({ ok: true, value: 11 });
+    expect(view.cells.get(30)).toEqual([{ id: 2, template: 1, q: player(2, 9).q }]);
+    expect(view.cells.get(31)!.map((e) => e.id)).toEqual([1, 3]);
+    expect(view.entities().get(2)!.template).toBe(1);
+  });
+
+  it("bad_op, bad_block, bad_template_index", () => {
+    expect(next({ cells: [{ key: 30, ops: [0, 3] }] }).r).toEqual(refused("bad_op"));
+    expect(next({ cells: [{ raw: new ByteWriter().varint(30 * 4 + 2).u8(0).toBytes() }] }).r).toEqual(refused("bad_block"));
+    // Three templates: 2-bit indexes, 3 is past the last.
+    const three = [...TEMPLATES, MARKER];
+    const bits = new BitWriter().uint(1, 0).uint(7, 4).uint(2, 3).uint(4, 0);
+    const raw = new ByteWriter().varint(40 * 4).varint(1).bytes(bits.toBytes()).toBytes();
+    expect(next({ cells: [{ raw }] }, three).r).toEqual(refused("bad_template_index"));
+    expect(next({ cells: [{ key: 40, entities: [{ id: 4, template: 2, q: [2, 9] }] }] }, three).r).toEqual({ ok: true, value: 11 });
+  });
+
+  it("bad_enum_index: an enum's index past its values, in a keyframe, an arrival and a delta", () => {
+    const three = [...TEMPLATES, MARKER];
+    // MARKER's level: 2 bits, 3 values (0..2); 3 is past them.
+    const marker = (id: number, level: number): TestEntity => ({ id, template: 2, q: [level, 5] });
+    expect(next({ cells: [{ key: 40, entities: [marker(4, 3)] }] }, three).r).toEqual(refused("bad_enum_index"));
+    expect(next({ cells: [{ key: 30, ops: [0, 0], arrivals: [marker(4, 3)] }] }, three).r).toEqual(refused("bad_enum_index"));
+    expect(next({ cells: [{ key: 40, entities: [marker(4, 2)] }] }, three).r).toEqual({ ok: true, value: 11 });
+    // A delta changing the level (diff_bits 0: the value whole) of a marker held in cell 40.
+    const view = start(three);
+    expect(view.apply(encodeSnapshot({ tick: 11, baseline: 10, cells: [{ key: 40, entities: [marker(4, 1)] }], templates: three }), three).ok).toBe(true);
+    const delta = (level: number) => {
+      const bits = new BitWriter().uint(2, 1).uint(2, 0b10).uint(2, level);
+      return encodeSnapshot({ tick: 12, baseline: 11, cells: [{ raw: new ByteWriter().varint(40 * 4 + 1).bytes(bits.toBytes()).toBytes() }], templates: three });
+    };
+    const before = state(view);
+    expect(view.apply(delta(3), three)).toEqual(refused("bad_enum_index"));
+    expect(state(view)).toBe(before);
+    expect(view.apply(delta(2), three)).toEqual({ ok: true, value: 12 });
+    expect(view.cells.get(40)![0]!.q).toEqual([2, 5]);
+  });
+
+  it("varint_too_long: a varint over 8 bytes or of 2^53 and more, a bit varint over 8 groups", () => {
+    const view = start();
+    const before = state(view);
+    const apply = (b: Uint8Array) => {
+      const r = view.apply(b, TEMPLATES);
+      if (!r.ok) expect(state(view)).toBe(before);
+      return r;
+    };
+    const tail = [0, 0, 0, 0, 0, 0, 0]; // baseline 0, ack, no block, no left, no run, no extension
+    // The tick: 9 bytes; 8 bytes of 2^56 - 1; 2^53; then 2^53 - 1 (the largest) and a long 0.
+    expect(apply(Uint8Array.from([0x02, ...Array(8).fill(0xff), 0x01, ...tail]))).toEqual(refused("varint_too_long"));
+    expect(apply(Uint8Array.from([0x02, ...Array(8).fill(0xff)]))).toEqual(refused("varint_too_long"));
+    expect(apply(Uint8Array.from([0x02, ...Array(7).fill(0xff), 0x7f, ...tail]))).toEqual(refused("varint_too_long"));
+    expect(apply(Uint8Array.from([0x02, ...Array(7).fill(0x80), 0x10, ...tail]))).toEqual(refused("varint_too_long"));
+    expect(apply(Uint8Array.from([0x02, ...Array(7).fill(0xff)]))).toEqual(refused("truncated"));
+    // A left key and a run's gap too.
+    const head = () => new ByteWriter().u8(0x02).varint(11).varint(10).varint(0).varint(0);
+    expect(apply(head().varint(1).bytes(Uint8Array.from(Array(9).fill(0x80))).toBytes())).toEqual(refused("varint_too_long"));
+    expect(apply(head().varint(0).varint(1).bytes(Uint8Array.from([...Array(7).fill(0xff), 0x10])).u8(1).varint(0).toBytes())).toEqual(
+      refused("varint_too_long"),
+    );
+    // A bit varint (an id gap) of 9 groups; then of 8 groups but 2^53 (a number does not hold it).
+    const gap = (groups: number[]) => {
+      const bits = new BitWriter();
+      groups.forEach((g, i) => bits.uint(1, i < groups.length - 1 ? 1 : 0).uint(7, g));
+      bits.uint(1, 0); // template index
+      for (const f of TEMPLATES[0]!.fields) bits.uint(f.bits, 0);
+      return new ByteWriter().varint(40 * 4).varint(1).bytes(bits.toBytes()).toBytes();
+    };
+    expect(apply(encodeSnapshot({ tick: 11, baseline: 10, cells: [{ raw: gap([1, 0, 0, 0, 0, 0, 0, 0, 0]) }] }))).toEqual(refused("varint_too_long"));
+    expect(apply(encodeSnapshot({ tick: 11, baseline: 10, cells: [{ raw: gap([0, 0, 0, 0, 0, 0, 0, 16]) }] }))).toEqual(refused("varint_too_long"));
+    // 8 groups (the most), a long form: id 5.
+    expect(apply(encodeSnapshot({ tick: 11, baseline: 10, cells: [{ raw: gap([5, 0, 0, 0, 0, 0, 0, 0]) }] }))).toEqual({ ok: true, value: 11 });
+    expect(view.cells.get(40)!.map((e) => e.id)).toEqual([5]);
+    expect(apply(Uint8Array.from([0x02, 0x8c, 0x00, 0x8b, 0x80, 0x00, 0, 0, 0, 0, 0]))).toEqual({ ok: true, value: 12 });
+  });
+
+  it("out_of_range and truncated blocks leave the view as it was", () => {
+    // Goblin 1's x (20 bits, diff_bits 5) at 0, then a difference of -1.
+    const view = new WorldView();
+    expect(view.apply(encodeSnapshot({ tick: 1, cells: [{ key: 30, entities: [{ id: 1, template: 0, q: [0, 0, 0, 0, 0] }] }] }), TEMPLATES).ok).toBe(true);
+    const before = state(view);
+    const bits = new BitWriter().uint(2, 1).uint(5, 0b10000).uint(1, 1).int(5, -1);
+    const bad = encodeSnapshot({ tick: 2, baseline: 1, cells: [{ raw: new ByteWriter().varint(30 * 4 + 1).bytes(bits.toBytes()).toBytes() }] });
+    expect(view.apply(bad, TEMPLATES)).toEqual(refused("out_of_range"));
+    expect(state(view)).toBe(before);
+    for (let cut = 1; cut < bad.length; cut++) {
+      expect(view.apply(bad.subarray(0, cut), TEMPLATES).ok).toBe(false);
+      expect(state(view)).toBe(before);
+    }
   });
 });
