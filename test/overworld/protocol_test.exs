@@ -179,6 +179,20 @@ defmodule Overworld.ProtocolTest do
 
     assert Protocol.decode(<<>>) == {:error, :empty}
   end
+
+  test "a handshake whose enum or bool has diff_bits is refused (they travel whole)" do
+    # The template with both.
+    [_, t] = Wire.__templates__()
+    m = to_message({:handshake, 2, 30, 7, 1000, 1000, 12_288, 2, 2, false, []})
+
+    for type <- [:enum, :bool] do
+      i = Enum.find_index(t.fields, &(&1.type == type))
+      bad = %{t | fields: List.update_at(t.fields, i, &%{&1 | diff_bits: 1})}
+
+      assert Protocol.decode(Protocol.encode(%{m | templates: [bad]})) ==
+               {:error, :bad_field_bits}
+    end
+  end
 end
 
 defmodule Overworld.ProtocolFuzzTest do

@@ -118,6 +118,9 @@ describe("what a message decoder refuses (docs/protocol.md)", () => {
     expect(hs(u({ bits: 0, diff_bits: 0 }))).toEqual(fail("bad_field_bits"));
     expect(hs(u({ bits: 54 }))).toEqual(fail("bad_field_bits"));
     expect(hs(u({ bits: 5, diff_bits: 6 }))).toEqual(fail("bad_field_bits"));
+    // An enum or a bool travels whole: its diff_bits is 0.
+    expect(hs(u({ name: "b", type: "bool", bits: 1, diff_bits: 1, values: [false, true] }))).toEqual(fail("bad_field_bits"));
+    expect(hs(u({ name: "e", type: "enum", bits: 2, diff_bits: 1, values: ["a", "b"] }))).toEqual(fail("bad_field_bits"));
     expect(hs(u({ step: 0 }))).toEqual(fail("bad_field_step"));
     expect(hs(u(), u({ name: "v", type: "fixed", step: 0 }))).toEqual(fail("bad_field_step"));
     // The input layout is a template too.

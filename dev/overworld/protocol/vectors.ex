@@ -442,8 +442,9 @@ defmodule Overworld.Protocol.Vectors do
           "for (units of 1/1024 m for fixed, 1/65536 turn for angles). Keyframe: every field. " <>
           "Delta: a mask (one bit per field, first field first), then per changed field: a " <>
           "field of diff_bits 0 (every enum and bool) its value; others 1 + a signed " <>
-          "difference of diff_bits bits when it fits (both ends of the range are among the " <>
-          "cases), or 0 + the full value. `input`: an input layout (every field type); " <>
+          "difference of diff_bits bits when it fits, i.e. in -2^(d-1)..2^(d-1)-1 (the " <>
+          "cases include -2^(d-1), the lowest that fits, and +2^(d-1), one past the highest, " <>
+          "sent whole), or 0 + the full value. `input`: an input layout (every field type); " <>
           "`inputs`: values a client gives (in the same units), the INPUT payload they make " <>
           "(quantized as the table says: clamped to 0..2^bits-1, angles wrapped, fixed " <>
           "values floored to their step) and `decoded`, what the server makes of the payload " <>

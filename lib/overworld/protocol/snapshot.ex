@@ -32,6 +32,9 @@ defmodule Overworld.Protocol.Snapshot do
   alias Overworld.Protocol.Codec
   alias Overworld.Template
 
+  # Ids, keys and gaps stay below 2^53, so that a JavaScript number holds them exactly.
+  @max_id (1 <<< 53) - 1
+
   @type entry :: {pos_integer, non_neg_integer, Template.values()}
 
   @doc "Bits of a template index for `count` templates."
@@ -298,7 +301,7 @@ defmodule Overworld.Protocol.Snapshot do
   defp read_runs(n, bin, next, acc) do
     with {:ok, gap, rest} <- Codec.read_varint(bin),
          {:ok, c, rest} <- Codec.read_varint(rest) do
-      if c > 0 and c <= 65_536,
+      if c > 0 and c <= 65_536 and next + gap + c <= @max_id,
         do: read_runs(n - 1, rest, next + gap + c, [{next + gap, c} | acc]),
         else: {:error, :bad_run}
     end
@@ -370,7 +373,7 @@ defmodule Overworld.Protocol.Snapshot do
 
   defp read_keyframes(n, prev, bits, tb, ts, acc) do
     with {:ok, gap, rest} <- read_vbits(bits, 0, 0),
-         true <- gap > 0 || {:error, :bad_id},
+         true <- (gap > 0 and prev + gap <= @max_id) || {:error, :bad_id},
          <<ti::size(tb), rest::bitstring>> <- rest,
          true <- ti < tuple_size(ts) || {:error, :bad_template_index},
          {:ok, q, rest} <- Template.decode_keyframe(elem(ts, ti), rest) do
@@ -383,8 +386,12 @@ defmodule Overworld.Protocol.Snapshot do
 
   defp read_vbits(_bits, _acc, shift) when shift > 49, do: {:error, :varint_too_long}
 
-  defp read_vbits(<<0::1, v::7, rest::bitstring>>, acc, shift),
-    do: {:ok, acc + (v <<< shift), rest}
+  defp read_vbits(<<0::1, v::7, rest::bitstring>>, acc, shift) do
+    case acc + (v <<< shift) do
+      v when v <= @max_id -> {:ok, v, rest}
+      _ -> {:error, :varint_too_long}
+    end
+  end
 
   defp read_vbits(<<1::1, v::7, rest::bitstring>>, acc, shift),
     do: read_vbits(rest, acc + (v <<< shift), shift + 7)

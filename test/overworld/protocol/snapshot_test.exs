@@ -190,6 +190,23 @@ defmodule Overworld.Protocol.SnapshotTest do
     changed = Snapshot.delta_block_bits(40, <<0::2, 2::2>>, [{9, 0, {1, 2, 3, 4, 5, 0, 1}}], enc)
     assert {:ok, v2} = Snapshot.apply(view, msg.(6, 5, [changed]), @templates)
     assert v2.cells[40] == [hd(es), {9, 0, {1, 2, 3, 4, 5, 0, 1}}]
+    # Ids stay below 2^53: a gap that takes one past it, a bit varint past it.
+    top = Snapshot.keyframe_block(41, [{Bitwise.bsl(1, 53) - 1, 1, {1, 2, 3}}], @templates)
+    assert {:ok, _} = Snapshot.apply(view, msg.(6, 5, [top]), @templates)
+
+    past =
+      Snapshot.keyframe_block(
+        41,
+        [{1, 1, {1, 2, 3}}, {Bitwise.bsl(1, 53), 1, {1, 2, 3}}],
+        @templates
+      )
+
+    assert Snapshot.apply(view, msg.(6, 5, [past]), @templates) == {:error, :bad_id}
+    huge = Snapshot.keyframe_block(41, [{Bitwise.bsl(1, 53), 1, {1, 2, 3}}], @templates)
+    assert Snapshot.apply(view, msg.(6, 5, [huge]), @templates) == {:error, :varint_too_long}
+    # A run that ends past 2^53.
+    far = IO.iodata_to_binary(Snapshot.encode(6, 5, [], [], 0, [{Bitwise.bsl(1, 53) - 2, 2}]))
+    assert Snapshot.apply(view, far, @templates) == {:error, :bad_run}
     # Op 11 is no op.
     bad_op = Snapshot.delta_block_bits(40, <<3::2, 0::2>>, [], enc)
     assert Snapshot.apply(view, msg.(6, 5, [bad_op]), @templates) == {:error, :bad_op}
