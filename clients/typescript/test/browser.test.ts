@@ -101,12 +101,22 @@ interface ZoneRow {
   players: number;
   entities: number;
   tick: number;
+  /** The ticks the percentiles rest on, and the p99 cell's text. */
+  measured: number;
+  p99: string;
 }
 
 /** The status page's zones table. */
 async function zoneRows(page: Page): Promise<ZoneRow[]> {
   const rows = await page.$$eval("#zones tr", (trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent ?? "")));
-  return rows.map((c) => ({ zone: c[0] ?? "", players: Number(c[1]), entities: Number(c[2]), tick: Number(c[3]) }));
+  return rows.map((c) => ({
+    zone: c[0] ?? "",
+    players: Number(c[1]),
+    entities: Number(c[2]),
+    tick: Number(c[3]),
+    measured: Number(c[4]),
+    p99: c[6] ?? "",
+  }));
 }
 
 /** The results window.runSdk (test/browser/page.js) answers. */
@@ -191,6 +201,10 @@ describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
     const first = (await goblins())!;
     expect(first.entities).toBe(2000);
     expect(first.tick).toBeGreaterThan(0);
+    // The percentiles say how many ticks they rest on; a young zone's p99 is not shown.
+    expect(first.measured).toBeGreaterThan(0);
+    expect(first.measured).toBeLessThanOrEqual(first.tick);
+    expect(first.p99).toBe("needs 10,000 ticks");
     // The page polls every second: the tick it shows goes on.
     await until(`the shown tick to pass ${first.tick}`, async () => ((await goblins())?.tick ?? 0) > first.tick, 5_000, tail(log));
     expect(await page.textContent("#server")).toMatch(/^\d+ sessions, \d+ connections, /);
