@@ -304,6 +304,7 @@ defmodule Overworld.Protocol do
       bits < 1 or bits > 53 -> {:error, :bad_field_bits}
       diff > bits -> {:error, :bad_field_bits}
       type in [:enum, :bool] and diff != 0 -> {:error, :bad_field_bits}
+      type == :bool and bits != 1 -> {:error, :bad_field_bits}
       step < 1 -> {:error, :bad_field_step}
       type == :enum and length(values) < 2 -> {:error, :bad_enum_values}
       type == :enum and length(values) > 1 <<< bits -> {:error, :bad_enum_values}

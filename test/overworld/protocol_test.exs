@@ -180,7 +180,7 @@ defmodule Overworld.ProtocolTest do
     assert Protocol.decode(<<>>) == {:error, :empty}
   end
 
-  test "a handshake whose enum or bool has diff_bits is refused (they travel whole)" do
+  test "a handshake whose enum or bool has diff_bits, or whose bool is wider than a bit, is refused" do
     # The template with both.
     [_, t] = Wire.__templates__()
     m = to_message({:handshake, 2, 30, 7, 1000, 1000, 12_288, 2, 2, false, []})
@@ -192,6 +192,11 @@ defmodule Overworld.ProtocolTest do
       assert Protocol.decode(Protocol.encode(%{m | templates: [bad]})) ==
                {:error, :bad_field_bits}
     end
+
+    # A bool is one bit.
+    i = Enum.find_index(t.fields, &(&1.type == :bool))
+    wide = %{t | fields: List.update_at(t.fields, i, &%{&1 | bits: 2})}
+    assert Protocol.decode(Protocol.encode(%{m | templates: [wide]})) == {:error, :bad_field_bits}
   end
 end
 

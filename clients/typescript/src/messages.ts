@@ -202,6 +202,7 @@ function field(r: ByteReader): Result<FieldSchema> {
   if (bits < 1 || bits > 53 || diff_bits > bits) return fail("bad_field_bits");
   // An enum or a bool always travels whole in a delta.
   if ((ftype === "enum" || ftype === "bool") && diff_bits !== 0) return fail("bad_field_bits");
+  if (ftype === "bool" && bits !== 1) return fail("bad_field_bits");
   if (step < 1) return fail("bad_field_step");
   if (ftype === "enum" && (values!.length < 2 || values!.length > 2 ** bits)) return fail("bad_enum_values");
   return { ok: true, value: { name, type: ftype, bits, diff_bits, min: unzigzag(min), step, values } };

@@ -121,6 +121,8 @@ describe("what a message decoder refuses (docs/protocol.md)", () => {
     // An enum or a bool travels whole: its diff_bits is 0.
     expect(hs(u({ name: "b", type: "bool", bits: 1, diff_bits: 1, values: [false, true] }))).toEqual(fail("bad_field_bits"));
     expect(hs(u({ name: "e", type: "enum", bits: 2, diff_bits: 1, values: ["a", "b"] }))).toEqual(fail("bad_field_bits"));
+    // A bool is one bit.
+    expect(hs(u({ name: "b", type: "bool", bits: 2, diff_bits: 0, values: [false, true] }))).toEqual(fail("bad_field_bits"));
     expect(hs(u({ step: 0 }))).toEqual(fail("bad_field_step"));
     expect(hs(u(), u({ name: "v", type: "fixed", step: 0 }))).toEqual(fail("bad_field_step"));
     // The input layout is a template too.
