@@ -312,17 +312,25 @@ defmodule Overworld.Interest do
 
     items = Enum.sort(items ++ kf_items)
     {sent, deferred, again} = take(items, room, [], 0, {o, cache, n, room, []})
+    o1 = o |> apply_sent(sent, n) |> refetch(again, n)
+    behind1 = behind(o1, n)
+    b = runs_bytes(behind1)
 
-    # The frame lists the cells it holds back too: when they do not fit beside the blocks, the
-    # blocks are chosen again in the room they leave.
-    b = runs_bytes(behind(o |> apply_sent(sent, n) |> refetch(again, n), n))
+    # The frame lists the cells it holds back too (most frames hold none back: done). When the
+    # list does not fit beside the blocks, the blocks are chosen again in the room it leaves.
+    {o, sent, behind, deferred} =
+      cond do
+        b == 0 ->
+          {o1, sent, [], deferred}
 
-    {sent, deferred, again} =
-      if b > 0 and b + cost(sent) > room,
-        do: take(items, room - b, [], 0, {o, cache, n, room - b, []}),
-        else: {sent, deferred, again}
+        b + cost(sent) <= room ->
+          {o1, sent, behind1, deferred}
 
-    {o, sent, behind, deferred} = fit(o, sent, again, deferred, n, room)
+        true ->
+          {sent, deferred, again} = take(items, room - b, [], 0, {o, cache, n, room - b, []})
+          fit(o, sent, again, deferred, n, room)
+      end
+
     {blocks, count, bytes} = blocks(sent)
     o = %{o | uniform: uniform(o, n)}
     finish(o, n, at, blocks, count, bytes, left, behind, deferred, false)
@@ -380,17 +388,19 @@ defmodule Overworld.Interest do
   defp finish(o, n, at, blocks, count, bytes, left, behind, deferred, fast?) do
     baseline = if o.reset, do: 0, else: o.tick
 
-    frame = [
-      <<0x02>>,
-      Codec.varint(n),
-      Codec.varint(baseline),
-      Codec.varint(o.input_ack),
-      Codec.varint(count),
-      blocks | Snapshot.tail(left, behind)
-    ]
+    head = <<
+      0x02,
+      Codec.varint(n)::binary,
+      Codec.varint(baseline)::binary,
+      Codec.varint(o.input_ack)::binary,
+      Codec.varint(count)::binary
+    >>
+
+    tail = tail(left, behind)
+    frame = [head, blocks | tail]
 
     info = %{
-      bytes: IO.iodata_length(frame),
+      bytes: byte_size(head) + bytes + IO.iodata_length(tail),
       blocks: count,
       block_bytes: bytes,
       cells: Region.size(o.region),
@@ -404,6 +414,10 @@ defmodule Overworld.Interest do
 
     {frame, info, %{o | tick: n, reset: false, at: at}}
   end
+
+  # No cell left, none held back, no extension: the common frame's tail.
+  defp tail([], []), do: <<0, 0, 0>>
+  defp tail(left, behind), do: Snapshot.tail(left, behind)
 
   # The region is computed again only once the observer moved beyond the slack.
   defp region(%__MODULE__{at: {ax, ay}, region: region}, x, y)
