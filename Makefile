@@ -20,7 +20,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # bucket workers of a zone really run in parallel from the first microsecond of a tick.
 export ELIXIR_ERL_OPTIONS ?= +sbt db
 
-.PHONY: help run test deps deps-elixir deps-rust deps-ts test-elixir test-example test-rust test-ts bench bench-full clean
+.PHONY: help run test deps deps-elixir deps-rust deps-ts deps-go test-elixir test-example test-rust test-ts test-go bench bench-full clean
 
 help:
 	@echo "make run    start the goblin world (10,000 goblins) and print its tick statistics"
@@ -28,7 +28,7 @@ help:
 	@echo "make bench       every benchmark, short (a few minutes in all; JSON in bench/results/short/, figures not meaningful)"
 	@echo "make bench-full  the commands docs/benchmarks.md quotes for its figures (hours; JSON in bench/results/)"
 
-deps: deps-elixir deps-rust deps-ts
+deps: deps-elixir deps-rust deps-ts deps-go
 
 # Installs the Debian packages that are missing (apt-get update only when needed).
 deps-elixir:
@@ -67,11 +67,20 @@ deps-ts:
 	@cd clients/typescript && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || \
 	  npm ci --no-audit --no-fund --loglevel=silent || npm install --no-save --no-audit --no-fund --loglevel=error; }
 
+# The native load generator (bench/loadgen: Go, standard library only), which
+# `mix overworld.bench.capacity` builds and runs: the machine's Go (on PATH or in /usr/local/go),
+# else Debian's golang-go (Go 1.19, new enough) installed with apt-get.
+GO = $(shell command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || echo /usr/bin/go)
+
+deps-go:
+	@[ -x "$(GO)" ] || { echo "installing golang-go (Go, for the load generator)"; export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get install -y -q golang-go || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q golang-go; }; }
+
 run: deps-elixir
 	cd $(GAME) && mix goblins.server
 
 test: deps
-	$(MAKE) test-elixir test-example test-rust test-ts
+	$(MAKE) test-elixir test-example test-rust test-ts test-go
 
 test-elixir:
 	mix test
@@ -84,6 +93,9 @@ test-rust:
 
 test-ts:
 	cd clients/typescript && npx tsc -p tsconfig.json --noEmit && npx vitest run
+
+test-go:
+	cd bench/loadgen && $(GO) vet ./... && $(GO) test ./...
 
 # The bots play against the goblin server: $(call with_server,PORT,COMMANDS) starts it in the
 # background as docs/benchmarks.md does (`mix goblins.server --port PORT` in $(GAME); the port

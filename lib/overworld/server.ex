@@ -241,7 +241,9 @@ defmodule Overworld.Server.Published do
   # the server stops (exits are trapped so that `terminate/2` runs on shutdown): a server
   # started and stopped again and again (tests, a game restarting its front) leaves nothing
   # behind. Erasing a term makes every process of the node scan its heap once, which is why
-  # only a server's start and stop do it, never a zone's or a session's.
+  # only a server's start and stop do it, never a zone's or a session's. It also keeps the
+  # schedulers' wall-time accounting on while the server runs (the flag counts the processes
+  # that asked for it), for the status route's CPU counters.
   use GenServer
 
   @spec start_link({term, term}) :: GenServer.on_start()
@@ -250,6 +252,7 @@ defmodule Overworld.Server.Published do
   @impl true
   def init({key, value}) do
     Process.flag(:trap_exit, true)
+    :erlang.system_flag(:scheduler_wall_time, true)
     :persistent_term.put(key, value)
     {:ok, key}
   end

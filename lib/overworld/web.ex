@@ -166,6 +166,11 @@ defmodule Overworld.Web do
           tick_p50_us: m.tick_us[:p50],
           tick_p99_us: m.tick_us[:p99],
           tick_max_us: m.tick_us[:max],
+          # The same over the last 150 to 300 ticks (5 to 10 s at 30 Hz): what happens now.
+          recent_tick_samples: m.recent_tick_us[:count],
+          recent_tick_p50_us: m.recent_tick_us[:p50],
+          recent_tick_p99_us: m.recent_tick_us[:p99],
+          recent_tick_max_us: m.recent_tick_us[:max],
           overruns: m.overruns,
           # The raw tick histogram (µs), so a tool can take the percentiles of a time window
           # from two polls (`Overworld.Metrics.Histogram.diff/2`).
@@ -186,7 +191,10 @@ defmodule Overworld.Web do
       frames_skipped: stats.frames_skipped,
       closed_slow: stats.closed_slow,
       refused: stats.refused,
-      memory_bytes: :erlang.memory(:total)
+      memory_bytes: :erlang.memory(:total),
+      # Cumulative CPU counters of the node (Overworld.Metrics.CPU.counters/0) and its OS pid.
+      cpu: Overworld.Metrics.CPU.counters(),
+      os_pid: System.pid()
     }
   end
 

@@ -104,6 +104,8 @@ interface ZoneRow {
   /** The ticks the percentiles rest on, and the p99 cell's text. */
   measured: number;
   p99: string;
+  /** The ticks of the "now" columns (the last 150 to 300). */
+  recent: number;
 }
 
 /** The status page's zones table. */
@@ -116,6 +118,7 @@ async function zoneRows(page: Page): Promise<ZoneRow[]> {
     tick: Number(c[3]),
     measured: Number(c[4]),
     p99: c[6] ?? "",
+    recent: Number(c[9]),
   }));
 }
 
@@ -205,6 +208,9 @@ describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
     expect(first.measured).toBeGreaterThan(0);
     expect(first.measured).toBeLessThanOrEqual(first.tick);
     expect(first.p99).toBe("needs 10,000 ticks");
+    // "now": the last 150 to 300 ticks, never more.
+    expect(first.recent).toBeGreaterThan(0);
+    expect(first.recent).toBeLessThanOrEqual(Math.min(first.measured, 300));
     // The page polls every second: the tick it shows goes on.
     await until(`the shown tick to pass ${first.tick}`, async () => ((await goblins())?.tick ?? 0) > first.tick, 5_000, tail(log));
     expect(await page.textContent("#server")).toMatch(/^\d+ sessions, \d+ connections, /);

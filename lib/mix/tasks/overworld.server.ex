@@ -28,7 +28,9 @@ defmodule Mix.Tasks.Overworld.Server do
   covers the last interval: tick duration p50 and max in microseconds with the ticks they
   rest on (the p99 too once 100 ticks lie above it, i.e. 10,000 ticks in the interval),
   overruns, the average of each tick phase, and scheduler utilization beside OS CPU (the BEAM busy-waits, so OS CPU
-  over-states the work).
+  over-states the work). The interval a line covers is measured ("N ticks in S s"), and the
+  lines come from a process of their own at high priority on absolute timers, written
+  straight to standard output: on a saturated node they still come every interval.
 
   A game's own task can start its zones itself and call `serve/2` for the server and the
   statistics (the goblin example's `mix goblins.server` does).
@@ -130,7 +132,32 @@ defmodule Mix.Tasks.Overworld.Server do
 
     # (In milliseconds: whole seconds would end a run up to a second early.)
     deadline = if opts[:seconds], do: System.monotonic_time(:millisecond) + opts[:seconds] * 1000
-    loop(Overworld.Bench.Report.start(first), o.interval, deadline)
+    {:ok, reporter} = Overworld.Bench.Report.start_link(first, o.interval * 1000, stdout_writer())
+
+    # A line due at the deadline itself still comes.
+    wait(deadline && deadline + 250)
+    Process.unlink(reporter)
+    Process.exit(reporter, :kill)
+    :ok
+  end
+
+  # The statistics lines go straight to this OS process's standard output through a port of
+  # the reporter's own, so that a saturated node (whose I/O server waits behind the sessions)
+  # cannot hold them back. When output is captured (the group leader is not the node's `user`
+  # process: tests), through the shell as usual.
+  defp stdout_writer do
+    if Process.group_leader() == Process.whereis(:user) do
+      port = Port.open({:fd, 0, 1}, [:out, :binary])
+      fn line -> Port.command(port, [line, ?\n]) end
+    else
+      shell = Mix.shell()
+      leader = Process.group_leader()
+
+      fn line ->
+        Process.group_leader(self(), leader)
+        shell.info(line)
+      end
+    end
   end
 
   defp start_zone!(module, zone_opts) do
@@ -182,18 +209,8 @@ defmodule Mix.Tasks.Overworld.Server do
   defp eaddrinuse?(t) when is_tuple(t), do: t |> Tuple.to_list() |> Enum.any?(&eaddrinuse?/1)
   defp eaddrinuse?(_), do: false
 
-  defp loop(report, interval, deadline) do
-    Process.sleep(interval * 1000)
-    {line, report} = Overworld.Bench.Report.line(report)
-    Mix.shell().info(line)
-
-    # Within half an interval of the deadline: this was the last line.
-    if deadline && System.monotonic_time(:millisecond) + interval * 500 >= deadline do
-      :ok
-    else
-      loop(report, interval, deadline)
-    end
-  end
+  defp wait(nil), do: Process.sleep(:infinity)
+  defp wait(deadline), do: Process.sleep(max(deadline - System.monotonic_time(:millisecond), 0))
 
   defp put_given(zone_opts, opts, keys) do
     Enum.reduce(keys, zone_opts, fn k, acc ->

@@ -3,12 +3,46 @@ defmodule Overworld.Bench.Report do
   # Periodic tick statistics of a zone over a window (used by `mix overworld.server`). A
   # window holds a few hundred ticks: its p99 is left out until it rests on enough of them
   # (`Overworld.Bench.Stats.describe/3`).
+  #
+  # `start_link/3` runs the reports in a process of their own at high priority, on absolute
+  # timers: on a saturated node (where the task's own process and the node's I/O server wait
+  # behind thousands of sessions) the lines still come every interval, each with the interval
+  # it really covers, and the caller's `out` function decides where they go.
 
   alias Overworld.Bench.Stats
   alias Overworld.Metrics.{CPU, Histogram}
   alias Overworld.Zone
 
   defstruct [:zone, :snapshot, :cpu, :metrics]
+
+  @doc false
+  @spec start_link(term, pos_integer, (String.t() -> any)) :: {:ok, pid}
+  def start_link(zone, interval_ms, out) do
+    pid =
+      spawn_link(fn ->
+        Process.flag(:priority, :high)
+        report = start(zone)
+        next = System.monotonic_time(:millisecond) + interval_ms
+        :erlang.start_timer(next, self(), :line, abs: true)
+        report_loop(report, next, interval_ms, out)
+      end)
+
+    {:ok, pid}
+  end
+
+  defp report_loop(report, due, interval_ms, out) do
+    receive do
+      {:timeout, _, :line} ->
+        {line, report} = line(report)
+        out.(line)
+        # The next line is due one interval after this one was due (not after it was printed):
+        # lines never drift, and one that came late does not delay the next.
+        now = System.monotonic_time(:millisecond)
+        next = max(due + interval_ms, now + 1)
+        :erlang.start_timer(next, self(), :line, abs: true)
+        report_loop(report, next, interval_ms, out)
+    end
+  end
 
   @spec start(term) :: %__MODULE__{}
   def start(zone) do

@@ -52,6 +52,45 @@ defmodule Overworld.Metrics.CPU do
     %{scheduler: total, per_scheduler: per, os_cpu: os_cpu, seconds: seconds}
   end
 
+  @doc """
+  Cumulative CPU counters of the node, for a tool that reads them at two instants and takes
+  the difference (the status route's `cpu`): the OS process's CPU time in microseconds (user +
+  system; nil where /proc is missing), and the normal schedulers' active and total wall time
+  summed (in the VM's own unit: only their ratio means something; nil unless
+  `scheduler_wall_time` is on). Busy scheduler time over an interval is
+  `Δactive / Δtotal × interval × schedulers`.
+  """
+  @spec counters() :: %{
+          os_cpu_us: non_neg_integer | nil,
+          scheduler_active: non_neg_integer | nil,
+          scheduler_total: non_neg_integer | nil,
+          schedulers: pos_integer
+        }
+  def counters do
+    n = :erlang.system_info(:schedulers)
+
+    {active, total} =
+      case :erlang.statistics(:scheduler_wall_time) do
+        list when is_list(list) ->
+          normal = for {id, a, t} <- list, id <= n, do: {a, t}
+
+          {normal |> Enum.map(&elem(&1, 0)) |> Enum.sum(),
+           normal |> Enum.map(&elem(&1, 1)) |> Enum.sum()}
+
+        _ ->
+          {nil, nil}
+      end
+
+    ticks = os_ticks()
+
+    %{
+      os_cpu_us: ticks && div(ticks * 1_000_000, clock_ticks_per_second()),
+      scheduler_active: active,
+      scheduler_total: total,
+      schedulers: System.schedulers_online()
+    }
+  end
+
   # utime + stime of this OS process in clock ticks, from /proc/self/stat.
   defp os_ticks do
     with {:ok, stat} <- File.read("/proc/self/stat"),

@@ -7,6 +7,10 @@ defmodule Overworld.Metrics.Histogram do
   reported percentile is within 1/32 (about 3 %) of the true value. Values up to 2^40 fit.
   A histogram also keeps the exact count, sum and maximum.
 
+  Writers go on while a snapshot reads the buckets one by one, so a snapshot's `count` is the
+  sum of the bucket counts it read (not the live counter read at another instant): its
+  percentiles always rest on exactly the counts they walk, and never exceed its `max`.
+
       iex> h = Overworld.Metrics.Histogram.new()
       iex> for v <- 1..100, do: Overworld.Metrics.Histogram.record(h, v)
       iex> s = Overworld.Metrics.Histogram.snapshot(h)
@@ -103,64 +107,120 @@ defmodule Overworld.Metrics.Histogram do
     end
   end
 
-  @doc "Copies the current state."
+  @doc "Empties a histogram (for windows that rotate; readers meanwhile may see part of it)."
+  @spec reset(t) :: :ok
+  def reset(ref) do
+    for i <- 1..(@buckets + @offset), do: :atomics.put(ref, i, 0)
+    :ok
+  end
+
+  @doc """
+  Two snapshots added together (two windows read as one).
+
+      iex> alias Overworld.Metrics.Histogram
+      iex> [a, b] = for vs <- [[1, 2], [3]], do: (h = Histogram.new(); Enum.each(vs, &Histogram.record(h, &1)); Histogram.snapshot(h))
+      iex> m = Histogram.merge(a, b)
+      iex> {m.count, m.sum, m.max, Histogram.percentile(m, 50)}
+      {3, 6, 3, 2}
+  """
+  @spec merge(snapshot, snapshot) :: snapshot
+  def merge(a, b) do
+    counts = zip_counts(a, b, &(&1 + &2))
+
+    %{
+      counts: List.to_tuple(counts),
+      count: a.count + b.count,
+      sum: a.sum + b.sum,
+      max: max(a.max, b.max)
+    }
+  end
+
+  @doc """
+  Copies the current state. `count` is the sum of the bucket counts copied (consistent with
+  them whatever writers did meanwhile); `max` is at least the floor of the highest bucket
+  copied.
+  """
   @spec snapshot(t) :: snapshot
   def snapshot(ref) do
-    counts = List.to_tuple(for i <- 1..@buckets, do: :atomics.get(ref, @offset + i))
+    list = for i <- 1..@buckets, do: :atomics.get(ref, @offset + i)
+    counts = List.to_tuple(list)
+    max = :atomics.get(ref, 3)
 
     %{
       counts: counts,
-      count: :atomics.get(ref, 1),
+      count: Enum.sum(list),
       sum: :atomics.get(ref, 2),
-      max: :atomics.get(ref, 3)
+      max: max(max, highest_floor(list))
     }
+  end
+
+  defp highest_floor(list) do
+    list
+    |> Enum.with_index()
+    |> Enum.reduce(0, fn {c, i}, acc -> if c > 0, do: bucket_floor(i), else: acc end)
   end
 
   @doc """
   What happened between two snapshots (`later` minus `earlier`). The maximum of the window is
-  the floor of its highest non-empty bucket (exact maxima exist only since the start).
+  the floor of its highest non-empty bucket (exact maxima exist only since the start), and its
+  count the sum of its buckets, so its percentiles never exceed its maximum.
+
+      iex> alias Overworld.Metrics.Histogram
+      iex> h = Histogram.new()
+      iex> for v <- [10, 20, 30], do: Histogram.record(h, v)
+      iex> a = Histogram.snapshot(h)
+      iex> for v <- [1000, 2000], do: Histogram.record(h, v)
+      iex> w = Histogram.diff(Histogram.snapshot(h), a)
+      iex> {w.count, w.max, Histogram.percentile(w, 99)}
+      {2, 1984, 1984}
   """
   @spec diff(snapshot, snapshot) :: snapshot
   def diff(later, earlier) do
-    counts =
-      later.counts
-      |> Tuple.to_list()
-      |> Enum.zip(Tuple.to_list(earlier.counts))
-      |> Enum.map(fn {a, b} -> a - b end)
-
-    max =
-      counts
-      |> Enum.with_index()
-      |> Enum.reduce(0, fn {c, i}, acc -> if c > 0, do: bucket_floor(i), else: acc end)
+    counts = zip_counts(later, earlier, &max(&1 - &2, 0))
 
     %{
       counts: List.to_tuple(counts),
-      count: later.count - earlier.count,
-      sum: later.sum - earlier.sum,
-      max: max
+      count: Enum.sum(counts),
+      sum: max(later.sum - earlier.sum, 0),
+      max: highest_floor(counts)
     }
+  end
+
+  # The two snapshots' bucket counts combined bucket by bucket, as a list.
+  defp zip_counts(a, b, fun) do
+    a.counts
+    |> Tuple.to_list()
+    |> Enum.zip_with(Tuple.to_list(b.counts), fun)
   end
 
   @doc """
   The `p`-th percentile (0 < p <= 100) of a snapshot by nearest rank, as a bucket floor
-  (`nil` when empty). `p` may be a float, e.g. `99.9`.
+  (`nil` when empty). `p` may be a float, e.g. `99.9`. It is never above the snapshot's `max`
+  (a snapshot whose `count` says more than its buckets hold, as one made by hand or decoded
+  from an older tool may, is walked only as far as its buckets go).
   """
   @spec percentile(snapshot, number) :: non_neg_integer | nil
   def percentile(%{count: 0}, _p), do: nil
 
-  def percentile(%{counts: counts, count: count}, p) when p > 0 and p <= 100 do
+  def percentile(%{counts: counts, count: count} = s, p) when p > 0 and p <= 100 do
     rank = max(1, ceil_int(p * count / 100))
-    walk(counts, 0, 0, rank)
+    v = walk(counts, 0, 0, rank, 0)
+    if is_integer(s[:max]) and s.max > 0, do: min(v, s.max), else: v
   end
 
   defp ceil_int(f), do: f |> Float.ceil() |> trunc()
 
-  defp walk(counts, i, acc, rank) do
-    acc = acc + elem(counts, i)
+  # `last` is the highest non-empty bucket so far: what a rank past the buckets' total gets.
+  defp walk(counts, i, acc, rank, last) do
+    c = elem(counts, i)
+    acc = acc + c
+    last = if c > 0, do: i, else: last
 
-    if acc >= rank or i == tuple_size(counts) - 1,
-      do: bucket_floor(i),
-      else: walk(counts, i + 1, acc, rank)
+    cond do
+      acc >= rank -> bucket_floor(i)
+      i == tuple_size(counts) - 1 -> bucket_floor(last)
+      true -> walk(counts, i + 1, acc, rank, last)
+    end
   end
 
   @doc """

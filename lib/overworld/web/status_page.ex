@@ -1,7 +1,8 @@
 defmodule Overworld.Web.StatusPage do
   @moduledoc false
   # The page of `GET /`: plain HTML and a little JS that polls /api/v1/status every second and
-  # shows zones (players, entities, tick p50/p99) and the server's sessions and bytes out per
+  # shows zones (players, entities, tick p50/p99 since the start, and p50/max over the last
+  # 150-300 ticks: "now") and the server's sessions and bytes out per
   # second (from the difference of two polls).
 
   @html """
@@ -24,9 +25,11 @@ defmodule Overworld.Web.StatusPage do
   <p id="server" class="dim">loading…</p>
   <p id="error"></p>
   <table>
-    <thead><tr><th>zone</th><th>players</th><th>entities</th><th>tick</th><th>ticks measured</th><th>tick p50 (ms)</th><th>tick p99 (ms)</th><th>tick max (ms)</th><th>overruns</th></tr></thead>
+    <thead><tr><th>zone</th><th>players</th><th>entities</th><th>tick</th><th>ticks measured</th><th>tick p50 (ms)</th><th>tick p99 (ms)</th><th>tick max (ms)</th><th>overruns</th><th>now: ticks</th><th>now p50 (ms)</th><th>now max (ms)</th></tr></thead>
     <tbody id="zones"></tbody>
   </table>
+  <p class="dim">"now": the last 150 to 300 ticks (5 to 10 s at 30 Hz); the other tick
+  figures are over the zone's whole life.</p>
   <p class="dim">Players connect with WebSocket to <code>/ws</code> after
   <code>POST /api/v1/auth/device</code>; see docs/protocol.md.</p>
   <script>
@@ -52,7 +55,7 @@ defmodule Overworld.Web.StatusPage do
       const body = document.getElementById("zones");
       body.replaceChildren(...s.zones.map((z) => {
         const tr = document.createElement("tr");
-        for (const v of [z.name, z.players, z.entities, z.tick, z.tick_samples, ms(z.tick_p50_us), p99(z), ms(z.tick_max_us), z.overruns]) tr.appendChild(cell(v));
+        for (const v of [z.name, z.players, z.entities, z.tick, z.tick_samples, ms(z.tick_p50_us), p99(z), ms(z.tick_max_us), z.overruns, z.recent_tick_samples, ms(z.recent_tick_p50_us), ms(z.recent_tick_max_us)]) tr.appendChild(cell(v));
         return tr;
       }));
       document.getElementById("error").textContent = "";

@@ -5,6 +5,9 @@ defmodule Overworld.Zone.Metrics do
 
   alias Overworld.Metrics.Histogram
 
+  # The length of each half of the recent window, in ticks (5 s at 30 Hz).
+  @recent_ticks 150
+
   @fields [
     :ticks,
     :overruns,
@@ -27,12 +30,16 @@ defmodule Overworld.Zone.Metrics do
   # registry value): the counters and the tick histogram, `wire` the wire table
   # (`Overworld.Zone.Wire`, nil without a wire), `memory` the in-memory copy
   # (`Overworld.Zone.Memory`), `inputs` the players' input slots (`Overworld.Zone.Inputs`).
-  @enforce_keys [:counters, :ticks_us, :cpu, :memory, :inputs]
+  # `recent_us`: two histograms of tick durations that take turns, each `@recent_ticks` ticks
+  # long; read together they hold the last `@recent_ticks` to `2 * @recent_ticks` ticks (what
+  # is happening now, which the lifetime histogram `ticks_us` hides).
+  @enforce_keys [:counters, :ticks_us, :recent_us, :cpu, :memory, :inputs]
   defstruct [:wire | @enforce_keys]
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
           ticks_us: Histogram.t(),
+          recent_us: {Histogram.t(), Histogram.t()},
           cpu: Overworld.Metrics.CPU.t(),
           wire: :ets.tid() | nil,
           memory: :ets.tid(),
@@ -44,6 +51,7 @@ defmodule Overworld.Zone.Metrics do
     %__MODULE__{
       counters: :atomics.new(length(@fields), signed: true),
       ticks_us: Histogram.new(),
+      recent_us: {Histogram.new(), Histogram.new()},
       cpu: Overworld.Metrics.CPU.sample(),
       memory: :ets.new(:overworld_memory, [:set, :public]),
       inputs: Overworld.Zone.Inputs.new(workers),
@@ -81,7 +89,11 @@ defmodule Overworld.Zone.Metrics do
         entities: n
       }) do
     Histogram.record(m.ticks_us, total)
-    add(m, :ticks, 1)
+    ticks = :atomics.add_get(m.counters, Map.fetch!(@index, :ticks), 1)
+    recent = elem(m.recent_us, rem(div(ticks, @recent_ticks), 2))
+    # This half now starts a new window: what it held is two windows old.
+    if rem(ticks, @recent_ticks) == 0, do: Histogram.reset(recent)
+    Histogram.record(recent, total)
     add(m, :input_us, input)
     add(m, :systems_us, systems)
     add(m, :grid_us, grid)
@@ -90,6 +102,12 @@ defmodule Overworld.Zone.Metrics do
     put(m, :last_tick, tick)
     put(m, :last_tick_us, total)
   end
+
+  @doc false
+  # The tick durations of the last `@recent_ticks` to `2 * @recent_ticks` ticks.
+  @spec recent(t) :: Histogram.snapshot()
+  def recent(%__MODULE__{recent_us: {a, b}}),
+    do: Histogram.merge(Histogram.snapshot(a), Histogram.snapshot(b))
 
   @spec report(t) :: map
   def report(m) do
@@ -106,6 +124,7 @@ defmodule Overworld.Zone.Metrics do
       entities: get(m, :entities),
       players: get(m, :players),
       tick_us: Histogram.summary(Histogram.snapshot(m.ticks_us)),
+      recent_tick_us: Histogram.summary(recent(m)),
       # Node-wide, since the zone started: what the BEAM really used beside what the OS saw.
       cpu:
         Map.take(Overworld.Metrics.CPU.compare(m.cpu, Overworld.Metrics.CPU.sample()), [

@@ -50,4 +50,56 @@ defmodule Overworld.Metrics.HistogramTest do
     assert s.max == 5_000
     assert s.sum == 4 * div(5_000 * 5_001, 2)
   end
+
+  test "snapshots and windows taken while writers record stay consistent: no percentile above the maximum" do
+    h = Histogram.new()
+    # Writers of small values and, now and then, huge ones, as a saturated zone's ticks.
+    writers =
+      for k <- 1..3 do
+        spawn_link(fn ->
+          Stream.iterate(1, &(&1 + 1))
+          |> Enum.each(fn i ->
+            Histogram.record(h, if(rem(i, 97) == 0, do: 5_000_000 * k, else: rem(i, 5_000)))
+          end)
+        end)
+      end
+
+    prev = Histogram.snapshot(h)
+
+    Enum.reduce(1..300, prev, fn _, prev ->
+      s = Histogram.snapshot(h)
+      assert s.count == s.counts |> Tuple.to_list() |> Enum.sum()
+
+      for snap <- [s, Histogram.diff(s, prev)], snap.count > 0, p <- [50, 99, 99.9, 100] do
+        assert Histogram.percentile(snap, p) <= snap.max,
+               "p#{p} #{Histogram.percentile(snap, p)} above max #{snap.max}"
+      end
+
+      s
+    end)
+
+    Enum.each(writers, &(Process.unlink(&1) && Process.exit(&1, :kill)))
+  end
+
+  test "a snapshot whose count says more than its buckets hold is walked only as far as they go" do
+    h = Histogram.new()
+    Enum.each([10, 20, 30], &Histogram.record(h, &1))
+    # As a snapshot read the live counter after the buckets (what the old code did) could be.
+    s = %{Histogram.snapshot(h) | count: 1_000, max: 0}
+    assert Histogram.percentile(s, 99) == 30
+    assert Histogram.percentile(%{s | max: 25}, 99) == 25
+  end
+
+  test "reset empties a histogram and merge adds two" do
+    a = Histogram.new()
+    b = Histogram.new()
+    Enum.each(1..10, &Histogram.record(a, &1))
+    Histogram.record(b, 1_000)
+    m = Histogram.merge(Histogram.snapshot(a), Histogram.snapshot(b))
+    assert {m.count, m.sum, m.max} == {11, 1055, 1000}
+    assert Histogram.percentile(m, 100) == Histogram.bucket_floor(Histogram.bucket(1000))
+    :ok = Histogram.reset(a)
+    assert %{count: 0, sum: 0, max: 0} = Histogram.snapshot(a)
+    assert Histogram.percentile(Histogram.snapshot(a), 50) == nil
+  end
 end

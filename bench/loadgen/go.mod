@@ -1,0 +1,3 @@
+module overworld/loadgen
+
+go 1.19
