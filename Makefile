@@ -129,6 +129,7 @@ bench: deps
 	$(call with_server,$(BENCH_PORT),mix overworld.bots --url ws://127.0.0.1:$(BENCH_PORT)/ws --count 100 --input-hz 10 --seconds 10 --ramp 100 --warmup 3 --json $(SHORT)/bots-100-equal.json)
 	cd $(GAME) && mix goblins.bench.inputs --players 2000 --rounds 1 --seconds 3 --json ../../$(SHORT)/inputs-2k.json
 	cd $(GAME) && mix goblins.bench.persistence --samples 5 --seconds 1 --zone-seconds 2 --rounds 2 --kills 20 --json ../../$(SHORT)/persistence-10k.json
+	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,50 --seconds 5 --warmup 2 --json ../../$(SHORT)/capacity.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -144,11 +145,9 @@ bench-full: deps
 	cd $(GAME) && mix goblins.bench.inputs --rounds 3 --json ../../bench/results/inputs-19k-after.json
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 60 --rounds 10 --kills 400 --json ../../bench/results/persistence-10k-long.json
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 5 --rounds 2 --kills 400 --json ../../bench/results/persistence-10k-recovery.json
-	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 30 --rounds 6 --kills 50 --json ../../bench/results/persistence-10k-control.json
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 10 --rounds 30 --kills 50 --samples 5 --json ../../bench/results/persistence-10k-short-rounds.json
-	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 10 --rounds 30 --kills 400 --samples 5 --json ../../bench/results/persistence-10k-short-rounds-2.json
-	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 10 --rounds 30 --kills 400 --samples 5 --json ../../bench/results/persistence-10k-short-rounds-3.json
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 1 --rounds 1 --kills 400 --samples 2 --seconds 1 --json ../../bench/results/persistence-10k-recovery-parallel-scan.json
+	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,250,500,750,1000,1500,2000 --seconds 30 --json ../../bench/results/capacity.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

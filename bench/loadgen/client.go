@@ -39,6 +39,7 @@ type client struct {
 	// Filled while connecting (read after connected is set).
 	connectNs int64
 	failure   string
+	refused   bool // the server was full (ERROR 8 before the HANDSHAKE)
 	tickRate  int
 	layout    *template
 	connected int32 // atomic: 1 once the HANDSHAKE arrived
@@ -112,7 +113,7 @@ func (c *client) run(done chan<- *client) {
 			return
 		}
 		if f.opcode == 8 {
-			c.fail("closed before HANDSHAKE: %d", closeCode(f.head))
+			c.fail("closed %d before HANDSHAKE", closeCode(f.head))
 			ws.close()
 			done <- c
 			return
@@ -121,7 +122,14 @@ func (c *client) run(done chan<- *client) {
 			continue
 		}
 		if f.head[0] == opError {
-			c.fail("ERROR before HANDSHAKE")
+			code := 0
+			if len(f.head) >= 3 {
+				code = int(f.head[1])<<8 | int(f.head[2])
+			}
+			// A full server (ERROR 8, close 4008) is counted apart: a refusal, not a failure
+			// of the server.
+			c.refused = code == 8
+			c.fail("ERROR %d before HANDSHAKE", code)
 			ws.close()
 			done <- c
 			return

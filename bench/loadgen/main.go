@@ -43,6 +43,7 @@ type result struct {
 	TickRate         int             `json:"tick_rate"`
 	Connected        int             `json:"connected"`
 	Failed           int             `json:"failed"`
+	Refused          int             `json:"refused"`
 	Failures         map[string]int  `json:"failures"`
 	Closed           int             `json:"closed"`
 	CloseCodes       map[string]int  `json:"close_codes"`
@@ -225,6 +226,10 @@ func run(cfg *config) *result {
 	var connect, gaps, ackMs, ackTicks, snapRates []float64
 	var bytesIn int64
 	for _, c := range all {
+		if atomic.LoadInt32(&c.connected) == 0 && c.refused {
+			r.Refused++
+			continue
+		}
 		if atomic.LoadInt32(&c.connected) == 0 {
 			r.Failed++
 			reason := c.failure
@@ -302,8 +307,8 @@ func run(cfg *config) *result {
 }
 
 func report(r *result) {
-	fmt.Printf("owload: %d clients, %d connected, %d failed %v (ramp %.1f s), %d closed by the server %v; window %.1f s, %d inputs/s each\n",
-		r.Clients, r.Connected, r.Failed, r.Failures, r.RampSeconds, r.Closed, r.CloseCodes, r.Seconds, r.InputHz)
+	fmt.Printf("owload: %d clients, %d connected, %d failed %v, %d refused as full (ramp %.1f s), %d closed by the server %v; window %.1f s, %d inputs/s each\n",
+		r.Clients, r.Connected, r.Failed, r.Failures, r.Refused, r.RampSeconds, r.Closed, r.CloseCodes, r.Seconds, r.InputHz)
 	fmt.Printf("  connect (auth, upgrade, HELLO to HANDSHAKE): p50 %.1f ms, max %.1f ms (%d)\n", r.ConnectMs.P50, r.ConnectMs.Max, r.ConnectMs.Samples)
 	s := r.SnapshotsPerSec
 	fmt.Printf("  snapshots/s per client: min %.1f, p1 %.1f, median %.1f, mean %.1f (%d clients); longest gap median %.0f ms, max %.0f ms\n",

@@ -63,6 +63,8 @@ defmodule Overworld.Interest do
               [
                 tick: 0,
                 input_ack: 0,
+                # Extensions for the next frame only ({type, bytes}; see `announce/2`).
+                ext: [],
                 reset: true,
                 at: nil,
                 region: %{},
@@ -88,6 +90,7 @@ defmodule Overworld.Interest do
           leave: non_neg_integer,
           budget: pos_integer,
           tick: non_neg_integer,
+          ext: [{non_neg_integer, binary}],
           input_ack: non_neg_integer,
           reset: boolean,
           region: Region.t(),
@@ -214,6 +217,15 @@ defmodule Overworld.Interest do
   @spec acknowledge(t, non_neg_integer) :: t
   def acknowledge(%__MODULE__{} = o, seq) when is_integer(seq) and seq >= 0,
     do: %{o | input_ack: seq}
+
+  @doc """
+  Has the next frame carry the send interval (SNAPSHOT extension 1, docs/protocol.md): the
+  ticks between two snapshots of this client from that frame on. A frame that is not sent
+  leaves the observer as it was, announcement included.
+  """
+  @spec announce(t, pos_integer) :: t
+  def announce(%__MODULE__{} = o, interval) when is_integer(interval) and interval >= 1,
+    do: %{o | ext: [{1, Codec.varint(interval)}]}
 
   @doc """
   The frame of tick `n` (the zone's last completed tick) for an observer at `(x, y)` (units):
@@ -396,7 +408,7 @@ defmodule Overworld.Interest do
       Codec.varint(count)::binary
     >>
 
-    tail = tail(left, behind)
+    tail = tail(left, behind, o.ext)
     frame = [head, blocks | tail]
 
     info = %{
@@ -412,12 +424,12 @@ defmodule Overworld.Interest do
       fast: fast?
     }
 
-    {frame, info, %{o | tick: n, reset: false, at: at}}
+    {frame, info, %{o | tick: n, reset: false, at: at, ext: []}}
   end
 
   # No cell left, none held back, no extension: the common frame's tail.
-  defp tail([], []), do: <<0, 0, 0>>
-  defp tail(left, behind), do: Snapshot.tail(left, behind)
+  defp tail([], [], []), do: <<0, 0, 0>>
+  defp tail(left, behind, ext), do: Snapshot.tail(left, behind, ext)
 
   # The region is computed again only once the observer moved beyond the slack.
   defp region(%__MODULE__{at: {ax, ay}, region: region}, x, y)

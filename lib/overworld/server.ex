@@ -47,6 +47,17 @@ defmodule Overworld.Server do
     `:slow_timeout` is closed.
   * `:slow_timeout` - ms a client may leave its queue unread before it is closed (5,000).
   * `:interest` - options of each player's `Overworld.Interest` (view radius, budget).
+  * `:pace` - adapt the snapshot rate to the load (default true): when the sessions cannot
+    keep up, every session gets a snapshot every 2nd, then 3rd tick, and every tick again once
+    load falls (`Overworld.Server.Pace`). With false, every tick always.
+  * `:max_send_interval` - the most ticks between two snapshots of a session the pace goes to
+    (default 3: 10 snapshots a second at 30 Hz).
+  * `:pace_window` - ms between two looks of the pace's controller at the load (default 500).
+  * `:max_players` - players a zone admits at most (nil, the default: no limit); counted at
+    the zone's last tick. Beyond it, and whenever the server is saturated (at the largest send
+    interval and still late), a new player is refused with close code 4008 and ERROR 8
+    (`retry_after=N; why`); a player resuming its avatar within the grace period never is.
+  * `:retry_after` - the seconds a refused player is told to wait (default 5).
   """
   use Supervisor
   require Logger
@@ -78,6 +89,11 @@ defmodule Overworld.Server do
       :slow_timeout,
       :interest,
       :counters,
+      :pace,
+      :max_send_interval,
+      :pace_window,
+      :max_players,
+      :retry_after,
       :started_at
     ]
 
@@ -93,6 +109,8 @@ defmodule Overworld.Server do
     :inputs,
     :inputs_dropped,
     :frames_skipped,
+    :frames_late,
+    :refused_joins,
     :closed_slow,
     :accepted,
     :refused,
@@ -126,7 +144,14 @@ defmodule Overworld.Server do
       refresh_ttl: {:pos_integer, 604_800},
       max_outbound: {:pos_integer, 262_144},
       slow_timeout: {:pos_integer, 5_000},
-      interest: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
+      interest: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
+      pace: {:boolean, true},
+      max_send_interval: {{:custom, &(is_integer(&1) and &1 in 1..30), "an integer in 1..30"}, 3},
+      pace_window: {:pos_integer, 500},
+      max_players:
+        {{:custom, &(is_nil(&1) or (is_integer(&1) and &1 > 0)), "nil or a positive integer"},
+         nil},
+      retry_after: {:pos_integer, 5}
     ]
   end
 
@@ -181,15 +206,23 @@ defmodule Overworld.Server do
         slow_timeout: o.slow_timeout,
         interest: o.interest,
         counters: new_counters(),
+        pace: Overworld.Server.Pace.new(),
+        max_send_interval: o.max_send_interval,
+        pace_window: o.pace_window,
+        max_players: o.max_players,
+        retry_after: o.retry_after,
         started_at: System.monotonic_time(:millisecond)
       }
 
-      children = [
-        # First, so that it stops last: the config is readable while anything else runs.
-        {Overworld.Server.Published, {{__MODULE__, o.name}, config}},
-        {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
-        {Overworld.Transport.Listener, {o.name, o.port}}
-      ]
+      children =
+        [
+          # First, so that it stops last: the config is readable while anything else runs.
+          {Overworld.Server.Published, {{__MODULE__, o.name}, config}},
+          o.pace && {Overworld.Server.Pace, o.name},
+          {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
+          {Overworld.Transport.Listener, {o.name, o.port}}
+        ]
+        |> Enum.filter(& &1)
 
       Supervisor.init(children, strategy: :rest_for_one)
     else
@@ -227,8 +260,10 @@ defmodule Overworld.Server do
 
   @doc """
   The server's counters: open connections and sessions, bytes and snapshot frames sent,
-  inputs received and dropped (rate limit), snapshots skipped for slow clients, clients closed
-  as too slow, connections accepted and refused (limit reached).
+  inputs received and dropped (rate limit), snapshots skipped for slow clients, frames built
+  late (the next tick had come: see `Overworld.Server.Pace`), players refused at the door
+  (saturated server or full zone: 4008), clients closed as too slow, connections accepted and
+  refused (limit reached).
   """
   @spec stats(atom) :: %{atom => non_neg_integer}
   def stats(name \\ __MODULE__),

@@ -81,7 +81,9 @@ defmodule Overworld.Session do
     # Reliable messages of the client that came while the zone restarted, newest first.
     held_in: [],
     bucket: 0,
-    refilled: 0
+    refilled: 0,
+    # The send interval this client was last told (SNAPSHOT extension 1; 1 until told).
+    told_interval: 1
   ]
 
   @type t :: %__MODULE__{}
@@ -128,8 +130,17 @@ defmodule Overworld.Session do
 
   def handle_info({:overworld_tick, _zone, n, _t0}, %{phase: :live} = st) do
     {n, stale} = newest_tick(n, 0)
-    if stale > 0, do: :counters.add(st.cfg.counters, Server.counter(:frames_skipped), stale)
-    snapshot(flush_outbox(st), n)
+    c = st.cfg.counters
+    if stale > 0, do: :counters.add(c, Server.counter(:frames_skipped), stale)
+    k = Overworld.Server.Pace.interval(st.cfg)
+
+    if my_turn?(st, n, k) do
+      # Built after the next tick's notice came: the sessions are more than a tick behind.
+      if stale > 0, do: :counters.add(c, Server.counter(:frames_late), 1)
+      snapshot(flush_outbox(st), n, k)
+    else
+      {:noreply, flush_outbox(st)}
+    end
   end
 
   def handle_info({:overworld_tick, _, _, _}, st), do: {:noreply, st}
@@ -427,7 +438,16 @@ defmodule Overworld.Session do
     end
   end
 
-  defp snapshot(st, n) do
+  # At a send interval of k, a session sends on the ticks n with rem(n + phase, k) == 0 (its
+  # phase from its user: the sessions spread over the k ticks), or as soon as k ticks passed
+  # since its last frame (it missed its turn: busy, or the interval changed).
+  defp my_turn?(_st, _n, 1), do: true
+  defp my_turn?(%{obs: nil}, _n, _k), do: true
+
+  defp my_turn?(st, n, k),
+    do: rem(n + :erlang.phash2(st.user, k), k) == 0 or n - st.obs.tick >= k
+
+  defp snapshot(st, n, k) do
     queued = queued(st.sock)
     cfg = st.cfg
 
@@ -448,17 +468,18 @@ defmodule Overworld.Session do
           else: {:noreply, %{st | slow_since: since}}
 
       true ->
-        {:noreply, send_snapshot(%{st | slow_since: nil}, n)}
+        {:noreply, send_snapshot(%{st | slow_since: nil}, n, k)}
     end
   end
 
-  defp send_snapshot(st, n) do
+  defp send_snapshot(st, n, k) do
     case position(st) do
       nil ->
         st
 
       {x, y} = pos ->
         obs = Interest.acknowledge(st.obs, Wire.input_ack(st.table, st.entity))
+        obs = if k != st.told_interval, do: Interest.announce(obs, k), else: obs
 
         case Interest.frame(obs, n, x, y) do
           {nil, _, obs} ->
@@ -470,7 +491,7 @@ defmodule Overworld.Session do
                 c = st.cfg.counters
                 :counters.add(c, Server.counter(:bytes_out), info.bytes)
                 :counters.add(c, Server.counter(:frames_out), 1)
-                %{st | obs: obs, pos: pos}
+                %{st | obs: obs, pos: pos, told_interval: k}
 
               Port.info(st.sock) == nil ->
                 # The socket is closed; its :tcp_closed message follows.

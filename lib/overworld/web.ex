@@ -151,6 +151,7 @@ defmodule Overworld.Web do
   @spec status(Config.t()) :: map
   def status(cfg) do
     stats = Overworld.Server.stats(cfg.name)
+    pace = Overworld.Server.Pace.stats(cfg)
 
     zones =
       for {public, id} <- cfg.zones,
@@ -189,6 +190,11 @@ defmodule Overworld.Web do
       inputs: stats.inputs,
       inputs_dropped: stats.inputs_dropped,
       frames_skipped: stats.frames_skipped,
+      frames_late: stats.frames_late,
+      # Ticks between two snapshots of each session now (1: every tick; the server lowers the
+      # rate for everyone when it cannot keep up: Overworld.Server.Pace), and its changes.
+      send_interval: pace.interval,
+      send_interval_changes: pace.changes,
       closed_slow: stats.closed_slow,
       refused: stats.refused,
       memory_bytes: :erlang.memory(:total),

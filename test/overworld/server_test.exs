@@ -74,6 +74,8 @@ defmodule Overworld.ServerTest do
                  :inputs,
                  :inputs_dropped,
                  :frames_skipped,
+                 :frames_late,
+                 :refused_joins,
                  :closed_slow,
                  :accepted,
                  :refused

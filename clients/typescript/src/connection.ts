@@ -67,6 +67,11 @@ export class ConnectError extends Error {
   readonly reason: string;
   /** The server's ERROR message before the close, if one came (e.g. code 1: protocol version, 3: unauthorized). */
   readonly error: ServerError | undefined;
+  /**
+   * A server that refused a new player because it is full (close 4008, ERROR 8): the seconds
+   * it asked to wait before trying again. Undefined for any other failure.
+   */
+  readonly retryAfter: number | undefined;
 
   constructor(code: number, reason: string, error?: ServerError) {
     const why = error !== undefined ? `${error.message || reason} (error ${error.code}, close ${code})` : `${reason || "closed"} (close ${code})`;
@@ -75,7 +80,20 @@ export class ConnectError extends Error {
     this.code = code;
     this.reason = reason;
     this.error = error;
+    this.retryAfter = error?.code === FULL - 4000 ? retryAfter(error.message) : undefined;
   }
+}
+
+/** The close code of a server that refuses new players for now (ERROR 8: `retry_after=N; why`). */
+export const FULL = 4008;
+
+/**
+ * The seconds an ERROR 8 message asks to wait (`retry_after=N; ...`, docs/protocol.md), or
+ * undefined when the message does not start so.
+ */
+export function retryAfter(message: string): number | undefined {
+  const m = /^retry_after=(\d+);/.exec(message);
+  return m === null ? undefined : Number(m[1]);
 }
 
 export interface ReconnectOptions extends BackoffOptions {
@@ -560,7 +578,10 @@ export class ZoneConnection {
     if (this.status === "closed") return;
     this.status = "reconnecting";
     const reconnect = this.options.reconnect === false ? {} : (this.options.reconnect ?? {});
-    const delay = backoffDelay(this.attempt++, reconnect, this.options.random);
+    let delay = backoffDelay(this.attempt++, reconnect, this.options.random);
+    // A full server said how long to wait: not before that.
+    const wait = code === FULL && this.lastError !== undefined ? retryAfter(this.lastError.message) : undefined;
+    if (wait !== undefined) delay = Math.max(delay, wait * 1000);
     this.closeListeners.emit({ code, reason, willReconnect: true });
     if (this.status !== "reconnecting") return; // a listener closed it
     this.reconnectTimer = setTimeout(() => void this.reopen(), delay);
@@ -678,6 +699,7 @@ export class ZoneConnection {
     this.cellOf = cellOf;
     for (const [id, key] of this.carry)
       if (held.has(id) || this.view.cells.has(key) || t >= this.carryUntil || !this.known.has(id)) this.carry.delete(id);
+    this.entities.setSendInterval(this.view.sendInterval);
     this.entities.push(time, held.values(), this.carry.size > 0 ? new Set(this.carry.keys()) : undefined);
     const entered: Entity[] = [];
     for (const [id, e] of held) {

@@ -9,7 +9,7 @@ export type { Entity, EntityViewOptions, Sample } from "./interpolation.js";
 export { ServerClock } from "./clock.js";
 export { backoffDelay } from "./backoff.js";
 export type { BackoffOptions } from "./backoff.js";
-export { ConnectError, ZoneConnection } from "./connection.js";
+export { ConnectError, FULL, ZoneConnection, retryAfter } from "./connection.js";
 export type {
   CloseInfo,
   ConnectOptions,

@@ -67,8 +67,16 @@ function record(t: TemplateSchema, values: readonly Value[]): Record<string, Val
  * behind the newest push) are dropped, and so are entities that left before that.
  */
 export class EntityView {
-  /** Milliseconds. */
-  readonly interpolationDelay: number;
+  /**
+   * Milliseconds: the delay asked for (option `interpolationDelay`), or, when the server sends
+   * snapshots further apart than that allows (an overloaded server lowers the send interval),
+   * `(sendInterval + 1)` ticks, so that two samples are always there to interpolate between.
+   */
+  get interpolationDelay(): number {
+    return Math.max(this.baseDelay, ((this.interval + 1) * 1000) / this.tickRate);
+  }
+  private readonly baseDelay: number;
+  private interval = 1;
   readonly angleUnit: AngleUnit;
   readonly maxSamples: number;
   private templates: readonly TemplateSchema[] = [];
@@ -78,7 +86,7 @@ export class EntityView {
   private stamp = 0;
 
   constructor(options: EntityViewOptions = {}) {
-    this.interpolationDelay = options.interpolationDelay ?? 100;
+    this.baseDelay = options.interpolationDelay ?? 100;
     this.angleUnit = options.angleUnit ?? "radians";
     this.maxSamples = Math.max(2, options.maxSamples ?? 32);
   }
@@ -87,6 +95,16 @@ export class EntityView {
   configure(templates: readonly TemplateSchema[], tickRate: number): void {
     this.templates = templates;
     if (tickRate > 0) this.tickRate = tickRate;
+  }
+
+  /** The server's send interval (ticks between two snapshots, SNAPSHOT extension 1). */
+  get sendInterval(): number {
+    return this.interval;
+  }
+
+  /** Sets the send interval the server announced (the interpolation delay follows it). */
+  setSendInterval(ticks: number): void {
+    if (Number.isInteger(ticks) && ticks >= 1) this.interval = ticks;
   }
 
   /** The time to render at for a server time: `serverTime - interpolationDelay`. Seconds. */

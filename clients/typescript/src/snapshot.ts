@@ -37,6 +37,12 @@ export class WorldView {
   inputAck = 0;
   /** The runs of cells the newest snapshot held back (sorted by key; cells not held included). */
   heldBack: readonly Run[] = [];
+  /**
+   * The send interval the server announced (SNAPSHOT extension 1): ticks between two snapshots
+   * of this client; 1 until a snapshot says otherwise. An overloaded server lowers every
+   * client's snapshot rate this way (docs/protocol.md, "Extensions").
+   */
+  sendInterval = 1;
 
   /** The tick a cell held is at (undefined: the cell is not held). */
   cellTick(key: number): number | undefined {
@@ -133,6 +139,13 @@ export class WorldView {
     const extensions = readExtensions(r);
     if (!extensions.ok) return extensions;
     if (r.remaining > 0) return fail("trailing_bytes");
+    let interval = this.sendInterval;
+    for (const e of extensions.value) {
+      if (e.type !== 1) continue;
+      const k = readSendInterval(e.bytes);
+      if (k === undefined) return fail("bad_send_interval");
+      interval = k;
+    }
 
     // Everything read: apply.
     if (baseline === 0) this.cells.clear();
@@ -149,8 +162,16 @@ export class WorldView {
     this.heldBack = runs.value;
     this.tick = tick;
     this.inputAck = ack;
+    this.sendInterval = interval;
     return { ok: true, value: tick };
   }
+}
+
+/** Extension 1's bytes: exactly one varint of at least 1 (undefined otherwise). */
+function readSendInterval(bytes: Uint8Array): number | undefined {
+  const r = new ByteReader(bytes);
+  const k = r.varint();
+  return k !== undefined && k >= 1 && r.remaining === 0 ? k : undefined;
 }
 
 /**

@@ -214,6 +214,8 @@ describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
     // The page polls every second: the tick it shows goes on.
     await until(`the shown tick to pass ${first.tick}`, async () => ((await goblins())?.tick ?? 0) > first.tick, 5_000, tail(log));
     expect(await page.textContent("#server")).toMatch(/^\d+ sessions, \d+ connections, /);
+    // The snapshot rate in force (every tick on an idle server) and the refusals.
+    expect(await page.textContent("#server")).toMatch(/a snapshot every 1 tick \(\d+ changes\), \d+ connections refused/);
     expect(await page.textContent("#error")).toBe("");
 
     // A player from Node (the SDK over `ws`): the page counts it.

@@ -2,6 +2,8 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   Client,
   ConnectError,
+  FULL,
+  retryAfter,
   OverworldHttpError,
   ZoneConnection,
   type CloseInfo,
@@ -306,6 +308,53 @@ describe("ZoneConnection: the first connection (connected(), Client.connect)", (
     await expect(d.conn.connected()).rejects.toMatchObject({ code: 1000, reason: "client closed" });
     await vi.advanceTimersByTimeAsync(60_000);
     expect(FakeSocket.instances.length).toBe(2);
+  });
+
+  it("a full server (4008, ERROR 8): the ConnectError carries retryAfter; a reconnect waits at least that", async () => {
+    expect(FULL).toBe(4008);
+    expect(retryAfter("retry_after=7; the zone holds 2 players (at most 2)")).toBe(7);
+    expect(retryAfter("the zone is full")).toBeUndefined();
+    const { conn, socket } = connect();
+    socket.accept();
+    socket.deliver(error(8, "retry_after=7; the zone holds 2 players (at most 2)"));
+    socket.drop(4008, "full");
+    const e = await conn.connected().catch((e: unknown) => e);
+    expect(e).toBeInstanceOf(ConnectError);
+    expect(e).toMatchObject({ code: 4008, retryAfter: 7, error: { code: 8 } });
+    // Another failure has no retryAfter.
+    FakeSocket.reset();
+    const b = connect();
+    b.socket.accept();
+    b.socket.drop(1006);
+    expect(await b.conn.connected().catch((e: unknown) => (e as ConnectError).retryAfter)).toBeUndefined();
+    // An established connection that comes back to a full server tries again only after 7 s.
+    FakeSocket.reset();
+    const c = established();
+    await vi.advanceTimersByTimeAsync(125);
+    const second = FakeSocket.last();
+    second.accept();
+    second.deliver(error(8, "retry_after=7; the server is saturated"));
+    second.drop(4008, "full");
+    expect(c.closes.at(-1)).toMatchObject({ code: 4008, willReconnect: true });
+    const count = FakeSocket.instances.length;
+    await vi.advanceTimersByTimeAsync(6_900);
+    expect(FakeSocket.instances.length).toBe(count);
+    await vi.advanceTimersByTimeAsync(200);
+    expect(FakeSocket.instances.length).toBe(count + 1);
+  });
+
+  it("follows the send interval a snapshot announces (extension 1): the view's and the interpolation's", () => {
+    const { conn, socket } = connect();
+    establish(socket);
+    socket.deliver(snap(10, [goblin(5, 1)]));
+    expect(conn.world.sendInterval).toBe(1);
+    const ext = [{ type: 1, bytes: new Uint8Array([2]) }];
+    socket.deliver(encodeSnapshot({ tick: 12, baseline: 10, cells: [], extensions: ext }));
+    expect(conn.world.sendInterval).toBe(2);
+    expect(conn.entities.sendInterval).toBe(2);
+    expect(conn.entities.interpolationDelay).toBe(100);
+    socket.deliver(encodeSnapshot({ tick: 15, baseline: 12, cells: [], extensions: [{ type: 1, bytes: new Uint8Array([4]) }] }));
+    expect(conn.entities.interpolationDelay).toBeCloseTo(5000 / 30, 9);
   });
 
   it("a connection nobody awaits fails without an unhandled rejection", async () => {

@@ -170,6 +170,23 @@ describe("EntityView", () => {
     expect(v.sampleOne(1, at(5))).toBeUndefined();
   });
 
+  it("the interpolation delay follows the server's send interval: at least interval + 1 ticks", () => {
+    const v = view();
+    expect(v.sendInterval).toBe(1);
+    expect(v.interpolationDelay).toBe(100); // 2 ticks at 30 Hz (66.7 ms) < the 100 asked
+    v.setSendInterval(3);
+    expect(v.interpolationDelay).toBeCloseTo(4000 / RATE, 9); // 4 ticks: 133.3 ms
+    expect(v.renderTime(10)).toBeCloseTo(10 - 4 / RATE, 12);
+    // Samples three ticks apart: rendering between the two newest is interpolation, not extrapolation.
+    v.push(at(30), [goblin(1, 0)]);
+    v.push(at(33), [goblin(1, 3)]);
+    expect(v.sampleOne(1, v.renderTime(at(36)))!.values.x).toBeCloseTo(2, 9);
+    v.setSendInterval(0); // ignored
+    expect(v.sendInterval).toBe(3);
+    v.setSendInterval(1);
+    expect(v.interpolationDelay).toBe(100);
+  });
+
   it("renders interpolationDelay behind the server time", () => {
     expect(view().renderTime(10)).toBeCloseTo(9.9, 12);
     expect(view({ interpolationDelay: 250 }).renderTime(10)).toBeCloseTo(9.75, 12);

@@ -15,6 +15,7 @@ const snapshots = load("snapshots.json") as {
     view: Array<{ cell: number; entities: Array<{ id: number; template: number; q: number[] }> }>;
     ticks: Array<[number, number]>;
     entities: Array<{ id: number; template: number; q: number[] }>;
+    send_interval: number;
   }>;
 };
 const all = (load("templates.json") as { templates: TemplateSchema[] }).templates;
@@ -37,6 +38,7 @@ describe("snapshot vectors", () => {
         .sort((a, b) => a.id - b.id)
         .map((e) => ({ id: e.id, template: templates[e.template]!.id, q: e.q }));
       expect(entities).toEqual(s.entities);
+      expect(view.sendInterval).toBe(s.send_interval);
     }
   });
 
@@ -55,8 +57,8 @@ describe("snapshot vectors", () => {
   it("protocol 2's cases: unknown cells are empty; a held-back cell keeps its tick and its stale copy loses; an empty keyframe drops a cell", () => {
     const view = new WorldView();
     const steps = snapshots.snapshots;
-    for (const s of steps.slice(0, -4)) expect(view.apply(fromHex(s.hex), templates).ok).toBe(true);
-    const [a, b, c, d] = steps.slice(-4);
+    for (const s of steps.slice(0, -5)) expect(view.apply(fromHex(s.hex), templates).ok).toBe(true);
+    const [a, b, c, d, e] = steps.slice(-5);
     // Step n-4: a delta for a cell never held (arrivals only), a cell leaving that was never held.
     const fresh = a!.view.map((v) => v.cell).find((k) => !view.cells.has(k))!;
     expect(fresh).toBeDefined();
@@ -88,6 +90,31 @@ describe("snapshot vectors", () => {
     expect(view.apply(bytes, templates)).toEqual({ ok: true, value: d!.tick });
     expect(view.cells.has(emptied[0]!)).toBe(false);
     expect(view.cellTick(emptied[0]!)).toBeUndefined();
+    // Step n: two ticks later, the send interval becomes 2 (extension 1; an unknown one beside it).
+    expect(view.sendInterval).toBe(1);
+    expect(view.apply(fromHex(e!.hex), templates)).toEqual({ ok: true, value: e!.tick });
+    expect(e!.tick - d!.tick).toBe(2);
+    expect(view.sendInterval).toBe(2);
+  });
+
+  it("refuses an extension 1 that is not exactly one varint of at least 1, the view unchanged", () => {
+    const steps = snapshots.snapshots;
+    const last = fromHex(steps[steps.length - 1]!.hex);
+    // The announcing snapshot ends with its extensions: count 2, {99, ""}, {1, [2]}.
+    expect([...last.slice(-6)]).toEqual([2, 99, 0, 1, 1, 2]);
+    for (const [bad, why] of [
+      [[1, 1, 0], "bad_send_interval"], // k = 0
+      [[1, 2, 2, 0], "bad_send_interval"], // a byte after the varint
+      [[1, 0], "bad_send_interval"], // no varint
+    ] as const) {
+      const view = new WorldView();
+      for (const s of steps.slice(0, -1)) expect(view.apply(fromHex(s.hex), templates).ok).toBe(true);
+      const state = JSON.stringify([[...view.cells], [...view.ticks], view.tick, view.sendInterval]);
+      const msg = new Uint8Array([...last.slice(0, -3), ...bad]);
+      const r = view.apply(msg, templates);
+      expect(r).toEqual({ ok: false, error: why });
+      expect(JSON.stringify([[...view.cells], [...view.ticks], view.tick, view.sendInterval])).toBe(state);
+    }
   });
 
   it("leaves the view unchanged when a snapshot is bad", () => {

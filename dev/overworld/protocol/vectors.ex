@@ -140,12 +140,14 @@ defmodule Overworld.Protocol.Vectors do
           "the one it had); `entities`: every entity by id, the copy of the cell at the newest " <>
           "tick when two cells hold one. Keys are made up (no grid: any key is a cell here). " <>
           "Step 3 changes entity 5's template (it leaves its cell with op 10 and arrives " <>
-          "again in the same block). The last four steps are protocol 2's cases: a delta " <>
+          "again in the same block). The last five steps are protocol 2's cases: a delta " <>
           "for a cell never held and a cell leaving that was never held (an unknown cell is " <>
           "empty); a cell held back while an entity of it moved to a cell sent (two copies, the " <>
           "newer current), runs that also name cells not held (ignored) and an extension of " <>
           "an unknown type (skipped); the cell catching up; an empty keyframe (count 0: the " <>
-          "cell is no longer held).",
+          "cell is no longer held); a snapshot two ticks after the last announcing a send " <>
+          "interval of 2 (extension 1; `send_interval`: the interval the view holds after " <>
+          "each step, 1 until announced).",
       "templates" => Enum.map(ts, & &1.id),
       "snapshots" => steps ++ v2_steps(ts, view, length(steps) + 1)
     }
@@ -172,7 +174,8 @@ defmodule Overworld.Protocol.Vectors do
         ),
       "ticks" => for({k, t} <- Enum.sort(view.ticks), do: [k, t]),
       "entities" =>
-        for({id, {ti, q}} <- Enum.sort(Snapshot.View.entities(view)), do: entry.({id, ti, q}))
+        for({id, {ti, q}} <- Enum.sort(Snapshot.View.entities(view)), do: entry.({id, ti, q})),
+      "send_interval" => view.send_interval
     }
   end
 
@@ -208,10 +211,20 @@ defmodule Overworld.Protocol.Vectors do
     # client no longer holds the cell.
     block = Snapshot.keyframe_block(12, [], ts)
 
-    {s4, _view} =
+    {s4, view} =
       step(view, t1 + 3, IO.iodata_to_binary(Snapshot.encode(t1 + 3, t1 + 2, [block], [])), ts)
 
-    [s1, s2, s3, s4]
+    # The server lowers the snapshot rate: this snapshot, two ticks after the last, announces a
+    # send interval of 2 (extension 1, beside an unknown one the client skips) and carries
+    # what changed in both ticks (entity 1 moved again).
+    [{1, 0, q1} | _] = old13 = Map.fetch!(view.cells, 13)
+    block = Snapshot.delta_block(13, old13, [{1, 0, nudge(a, q1, 3)} | tl(old13)], ts)
+
+    msg = Snapshot.encode(t1 + 5, t1 + 3, [block], [], 0, [], [{99, <<>>}, {1, <<2>>}])
+
+    {s5, _view} = step(view, t1 + 5, IO.iodata_to_binary(msg), ts)
+
+    [s1, s2, s3, s4, s5]
   end
 
   defmodule Drifters do

@@ -279,12 +279,12 @@ defmodule Mix.Tasks.Overworld.Bench.Capacity do
 
     info(
       "#{String.pad_leading(Integer.to_string(s.clients), 5)} clients: " <>
-        "#{s.connected} in, #{s.failed} failed, #{s.closed} closed | " <>
+        "#{s.connected} in, #{s.failed} failed, #{s.refused} refused, #{s.closed} closed | " <>
         "snapshots/s min #{s.snapshots_min} p1 #{s.snapshots_p1} median #{s.snapshots_median} | " <>
         "ack p50 #{s.ack_p50_ticks} p99 #{s.ack_p99_ticks || "(max #{s.ack_max_ticks})"} ticks (#{s.ack_samples} acks) | " <>
-        "tick p50 #{us(s.tick_p50_us)} p99 #{us(s.tick_p99_us)} max #{us(s.tick_max_us)} (#{s.zone_ticks} ticks), #{s.overruns} overruns | " <>
-        "#{s.frames_per_second} frames/s, CPU/frame #{s.cpu_us_per_frame || "-"} µs | " <>
-        "schedulers #{pct(s.scheduler_utilization)} (OS #{pct(s.os_cpu)}) | " <>
+        "tick p50 #{us(s[:tick_p50_us])} p99 #{us(s[:tick_p99_us])} max #{us(s[:tick_max_us])} (#{s[:zone_ticks]} ticks), #{s[:overruns]} overruns | " <>
+        "#{s[:frames_per_second]} frames/s, a snapshot every #{s[:send_interval] || "-"} tick(s), CPU/frame #{s[:cpu_us_per_frame] || "-"} µs | " <>
+        "schedulers #{pct(s[:scheduler_utilization])} (OS #{pct(s[:os_cpu])}) | " <>
         "generator #{pct(s.generator_cpu)} of a core, lag p50 #{s.generator_lag_p50_ms} ms max #{s.generator_lag_max_ms} ms" <>
         if(s.generator_lagged, do: " LAGGED: #{s.generator_why}", else: "") <>
         if(ok, do: " | within the knee's bar (#{rate}/s, #{ticks} ticks)", else: "")

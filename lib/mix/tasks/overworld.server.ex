@@ -10,6 +10,7 @@ defmodule Mix.Tasks.Overworld.Server do
                            [--size W,H] [--cell-size M] [--workers N] [--tick-rate 30]
                            [--seed 0] [--port 4000] [--data-dir ./data] [--no-persist]
                            [--snapshot-ticks 300] [--interval 5] [--seconds S]
+                           [--no-pace] [--max-players N]
 
   * `--zone` the module implementing `Overworld.Zone`; `--wire` its templates module (a
     module using `Overworld.Template`; without it players cannot connect).
@@ -22,6 +23,10 @@ defmodule Mix.Tasks.Overworld.Server do
   * `--data-dir` where accounts, the token secret and (unless `--no-persist`) the zone's
     snapshots and journal live (`<data-dir>/zones/<name>/`); a zone started again on its
     files recovers from them.
+  * `--no-pace` keeps a snapshot every tick for every player whatever the load (by default
+    the server lowers everyone's snapshot rate evenly when it cannot keep up:
+    `Overworld.Server.Pace`); `--max-players N` refuses new players (close 4008) beyond N in
+    the zone (the server's `:pace` and `:max_players` options).
 
   `--port 0` picks a free port. Once the server listens it prints
   `listening on http://127.0.0.1:<port>` (tools and tests wait for that line). Each line then
@@ -46,7 +51,9 @@ defmodule Mix.Tasks.Overworld.Server do
     persist: :boolean,
     snapshot_ticks: :integer,
     interval: :integer,
-    seconds: :integer
+    seconds: :integer,
+    pace: :boolean,
+    max_players: :integer
   ]
 
   @switches [
@@ -98,6 +105,7 @@ defmodule Mix.Tasks.Overworld.Server do
       do: Mix.raise("--port must be a port number in 0..65535 (0 picks a free one), got: #{port}")
 
     if opts[:seconds], do: Args.at_least!(opts, [:seconds])
+    if opts[:max_players], do: Args.at_least!(opts, [:max_players])
     if opts[:snapshot_ticks], do: Args.at_least!(opts, [:snapshot_ticks])
     data_dir = Keyword.get(opts, :data_dir, "./data")
     Overworld.Bench.Stats.start_node()
@@ -118,7 +126,11 @@ defmodule Mix.Tasks.Overworld.Server do
 
     names = Map.new(started, fn {id, _config} -> {to_string(id), id} end)
     [{first, config} | _] = started
-    start_server!(port: port, data_dir: data_dir, zones: names, default_zone: to_string(first))
+
+    start_server!(
+      [port: port, data_dir: data_dir, zones: names, default_zone: to_string(first)] ++
+        Keyword.take(opts, [:pace, :max_players])
+    )
 
     Mix.shell().info(
       "Overworld: zone #{inspect(to_string(first))} (#{inspect(config.module)}) in " <>

@@ -32,6 +32,7 @@ defmodule Overworld.Bench.Capacity do
       clients: gen["clients"],
       connected: gen["connected"],
       failed: gen["failed"],
+      refused: gen["refused"] || 0,
       failures: gen["failures"],
       closed: gen["closed"],
       close_codes: gen["close_codes"],
@@ -93,7 +94,12 @@ defmodule Overworld.Bench.Capacity do
       frames_per_second: Float.round(frames / secs, 1),
       frames_skipped: b["frames_skipped"] - a["frames_skipped"],
       bytes_out_per_second: round((b["bytes_out"] - a["bytes_out"]) / secs),
-      refused: b["refused"] - a["refused"],
+      refused_connections: b["refused"] - a["refused"],
+      refused_joins: (b["refused_joins"] || 0) - (a["refused_joins"] || 0),
+      send_interval: b["send_interval"],
+      send_interval_changes:
+        (b["send_interval_changes"] || 0) - (a["send_interval_changes"] || 0),
+      frames_late: (b["frames_late"] || 0) - (a["frames_late"] || 0),
       scheduler_utilization: cpu.utilization,
       busy_us_per_second: cpu.busy_us_per_second,
       os_cpu: cpu.os_cpu
@@ -154,7 +160,8 @@ defmodule Overworld.Bench.Capacity do
   @doc """
   The knee: the most clients of a step where every client got at least 28 snapshots a second
   and the input to acknowledgement p99 (its maximum where too few acknowledgements back a p99)
-  was at most 3 ticks, with every client connected and none closed by the server. Nil when no
+  was at most 3 ticks, with every client connected (none failed or refused) and none closed by
+  the server. Nil when no
   step with clients qualifies.
 
       iex> ok = %{connected: 1, failed: 0, closed: 0, snapshots_min: 29.5, ack_p99_ticks: 1.8}
@@ -178,7 +185,8 @@ defmodule Overworld.Bench.Capacity do
   defp within?(%{clients: n} = s) when n > 0 do
     ack = s[:ack_p99_ticks] || s[:ack_max_ticks]
 
-    s[:failed] == 0 and s[:closed] == 0 and is_number(s[:snapshots_min]) and
+    s[:failed] == 0 and s[:closed] == 0 and (s[:refused] || 0) == 0 and
+      is_number(s[:snapshots_min]) and
       s.snapshots_min >= @knee_rate and is_number(ack) and ack <= @knee_ack_ticks
   end
 

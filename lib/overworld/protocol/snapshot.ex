@@ -223,16 +223,18 @@ defmodule Overworld.Protocol.Snapshot do
   defmodule View do
     @moduledoc """
     What a client holds: its cells (key => entries sorted by id), the tick each cell is at
-    (`ticks`: the last snapshot that did not hold it back), the tick of the last snapshot and
-    the newest input the server acknowledged.
+    (`ticks`: the last snapshot that did not hold it back), the tick of the last snapshot, the
+    newest input the server acknowledged, and the send interval the server announced (ticks
+    between two snapshots; 1 until a snapshot's extension 1 says otherwise).
     """
-    defstruct cells: %{}, ticks: %{}, tick: 0, input_ack: 0
+    defstruct cells: %{}, ticks: %{}, tick: 0, input_ack: 0, send_interval: 1
 
     @type t :: %__MODULE__{
             cells: %{optional(non_neg_integer) => [Overworld.Protocol.Snapshot.entry()]},
             ticks: %{optional(non_neg_integer) => non_neg_integer},
             tick: non_neg_integer,
-            input_ack: non_neg_integer
+            input_ack: non_neg_integer,
+            send_interval: pos_integer
           }
 
     @doc """
@@ -270,13 +272,15 @@ defmodule Overworld.Protocol.Snapshot do
          {:ok, left, rest} <- Codec.read_varint(rest),
          {:ok, cells, rest} <- leave(left, rest, cells),
          {:ok, behind, rest} <- read_runs(rest),
-         {:ok, _extensions, <<>>} <- Overworld.Protocol.read_extensions(rest) do
+         {:ok, extensions, <<>>} <- Overworld.Protocol.read_extensions(rest),
+         {:ok, interval} <- send_interval(extensions, view.send_interval) do
       {:ok,
        %View{
          cells: cells,
          ticks: cell_ticks(cells, ticks, behind, tick),
          tick: tick,
-         input_ack: ack
+         input_ack: ack,
+         send_interval: interval
        }}
     else
       {:ok, _, _} -> {:error, :trailing_bytes}
@@ -285,6 +289,21 @@ defmodule Overworld.Protocol.Snapshot do
   end
 
   def apply(%View{}, _bin, _templates), do: {:error, :not_a_snapshot}
+
+  # Extension 1: the send interval (a varint of at least 1, the whole extension); other types
+  # are skipped. Absent: unchanged.
+  defp send_interval(extensions, current) do
+    Enum.reduce_while(extensions, {:ok, current}, fn
+      {1, bytes}, _ ->
+        case Codec.read_varint(bytes) do
+          {:ok, k, <<>>} when k >= 1 -> {:cont, {:ok, k}}
+          _ -> {:halt, {:error, :bad_send_interval}}
+        end
+
+      _, acc ->
+        {:cont, acc}
+    end)
+  end
 
   # Baseline 0: the client starts from nothing; otherwise it must hold the baseline.
   defp base(_view, 0), do: {:ok, %{}, %{}}

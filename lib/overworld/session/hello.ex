@@ -31,8 +31,28 @@ defmodule Overworld.Session.Hello do
     with {:ok, user} <- hello_user(token, st),
          {:ok, handoff} <- register(st.cfg.name, user, 3),
          st = %{st | user: user},
+         :ok <- admit(st, handoff),
          {:ok, st} <- enter_zone(st, handoff) do
+      # Until now the connection ran at high priority (answering within a second whatever
+      # the load); a live session's snapshots yield to the zone's tick.
+      Process.flag(:priority, :normal)
       {:ok, Session.flush_outbox(%{st | phase: :live})}
+    end
+  end
+
+  # A new player (no avatar to resume) joins only when the server admits one now
+  # (`Overworld.Server.Pace.admit/2`): else 4008, with the time to wait.
+  defp admit(%{zone: nil}, _handoff), do: :ok
+  defp admit(_st, handoff) when handoff != nil, do: :ok
+
+  defp admit(st, nil) do
+    case Overworld.Server.Pace.admit(st.cfg, st.zone) do
+      :ok ->
+        :ok
+
+      {:full, why} ->
+        :counters.add(st.cfg.counters, Overworld.Server.counter(:refused_joins), 1)
+        Session.close(st, 4008, "retry_after=#{st.cfg.retry_after}; #{why}", 8)
     end
   end
 

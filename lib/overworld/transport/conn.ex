@@ -19,6 +19,11 @@ defmodule Overworld.Transport.Conn do
 
   @doc false
   def init(name) do
+    # High priority until the connection is a live session (`Overworld.Session.Hello` lowers
+    # it): device authentication, the upgrade and HELLO answer within a second however busy
+    # the node's sessions are. Their work is small and bounded (one request at a time, limits).
+    Process.flag(:priority, :high)
+
     receive do
       {:go, sock} -> serve(sock, Server.config(name))
     after

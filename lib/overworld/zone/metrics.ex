@@ -111,6 +111,8 @@ defmodule Overworld.Zone.Metrics do
 
   @spec report(t) :: map
   def report(m) do
+    # The recent window first: read before the lifetime histogram, it never holds more ticks.
+    recent = Histogram.summary(recent(m))
     ticks = get(m, :ticks)
     avg = fn field -> if ticks > 0, do: get(m, field) / ticks, else: nil end
 
@@ -124,7 +126,7 @@ defmodule Overworld.Zone.Metrics do
       entities: get(m, :entities),
       players: get(m, :players),
       tick_us: Histogram.summary(Histogram.snapshot(m.ticks_us)),
-      recent_tick_us: Histogram.summary(recent(m)),
+      recent_tick_us: recent,
       # Node-wide, since the zone started: what the BEAM really used beside what the OS saw.
       cpu:
         Map.take(Overworld.Metrics.CPU.compare(m.cpu, Overworld.Metrics.CPU.sample()), [

@@ -35,6 +35,26 @@ defmodule Mix.Tasks.Overworld.ServerTest do
     Supervisor.stop(Overworld.Server)
   end
 
+  test "--no-pace and --max-players reach the server" do
+    capture_io(fn ->
+      Task.run(
+        @zone ++
+          ~w(--name paced --seconds 1 --interval 1 --port 0 --no-persist --no-pace --max-players 3 --data-dir #{DataDir.path()})
+      )
+    end)
+
+    cfg = Overworld.Server.config()
+    assert cfg.max_players == 3
+    # No controller: the interval stays 1 whatever the load.
+    refute Enum.any?(Supervisor.which_children(Overworld.Server), fn {id, _, _, _} ->
+             id == Overworld.Server.Pace
+           end)
+
+    assert Overworld.Server.Pace.interval(cfg) == 1
+    Overworld.stop_zone("paced")
+    Supervisor.stop(Overworld.Server)
+  end
+
   test "init/1's args from --arg, typed" do
     assert Task.parse_args(~w(goblins=10 speed=1.5 debug=true name=ann)) ==
              [goblins: 10, speed: 1.5, debug: true, name: "ann"]
@@ -50,6 +70,7 @@ defmodule Mix.Tasks.Overworld.ServerTest do
       {~w(--zone Nope.Zone), "--zone Nope.Zone: no such module in this project"},
       {@zone ++ ~w(--port -1), "--port must be a port number in 0..65535"},
       {@zone ++ ~w(--interval 0), "--interval must be a positive integer"},
+      {@zone ++ ~w(--max-players 0), "--max-players must be a positive integer"},
       {~w(--zone Overworld.Test.Walkers --size 10), "--size must be W,H in metres"},
       {@zone ++ ~w(--tick-rate 5000), "expected :tick_rate to be an integer in 1..1000"},
       {@zone ++ ~w(--zone-typo x), "invalid arguments"}

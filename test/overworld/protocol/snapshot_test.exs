@@ -161,6 +161,30 @@ defmodule Overworld.Protocol.SnapshotTest do
     assert cells == %{}
   end
 
+  test "the send interval (extension 1): kept until changed, unknown extensions skipped, a bad one refused" do
+    es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}]
+    block = Snapshot.keyframe_block(40, es, @templates)
+
+    msg = fn tick, base, ext ->
+      IO.iodata_to_binary(Snapshot.encode(tick, base, [block], [], 0, [], ext))
+    end
+
+    {:ok, v1} = Snapshot.apply(%View{}, msg.(5, 0, []), @templates)
+    assert v1.send_interval == 1
+    {:ok, v2} = Snapshot.apply(v1, msg.(7, 5, [{7, "x"}, {1, <<3>>}]), @templates)
+    assert v2.send_interval == 3
+    # Absent: unchanged.
+    {:ok, v3} = Snapshot.apply(v2, msg.(10, 7, []), @templates)
+    assert v3.send_interval == 3
+
+    for bytes <- [<<0>>, <<>>, <<2, 0>>, <<0x80>>] do
+      assert {:error, _} = Snapshot.apply(v3, msg.(13, 10, [{1, bytes}]), @templates)
+    end
+
+    assert {:error, :bad_send_interval} =
+             Snapshot.apply(v3, msg.(13, 10, [{1, <<0>>}]), @templates)
+  end
+
   test "invalid blocks are refused and leave the view as it was: an id gap of 0, an arrival of an id the cell holds, op 11" do
     es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}, {9, 1, {1, 2, 3}}]
 

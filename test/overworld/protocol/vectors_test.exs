@@ -218,7 +218,7 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
 
   test "protocol 2's cases in the snapshot vectors are what they say" do
     json = "protocol/vectors/snapshots.json" |> File.read!() |> :jiffy.decode([:return_maps])
-    [s1, s2, s3, s4] = Enum.take(json["snapshots"], -4)
+    [s1, s2, s3, s4, s5] = Enum.take(json["snapshots"], -5)
 
     cells = fn s ->
       Map.new(s["view"], &{&1["cell"], Enum.map(&1["entities"], fn e -> e["id"] end)})
@@ -242,6 +242,11 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
     # An empty keyframe of cell 12 (header 12 * 4, count 0): the cell is no longer held.
     assert Map.has_key?(cells.(s3), 12) and not Map.has_key?(cells.(s4), 12)
     assert s4["hex"] =~ "3000"
+    # Two ticks later, the send interval 2 (extension 1, after an unknown one: count 2, type 99
+    # of no bytes, type 1 of one byte, 2); the views before hold 1.
+    assert s5["tick"] == s4["tick"] + 2
+    assert String.ends_with?(s5["hex"], "02" <> "6300" <> "010102")
+    assert s5["send_interval"] == 2 and Enum.all?([s1, s2, s3, s4], &(&1["send_interval"] == 1))
   end
 
   test "frames.json: a client view applying a real observer's frames holds what the file says" do

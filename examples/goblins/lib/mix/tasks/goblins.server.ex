@@ -7,7 +7,7 @@ defmodule Mix.Tasks.Goblins.Server do
 
       mix goblins.server [--entities 10000] [--workers N] [--tick-rate 30] [--port 4000]
                          [--data-dir ./data] [--no-persist] [--snapshot-ticks 300]
-                         [--interval 5] [--seconds S]
+                         [--interval 5] [--seconds S] [--no-pace] [--max-players N]
 
   The zone is named `goblins` (clients connect to `/ws?zone=goblins`, the default zone) and
   keeps its snapshots and journal in `<data-dir>/zones/goblins/`: started again on its files

@@ -1,0 +1,216 @@
+defmodule Overworld.Server.Pace do
+  @moduledoc """
+  The snapshot pace of a server: how many ticks lie between two snapshots of each of its
+  sessions (the *send interval*: 1 is every tick, 2 every other, 3 every third; 30, 15 and
+  10 snapshots a second at 30 Hz). It is the same for every session of the server, so that an
+  overloaded node shares what it can send evenly instead of leaving some players with almost
+  nothing.
+
+  The sessions of a server spread their snapshots over the ticks (each sends on the ticks
+  `n` where `rem(n + phase, interval) == 0`, `phase` fixed per session), so the frame work of
+  a tick is a share of the sessions, not all of them every `interval` ticks; a session that
+  missed its turn (it was busy) sends on the next tick. A snapshot after skipped ticks carries
+  everything since (and `Overworld.Interest` gives it the budget of those ticks). Inputs are
+  still applied every tick, and acknowledged in the next snapshot. The client is told the
+  interval in the snapshot (extension 1, docs/protocol.md) so its interpolation spaces
+  samples right.
+
+  ## The controller
+
+  A process at high priority (it must run when the node is saturated) looks every
+  `:pace_window` ms (default 500) at the frames the sessions built in the window and how many
+  of them were **late** (the next tick's notice was already waiting when the session built
+  its frame: the sessions as a whole are more than a tick behind), and at the schedulers'
+  utilization:
+
+  * more than 5 % of the window's frames late: the interval goes up by one (up to
+    `:max_send_interval`, default 3), and stays at least 4 windows;
+  * none late for 6 windows in a row and the schedulers below 70 % busy: the interval goes down
+    by one (the 70 % leaves room for the extra frames: hysteresis, so it does not swing).
+
+  `interval/1` reads the interval from an `:atomics` (no message); `stats/1` says how often it
+  changed. With `pace: false` the interval stays 1.
+
+  ## Admission
+
+  At the largest interval and still late, the server is **saturated**: one more player would
+  take everyone below the slowest rate. New players are then refused (`admit/2`: close code
+  4008 with ERROR 8, whose message starts with `retry_after=N;`, docs/protocol.md), and so
+  are players beyond `:max_players` in a zone; a player resuming its avatar is never refused.
+  """
+  use GenServer
+
+  alias Overworld.Server
+
+  # atomics: 1 the interval in force, 2 changes so far, 3 saturated (1: at the largest
+  # interval and still late in the last window: new players are refused, see `admit/2`).
+  @interval 1
+  @changes 2
+  @saturated 3
+
+  @late_share 0.05
+  @hold_windows 4
+  @calm_windows 6
+  @calm_utilization 0.7
+
+  @doc false
+  @spec new() :: :atomics.atomics_ref()
+  def new do
+    ref = :atomics.new(3, signed: false)
+    :atomics.put(ref, @interval, 1)
+    ref
+  end
+
+  @doc "The send interval in force (ticks between two snapshots of a session)."
+  @spec interval(Server.Config.t()) :: pos_integer
+  def interval(%{pace: ref}), do: :atomics.get(ref, @interval)
+
+  @doc false
+  # Sets the interval (tests; the controller, when it runs, goes on from there).
+  @spec put(Server.Config.t(), pos_integer) :: :ok
+  def put(%{pace: ref}, k) when is_integer(k) and k >= 1 do
+    if :atomics.exchange(ref, @interval, k) != k, do: :atomics.add(ref, @changes, 1)
+    :ok
+  end
+
+  @doc """
+  The interval in force, how many times it changed since the server started, and whether the
+  server is saturated (at the largest interval and still late).
+  """
+  @spec stats(Server.Config.t()) :: %{
+          interval: pos_integer,
+          changes: non_neg_integer,
+          saturated: boolean
+        }
+  def stats(%{pace: ref}),
+    do: %{
+      interval: :atomics.get(ref, @interval),
+      changes: :atomics.get(ref, @changes),
+      saturated: :atomics.get(ref, @saturated) == 1
+    }
+
+  @doc """
+  Whether a new player may join `zone` now: not when the server is saturated (lowering the
+  snapshot rate further would leave everyone below the slowest rate allowed), nor when the
+  zone holds `:max_players` players already. Answers `:ok` or `{:full, why}`. Players
+  resuming their avatar (a reconnect within the grace period) are not asked.
+  """
+  @spec admit(Server.Config.t(), term) :: :ok | {:full, String.t()}
+  def admit(%{pace: ref} = cfg, zone) do
+    players = players(zone)
+
+    cond do
+      :atomics.get(ref, @saturated) == 1 ->
+        {:full,
+         "the server is saturated (a snapshot every #{:atomics.get(ref, @interval)} ticks and still late)"}
+
+      cfg.max_players != nil and players >= cfg.max_players ->
+        {:full, "the zone holds #{players} players (at most #{cfg.max_players})"}
+
+      true ->
+        :ok
+    end
+  end
+
+  defp players(nil), do: 0
+
+  defp players(zone) do
+    case Overworld.Zone.metrics_ref(zone) do
+      nil -> 0
+      m -> Overworld.Zone.Metrics.get(m, :players)
+    end
+  end
+
+  @doc false
+  # Sets or clears the saturated flag (the controller; tests).
+  @spec saturate(Server.Config.t(), boolean) :: :ok
+  def saturate(%{pace: ref}, on?) do
+    :atomics.put(ref, @saturated, if(on?, do: 1, else: 0))
+    :ok
+  end
+
+  @doc """
+  The next interval from the current one and a window's figures: `built` frames, `late` ones,
+  the schedulers' `utilization` (0..1), and the controller's memory `{hold, calm}` (windows
+  to keep the interval, windows calm in a row). Answers `{interval, {hold, calm}}`.
+
+      iex> alias Overworld.Server.Pace
+      iex> Pace.next(1, 3, %{built: 1000, late: 80, utilization: 0.99}, {0, 0})
+      {2, {4, 0}}
+      iex> Pace.next(2, 3, %{built: 1000, late: 80, utilization: 0.99}, {3, 0})
+      {2, {2, 0}}
+      iex> Pace.next(3, 3, %{built: 1000, late: 900, utilization: 1.0}, {0, 0})
+      {3, {0, 0}}
+      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.5}, {0, 5})
+      {1, {4, 0}}
+      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.9}, {0, 5})
+      {2, {0, 0}}
+  """
+  @spec next(pos_integer, pos_integer, map, {non_neg_integer, non_neg_integer}) ::
+          {pos_integer, {non_neg_integer, non_neg_integer}}
+  def next(k, max, %{late: late, utilization: util} = window, {hold, calm}) do
+    late? = late?(window)
+    calm = if late == 0 and util < @calm_utilization, do: calm + 1, else: 0
+
+    cond do
+      hold > 0 -> {k, {hold - 1, calm}}
+      late? and k < max -> {k + 1, {@hold_windows, 0}}
+      late? -> {k, {0, 0}}
+      k > 1 and calm >= @calm_windows -> {k - 1, {@hold_windows, 0}}
+      true -> {k, {0, calm}}
+    end
+  end
+
+  @doc false
+  def child_spec(name),
+    do: %{id: __MODULE__, start: {GenServer, :start_link, [__MODULE__, name]}}
+
+  @impl true
+  def init(name) do
+    Process.flag(:priority, :high)
+    cfg = Server.config(name)
+    schedule(cfg.pace_window)
+
+    {:ok,
+     %{
+       cfg: cfg,
+       sample: Overworld.Metrics.CPU.sample(),
+       counts: counts(cfg),
+       memory: {0, 0}
+     }}
+  end
+
+  @impl true
+  def handle_info(:window, %{cfg: cfg} = st) do
+    schedule(cfg.pace_window)
+    sample = Overworld.Metrics.CPU.sample()
+    counts = counts(cfg)
+    util = Overworld.Metrics.CPU.compare(st.sample, sample).scheduler
+
+    window = %{
+      built: counts.built - st.counts.built,
+      late: counts.late - st.counts.late,
+      utilization: util
+    }
+
+    k = :atomics.get(cfg.pace, @interval)
+    {k2, memory} = next(k, cfg.max_send_interval, window, st.memory)
+
+    if k2 != k, do: put(cfg, k2)
+
+    {:noreply, %{st | sample: sample, counts: counts, memory: memory}}
+  end
+
+  defp late?(%{built: built, late: late}), do: built > 0 and late / built > @late_share
+
+  defp counts(cfg) do
+    c = cfg.counters
+
+    %{
+      built: :counters.get(c, Server.counter(:frames_out)),
+      late: :counters.get(c, Server.counter(:frames_late))
+    }
+  end
+
+  defp schedule(ms), do: Process.send_after(self(), :window, ms)
+end
