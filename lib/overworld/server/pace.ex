@@ -197,9 +197,24 @@ defmodule Overworld.Server.Pace do
     {k2, memory} = next(k, cfg.max_send_interval, window, st.memory)
 
     if k2 != k, do: put(cfg, k2)
-
+    # At the largest interval and still late: saturated (new players are refused).
+    saturate(cfg, saturated?(k2, cfg.max_send_interval, window))
     {:noreply, %{st | sample: sample, counts: counts, memory: memory}}
   end
+
+  @doc """
+  Whether a window leaves the server saturated: at the largest interval and still late.
+
+      iex> alias Overworld.Server.Pace
+      iex> Pace.saturated?(3, 3, %{built: 1000, late: 300})
+      true
+      iex> Pace.saturated?(2, 3, %{built: 1000, late: 300})
+      false
+      iex> Pace.saturated?(3, 3, %{built: 1000, late: 10})
+      false
+  """
+  @spec saturated?(pos_integer, pos_integer, map) :: boolean
+  def saturated?(k, max, window), do: k == max and late?(window)
 
   defp late?(%{built: built, late: late}), do: built > 0 and late / built > @late_share
 
