@@ -47,7 +47,7 @@ defmodule Overworld.Interest do
   require Logger
   require Overworld.Entity
   alias Overworld.Entity
-  alias Overworld.Interest.Region
+  alias Overworld.Interest.{Region, Runs}
   alias Overworld.Protocol.{Codec, Snapshot}
   alias Overworld.Spatial.Grid
   alias Overworld.Zone.Wire
@@ -340,7 +340,7 @@ defmodule Overworld.Interest do
 
         true ->
           {sent, deferred, again} = take(items, room - b, [], 0, {o, cache, n, room - b, []})
-          fit(o, sent, again, deferred, n, room)
+          fit_behind(o, sent, again, deferred, n, room)
       end
 
     {blocks, count, bytes} = blocks(sent)
@@ -351,7 +351,7 @@ defmodule Overworld.Interest do
   # What the frame sends with the list of the cells it holds back (`behind/2`): while the two do
   # not fit the room together, the last (least urgent) item waits too, but for an item larger
   # than the whole room, which goes alone (see take/5: the one frame allowed over budget).
-  defp fit(o0, sent, again, deferred, n, room) do
+  defp fit_behind(o0, sent, again, deferred, n, room) do
     o = o0 |> apply_sent(sent, n) |> refetch(again, n)
     behind = behind(o, n)
 
@@ -361,7 +361,7 @@ defmodule Overworld.Interest do
 
       [_ | _] ->
         if cost(sent) + runs_bytes(behind) > room,
-          do: fit(o0, Enum.drop(sent, -1), again, deferred + 1, n, room),
+          do: fit_behind(o0, Enum.drop(sent, -1), again, deferred + 1, n, room),
           else: {o, sent, behind, deferred}
 
       [] ->
@@ -380,12 +380,8 @@ defmodule Overworld.Interest do
       for {row, runs} <- held, {a, b, t} <- runs, t < n, do: {Grid.key_at(g, a, row), b - a + 1}
 
     stale = for {key, {_, _, _, _, true}} <- pending, do: {key, 1}
-    join_keys(Enum.sort(held_back ++ stale))
+    Runs.join_keys(Enum.sort(held_back ++ stale))
   end
-
-  defp join_keys([{k, c}, {k2, c2} | rest]) when k + c == k2, do: join_keys([{k, c + c2} | rest])
-  defp join_keys([run | rest]), do: [run | join_keys(rest)]
-  defp join_keys([]), do: []
 
   defp runs_bytes([]), do: 0
   defp runs_bytes(runs), do: IO.iodata_length(Snapshot.runs(runs)) - 1
@@ -400,15 +396,8 @@ defmodule Overworld.Interest do
   defp finish(o, n, at, blocks, count, bytes, left, behind, deferred, fast?) do
     baseline = if o.reset, do: 0, else: o.tick
 
-    head = <<
-      0x02,
-      Codec.varint(n)::binary,
-      Codec.varint(baseline)::binary,
-      Codec.varint(o.input_ack)::binary,
-      Codec.varint(count)::binary
-    >>
-
-    tail = tail(left, behind, o.ext)
+    head = Snapshot.head(n, baseline, o.input_ack, count)
+    tail = Snapshot.tail(left, behind, o.ext)
     frame = [head, blocks | tail]
 
     info = %{
@@ -426,10 +415,6 @@ defmodule Overworld.Interest do
 
     {frame, info, %{o | tick: n, reset: false, at: at, ext: []}}
   end
-
-  # No cell left, none held back, no extension: the common frame's tail.
-  defp tail([], [], []), do: <<0, 0, 0>>
-  defp tail(left, behind, ext), do: Snapshot.tail(left, behind, ext)
 
   # The region is computed again only once the observer moved beyond the slack.
   defp region(%__MODULE__{at: {ax, ay}, region: region}, x, y)
@@ -461,7 +446,7 @@ defmodule Overworld.Interest do
           {o, left}
 
         new ->
-          gone = minus(run, new)
+          gone = Runs.minus(run, new)
           runs = Map.get(o.held, row, [])
 
           keys =
@@ -471,7 +456,7 @@ defmodule Overworld.Interest do
                 do: Grid.key_at(g, col, row)
 
           dropped = for {a, b} <- gone, col <- a..b, do: Grid.key_at(g, col, row)
-          held = Map.put(o.held, row, clip(runs, new))
+          held = Map.put(o.held, row, Runs.clip(runs, new))
 
           o = %{
             o
@@ -486,18 +471,6 @@ defmodule Overworld.Interest do
     |> then(fn {o, left} -> {o, Enum.sort(left)} end)
   end
 
-  # The cells of run `{a, b}` outside run `new` (nil: none), as up to two runs.
-  defp minus(run, nil), do: [run]
-
-  defp minus({a, b}, {c, d}),
-    do: Enum.filter([{a, min(b, c - 1)}, {max(a, d + 1), b}], fn {x, y} -> x <= y end)
-
-  defp clip(_runs, nil), do: []
-
-  defp clip(runs, {c, d}) do
-    for {a, b, t} <- runs, a <= d and b >= c, do: {max(a, c), min(b, d), t}
-  end
-
   # Cells new to the region are asked of their workers as keyframes.
   defp enter(%__MODULE__{region: region} = o, region, _n), do: o
 
@@ -507,7 +480,7 @@ defmodule Overworld.Interest do
           # (a match in a comprehension filters on its value: nil would drop the row)
           {old} = {Map.get(o.region, row)},
           old != run,
-          {a, b} <- minus(run, old),
+          {a, b} <- Runs.minus(run, old),
           col <- a..b,
           do: {Grid.key_at(g, col, row), {row, col, n, n, false}}
 
@@ -578,18 +551,13 @@ defmodule Overworld.Interest do
         end
       end
 
-    held = Enum.reduce(stale, o.held, fn {row, a, b, _}, held -> drop_run(held, row, a, b) end)
+    held =
+      Enum.reduce(stale, o.held, fn {row, a, b, _}, held ->
+        Map.update(held, row, [], &Runs.drop(&1, a, b))
+      end)
+
     ask(o, Enum.map(cells, &elem(&1, 0)))
     %{o | held: held, pending: Map.merge(o.pending, Map.new(cells))}
-  end
-
-  defp drop_run(held, row, a, b) do
-    Map.update(held, row, [], fn runs ->
-      Enum.flat_map(runs, fn {c, d, t} ->
-        Enum.filter([{c, a - 1, t}, {b + 1, d, t}], fn {x, y, _} -> x <= y end)
-        |> then(&if(c <= b and d >= a, do: &1, else: [{c, d, t}]))
-      end)
-    end)
   end
 
   # The pending cells whose keyframe has come: the keyframe, then the slices since.
@@ -785,39 +753,14 @@ defmodule Overworld.Interest do
   defp apply_sent(%__MODULE__{} = o, sent, n) do
     Enum.reduce(sent, o, fn
       {_, _, _, _, {:run, row, a, b, _t}}, o ->
-        %{o | held: Map.update!(o.held, row, &set_run(&1, a, b, n))}
+        %{o | held: Map.update!(o.held, row, &Runs.set(&1, a, b, n))}
 
       {_, _, _, _, {:key, row, col, key, _m}}, o ->
-        held = Map.update(o.held, row, [{col, col, n}], &set_run(&1, col, col, n))
+        held = Map.update(o.held, row, [{col, col, n}], &Runs.set(&1, col, col, n))
 
         %{o | held: held, pending: Map.delete(o.pending, key), kfs: Map.delete(o.kfs, key)}
     end)
   end
-
-  # Cells a..b of a row's runs (sorted, disjoint) are now at tick n; neighbours at the same
-  # tick are joined.
-  defp set_run(runs, a, b, n), do: runs |> cut(a, b, {a, b, n}) |> join_runs()
-
-  defp cut([], _a, _b, new), do: [new]
-  defp cut([{_, d, _} = run | rest], a, b, new) when d < a, do: [run | cut(rest, a, b, new)]
-  defp cut([{c, _, _} | _] = runs, _a, b, new) when c > b, do: [new | runs]
-
-  # Overlapping: keep what is left of it on either side.
-  defp cut([{c, d, t} | rest], a, b, new) do
-    after_ = if d > b, do: [{b + 1, d, t} | rest], else: rest
-    before = if c < a, do: [{c, a - 1, t}], else: []
-    before ++ cut_rest(after_, a, b, new)
-  end
-
-  defp cut_rest([{c, d, t} | rest], a, b, new) when c <= b do
-    if d > b, do: [new, {b + 1, d, t} | rest], else: cut_rest(rest, a, b, new)
-  end
-
-  defp cut_rest(rest, _a, _b, new), do: [new | rest]
-
-  defp join_runs([{a, b, t}, {c, d, t} | rest]) when c == b + 1, do: join_runs([{a, d, t} | rest])
-  defp join_runs([run | rest]), do: [run | join_runs(rest)]
-  defp join_runs([]), do: []
 
   defp blocks(sent) do
     Enum.reduce(sent, {[], 0, 0}, fn {_, cost, count, io, _}, {acc, c, b} ->

@@ -179,19 +179,27 @@ defmodule Overworld.Protocol.Snapshot do
           [{non_neg_integer, binary}]
         ) :: iodata
   def encode(tick, baseline, blocks, left, input_ack \\ 0, behind \\ [], extensions \\ []) do
-    [
-      <<0x02, Codec.varint(tick)::binary, Codec.varint(baseline)::binary,
-        Codec.varint(input_ack)::binary, Codec.varint(length(blocks))::binary>>,
-      blocks | tail(left, behind, extensions)
-    ]
+    [head(tick, baseline, input_ack, length(blocks)), blocks | tail(left, behind, extensions)]
   end
 
   @doc false
-  # What follows the blocks: the cells that left, the runs held back, the extensions (none
-  # yet: docs/protocol.md, later versions add some without breaking this one).
+  # What comes before the blocks: the opcode, the tick, the baseline, the input
+  # acknowledgement and the block count.
+  @spec head(non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer) :: binary
+  def head(tick, baseline, input_ack, count) do
+    <<0x02, Codec.varint(tick)::binary, Codec.varint(baseline)::binary,
+      Codec.varint(input_ack)::binary, Codec.varint(count)::binary>>
+  end
+
+  @doc false
+  # What follows the blocks: the cells that left, the runs held back, the extensions
+  # (docs/protocol.md). Most snapshots have none of them: three zero counts.
   @spec tail([non_neg_integer], [{non_neg_integer, pos_integer}], [{non_neg_integer, binary}]) ::
           iodata
-  def tail(left, behind, extensions \\ []) do
+  def tail(left, behind, extensions \\ [])
+  def tail([], [], []), do: <<0, 0, 0>>
+
+  def tail(left, behind, extensions) do
     [
       Codec.varint(length(left)),
       Enum.map(left, &Codec.varint/1),

@@ -1,0 +1,4 @@
+defmodule Overworld.Interest.RunsTest do
+  use ExUnit.Case, async: true
+  doctest Overworld.Interest.Runs
+end
