@@ -35,6 +35,35 @@ defmodule Overworld.Protocol do
   @spec version() :: pos_integer
   def version, do: @version
 
+  @doc """
+  A HANDSHAKE message (for `encode/1`): this version's, with `fields` over the defaults of a
+  connection that joined no zone (no entity, no grid, no template, no input layout, no
+  extension).
+
+      iex> Overworld.Protocol.handshake(entity_id: 7) |> Map.take([:version, :entity_id, :cols, :input])
+      %{version: 2, entity_id: 7, cols: 0, input: nil}
+  """
+  @spec handshake(keyword) :: map
+  def handshake(fields \\ []) do
+    Map.merge(
+      %{
+        type: :handshake,
+        version: @version,
+        tick_rate: 0,
+        entity_id: 0,
+        width: 0,
+        height: 0,
+        cell_size: 0,
+        cols: 0,
+        rows: 0,
+        templates: [],
+        input: nil,
+        extensions: []
+      },
+      Map.new(fields)
+    )
+  end
+
   @types %{uint: 0, int: 1, fixed: 2, angle: 3, enum: 4, bool: 5}
   @type_names Map.new(@types, fn {k, v} -> {v, k} end)
 

@@ -83,7 +83,9 @@ defmodule Overworld.Session do
     bucket: 0,
     refilled: 0,
     # The send interval this client was last told (SNAPSHOT extension 1; 1 until told).
-    told_interval: 1
+    told_interval: 1,
+    # Where the session's snapshots fall among the interval's ticks (from its user: spread).
+    pace_hash: 0
   ]
 
   @type t :: %__MODULE__{}
@@ -438,14 +440,14 @@ defmodule Overworld.Session do
     end
   end
 
-  # At a send interval of k, a session sends on the ticks n with rem(n + phase, k) == 0 (its
-  # phase from its user: the sessions spread over the k ticks), or as soon as k ticks passed
-  # since its last frame (it missed its turn: busy, or the interval changed).
+  # At a send interval of k, a session sends on the ticks n with rem(n + pace_hash, k) == 0
+  # (the hash of its user: the sessions spread over the k ticks), or as soon as k ticks
+  # passed since its last frame (it missed its turn: busy, or the interval changed).
   defp my_turn?(_st, _n, 1), do: true
   defp my_turn?(%{obs: nil}, _n, _k), do: true
 
   defp my_turn?(st, n, k),
-    do: rem(n + :erlang.phash2(st.user, k), k) == 0 or n - st.obs.tick >= k
+    do: rem(n + st.pace_hash, k) == 0 or n - st.obs.tick >= k
 
   defp snapshot(st, n, k) do
     queued = queued(st.sock)
@@ -549,12 +551,14 @@ defmodule Overworld.Session do
   # client's close or FIN before dropping the socket.
   @spec close(t, pos_integer, String.t(), pos_integer | nil) :: {:noreply, t}
   def close(st, code, why, error \\ nil) do
+    # (A connection refused before it was live ran at high priority: no longer.)
+    Process.flag(:priority, :normal)
     Logger.info("session #{st.user || "(no user yet)"}: closing with #{code}: #{why}")
     if error, do: send_msg(st, %{type: :error, code: error, message: why})
     send_data(st, WebSocket.close(code, why))
     :gen_tcp.shutdown(st.sock, :write)
     :erlang.start_timer(@linger, self(), :linger)
-    grace = if code in [4003, 4004, 4006], do: :left, else: :lost
+    grace = if code in [4003, 4004, 4006, 4008], do: :left, else: :lost
     {:noreply, %{st | phase: :closing, grace: grace}}
   end
 

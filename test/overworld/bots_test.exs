@@ -26,19 +26,12 @@ defmodule Overworld.BotsTest do
 
   test "the layout as a client decodes it from the HANDSHAKE (names as strings) works too" do
     hs =
-      Overworld.Protocol.encode(%{
-        type: :handshake,
-        version: 2,
+      Overworld.Protocol.handshake(
         tick_rate: 30,
         entity_id: 1,
-        width: 0,
-        height: 0,
-        cell_size: 0,
-        cols: 0,
-        rows: 0,
-        templates: [],
         input: Overworld.Template.Test.Wire.__input__()
-      })
+      )
+      |> Overworld.Protocol.encode()
 
     {:ok, %{input: decoded}} = Overworld.Protocol.decode(hs)
     [bin | _] = inputs(3, decoded)

@@ -382,20 +382,8 @@ defmodule Overworld.Protocol.Vectors do
         input: Wire.__input__(),
         extensions: [{99, <<1, 2, 3>>}]
       },
-      %{
-        type: :handshake,
-        version: 2,
-        tick_rate: 0,
-        entity_id: 0,
-        width: 0,
-        height: 0,
-        cell_size: 0,
-        cols: 0,
-        rows: 0,
-        templates: [],
-        input: nil,
-        extensions: []
-      }
+      # A connection that joined no zone.
+      Overworld.Protocol.handshake()
     ]
 
     %{

@@ -22,7 +22,7 @@ defmodule Overworld.Session.Hello do
     Session.close(
       st,
       4001,
-      "unsupported protocol version #{v}, this server speaks #{Protocol.version()}",
+      "unsupported protocol version #{v}, this server speaks #{@version}",
       1
     )
   end
@@ -30,29 +30,12 @@ defmodule Overworld.Session.Hello do
   def hello(%{token: token}, st) do
     with {:ok, user} <- hello_user(token, st),
          {:ok, handoff} <- register(st.cfg.name, user, 3),
-         st = %{st | user: user},
-         :ok <- admit(st, handoff),
+         st = %{st | user: user, pace_hash: :erlang.phash2(user)},
          {:ok, st} <- enter_zone(st, handoff) do
       # Until now the connection ran at high priority (answering within a second whatever
       # the load); a live session's snapshots yield to the zone's tick.
       Process.flag(:priority, :normal)
       {:ok, Session.flush_outbox(%{st | phase: :live})}
-    end
-  end
-
-  # A new player (no avatar to resume) joins only when the server admits one now
-  # (`Overworld.Server.Pace.admit/2`): else 4008, with the time to wait.
-  defp admit(%{zone: nil}, _handoff), do: :ok
-  defp admit(_st, handoff) when handoff != nil, do: :ok
-
-  defp admit(st, nil) do
-    case Overworld.Server.Pace.admit(st.cfg, st.zone) do
-      :ok ->
-        :ok
-
-      {:full, why} ->
-        :counters.add(st.cfg.counters, Overworld.Server.counter(:refused_joins), 1)
-        Session.close(st, 4008, "retry_after=#{st.cfg.retry_after}; #{why}", 8)
     end
   end
 
@@ -132,6 +115,10 @@ defmodule Overworld.Session.Hello do
 
         Logger.warning("session #{st.user}: #{why}")
         Session.close(st, 4006, why, 6)
+
+      {:error, {:full, why}} ->
+        :counters.add(st.cfg.counters, Overworld.Server.counter(:refused_joins), 1)
+        Session.close(st, 4008, "retry_after=#{st.cfg.retry_after}; #{why}", 8)
 
       {:error, why} ->
         Session.close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
@@ -235,7 +222,16 @@ defmodule Overworld.Session.Hello do
       else: player_entity(st, nil)
   end
 
+  # A new avatar: only when the server admits a new player now (`Overworld.Server.Pace.admit/2`;
+  # a player resuming its avatar, above, always is).
   defp player_entity(st, handoff) do
+    case Overworld.Server.Pace.admit(st.cfg, st.zone) do
+      :ok -> join(st, handoff)
+      {:full, why} -> {:error, {:full, why}}
+    end
+  end
+
+  defp join(st, handoff) do
     if handoff, do: Overworld.Zone.leave(handoff.zone, st.user, :moved)
 
     case Overworld.Zone.join(st.zone, st.user, %{session: self()}) do
@@ -268,26 +264,10 @@ defmodule Overworld.Session.Hello do
     :exit, _ -> {:error, :not_running}
   end
 
-  defp handshake(nil, entity) do
-    %{
-      type: :handshake,
-      version: Protocol.version(),
-      tick_rate: 0,
-      entity_id: entity,
-      width: 0,
-      height: 0,
-      cell_size: 0,
-      cols: 0,
-      rows: 0,
-      templates: [],
-      input: nil
-    }
-  end
+  defp handshake(nil, entity), do: Protocol.handshake(entity_id: entity)
 
   defp handshake(config, entity) do
-    %{
-      type: :handshake,
-      version: Protocol.version(),
+    Protocol.handshake(
       tick_rate: config.tick_rate,
       entity_id: entity,
       width: config.width,
@@ -297,6 +277,6 @@ defmodule Overworld.Session.Hello do
       rows: config.grid.rows,
       templates: config.wire.__templates__(),
       input: config.wire.__input__()
-    }
+    )
   end
 end
