@@ -8,6 +8,7 @@ defmodule Overworld.GuideTest do
   import Overworld.Test.ServerCase, only: [join: 2, snapshots: 2]
 
   alias Overworld.Client
+  alias Overworld.Bench.OsServer
   alias Overworld.Protocol.Snapshot.View
 
   @moduletag timeout: 300_000
@@ -69,11 +70,11 @@ defmodule Overworld.GuideTest do
     # 3. The guide's server command (on a free port, files in a temporary directory).
     ["mix" | args] = command!("mix overworld.server")
     data = Path.join(tmp, "data")
-    {port, http} = serve(dir, args ++ ~w(--port 0 --interval 3600 --data-dir #{data}))
+    server = serve(dir, args ++ ~w(--port 0 --interval 3600 --data-dir #{data}))
 
     try do
       # 4. A player: its hero appears, then walks east with its inputs.
-      p = join(%{port: http}, path: "/ws?zone=my_game")
+      p = join(%{port: server.http_port}, path: "/ws?zone=my_game")
       assert [%{name: "hero"}] = p.templates
       # The guide's input layout, as the HANDSHAKE tells every client.
       assert %{name: "walk", fields: [%{name: "dx"}, %{name: "dy"}]} = layout = p.handshake.input
@@ -94,8 +95,7 @@ defmodule Overworld.GuideTest do
       assert y1 == y0
       Client.close(p.conn)
     after
-      Port.close(port)
-      System.cmd("kill", ["-9", Integer.to_string(os_pid(port))], stderr_to_stdout: true)
+      OsServer.stop(server, "KILL")
     end
   end
 
@@ -106,41 +106,14 @@ defmodule Overworld.GuideTest do
   end
 
   defp serve(dir, args) do
-    mix = System.find_executable("mix")
-
-    port =
-      Port.open({:spawn_executable, mix}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        {:line, 4096},
-        cd: dir,
-        env: [{~c"MIX_ENV", ~c"dev"}],
-        args: args
-      ])
-
-    {port, await_listening(port, System.monotonic_time(:millisecond) + 120_000, [])}
-  end
-
-  defp await_listening(port, deadline, out) do
-    receive do
-      {^port, {:data, {:eol, "os pid " <> pid}}} ->
-        Process.put({__MODULE__, :os_pid}, String.to_integer(pid))
-        await_listening(port, deadline, out)
-
-      {^port, {:data, {:eol, "listening on http://127.0.0.1:" <> p}}} ->
-        String.to_integer(p)
-
-      {^port, {:data, {_, line}}} ->
-        await_listening(port, deadline, [line | out])
-
-      {^port, {:exit_status, s}} ->
-        flunk("the guide's server exited with #{s}:\n" <> Enum.join(Enum.reverse(out), "\n"))
-    after
-      max(deadline - System.monotonic_time(:millisecond), 0) ->
-        flunk("the guide's server did not start:\n" <> Enum.join(Enum.reverse(out), "\n"))
+    case OsServer.start(System.find_executable("mix"), args,
+           cd: dir,
+           env: [{~c"MIX_ENV", ~c"dev"}],
+           timeout: 120_000
+         ) do
+      {:ok, server} -> server
+      {:error, {:exited, s, out}} -> flunk("the guide's server exited with #{s}:\n" <> out)
+      {:error, {:timeout, out}} -> flunk("the guide's server did not start:\n" <> out)
     end
   end
-
-  defp os_pid(_port), do: Process.get({__MODULE__, :os_pid}, 0)
 end

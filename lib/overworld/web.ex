@@ -210,8 +210,7 @@ defmodule Overworld.Web do
   defp histogram(id) do
     case Overworld.Zone.metrics_ref(id) do
       %{ticks_us: h} ->
-        snap = Overworld.Metrics.Histogram.snapshot(h)
-        %{counts: Tuple.to_list(snap.counts), count: snap.count, sum: snap.sum, max: snap.max}
+        h |> Overworld.Metrics.Histogram.snapshot() |> Overworld.Metrics.Histogram.to_map()
 
       _ ->
         nil

@@ -31,7 +31,7 @@ defmodule Mix.Tasks.Overworld.Bench.Capacity do
   """
   use Mix.Task
 
-  alias Overworld.Bench.{Args, Capacity, Loadgen, Stats}
+  alias Overworld.Bench.{Args, Capacity, Loadgen, OsServer, Stats}
 
   @switches [
     server: :string,
@@ -164,112 +164,46 @@ defmodule Mix.Tasks.Overworld.Bench.Capacity do
     data =
       Path.join(System.tmp_dir!(), "overworld-capacity-#{System.unique_integer([:positive])}")
 
-    json = Path.join(data, "loadgen.json")
     File.mkdir_p!(data)
     info("#{clients} clients: starting the server")
     server = start_server(o.server, data)
 
     try do
-      {prog, args} =
-        Loadgen.command(bin,
-          url: "ws://127.0.0.1:#{server.port}/ws",
+      {out, status, gen} =
+        Loadgen.run(bin,
+          url: "ws://127.0.0.1:#{server.http_port}/ws",
           clients: clients,
           input_hz: o.input_hz,
           ramp: o.ramp,
           warmup: o.warmup,
           seconds: o.seconds,
           procs: o.procs,
-          json: json,
           nice: o.nice,
           taskset: o.taskset
         )
 
-      {out, status} = System.cmd(prog, args, stderr_to_stdout: true)
       IO.write(out)
-      if status != 0, do: Mix.raise("the load generator failed (exit #{status})")
-      gen = json |> File.read!() |> :jiffy.decode([:return_maps, {:null_term, nil}])
-      lines = server_lines(server)
-
-      gen |> Capacity.step() |> Map.put(:server_lines, lines)
+      if status != 0 or gen == nil, do: Mix.raise("the load generator failed (exit #{status})")
+      gen |> Capacity.step() |> Map.put(:server_lines, Enum.take(OsServer.lines(server), -20))
     after
-      stop_server(server)
+      OsServer.stop(server)
       File.rm_rf(data)
     end
   end
 
+  # The game's server command, in this project's directory, with a free port and its own data.
   defp start_server(cmd, data) do
-    sh = System.find_executable("sh")
+    args = ["-c", "#{cmd} --port 0 --data-dir #{data} --interval 5"]
 
-    port =
-      Port.open({:spawn_executable, sh}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        {:line, 16_384},
-        args: ["-c", "#{cmd} --port 0 --data-dir #{data} --interval 5"]
-      ])
+    case OsServer.start(System.find_executable("sh"), args) do
+      {:ok, server} ->
+        server
 
-    wait_listening(port, %{proc: port, os_pid: nil, port: nil}, deadline())
-  end
-
-  defp deadline, do: System.monotonic_time(:millisecond) + 180_000
-
-  defp wait_listening(port, acc, deadline) do
-    left = deadline - System.monotonic_time(:millisecond)
-
-    receive do
-      {^port, {:data, {_, line}}} ->
-        cond do
-          m = Regex.run(~r/^os pid (\d+)/, line) ->
-            wait_listening(port, %{acc | os_pid: String.to_integer(Enum.at(m, 1))}, deadline)
-
-          m = Regex.run(~r/listening on http:\/\/127\.0\.0\.1:(\d+)/, line) ->
-            %{acc | port: String.to_integer(Enum.at(m, 1))}
-
-          true ->
-            wait_listening(port, acc, deadline)
-        end
-
-      {^port, {:exit_status, status}} ->
+      {:error, {:exited, status, _out}} ->
         Mix.raise("the server exited (status #{status}) before it listened")
-    after
-      max(left, 0) ->
+
+      {:error, {:timeout, _out}} ->
         Mix.raise("the server did not print `listening on ...` within 180 s")
-    end
-  end
-
-  # The server's statistics lines printed so far (the last 20).
-  defp server_lines(server) do
-    server.proc |> collect([]) |> Enum.take(-20)
-  end
-
-  defp collect(port, acc) do
-    receive do
-      {^port, {:data, {_, line}}} -> collect(port, [line | acc])
-    after
-      0 -> Enum.reverse(acc)
-    end
-  end
-
-  defp stop_server(%{proc: port, os_pid: pid}) do
-    if pid, do: System.cmd("kill", ["-TERM", Integer.to_string(pid)], stderr_to_stdout: true)
-
-    receive do
-      {^port, {:exit_status, _}} -> :ok
-    after
-      10_000 ->
-        if pid, do: System.cmd("kill", ["-KILL", Integer.to_string(pid)], stderr_to_stdout: true)
-        Port.close(port)
-    end
-
-    flush(port)
-  end
-
-  defp flush(port) do
-    receive do
-      {^port, _} -> flush(port)
-    after
-      0 -> :ok
     end
   end
 

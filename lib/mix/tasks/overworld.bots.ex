@@ -146,17 +146,7 @@ defmodule Mix.Tasks.Overworld.Bots do
         |> :jiffy.decode([:return_maps])
         |> Map.get("zones", [])
         |> Enum.filter(& &1["tick_histogram"])
-        |> Map.new(fn z ->
-          h = z["tick_histogram"]
-
-          {z["name"],
-           %{
-             counts: List.to_tuple(h["counts"]),
-             count: h["count"],
-             sum: h["sum"],
-             max: h["max"]
-           }}
-        end)
+        |> Map.new(&{&1["name"], Histogram.from_map(&1["tick_histogram"])})
 
       _ ->
         %{}

@@ -162,13 +162,7 @@ defmodule Mix.Tasks.Overworld.Server do
       port = Port.open({:fd, 0, 1}, [:out, :binary])
       fn line -> Port.command(port, [line, ?\n]) end
     else
-      shell = Mix.shell()
-      leader = Process.group_leader()
-
-      fn line ->
-        Process.group_leader(self(), leader)
-        shell.info(line)
-      end
+      &Mix.shell().info/1
     end
   end
 

@@ -20,8 +20,9 @@ defmodule Overworld.Bench.Capacity do
   """
   @spec step(map) :: map
   def step(gen) do
-    before = decode(gen["server_before"])
-    later = decode(gen["server_after"])
+    # (The generator embeds the two status bodies as JSON objects; absent when unanswered.)
+    before = gen["server_before"]
+    later = gen["server_after"]
     server = server(before, later)
     rates = gen["snapshots_per_second"] || %{}
     ack_ms = gen["ack_ms"] || %{}
@@ -61,10 +62,6 @@ defmodule Overworld.Bench.Capacity do
     })
   end
 
-  defp decode(nil), do: nil
-  defp decode(map) when is_map(map), do: map
-  defp decode(bin) when is_binary(bin), do: :jiffy.decode(bin, [:return_maps, {:null_term, nil}])
-
   defp server(nil, _), do: %{server: nil}
   defp server(_, nil), do: %{server: nil}
 
@@ -75,7 +72,10 @@ defmodule Overworld.Bench.Capacity do
 
     ticks =
       if zone_a && zone_b && zone_a["tick_histogram"] && zone_b["tick_histogram"] do
-        Histogram.diff(hist(zone_b["tick_histogram"]), hist(zone_a["tick_histogram"]))
+        Histogram.diff(
+          Histogram.from_map(zone_b["tick_histogram"]),
+          Histogram.from_map(zone_a["tick_histogram"])
+        )
       end
 
     cpu = cpu(a["cpu"], b["cpu"], secs)
@@ -105,9 +105,6 @@ defmodule Overworld.Bench.Capacity do
       os_cpu: cpu.os_cpu
     }
   end
-
-  defp hist(h),
-    do: %{counts: List.to_tuple(h["counts"]), count: h["count"], sum: h["sum"], max: h["max"]}
 
   # Scheduler utilization (0..1 of all normal schedulers), their busy time per second of wall
   # time (µs; 2 schedulers fully busy: 2,000,000) and the OS CPU share of all cores.

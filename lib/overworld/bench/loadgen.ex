@@ -104,4 +104,26 @@ defmodule Overworld.Bench.Loadgen do
     args = if (n = opts[:nice] || 0) > 0, do: ["nice", "-n", to_string(n) | args], else: args
     {hd(args), tl(args)}
   end
+
+  @doc """
+  Runs the generator (`command/2`'s options, `:json` aside) and answers `{output, exit status,
+  result}`: its printed lines, and its JSON result decoded (`nil` for `null`; the result is nil
+  when it wrote none).
+  """
+  @spec run(String.t(), keyword) :: {String.t(), non_neg_integer, map | nil}
+  def run(bin, opts) do
+    json = Path.join(System.tmp_dir!(), "owload-#{System.unique_integer([:positive])}.json")
+
+    {prog, args} = command(bin, Keyword.put(opts, :json, json))
+    {out, status} = System.cmd(prog, args, stderr_to_stdout: true)
+
+    result =
+      case File.read(json) do
+        {:ok, body} -> :jiffy.decode(body, [:return_maps, {:null_term, nil}])
+        {:error, _} -> nil
+      end
+
+    File.rm(json)
+    {out, status, result}
+  end
 end

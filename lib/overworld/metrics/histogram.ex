@@ -186,6 +186,26 @@ defmodule Overworld.Metrics.Histogram do
     }
   end
 
+  @doc """
+  A snapshot as a JSON-ready map (the bucket counts as a list), and back from its decoded
+  JSON (string keys), as the status route sends it and tools read it.
+
+      iex> alias Overworld.Metrics.Histogram
+      iex> h = Histogram.new()
+      iex> Histogram.record(h, 40)
+      iex> s = Histogram.snapshot(h)
+      iex> json = s |> Histogram.to_map() |> :jiffy.encode() |> :jiffy.decode([:return_maps])
+      iex> Histogram.from_map(json) == s
+      true
+  """
+  @spec to_map(snapshot) :: map
+  def to_map(s), do: %{counts: Tuple.to_list(s.counts), count: s.count, sum: s.sum, max: s.max}
+
+  @doc "See `to_map/1`."
+  @spec from_map(map) :: snapshot
+  def from_map(%{"counts" => counts, "count" => n, "sum" => sum, "max" => max}),
+    do: %{counts: List.to_tuple(counts), count: n, sum: sum, max: max}
+
   # The two snapshots' bucket counts combined bucket by bucket, as a list.
   defp zip_counts(a, b, fun) do
     a.counts

@@ -14,12 +14,9 @@ defmodule Overworld.Bench.LoadgenTest do
   end
 
   defp run_loadgen(bin, opts) do
-    json = Path.join(System.tmp_dir!(), "owload-#{System.unique_integer([:positive])}.json")
-    on_exit(fn -> File.rm(json) end)
-    {prog, args} = Loadgen.command(bin, Keyword.put(opts, :json, json))
-    {out, status} = System.cmd(prog, args, stderr_to_stdout: true)
+    {out, status, result} = Loadgen.run(bin, opts)
     assert status == 0, out
-    {out, json |> File.read!() |> :jiffy.decode([:return_maps, {:null_term, nil}])}
+    {out, result}
   end
 
   test "N clients connect, send inputs, get every snapshot and their acknowledgements", %{

@@ -29,6 +29,13 @@ defmodule Overworld.Persistence.JournalTest do
   # Records of varied sizes (payloads of a few bytes to 2 KB), one of them carrying a whole
   # journal of its own (a header and a valid record: a reader that lost the framing would
   # find them).
+  # The varied events written to a journal `name` in `dir`: {events, the file's bytes, the
+  # offset where each record ends}.
+  defp varied_journal(dir, name) do
+    evs = varied()
+    {evs, write(Path.join(dir, name), evs), boundaries(evs)}
+  end
+
   defp varied do
     inner = :erlang.term_to_binary({:inside, 1})
     nested = @header <> <<byte_size(inner)::32, :erlang.crc32(inner)::32>> <> inner
@@ -234,9 +241,7 @@ defmodule Overworld.Persistence.JournalTest do
   test "a journal cut at every byte, its header included: exactly the whole records before " <>
          "the cut, never a partial or garbage one",
        %{tmp_dir: dir} do
-    evs = varied()
-    bin = write(Path.join(dir, "whole.journal"), evs)
-    ends = boundaries(evs)
+    {evs, bin, ends} = varied_journal(dir, "whole.journal")
     assert List.last(ends) == byte_size(bin)
     copy = Path.join(dir, "cut.journal")
 
@@ -251,9 +256,7 @@ defmodule Overworld.Persistence.JournalTest do
   test "reopening a journal cut anywhere, its header included: appends go after the whole " <>
          "records before the cut",
        %{tmp_dir: dir} do
-    evs = varied()
-    bin = write(Path.join(dir, "whole.journal"), evs)
-    ends = boundaries(evs)
+    {evs, bin, ends} = varied_journal(dir, "whole.journal")
     copy = Path.join(dir, "cut.journal")
 
     # Every byte of the file header, and around every record's end (inside the next record's
@@ -343,9 +346,7 @@ defmodule Overworld.Persistence.JournalTest do
   test "every bit of a journal flipped, one at a time, header included: a damaged header " <>
          "refuses the file, a damaged record ends the reading just before it",
        %{tmp_dir: dir} do
-    evs = varied()
-    bin = write(Path.join(dir, "every-bit.journal"), evs)
-    ends = boundaries(evs)
+    {evs, bin, ends} = varied_journal(dir, "every-bit.journal")
 
     for at <- 0..(byte_size(bin) - 1), bit <- 0..7 do
       corrupt = flip(bin, at, bit)

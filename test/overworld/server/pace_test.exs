@@ -31,6 +31,16 @@ defmodule Overworld.Server.PaceTest do
     |> Enum.map(fn [a, b] -> b - a end)
   end
 
+  # Past a change (a snapshot may have been on its way), `n` snapshots come `k` ticks apart,
+  # each view saying the interval is `k`. Answers the player.
+  defp every(p, k, n) do
+    p = until_tick(p, p.view.tick + 4)
+    {seen, p} = ticks(p, n)
+    assert gaps(seen) |> Enum.all?(&(&1 == k)), "ticks #{inspect(seen)}"
+    assert Enum.all?(seen, fn {_, i} -> i == k end)
+    p
+  end
+
   test "at interval 2 every player gets every other tick, told once; at 1 every tick again",
        %{world: world, cfg: cfg} do
     players = for _ <- 1..12, do: join(world)
@@ -40,15 +50,7 @@ defmodule Overworld.Server.PaceTest do
     Pace.put(cfg, 2)
     assert Pace.stats(cfg) == %{interval: 2, changes: 1, saturated: false}
 
-    players =
-      for p <- players do
-        # Past the change (a snapshot may have been on its way).
-        p = until_tick(p, p.view.tick + 3)
-        {seen, p} = ticks(p, 12)
-        assert gaps(seen) |> Enum.all?(&(&1 == 2)), "ticks #{inspect(seen)}"
-        assert Enum.all?(seen, fn {_, k} -> k == 2 end)
-        p
-      end
+    players = Enum.map(players, &every(&1, 2, 12))
 
     # The sessions spread over both parities (12 users: all on one has odds of 1 in 2,048).
     players = Enum.map(players, &snapshots(&1, 1))
@@ -57,12 +59,7 @@ defmodule Overworld.Server.PaceTest do
 
     Pace.put(cfg, 1)
 
-    for p <- players do
-      p = until_tick(p, p.view.tick + 4)
-      {seen, _} = ticks(p, 6)
-      assert gaps(seen) |> Enum.all?(&(&1 == 1)), "ticks #{inspect(seen)}"
-      assert Enum.all?(seen, fn {_, k} -> k == 1 end)
-    end
+    Enum.each(players, &every(&1, 1, 6))
   end
 
   test "at interval 3 a new player is told at once, its view applies every snapshot, its inputs are acknowledged",

@@ -10,6 +10,7 @@ defmodule Overworld.Zone.NodeCrashTest do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
 
+  alias Overworld.Bench.OsServer
   alias Overworld.Persistence.Journal
   alias Overworld.Test.{Game, Walker}
   alias Overworld.Zone
@@ -26,56 +27,29 @@ defmodule Overworld.Zone.NodeCrashTest do
   end
 
   # `mix overworld.server` with the test game (compiled in the test environment) in its own OS
-  # process: {port, os pid, http port}.
+  # process.
   defp start_server(dir) do
-    mix = System.find_executable("mix")
-
-    port =
-      Port.open({:spawn_executable, mix}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        {:line, 4096},
-        cd: File.cwd!(),
-        env: [{~c"MIX_ENV", ~c"test"}],
-        args: ~w(overworld.server --zone Overworld.Test.Game --wire Overworld.Test.Game.Wire
+    args = ~w(overworld.server --zone Overworld.Test.Game --wire Overworld.Test.Game.Wire
              --name critters --arg critters=#{@critters} --size #{side_m()},#{side_m()}
              --cell-size 12 --port 0 --data-dir #{dir} --interval 3600 --snapshot-ticks 45)
-      ])
 
-    {os_pid, http} = await_listening(port, nil, System.monotonic_time(:millisecond) + 60_000)
-    {port, os_pid, http}
-  end
-
-  defp await_listening(port, os_pid, deadline) do
-    receive do
-      {^port, {:data, {:eol, "os pid " <> pid}}} ->
-        await_listening(port, String.to_integer(pid), deadline)
-
-      {^port, {:data, {:eol, "listening on http://127.0.0.1:" <> p}}} ->
-        {os_pid, String.to_integer(p)}
-
-      {^port, {:data, _}} ->
-        await_listening(port, os_pid, deadline)
-
-      {^port, {:exit_status, s}} ->
-        flunk("the server exited with #{s} before listening")
-    after
-      max(deadline - System.monotonic_time(:millisecond), 0) -> flunk("the server did not start")
+    case OsServer.start(System.find_executable("mix"), args,
+           cd: File.cwd!(),
+           env: [{~c"MIX_ENV", ~c"test"}],
+           timeout: 60_000
+         ) do
+      {:ok, server} -> server
+      {:error, {:exited, s, _}} -> flunk("the server exited with #{s} before listening")
+      {:error, {:timeout, _}} -> flunk("the server did not start")
     end
   end
 
   # The test game's world for @critters, in metres (`Game.zone_options/2`).
   defp side_m, do: :math.sqrt(@critters * 50)
 
-  defp kill9(port, os_pid) do
-    {_, 0} = System.cmd("kill", ["-9", Integer.to_string(os_pid)])
-
-    receive do
-      {^port, {:exit_status, _}} -> :ok
-    after
-      10_000 -> flunk("the killed server did not exit")
-    end
+  defp kill9(server) do
+    assert server.os_pid, "the server did not print its os pid"
+    assert OsServer.stop(server, "KILL") == :exited, "the killed server did not exit"
   end
 
   defp await_acks(walkers, want, deadline) do
@@ -90,13 +64,13 @@ defmodule Overworld.Zone.NodeCrashTest do
 
   test "kill -9 under load, then recovery: no acknowledged pickup lost, the state is a journal prefix",
        %{dir: dir} do
-    {port, os_pid, http} = start_server(dir)
-    world = %{port: http}
+    server = start_server(dir)
+    world = %{port: server.http_port}
     players = for _ <- 1..8, do: join(world)
     walkers = Enum.map(players, &Walker.start(&1, hunt: true))
     # Pickups happen as players reach critters; at least a few acknowledged ones, at most 40 s.
     await_acks(walkers, 10, System.monotonic_time(:millisecond) + 40_000)
-    kill9(port, os_pid)
+    kill9(server)
 
     # What each player was told (acknowledged after the fsync), by user id.
     acked =
@@ -173,16 +147,16 @@ defmodule Overworld.Zone.NodeCrashTest do
     )
 
     # The server itself starts again on the same files; the players resume their avatars.
-    {port, os_pid, http} = start_server(dir)
+    server = start_server(dir)
 
     try do
       for p <- Enum.take(players, 3) do
-        back = join(%{port: http}, auth: p.auth)
+        back = join(%{port: server.http_port}, auth: p.auth)
         assert back.entity == p.entity
         Overworld.Client.close(back.conn)
       end
     after
-      kill9(port, os_pid)
+      kill9(server)
     end
   end
 end
