@@ -80,12 +80,13 @@ export class ConnectError extends Error {
     this.code = code;
     this.reason = reason;
     this.error = error;
-    this.retryAfter = error?.code === FULL - 4000 ? retryAfter(error.message) : undefined;
+    this.retryAfter = error?.code === ERROR_FULL ? retryAfter(error.message) : undefined;
   }
 }
 
 /** The close code of a server that refuses new players for now (ERROR 8: `retry_after=N; why`). */
 export const FULL = 4008;
+const ERROR_FULL = FULL - 4000;
 
 /**
  * The seconds an ERROR 8 message asks to wait (`retry_after=N; ...`, docs/protocol.md), or
@@ -686,8 +687,7 @@ export class ZoneConnection {
     const time = tick / h.tickRate;
     const t = this.now();
     this.clock.observe(time, t);
-    const held = this.view.entities();
-    const cellOf = this.view.entityCells();
+    const { entities: held, cells: cellOf } = this.view.resolve();
     // A view sent again from scratch (baseline 0 after a reconnection or a resync) comes over
     // several frames: entities of the previous view are held over until their cell is there
     // again (then they are in it or they left) or `settle` ms passed, rather than reported as

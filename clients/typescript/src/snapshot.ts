@@ -59,16 +59,24 @@ export class WorldView {
    * the copy of the cell at the newest tick.
    */
   entities(): Map<number, Entry> {
-    const out = new Map<number, Entry>();
-    for (const key of this.byTick()) for (const e of this.cells.get(key)!) out.set(e.id, e);
-    return out;
+    return this.resolve().entities;
   }
 
   /** The key of the cell holding each entity's current copy (as `entities()` resolves it), by id. */
   entityCells(): Map<number, number> {
-    const out = new Map<number, number>();
-    for (const key of this.byTick()) for (const e of this.cells.get(key)!) out.set(e.id, key);
-    return out;
+    return this.resolve().cells;
+  }
+
+  /** Both `entities()` and `entityCells()` from one walk of the cells. */
+  resolve(): { entities: Map<number, Entry>; cells: Map<number, number> } {
+    const entities = new Map<number, Entry>();
+    const cells = new Map<number, number>();
+    for (const key of this.byTick())
+      for (const e of this.cells.get(key)!) {
+        entities.set(e.id, e);
+        cells.set(e.id, key);
+      }
+    return { entities, cells };
   }
 
   /** The keys held, oldest tick first (then by key): later copies of an id win. */
