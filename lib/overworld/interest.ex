@@ -68,6 +68,8 @@ defmodule Overworld.Interest do
                 reset: true,
                 at: nil,
                 region: %{},
+                # Cells in the region (its size, counted when it changes).
+                cells: 0,
                 held: %{},
                 uniform: nil,
                 pending: %{},
@@ -94,6 +96,7 @@ defmodule Overworld.Interest do
           input_ack: non_neg_integer,
           reset: boolean,
           region: Region.t(),
+          cells: non_neg_integer,
           held: %{optional(non_neg_integer) => [{non_neg_integer, non_neg_integer, integer}]},
           pending: %{
             optional(integer) =>
@@ -107,7 +110,8 @@ defmodule Overworld.Interest do
   What `frame/4` tells about the frame: its size, block count, the cells in view, held and
   pending, how many runs and keyframes waited for lack of budget, how many cells left the view
   (and their keys), the runs of cells the frame lists as held back (first key, count), and
-  whether it took the fast path (nothing changed but the tick: one slice per row of the view).
+  whether it took the fast path (nothing changed but the tick: one slice per row of the view and
+  tick since the previous frame).
   """
   @type info :: %{
           bytes: non_neg_integer,
@@ -205,6 +209,7 @@ defmodule Overworld.Interest do
         pending: %{},
         kfs: %{},
         region: %{},
+        cells: 0,
         at: nil,
         uniform: nil
     }
@@ -249,18 +254,30 @@ defmodule Overworld.Interest do
     end
   end
 
-  # The common frame: the view did not change, the client holds every cell at the previous
-  # tick, nothing is pending, and this tick's blocks of every row of the view fit the budget:
-  # one slice per row, and nothing to update but the tick.
+  # The common frame: the view did not change, the client holds every cell at the tick of the
+  # previous frame (u), nothing is pending, and the blocks of ticks u+1..n of every row of the
+  # view fit the budget: per row, one slice per tick (a paced observer, sent every k ticks,
+  # takes k), and nothing to update but the tick.
   defp fast(%__MODULE__{uniform: u, region: region, pending: p, reset: false} = o, region, n)
-       when u == n - 1 and map_size(p) == 0 do
-    case published(o, n, o.workers - 1, []) do
+       when is_integer(u) and u < n and n - u <= @accrue and map_size(p) == 0 do
+    case published_span(o, n, u, []) do
       nil -> :slow
-      ticks -> fast_rows(:maps.to_list(region), List.to_tuple(ticks), o, o.budget - 16, [], 0, 0)
+      ticks -> fast_rows(:maps.to_list(region), ticks, o, frame_budget(o, n) - 16, [], 0, 0)
     end
   end
 
   defp fast(_o, _region, _n), do: :slow
+
+  # Every worker's published ticks u+1..n, oldest first: one tuple per tick of
+  # {data, index, first key} per worker; nil when any is missing.
+  defp published_span(_o, u, u, acc), do: acc
+
+  defp published_span(o, t, u, acc) do
+    case published(o, t, o.workers - 1, []) do
+      nil -> nil
+      found -> published_span(o, t - 1, u, [List.to_tuple(found) | acc])
+    end
+  end
 
   # Every worker's published tick n: [{data, index, first key}], or nil.
   defp published(_o, _n, -1, acc), do: acc
@@ -275,24 +292,31 @@ defmodule Overworld.Interest do
   defp fast_rows([], _ticks, _o, _room, io, count, bytes), do: {:ok, io, count, bytes}
 
   defp fast_rows([{row, {a, b}} | rest], ticks, o, room, io, count, bytes) do
-    {data, index, first} = elem(ticks, elem(o.owners, row))
-    base = (row + 1) * o.grid.stride + 1 - first
-    i = (base + a) * 8
-    j = (base + b + 1) * 8
+    w = elem(o.owners, row)
+
+    case fast_row(ticks, w, (row + 1) * o.grid.stride + 1, a, b, io, count, bytes) do
+      {_io, _count, more} when more > room -> :slow
+      {io, count, bytes} -> fast_rows(rest, ticks, o, room, io, count, bytes)
+    end
+  end
+
+  # Cells a..b of a row (keys base + a .. base + b) at each tick, in tick order.
+  defp fast_row([], _w, _base, _a, _b, io, count, bytes), do: {io, count, bytes}
+
+  defp fast_row([tick | ticks], w, base, a, b, io, count, bytes) do
+    {data, index, first} = elem(tick, w)
+    i = (base - first + a) * 8
+    j = (base - first + b + 1) * 8
     <<_::binary-size(i), off0::32, count0::32, _::binary>> = index
     <<_::binary-size(j), off1::32, count1::32, _::binary>> = index
-    cost = off1 - off0
 
-    cond do
-      bytes + cost > room ->
-        :slow
+    case off1 - off0 do
+      0 ->
+        fast_row(ticks, w, base, a, b, io, count, bytes)
 
-      cost == 0 ->
-        fast_rows(rest, ticks, o, room, io, count, bytes)
-
-      true ->
+      cost ->
         slice = binary_part(data, off0, cost)
-        fast_rows(rest, ticks, o, room, [io | slice], count + count1 - count0, bytes + cost)
+        fast_row(ticks, w, base, a, b, [io | slice], count + count1 - count0, bytes + cost)
     end
   end
 
@@ -404,7 +428,7 @@ defmodule Overworld.Interest do
       bytes: byte_size(head) + bytes + IO.iodata_length(tail),
       blocks: count,
       block_bytes: bytes,
-      cells: Region.size(o.region),
+      cells: o.cells,
       pending: map_size(o.pending),
       deferred: deferred,
       left: length(left),
@@ -485,7 +509,13 @@ defmodule Overworld.Interest do
           do: {Grid.key_at(g, col, row), {row, col, n, n, false}}
 
     ask(o, Enum.map(new, &elem(&1, 0)))
-    %{o | region: region, pending: Map.merge(o.pending, Map.new(new))}
+
+    %{
+      o
+      | region: region,
+        cells: Region.size(region),
+        pending: Map.merge(o.pending, Map.new(new))
+    }
   end
 
   defp ask(_o, []), do: :ok

@@ -183,6 +183,9 @@ defmodule Overworld.InterestTest do
     assert Enum.all?(infos, &(&1.bytes <= 4 * per_tick))
     # Caught up with deltas: after the first gaps no cell waits, none needs a keyframe again.
     assert infos |> Enum.drop(-3) |> Enum.all?(&(&1.pending == 0 and &1.deferred == 0))
+    # And from then on the frames (every 4th tick, as a paced session sends) take the fast path:
+    # per row, one slice of each of the four ticks.
+    assert infos |> Enum.drop(-3) |> Enum.all?(& &1.fast), inspect(Enum.map(infos, & &1.fast))
   end
 
   test "resync starts over from nothing; a jump away lists the cells left behind" do

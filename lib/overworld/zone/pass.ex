@@ -102,18 +102,13 @@ defmodule Overworld.Zone.Pass do
     {block, above, same, below} = Sweep.block(above, same, below, k, stride)
     view = %View{grid: grid, block: block}
 
-    {stays, acc} =
-      if plain? do
-        # The cell's bounds, within the world: an entity whose new position is inside stays
-        # (no division, no clamping needed).
-        x0 = (rem(k, stride) - 1) * cell
-        y0 = (div(k, stride) - 1) * cell
-        x1 = if x0 + cell > w, do: w + 1, else: x0 + cell
-        y1 = if y0 + cell > h, do: h + 1, else: y0 + cell
-        plain(list, k, x0, x1, y0, y1, view, mod, ctx, [], acc, env)
-      else
-        full(list, k, view, env, [], acc)
-      end
+    # The cell's bounds, within the world: an entity whose new position is inside stays (no
+    # division, no clamping needed).
+    x0 = (rem(k, stride) - 1) * cell
+    y0 = (div(k, stride) - 1) * cell
+    x1 = if x0 + cell > w, do: w + 1, else: x0 + cell
+    y1 = if y0 + cell > h, do: h + 1, else: y0 + cell
+    {stays, acc} = walk(list, k, x0, x1, y0, y1, view, mod, ctx, [], acc, env, plain?)
 
     {desc, border, wired} = out
     {stays, wired, acc} = wire_cell(wire, k, list, reverse(stays), wired, acc, env)
@@ -179,36 +174,40 @@ defmodule Overworld.Zone.Pass do
   defp reverse([a, b, c, d]), do: [d, c, b, a]
   defp reverse(l), do: :lists.reverse(l)
 
-  # No inputs and no despawns this tick for this worker: the tightest loop.
-  defp plain([], _k, _x0, _x1, _y0, _y1, _view, _mod, _ctx, stays, acc, _env),
+  # Every entity of a cell. `plain?`: no inputs and no despawns this tick for this worker (the
+  # tightest loop); otherwise an entity despawned goes, and a player's entity gets its input
+  # (the others, most of them, cost one more check).
+  defp walk([], _k, _x0, _x1, _y0, _y1, _view, _mod, _ctx, stays, acc, _env, _plain?),
     do: {stays, acc}
 
-  defp plain([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env) do
+  defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, false = plain?) do
+    {_, _, _, _, _, _, _, inputs, despawns, _} = env
+
+    if is_map_key(despawns, entity(e, :id)) do
+      walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, gone(acc, e), env, plain?)
+    else
+      {stays, acc} =
+        one(with_input(e, inputs), k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
+
+      walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
+    end
+  end
+
+  defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?) do
+    {stays, acc} = one(e, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
+    walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
+  end
+
+  defp one(e, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env) do
     id = entity(e, :id)
 
     case call(mod, e, view, ctx) do
       {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
       when is_integer(x) and x >= x0 and x < x1 and is_integer(y) and y >= y0 and y < y1 ->
-        plain(rest, k, x0, x1, y0, y1, view, mod, ctx, [e2 | stays], acc, env)
+        {[e2 | stays], acc}
 
       result ->
-        {stays, acc} = settle(result, e, id, k, stays, acc, env)
-        plain(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
-    end
-  end
-
-  defp full([], _k, _view, _env, stays, acc), do: {stays, acc}
-
-  defp full([e | rest], k, view, env, stays, acc) do
-    {mod, _grid, _owners, _me, _w, _h, ctx, inputs, despawns, _wire} = env
-    id = entity(e, :id)
-
-    if map_size(despawns) > 0 and is_map_key(despawns, id) do
-      full(rest, k, view, env, stays, gone(acc, e))
-    else
-      e = with_input(e, inputs)
-      {stays, acc} = settle(call(mod, e, view, ctx), e, id, k, stays, acc, env)
-      full(rest, k, view, env, stays, acc)
+        settle(result, e, id, k, stays, acc, env)
     end
   end
 
