@@ -25,16 +25,20 @@ defmodule Overworld.Server.Pace do
 
   * more than 5 % of the window's frames late: the interval goes up by one (up to
     `:max_send_interval`, default 3), and stays at least 4 windows;
-  * none late for 6 windows in a row and the schedulers below 70 % busy: the interval goes down
-    by one (the 70 % leaves room for the extra frames: hysteresis, so it does not swing).
+  * none late for 6 windows in a row, and the schedulers would stay below 80 % busy at the
+    shorter interval: the interval goes down by one. The utilization at the shorter interval
+    is predicted from the window's: the zones' own work (their ticks' busy time, which does not
+    depend on the interval) stays, the rest (the sessions' frames) grows by `k / (k - 1)`. So
+    the interval does not swing: it comes down when the load fell enough for the extra frames,
+    and not before.
 
   `interval/1` reads the interval from an `:atomics` (no message); `stats/1` says how often it
   changed. With `pace: false` the interval stays 1.
 
   ## Admission
 
-  At the largest interval and still late, the server is **saturated**: one more player would
-  take everyone below the slowest rate. New players are then refused (`admit/2`: close code
+  At the largest interval, and late or above 80 % busy, the server is **saturated**: one more
+  player would take everyone below the slowest rate. New players are then refused (`admit/2`: close code
   4008 with ERROR 8, whose message starts with `retry_after=N;`, docs/protocol.md), and so
   are players beyond `:max_players` in a zone; a player resuming its avatar is never refused.
   """
@@ -51,7 +55,9 @@ defmodule Overworld.Server.Pace do
   @late_share 0.05
   @hold_windows 4
   @calm_windows 6
-  @calm_utilization 0.7
+  # The most the schedulers may be busy at a shorter interval (predicted) to step down to it,
+  # and at the largest interval to admit new players.
+  @busy_limit 0.8
 
   @doc false
   @spec new() :: :atomics.atomics_ref()
@@ -131,34 +137,62 @@ defmodule Overworld.Server.Pace do
 
   @doc """
   The next interval from the current one and a window's figures: `built` frames, `late` ones,
-  the schedulers' `utilization` (0..1), and the controller's memory `{hold, calm}` (windows
-  to keep the interval, windows calm in a row). Answers `{interval, {hold, calm}}`.
+  the schedulers' `utilization` (0..1) and `base`, the share of it that is the zones' own work
+  (0..1), and the controller's memory `{hold, calm}` (windows to keep the interval, windows
+  calm in a row). Answers `{interval, {hold, calm}}`.
 
       iex> alias Overworld.Server.Pace
-      iex> Pace.next(1, 3, %{built: 1000, late: 80, utilization: 0.99}, {0, 0})
+      iex> Pace.next(1, 3, %{built: 1000, late: 80, utilization: 0.99, base: 0.3}, {0, 0})
       {2, {4, 0}}
-      iex> Pace.next(2, 3, %{built: 1000, late: 80, utilization: 0.99}, {3, 0})
+      iex> Pace.next(2, 3, %{built: 1000, late: 80, utilization: 0.99, base: 0.3}, {3, 0})
       {2, {2, 0}}
-      iex> Pace.next(3, 3, %{built: 1000, late: 900, utilization: 1.0}, {0, 0})
+      iex> Pace.next(3, 3, %{built: 1000, late: 900, utilization: 1.0, base: 0.3}, {0, 0})
       {3, {0, 0}}
-      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.5}, {0, 5})
+      iex> # calm: at interval 1 the frames would take 2 x 0.2 beside the zones' 0.3
+      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.5, base: 0.3}, {0, 5})
       {1, {4, 0}}
-      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.9}, {0, 5})
-      {2, {0, 0}}
+      iex> # no late frames, but at interval 1 the schedulers would be 0.3 + 2 x 0.3 busy
+      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.6, base: 0.3}, {0, 5})
+      {2, {0, 6}}
+      iex> # at interval 3 with 0.6 busy, 2 would be 0.3 + 1.5 x 0.3: down to 2
+      iex> Pace.next(3, 3, %{built: 1000, late: 0, utilization: 0.6, base: 0.3}, {0, 5})
+      {2, {4, 0}}
   """
   @spec next(pos_integer, pos_integer, map, {non_neg_integer, non_neg_integer}) ::
           {pos_integer, {non_neg_integer, non_neg_integer}}
-  def next(k, max, %{late: late, utilization: util} = window, {hold, calm}) do
+  def next(k, max, %{late: late} = window, {hold, calm}) do
     late? = late?(window)
-    calm = if late == 0 and util < @calm_utilization, do: calm + 1, else: 0
+    calm = if late == 0, do: calm + 1, else: 0
 
     cond do
-      hold > 0 -> {k, {hold - 1, calm}}
-      late? and k < max -> {k + 1, {@hold_windows, 0}}
-      late? -> {k, {0, 0}}
-      k > 1 and calm >= @calm_windows -> {k - 1, {@hold_windows, 0}}
-      true -> {k, {0, calm}}
+      hold > 0 ->
+        {k, {hold - 1, calm}}
+
+      late? and k < max ->
+        {k + 1, {@hold_windows, 0}}
+
+      late? ->
+        {k, {0, 0}}
+
+      k > 1 and calm >= @calm_windows and busy_at(k - 1, k, window) < @busy_limit ->
+        {k - 1, {@hold_windows, 0}}
+
+      true ->
+        {k, {0, calm}}
     end
+  end
+
+  @doc """
+  The schedulers' utilization predicted at interval `k2` from a window at interval `k`: the
+  zones' own share (`base`) stays, the frames' share scales with the frames sent.
+
+      iex> Overworld.Server.Pace.busy_at(1, 2, %{utilization: 0.5, base: 0.3})
+      0.7
+  """
+  @spec busy_at(pos_integer, pos_integer, map) :: float
+  def busy_at(k2, k, %{utilization: util, base: base}) do
+    base = base |> max(0.0) |> min(util)
+    Float.round(base + (util - base) * k / k2, 6)
   end
 
   @doc false
@@ -176,6 +210,8 @@ defmodule Overworld.Server.Pace do
        cfg: cfg,
        sample: Overworld.Metrics.CPU.sample(),
        counts: counts(cfg),
+       zones: zones_busy(),
+       at: System.monotonic_time(:microsecond),
        memory: {0, 0}
      }}
   end
@@ -186,11 +222,14 @@ defmodule Overworld.Server.Pace do
     sample = Overworld.Metrics.CPU.sample()
     counts = counts(cfg)
     util = Overworld.Metrics.CPU.compare(st.sample, sample).scheduler
+    zones = zones_busy()
+    at = System.monotonic_time(:microsecond)
 
     window = %{
       built: counts.built - st.counts.built,
       late: counts.late - st.counts.late,
-      utilization: util
+      utilization: util,
+      base: base(st.zones, zones, at - st.at)
     }
 
     k = :atomics.get(cfg.pace, @interval)
@@ -199,22 +238,58 @@ defmodule Overworld.Server.Pace do
     if k2 != k, do: put(cfg, k2)
     # At the largest interval and still late: saturated (new players are refused).
     saturate(cfg, saturated?(k2, cfg.max_send_interval, window))
-    {:noreply, %{st | sample: sample, counts: counts, memory: memory}}
+    {:noreply, %{st | sample: sample, counts: counts, zones: zones, at: at, memory: memory}}
   end
 
+  # The busy time of each running zone so far (µs): its workers' phases (systems and grid, run
+  # by its workers side by side, on at most as many schedulers) and its server's (input and
+  # the rest).
+  defp zones_busy do
+    schedulers = System.schedulers_online()
+
+    for zone <- Overworld.zones(),
+        %{shared: m, workers: w} <- [Overworld.Zone.config(zone)],
+        into: %{} do
+      g = &Overworld.Zone.Metrics.get(m, &1)
+
+      {zone,
+       (g.(:systems_us) + g.(:grid_us)) * min(w, schedulers) + g.(:input_us) + g.(:other_us)}
+    end
+  end
+
+  # The zones' share of the schedulers in a window of `us` microseconds (zones that started or
+  # restarted in it count from what they did since).
+  defp base(before, now, us) when us > 0 do
+    busy =
+      Enum.reduce(now, 0, fn {zone, b}, acc ->
+        case before do
+          %{^zone => a} when a <= b -> acc + b - a
+          _ -> acc + b
+        end
+      end)
+
+    busy / (us * System.schedulers_online())
+  end
+
+  defp base(_before, _now, _us), do: 0.0
+
   @doc """
-  Whether a window leaves the server saturated: at the largest interval and still late.
+  Whether a window leaves the server saturated: at the largest interval, and late or above
+  80 % busy (no room left for another player's frames).
 
       iex> alias Overworld.Server.Pace
-      iex> Pace.saturated?(3, 3, %{built: 1000, late: 300})
+      iex> Pace.saturated?(3, 3, %{built: 1000, late: 300, utilization: 0.7})
       true
-      iex> Pace.saturated?(2, 3, %{built: 1000, late: 300})
+      iex> Pace.saturated?(3, 3, %{built: 1000, late: 0, utilization: 0.9})
+      true
+      iex> Pace.saturated?(2, 3, %{built: 1000, late: 300, utilization: 0.9})
       false
-      iex> Pace.saturated?(3, 3, %{built: 1000, late: 10})
+      iex> Pace.saturated?(3, 3, %{built: 1000, late: 10, utilization: 0.7})
       false
   """
   @spec saturated?(pos_integer, pos_integer, map) :: boolean
-  def saturated?(k, max, window), do: k == max and late?(window)
+  def saturated?(k, max, window),
+    do: k == max and (late?(window) or window.utilization > @busy_limit)
 
   defp late?(%{built: built, late: late}), do: built > 0 and late / built > @late_share
 
