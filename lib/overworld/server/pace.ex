@@ -23,8 +23,9 @@ defmodule Overworld.Server.Pace do
   its frame: the sessions as a whole are more than a tick behind), and at the schedulers'
   utilization:
 
-  * more than 5 % of the window's frames late: the interval goes up by one (up to
-    `:max_send_interval`, default 3), and stays at least 4 windows;
+  * more than 5 % of the frames late in two windows in a row: the interval goes up by one (up
+    to `:max_send_interval`, default 3) at once (a single bad window, a pause of the machine,
+    does not count; a real overload is met within a second per step);
   * none late for 6 windows in a row, and the schedulers would stay below 80 % busy at the
     shorter interval: the interval goes down by one. The utilization at the shorter interval
     is predicted from the window's: the zones' own work (their ticks' busy time, which does not
@@ -37,8 +38,9 @@ defmodule Overworld.Server.Pace do
 
   ## Admission
 
-  At the largest interval, and late or above 80 % busy, the server is **saturated**: one more
-  player would take everyone below the slowest rate. New players are then refused (`admit/2`: close code
+  While frames run late (at any interval: the node is behind right now), and at the largest
+  interval above 70 % busy (no room left: one more player would take everyone below the
+  slowest rate), the server is **saturated**. New players are then refused (`admit/2`: close code
   4008 with ERROR 8, whose message starts with `retry_after=N;`, docs/protocol.md), and so
   are players beyond `:max_players` in a zone; a player resuming its avatar is never refused.
   """
@@ -46,18 +48,20 @@ defmodule Overworld.Server.Pace do
 
   alias Overworld.Server
 
-  # atomics: 1 the interval in force, 2 changes so far, 3 saturated (1: at the largest
-  # interval and still late in the last window: new players are refused, see `admit/2`).
+  # atomics: 1 the interval in force, 2 changes so far, 3 saturated (1: frames late in the last
+  # window, or no room left at the largest interval: new players are refused, see `admit/2`).
   @interval 1
   @changes 2
   @saturated 3
 
   @late_share 0.05
-  @hold_windows 4
+  @late_windows 2
   @calm_windows 6
-  # The most the schedulers may be busy at a shorter interval (predicted) to step down to it,
-  # and at the largest interval to admit new players.
+  # The most the schedulers may be busy at a shorter interval (predicted) to step down to it.
   @busy_limit 0.8
+  # The most they may be busy at the largest interval to admit new players (the zones' ticks
+  # must stay on time there: a skipped tick is a snapshot fewer for everyone).
+  @admit_limit 0.7
 
   @doc false
   @spec new() :: :atomics.atomics_ref()
@@ -81,7 +85,7 @@ defmodule Overworld.Server.Pace do
 
   @doc """
   The interval in force, how many times it changed since the server started, and whether the
-  server is saturated (at the largest interval and still late).
+  server is saturated (frames late, or no room left at the largest interval).
   """
   @spec stats(Server.Config.t()) :: %{
           interval: pos_integer,
@@ -108,7 +112,8 @@ defmodule Overworld.Server.Pace do
     cond do
       :atomics.get(ref, @saturated) == 1 ->
         {:full,
-         "the server is saturated (a snapshot every #{:atomics.get(ref, @interval)} ticks and still late)"}
+         "the server is saturated (a snapshot every #{:atomics.get(ref, @interval)} ticks: " <>
+           "frames late or no room left)"}
 
       cfg.max_players != nil and players >= cfg.max_players ->
         {:full, "the zone holds #{players} players (at most #{cfg.max_players})"}
@@ -138,47 +143,42 @@ defmodule Overworld.Server.Pace do
   @doc """
   The next interval from the current one and a window's figures: `built` frames, `late` ones,
   the schedulers' `utilization` (0..1) and `base`, the share of it that is the zones' own work
-  (0..1), and the controller's memory `{hold, calm}` (windows to keep the interval, windows
-  calm in a row). Answers `{interval, {hold, calm}}`.
+  (0..1), and the controller's memory `{calm, late}` (windows in a row without late frames, and
+  with too many). Answers `{interval, {calm, late}}`.
 
       iex> alias Overworld.Server.Pace
-      iex> Pace.next(1, 3, %{built: 1000, late: 80, utilization: 0.99, base: 0.3}, {0, 0})
-      {2, {4, 0}}
-      iex> Pace.next(2, 3, %{built: 1000, late: 80, utilization: 0.99, base: 0.3}, {3, 0})
-      {2, {2, 0}}
-      iex> Pace.next(3, 3, %{built: 1000, late: 900, utilization: 1.0, base: 0.3}, {0, 0})
-      {3, {0, 0}}
+      iex> late = %{built: 1000, late: 80, utilization: 0.99, base: 0.3}
+      iex> Pace.next(1, 3, late, {0, 0})
+      {1, {0, 1}}
+      iex> Pace.next(1, 3, late, {0, 1})
+      {2, {0, 0}}
+      iex> Pace.next(3, 3, late, {0, 1})
+      {3, {0, 2}}
       iex> # calm: at interval 1 the frames would take 2 x 0.2 beside the zones' 0.3
-      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.5, base: 0.3}, {0, 5})
-      {1, {4, 0}}
+      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.5, base: 0.3}, {5, 0})
+      {1, {0, 0}}
       iex> # no late frames, but at interval 1 the schedulers would be 0.3 + 2 x 0.3 busy
-      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.6, base: 0.3}, {0, 5})
-      {2, {0, 6}}
+      iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.6, base: 0.3}, {5, 0})
+      {2, {6, 0}}
       iex> # at interval 3 with 0.6 busy, 2 would be 0.3 + 1.5 x 0.3: down to 2
-      iex> Pace.next(3, 3, %{built: 1000, late: 0, utilization: 0.6, base: 0.3}, {0, 5})
-      {2, {4, 0}}
+      iex> Pace.next(3, 3, %{built: 1000, late: 0, utilization: 0.6, base: 0.3}, {5, 0})
+      {2, {0, 0}}
   """
   @spec next(pos_integer, pos_integer, map, {non_neg_integer, non_neg_integer}) ::
           {pos_integer, {non_neg_integer, non_neg_integer}}
-  def next(k, max, %{late: late} = window, {hold, calm}) do
-    late? = late?(window)
-    calm = if late == 0, do: calm + 1, else: 0
+  def next(k, max, window, {calm, lates}) do
+    lates = if late?(window), do: lates + 1, else: 0
+    calm = if window.late == 0, do: calm + 1, else: 0
 
     cond do
-      hold > 0 ->
-        {k, {hold - 1, calm}}
-
-      late? and k < max ->
-        {k + 1, {@hold_windows, 0}}
-
-      late? ->
-        {k, {0, 0}}
+      lates >= @late_windows and k < max ->
+        {k + 1, {0, 0}}
 
       k > 1 and calm >= @calm_windows and busy_at(k - 1, k, window) < @busy_limit ->
-        {k - 1, {@hold_windows, 0}}
+        {k - 1, {0, 0}}
 
       true ->
-        {k, {0, calm}}
+        {k, {calm, lates}}
     end
   end
 
@@ -236,7 +236,7 @@ defmodule Overworld.Server.Pace do
     {k2, memory} = next(k, cfg.max_send_interval, window, st.memory)
 
     if k2 != k, do: put(cfg, k2)
-    # At the largest interval and still late: saturated (new players are refused).
+    # Late, or no room left at the largest interval: saturated (new players are refused).
     saturate(cfg, saturated?(k2, cfg.max_send_interval, window))
     {:noreply, %{st | sample: sample, counts: counts, zones: zones, at: at, memory: memory}}
   end
@@ -274,22 +274,22 @@ defmodule Overworld.Server.Pace do
   defp base(_before, _now, _us), do: 0.0
 
   @doc """
-  Whether a window leaves the server saturated: at the largest interval, and late or above
-  80 % busy (no room left for another player's frames).
+  Whether a window leaves the server saturated: frames late (the node is behind now), or at
+  the largest interval above 70 % busy (no room left for another player's frames).
 
       iex> alias Overworld.Server.Pace
-      iex> Pace.saturated?(3, 3, %{built: 1000, late: 300, utilization: 0.7})
+      iex> Pace.saturated?(3, 3, %{built: 1000, late: 0, utilization: 0.75})
       true
-      iex> Pace.saturated?(3, 3, %{built: 1000, late: 0, utilization: 0.9})
+      iex> Pace.saturated?(1, 3, %{built: 1000, late: 300, utilization: 0.6})
       true
-      iex> Pace.saturated?(2, 3, %{built: 1000, late: 300, utilization: 0.9})
+      iex> Pace.saturated?(2, 3, %{built: 1000, late: 0, utilization: 0.9})
       false
-      iex> Pace.saturated?(3, 3, %{built: 1000, late: 10, utilization: 0.7})
+      iex> Pace.saturated?(3, 3, %{built: 1000, late: 10, utilization: 0.6})
       false
   """
   @spec saturated?(pos_integer, pos_integer, map) :: boolean
   def saturated?(k, max, window),
-    do: k == max and (late?(window) or window.utilization > @busy_limit)
+    do: late?(window) or (k == max and window.utilization > @admit_limit)
 
   defp late?(%{built: built, late: late}), do: built > 0 and late / built > @late_share
 
