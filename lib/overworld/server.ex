@@ -54,8 +54,8 @@ defmodule Overworld.Server do
     (default 3: 10 snapshots a second at 30 Hz).
   * `:pace_window` - ms between two looks of the pace's controller at the load (default 500).
   * `:max_players` - players a zone admits at most (nil, the default: no limit); counted at
-    the zone's last tick. Beyond it, and whenever the server is saturated (frames late, or above
-    70 % busy at the largest send interval), a new player is refused with close code 4008 and ERROR 8
+    the zone's last tick. Beyond it, and whenever the server is saturated (at the largest send
+    interval, late or above 70 % busy), a new player is refused with close code 4008 and ERROR 8
     (`retry_after=N; why`); a player resuming its avatar within the grace period never is.
   * `:retry_after` - the seconds a refused player is told to wait (default 5).
   """

@@ -195,7 +195,7 @@ defmodule Overworld.Web do
       # rate for everyone when it cannot keep up: Overworld.Server.Pace), and its changes.
       send_interval: pace.interval,
       send_interval_changes: pace.changes,
-      # Frames late, or no room at the largest interval: new players are refused (4008).
+      # At the largest interval, late or no room left: new players are refused (4008).
       saturated: pace.saturated,
       refused_joins: stats.refused_joins,
       closed_slow: stats.closed_slow,

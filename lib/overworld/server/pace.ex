@@ -38,9 +38,8 @@ defmodule Overworld.Server.Pace do
 
   ## Admission
 
-  While frames run late (at any interval: the node is behind right now), and at the largest
-  interval above 70 % busy (no room left: one more player would take everyone below the
-  slowest rate), the server is **saturated**. New players are then refused (`admit/2`: close code
+  At the largest interval, and late or above 70 % busy (no room left: one more player would take
+  everyone below the slowest rate), the server is **saturated**. New players are then refused (`admit/2`: close code
   4008 with ERROR 8, whose message starts with `retry_after=N;`, docs/protocol.md), and so
   are players beyond `:max_players` in a zone; a player resuming its avatar is never refused.
   """
@@ -48,8 +47,8 @@ defmodule Overworld.Server.Pace do
 
   alias Overworld.Server
 
-  # atomics: 1 the interval in force, 2 changes so far, 3 saturated (1: frames late in the last
-  # window, or no room left at the largest interval: new players are refused, see `admit/2`).
+  # atomics: 1 the interval in force, 2 changes so far, 3 saturated (1: at the largest interval,
+  # late or no room left, in the last window: new players are refused, see `admit/2`).
   @interval 1
   @changes 2
   @saturated 3
@@ -85,7 +84,7 @@ defmodule Overworld.Server.Pace do
 
   @doc """
   The interval in force, how many times it changed since the server started, and whether the
-  server is saturated (frames late, or no room left at the largest interval).
+  server is saturated (at the largest interval, late or with no room left).
   """
   @spec stats(Server.Config.t()) :: %{
           interval: pos_integer,
@@ -236,7 +235,7 @@ defmodule Overworld.Server.Pace do
     {k2, memory} = next(k, cfg.max_send_interval, window, st.memory)
 
     if k2 != k, do: put(cfg, k2)
-    # Late, or no room left at the largest interval: saturated (new players are refused).
+    # At the largest interval, late or no room left: saturated (new players are refused).
     saturate(cfg, saturated?(k2, cfg.max_send_interval, window))
     {:noreply, %{st | sample: sample, counts: counts, zones: zones, at: at, memory: memory}}
   end
@@ -274,14 +273,16 @@ defmodule Overworld.Server.Pace do
   defp base(_before, _now, _us), do: 0.0
 
   @doc """
-  Whether a window leaves the server saturated: frames late (the node is behind now), or at
-  the largest interval above 70 % busy (no room left for another player's frames).
+  Whether a window leaves the server saturated: at the largest interval, frames late or the
+  schedulers above 70 % busy (no room left for another player's frames).
 
       iex> alias Overworld.Server.Pace
       iex> Pace.saturated?(3, 3, %{built: 1000, late: 0, utilization: 0.75})
       true
-      iex> Pace.saturated?(1, 3, %{built: 1000, late: 300, utilization: 0.6})
+      iex> Pace.saturated?(3, 3, %{built: 1000, late: 300, utilization: 0.6})
       true
+      iex> Pace.saturated?(1, 3, %{built: 1000, late: 300, utilization: 0.6})
+      false
       iex> Pace.saturated?(2, 3, %{built: 1000, late: 0, utilization: 0.9})
       false
       iex> Pace.saturated?(3, 3, %{built: 1000, late: 10, utilization: 0.6})
@@ -289,7 +290,7 @@ defmodule Overworld.Server.Pace do
   """
   @spec saturated?(pos_integer, pos_integer, map) :: boolean
   def saturated?(k, max, window),
-    do: late?(window) or (k == max and window.utilization > @admit_limit)
+    do: k == max and (late?(window) or window.utilization > @admit_limit)
 
   defp late?(%{built: built, late: late}), do: built > 0 and late / built > @late_share
 
