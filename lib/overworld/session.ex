@@ -539,12 +539,11 @@ defmodule Overworld.Session do
   @spec send_msg(t, map) :: boolean
   def send_msg(st, msg), do: send_data(st, WebSocket.binary(Protocol.encode(msg)))
 
-  # Never blocks: false when the port is busy (the data is not sent).
-  defp send_data(%{sock: sock}, data) do
-    :erlang.port_command(sock, data, [:nosuspend])
-  rescue
-    ArgumentError -> false
-  end
+  # Never blocks: false when the port is busy (the data is not sent) or the socket failed.
+  # `:prim_inet.send/3` is gen_tcp's own send with the port command's options: `:nosuspend`
+  # answers busy instead of suspending the session, and the driver's reply is taken here, not
+  # as one more message through the session's mailbox per frame.
+  defp send_data(%{sock: sock}, data), do: :prim_inet.send(sock, data, [:nosuspend]) == :ok
 
   @doc false
   # Closes with a code (after an ERROR message for the 4000s), then waits a moment for the
