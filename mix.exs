@@ -14,7 +14,7 @@ defmodule Overworld.MixProject do
       aliases: aliases(),
       test_coverage: [summary: [threshold: 0]],
       # PropEr (Debian's erlang-proper) is used by the tests only.
-      xref: [exclude: [:proper, :proper_types]],
+      xref: [exclude: [:proper, :proper_types, :eprof]],
       docs: [main: "readme", extras: ["README.md"]]
     ]
   end

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -75,14 +76,50 @@ func (c *client) fail(format string, a ...interface{}) {
 	c.failure = fmt.Sprintf(format, a...)
 }
 
-// run connects and plays until stop is closed; done is signalled once connected or failed.
+// run connects and plays until stop is closed; done is signalled once, at the first outcome
+// (connected, failed or refused). A client refused as full (ERROR 8) tries again after the
+// retry_after the server asked for, as the SDK does, until it is in or the run ends (with
+// -retry=false it gives up).
 func (c *client) run(done chan<- *client) {
+	reported := false
+	for {
+		wait, ok := c.attempt()
+		if !reported {
+			reported = true
+			done <- c
+		}
+		if ok {
+			go c.inputs()
+			c.readLoop()
+			return
+		}
+		if wait <= 0 || !c.cfg.retry {
+			return
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// setOutcome records why the last attempt did not get in (read by the report).
+func (c *client) setOutcome(refused bool, format string, a ...interface{}) {
+	c.mu.Lock()
+	c.refused = refused
+	c.failure = fmt.Sprintf(format, a...)
+	c.mu.Unlock()
+}
+
+// attempt authenticates, upgrades and says HELLO: ok once the HANDSHAKE arrived; when the
+// server refused as full, the time it asked to wait before trying again.
+func (c *client) attempt() (time.Duration, bool) {
 	begin := c.win.now()
 	token, err := c.auth()
 	if err != nil {
-		c.fail("auth: %v", err)
-		done <- c
-		return
+		c.setOutcome(false, "auth: %v", err)
+		return 0, false
 	}
 	var src net.Addr
 	if c.cfg.ips > 1 {
@@ -90,16 +127,13 @@ func (c *client) run(done chan<- *client) {
 	}
 	ws, err := dialWS(c.cfg.addr, c.cfg.host, c.cfg.path+sep(c.cfg.path)+"token="+token, src, c.cfg.timeout)
 	if err != nil {
-		c.fail("upgrade: %v", err)
-		done <- c
-		return
+		c.setOutcome(false, "upgrade: %v", err)
+		return 0, false
 	}
-	c.conn = ws
 	if err := ws.write(2, helloMessage()); err != nil {
-		c.fail("hello: %v", err)
+		c.setOutcome(false, "hello: %v", err)
 		ws.close()
-		done <- c
-		return
+		return 0, false
 	}
 	ws.c.SetReadDeadline(time.Now().Add(c.cfg.timeout))
 	// The HANDSHAKE (templates included) is read whole; a message is at most 64 KiB.
@@ -107,53 +141,71 @@ func (c *client) run(done chan<- *client) {
 	for {
 		f, err := ws.read(buf)
 		if err != nil {
-			c.fail("handshake: %v", err)
+			c.setOutcome(false, "handshake: %v", err)
 			ws.close()
-			done <- c
-			return
+			return 0, false
 		}
 		if f.opcode == 8 {
-			c.fail("closed %d before HANDSHAKE", closeCode(f.head))
+			c.setOutcome(false, "closed %d before HANDSHAKE", closeCode(f.head))
 			ws.close()
-			done <- c
-			return
+			return 0, false
 		}
 		if f.opcode != 2 || len(f.head) == 0 {
 			continue
 		}
 		if f.head[0] == opError {
-			code := 0
-			if len(f.head) >= 3 {
-				code = int(f.head[1])<<8 | int(f.head[2])
-			}
+			code, message := parseError(f.head)
+			ws.close()
 			// A full server (ERROR 8, close 4008) is counted apart: a refusal, not a failure
 			// of the server.
-			c.refused = code == 8
-			c.fail("ERROR %d before HANDSHAKE", code)
-			ws.close()
-			done <- c
-			return
+			if code == 8 {
+				atomic.AddInt64(&c.cfg.refusals, 1)
+				c.setOutcome(true, "ERROR 8 before HANDSHAKE")
+				return retryAfter(message), false
+			}
+			c.setOutcome(false, "ERROR %d before HANDSHAKE", code)
+			return 0, false
 		}
 		if f.head[0] != opHandshake {
 			continue
 		}
 		h, err := parseHandshake(f.head)
 		if err != nil {
-			c.fail("handshake: %v", err)
+			c.setOutcome(false, "handshake: %v", err)
 			ws.close()
-			done <- c
-			return
+			return 0, false
 		}
 		c.tickRate = h.tickRate
 		c.layout = h.input
 		break
 	}
 	ws.c.SetReadDeadline(time.Time{})
+	c.conn = ws
 	c.connectNs = c.win.now() - begin
 	atomic.StoreInt32(&c.connected, 1)
-	done <- c
-	go c.inputs()
-	c.readLoop()
+	return 0, true
+}
+
+// parseError reads an ERROR message: its code and message (varint length + UTF-8).
+func parseError(head []byte) (int, string) {
+	if len(head) < 3 {
+		return 0, ""
+	}
+	code := int(head[1])<<8 | int(head[2])
+	n, k := binary.Uvarint(head[3:])
+	if k <= 0 || uint64(len(head)-3-k) < n {
+		return code, ""
+	}
+	return code, string(head[3+k : 3+k+int(n)])
+}
+
+// retryAfter is the wait a refusal asks for ("retry_after=N; why"), 5 s when it says none.
+func retryAfter(message string) time.Duration {
+	var n int
+	if _, err := fmt.Sscanf(message, "retry_after=%d;", &n); err != nil || n < 0 {
+		n = 5
+	}
+	return time.Duration(n) * time.Second
 }
 
 func sep(path string) string {

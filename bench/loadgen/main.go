@@ -31,6 +31,8 @@ type config struct {
 	warmup, seconds            float64
 	timeout                    time.Duration
 	run                        int64
+	retry                      bool
+	refusals                   int64 // atomic: connections refused as full, retries included
 }
 
 type result struct {
@@ -44,6 +46,7 @@ type result struct {
 	Connected        int             `json:"connected"`
 	Failed           int             `json:"failed"`
 	Refused          int             `json:"refused"`
+	Refusals         int64           `json:"refusals"`
 	Failures         map[string]int  `json:"failures"`
 	Closed           int             `json:"closed"`
 	CloseCodes       map[string]int  `json:"close_codes"`
@@ -94,6 +97,7 @@ func main() {
 		timeout = flag.Duration("timeout", 30*time.Second, "connect timeout (auth, upgrade, HELLO to HANDSHAKE)")
 		procs   = flag.Int("procs", 1, "OS threads running Go code (GOMAXPROCS)")
 		jsonOut = flag.String("json", "", "write the result as JSON to this path")
+		retry   = flag.Bool("retry", true, "a client refused as full (ERROR 8) tries again after the retry_after it was told, until the run ends")
 	)
 	flag.Parse()
 	die := func(format string, a ...interface{}) {
@@ -117,7 +121,7 @@ func main() {
 	}
 	cfg := &config{
 		addr: u.Host, host: u.Host, path: path, httpBase: "http://" + u.Host,
-		clients: *clients, inputHz: *inputHz, ramp: *ramp, ips: *ips,
+		clients: *clients, inputHz: *inputHz, ramp: *ramp, ips: *ips, retry: *retry,
 		warmup: *warmup, seconds: *seconds, timeout: *timeout, run: time.Now().UnixNano(),
 	}
 	r := run(cfg)
@@ -225,14 +229,17 @@ func run(cfg *config) *result {
 
 	var connect, gaps, ackMs, ackTicks, snapRates []float64
 	var bytesIn int64
+	r.Refusals = atomic.LoadInt64(&cfg.refusals)
 	for _, c := range all {
-		if atomic.LoadInt32(&c.connected) == 0 && c.refused {
+		c.mu.Lock()
+		refused, reason := c.refused, c.failure
+		c.mu.Unlock()
+		if atomic.LoadInt32(&c.connected) == 0 && refused {
 			r.Refused++
 			continue
 		}
 		if atomic.LoadInt32(&c.connected) == 0 {
 			r.Failed++
-			reason := c.failure
 			if i := strings.Index(reason, ":"); i > 0 {
 				reason = reason[:i]
 			}
@@ -307,8 +314,8 @@ func run(cfg *config) *result {
 }
 
 func report(r *result) {
-	fmt.Printf("owload: %d clients, %d connected, %d failed %v, %d refused as full (ramp %.1f s), %d closed by the server %v; window %.1f s, %d inputs/s each\n",
-		r.Clients, r.Connected, r.Failed, r.Failures, r.Refused, r.RampSeconds, r.Closed, r.CloseCodes, r.Seconds, r.InputHz)
+	fmt.Printf("owload: %d clients, %d connected, %d failed %v, %d refused as full (%d refusals, retries included; ramp %.1f s), %d closed by the server %v; window %.1f s, %d inputs/s each\n",
+		r.Clients, r.Connected, r.Failed, r.Failures, r.Refused, r.Refusals, r.RampSeconds, r.Closed, r.CloseCodes, r.Seconds, r.InputHz)
 	fmt.Printf("  connect (auth, upgrade, HELLO to HANDSHAKE): p50 %.1f ms, max %.1f ms (%d)\n", r.ConnectMs.P50, r.ConnectMs.Max, r.ConnectMs.Samples)
 	s := r.SnapshotsPerSec
 	fmt.Printf("  snapshots/s per client: min %.1f, p1 %.1f, median %.1f, mean %.1f (%d clients); longest gap median %.0f ms, max %.0f ms\n",

@@ -14,7 +14,8 @@ defmodule Mix.Tasks.Overworld.Bench.Capacity do
 
   The generator's clients authenticate a device over HTTP, open a WebSocket, say HELLO, send
   `--input-hz` inputs a second (random values of the zone's input layout) and read every
-  frame, parsing only snapshot headers; it runs at `nice --nice` (0: not niced) and, with
+  frame, parsing only snapshot headers; a client refused as full (4008) tries again after the
+  seconds the server asked for, as the SDK does, until it is in or the run ends. It runs at `nice --nice` (0: not niced) and, with
   `--taskset`, on those CPUs only (`taskset -c`), with `--procs` OS threads for Go code.
 
   Per step, over a window of `--seconds` that starts `--warmup` seconds after the last client
@@ -213,7 +214,8 @@ defmodule Mix.Tasks.Overworld.Bench.Capacity do
 
     info(
       "#{String.pad_leading(Integer.to_string(s.clients), 5)} clients: " <>
-        "#{s.connected} in, #{s.failed} failed, #{s.refused} refused, #{s.closed} closed | " <>
+        "#{s.connected} in (#{s.measured_clients} at the window's start), #{s.failed} failed, " <>
+        "#{s.refused} refused (#{s.refusals} refusals), #{s.closed} closed | " <>
         "snapshots/s min #{s.snapshots_min} p1 #{s.snapshots_p1} median #{s.snapshots_median} | " <>
         "ack p50 #{s.ack_p50_ticks} p99 #{s.ack_p99_ticks || "(max #{s.ack_max_ticks})"} ticks (#{s.ack_samples} acks) | " <>
         "tick p50 #{us(s[:tick_p50_us])} p99 #{us(s[:tick_p99_us])} max #{us(s[:tick_max_us])} (#{s[:zone_ticks]} ticks), #{s[:overruns]} overruns | " <>

@@ -34,6 +34,8 @@ defmodule Overworld.Bench.Capacity do
       connected: gen["connected"],
       failed: gen["failed"],
       refused: gen["refused"] || 0,
+      refusals: gen["refusals"] || 0,
+      measured_clients: rates["clients"] || 0,
       failures: gen["failures"],
       closed: gen["closed"],
       close_codes: gen["close_codes"],

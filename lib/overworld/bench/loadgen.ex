@@ -76,8 +76,9 @@ defmodule Overworld.Bench.Loadgen do
 
   @doc """
   The command line (a program and its arguments) that runs the generator with `opts`: `:url`,
-  `:clients`, `:input_hz`, `:ramp`, `:warmup`, `:seconds`, `:procs`, `:json`, and, to keep it
-  off the server's CPU, `:nice` (0..19, through `nice`) and `:taskset` (a CPU list, through
+  `:clients`, `:input_hz`, `:ramp`, `:warmup`, `:seconds`, `:procs`, `:json`, `retry: false`
+  (clients refused as full give up instead of trying again), and, to keep it off the server's
+  CPU, `:nice` (0..19, through `nice`) and `:taskset` (a CPU list, through
   `taskset -c`).
 
       iex> Overworld.Bench.Loadgen.command("owload", url: "ws://127.0.0.1:4000/ws", clients: 10,
@@ -100,6 +101,8 @@ defmodule Overworld.Bench.Loadgen do
           end
         )
 
+    # Refused clients try again unless told not to.
+    args = if opts[:retry] == false, do: args ++ ["-retry=false"], else: args
     args = if cpus = opts[:taskset], do: ["taskset", "-c", cpus | args], else: args
     args = if (n = opts[:nice] || 0) > 0, do: ["nice", "-n", to_string(n) | args], else: args
     {hd(args), tl(args)}

@@ -25,8 +25,13 @@ defmodule Mix.Tasks.Overworld.Bench.CapacityTest do
       end)
 
     assert out =~ "Capacity: "
-    assert out =~ ~r/^\s+0 clients: 0 in, 0 failed, 0 refused, 0 closed/m
-    assert out =~ ~r/^\s+12 clients: 12 in, 0 failed, 0 refused, 0 closed/m
+
+    assert out =~
+             ~r/^\s+0 clients: 0 in \(0 at the window.s start\), 0 failed, 0 refused \(0 refusals\), 0 closed/m
+
+    assert out =~
+             ~r/^\s+12 clients: 12 in \(12 at the window.s start\), 0 failed, 0 refused \(0 refusals\), 0 closed/m
+
     assert out =~ "knee (every client ≥ 28 snapshots/s, ack p99 ≤ 3 ticks): "
 
     r = json |> File.read!() |> :jiffy.decode([:return_maps, {:null_term, nil}])
