@@ -39,6 +39,7 @@ type client struct {
 
 	// Filled while connecting (read after connected is set).
 	connectNs int64
+	token     string // the session token, once authenticated
 	failure   string
 	refused   bool // the server was full (ERROR 8 before the HANDSHAKE)
 	tickRate  int
@@ -116,11 +117,17 @@ func (c *client) setOutcome(refused bool, format string, a ...interface{}) {
 // server refused as full, the time it asked to wait before trying again.
 func (c *client) attempt() (time.Duration, bool) {
 	begin := c.win.now()
-	token, err := c.auth()
-	if err != nil {
-		c.setOutcome(false, "auth: %v", err)
-		return 0, false
+	// Authenticated once: a client that tries again after a refusal keeps its token, as the
+	// SDK keeps its session.
+	if c.token == "" {
+		token, err := c.auth()
+		if err != nil {
+			c.setOutcome(false, "auth: %v", err)
+			return 0, false
+		}
+		c.token = token
 	}
+	token := c.token
 	var src net.Addr
 	if c.cfg.ips > 1 {
 		src = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+c.id%c.cfg.ips))}
