@@ -57,7 +57,8 @@ defmodule Overworld.Server do
     the zone's last tick. Beyond it, and whenever the server is saturated (at the largest send
     interval, late or above 70 % busy), a new player is refused with close code 4008 and ERROR 8
     (`retry_after=N; why`); a player resuming its avatar within the grace period never is.
-  * `:retry_after` - the seconds a refused player is told to wait (default 5).
+  * `:retry_after` - the seconds a refused player is told to wait (default 5), doubled for every
+    10 s the server has been saturated without a break, up to 8 times as long.
   """
   use Supervisor
   require Logger

@@ -42,6 +42,9 @@ defmodule Overworld.Server.Pace do
   everyone below the slowest rate), the server is **saturated**. New players are then refused (`admit/2`: close code
   4008 with ERROR 8, whose message starts with `retry_after=N;`, docs/protocol.md), and so
   are players beyond `:max_players` in a zone; a player resuming its avatar is never refused.
+  The wait a refused player is told (`retry_after/1`) is `:retry_after` seconds, doubled for
+  every 10 s the server has been saturated without a break, up to 8 times as long: players
+  refused and trying again do not keep a saturated node busy refusing them.
   """
   use GenServer
 
@@ -52,6 +55,8 @@ defmodule Overworld.Server.Pace do
   @interval 1
   @changes 2
   @saturated 3
+  # 4: since when the server has been saturated without a break (monotonic ms; read while 3 is 1).
+  @saturated_since 4
 
   @late_share 0.05
   @late_windows 2
@@ -65,7 +70,7 @@ defmodule Overworld.Server.Pace do
   @doc false
   @spec new() :: :atomics.atomics_ref()
   def new do
-    ref = :atomics.new(3, signed: false)
+    ref = :atomics.new(4, signed: true)
     :atomics.put(ref, @interval, 1)
     ref
   end
@@ -132,12 +137,50 @@ defmodule Overworld.Server.Pace do
   end
 
   @doc false
-  # Sets or clears the saturated flag (the controller; tests).
-  @spec saturate(Server.Config.t(), boolean) :: :ok
-  def saturate(%{pace: ref}, on?) do
-    :atomics.put(ref, @saturated, if(on?, do: 1, else: 0))
+  # Sets or clears the saturated flag (the controller; tests); a server saturated already keeps
+  # the time it became so (`ago`: ms it has been saturated, for tests).
+  @spec saturate(Server.Config.t(), boolean, non_neg_integer) :: :ok
+  def saturate(%{pace: ref}, on?, ago \\ 0) do
+    now = System.monotonic_time(:millisecond)
+
+    cond do
+      not on? ->
+        :atomics.put(ref, @saturated, 0)
+
+      :atomics.exchange(ref, @saturated, 1) == 0 or ago > 0 ->
+        :atomics.put(ref, @saturated_since, now - ago)
+
+      true ->
+        :ok
+    end
+
     :ok
   end
+
+  @doc """
+  The seconds a player refused now is told to wait: `:retry_after`, longer the longer the
+  server has been saturated (`backoff/2`).
+  """
+  @spec retry_after(Server.Config.t()) :: pos_integer
+  def retry_after(%{pace: ref} = cfg) do
+    if :atomics.get(ref, @saturated) == 1 do
+      since = :atomics.get(ref, @saturated_since)
+      backoff(cfg.retry_after, max(0, System.monotonic_time(:millisecond) - since))
+    else
+      cfg.retry_after
+    end
+  end
+
+  @doc """
+  A wait of `base` seconds doubled for every 10 s of `saturated_ms` (the time the server has
+  been saturated without a break), at most 8 times `base`.
+
+      iex> alias Overworld.Server.Pace
+      iex> Enum.map([0, 9_999, 10_000, 25_000, 600_000], &Pace.backoff(5, &1))
+      [5, 5, 10, 20, 40]
+  """
+  @spec backoff(pos_integer, non_neg_integer) :: pos_integer
+  def backoff(base, saturated_ms), do: base * Bitwise.bsl(1, min(3, div(saturated_ms, 10_000)))
 
   @doc """
   The next interval from the current one and a window's figures: `built` frames, `late` ones,

@@ -118,7 +118,8 @@ defmodule Overworld.Session.Hello do
 
       {:error, {:full, why}} ->
         :counters.add(st.cfg.counters, Overworld.Server.counter(:refused_joins), 1)
-        Session.close(st, 4008, "retry_after=#{st.cfg.retry_after}; #{why}", 8)
+        wait = Overworld.Server.Pace.retry_after(st.cfg)
+        Session.close(st, 4008, "retry_after=#{wait}; #{why}", 8)
 
       {:error, why} ->
         Session.close(st, 4006, "zone unavailable: #{inspect(why)}", 6)

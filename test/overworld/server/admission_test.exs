@@ -71,4 +71,22 @@ defmodule Overworld.Server.AdmissionTest do
     Pace.saturate(cfg, false)
     assert {:in, _, _} = hello(world)
   end
+
+  test "the longer the server stays saturated, the longer a refused player is told to wait", %{
+    world: world,
+    cfg: cfg
+  } do
+    Pace.saturate(cfg, true)
+    assert {:refused, "retry_after=7;" <> _, _} = hello(world)
+    # Saturated for 25 s without a break: twice doubled.
+    Pace.saturate(cfg, true, 25_000)
+    assert {:refused, "retry_after=28;" <> _, _} = hello(world)
+    # Still saturated: the time it began is kept.
+    Pace.saturate(cfg, true)
+    assert Pace.retry_after(cfg) == 28
+    # A break starts over.
+    Pace.saturate(cfg, false)
+    Pace.saturate(cfg, true)
+    assert Pace.retry_after(cfg) == 7
+  end
 end
