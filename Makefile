@@ -54,7 +54,7 @@ CARGO_SH := $(GAME)/reference/cargo.sh
 deps-rust:
 	@$(CARGO_SH) --setup build --release --quiet
 
-# The TypeScript SDK (clients/typescript): Node 20 and npm, Debian's Chromium for the browser
+# The TypeScript SDK (clients/typescript): Node 20 or later and npm, Debian's Chromium for the browser
 # test (test/browser.test.ts drives /usr/bin/chromium with playwright-core, which never downloads
 # a browser of its own), then the locked dev dependencies (`npm ci`; the npm 11 of our machines
 # writes lock files without the other platforms' optional packages, which `npm ci` may refuse:
@@ -62,6 +62,13 @@ deps-rust:
 deps-ts:
 	@command -v npm >/dev/null || { export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get install -y -q nodejs npm || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q nodejs npm; }; }
+	@# Debian 12's nodejs is 18, older than playwright-core (and our package.json) accept: then
+	@# Node 20 from the npm registry (its `node` package) into /usr/local, ahead of /usr on PATH.
+	@[ "$$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 20 ] || { \
+	  echo "installing Node 20 into /usr/local (npm install -g node@20): this Node is older"; \
+	  $(SUDO) npm install -g --prefix /usr/local node@20 --no-audit --no-fund --loglevel=error; }
+	@[ "$$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)" -ge 20 ] || { \
+	  echo "Node 20 or later is needed; node on PATH is $$(node --version 2>/dev/null || echo missing) (put /usr/local/bin first on PATH)" >&2; exit 1; }
 	@[ -x /usr/bin/chromium ] || { export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get install -y -q --no-install-recommends chromium || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium; }; }
 	@cd clients/typescript && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || \
@@ -76,8 +83,13 @@ deps-go:
 	@[ -x "$(GO)" ] || { echo "installing golang-go (Go, for the load generator)"; export DEBIAN_FRONTEND=noninteractive; \
 	  $(SUDO) apt-get install -y -q golang-go || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q golang-go; }; }
 
+# The schedulers do not busy-wait for work (`+sbwt none` and the dirty ones' too): on a machine
+# of few cores shared with other processes, spinning schedulers burn CPU that the zone's tick
+# and the sessions need (docs/benchmarks.md, "Players per node").
+ERL_SPIN = +sbwt none +sbwtdcpu none +sbwtdio none
+
 run: deps-elixir
-	cd $(GAME) && mix goblins.server
+	cd $(GAME) && ERL_FLAGS="$(ERL_SPIN)" mix goblins.server
 
 test: deps
 	$(MAKE) test-elixir test-example test-rust test-ts test-go
@@ -130,6 +142,7 @@ bench: deps
 	cd $(GAME) && mix goblins.bench.inputs --players 2000 --rounds 1 --seconds 3 --json ../../$(SHORT)/inputs-2k.json
 	cd $(GAME) && mix goblins.bench.persistence --samples 5 --seconds 1 --zone-seconds 2 --rounds 2 --kills 20 --json ../../$(SHORT)/persistence-10k.json
 	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,50 --seconds 5 --warmup 2 --json ../../$(SHORT)/capacity.json
+	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 20 --warmup 1 --seconds 2 --eprof Overworld.Transport.Conn --eprof-seconds 1 --json ../../$(SHORT)/profile.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -147,7 +160,11 @@ bench-full: deps
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 5 --rounds 2 --kills 400 --json ../../bench/results/persistence-10k-recovery.json
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 10 --rounds 30 --kills 50 --samples 5 --json ../../bench/results/persistence-10k-short-rounds.json
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 1 --rounds 1 --kills 400 --samples 2 --seconds 1 --json ../../bench/results/persistence-10k-recovery-parallel-scan.json
-	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,250,500,750,1000,1500,2000 --seconds 30 --json ../../bench/results/capacity.json
+	cd $(GAME) && mix overworld.bench.capacity --server "ERL_FLAGS='+sbwt none +sbwtdcpu none +sbwtdio none' mix goblins.server" --bots 0,250,500,750,1500 --seconds 30 --json ../../bench/results/capacity.json
+	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 0 --json ../../bench/results/profile-0.json
+	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 250 --json ../../bench/results/profile-250.json
+	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 500 --eprof Overworld.Transport.Conn --json ../../bench/results/profile-500.json
+	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 1000 --eprof Overworld.Zone.Bucket --json ../../bench/results/profile-1000.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

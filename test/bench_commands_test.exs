@@ -24,14 +24,15 @@ defmodule Overworld.BenchCommandsTest do
   defp task({_dir, "mix " <> rest}), do: rest |> String.split() |> hd()
 
   # The goblin world's tasks run in its project, the framework's from the root, but for the
-  # capacity bench, which starts the game's server (`--server "mix goblins.server"`) and so
-  # runs in the game's project.
+  # capacity and profile benches, which start the game's server (`--server "mix
+  # goblins.server"`, `--serve goblins.server`) and so run in the game's project.
   defp dir_of(command) do
     t = task(command)
 
-    if String.starts_with?(t, "goblins.") or t == "overworld.bench.capacity",
-      do: @game,
-      else: "."
+    if String.starts_with?(t, "goblins.") or
+         t in ["overworld.bench.capacity", "overworld.bench.profile"],
+       do: @game,
+       else: "."
   end
 
   # The ```sh blocks of the doc that quote a benchmark command.

@@ -77,14 +77,40 @@ defmodule Mix.Tasks.Overworld.Bench.Profile do
         if(opts[:eprof], do: ", then eprof on #{opts[:eprof]} for #{eprof_s} s", else: "")
     )
 
-    report = Profile.sample(o.seconds * 1000, eprof: opts[:eprof], eprof_ms: eprof_s * 1000)
+    frames0 = Overworld.Server.stats().frames_out
+    t0 = System.monotonic_time(:millisecond)
+
+    sampler =
+      Task.async(fn ->
+        Profile.sample(o.seconds * 1000, eprof: opts[:eprof], eprof_ms: eprof_s * 1000)
+      end)
+
+    # The frames sent in the sampling window (not in eprof's, which slows the sessions).
+    Process.sleep(o.seconds * 1000)
+    frames = Overworld.Server.stats().frames_out - frames0
+    per_second = Float.round(frames * 1000 / max(System.monotonic_time(:millisecond) - t0, 1), 1)
+    report = Task.await(sampler, :infinity)
+    pace = Overworld.Server.Pace.stats(Overworld.Server.config())
 
     Enum.each(Profile.format(report), &Mix.shell().info/1)
+
+    Mix.shell().info(
+      "frames sent in the window: #{per_second} a second; a snapshot every #{pace.interval} tick(s) at the end"
+    )
+
     {out, _status, _result} = Task.await(generator, :infinity)
     Mix.shell().info(out |> String.split("\n", trim: true) |> Enum.take(-7) |> Enum.join("\n"))
 
     if path = opts[:json] do
-      body = Map.merge(report, %{clients: clients, serve: opts[:serve], machine: Stats.machine()})
+      body =
+        Map.merge(report, %{
+          clients: clients,
+          serve: opts[:serve],
+          frames_per_second: per_second,
+          send_interval: pace.interval,
+          machine: Stats.machine()
+        })
+
       File.write!(path, :jiffy.encode(body, [:pretty, :use_nil]))
       Mix.shell().info("wrote #{path}")
     end

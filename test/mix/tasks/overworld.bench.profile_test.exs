@@ -29,6 +29,7 @@ defmodule Mix.Tasks.Overworld.Bench.ProfileTest do
 
     r = json |> File.read!() |> :jiffy.decode([:return_maps])
     assert r["clients"] == 8
+    assert r["frames_per_second"] > 8 * 20 and r["send_interval"] == 1
     kinds = Map.new(r["kinds"], &{&1["kind"], &1})
     assert kinds["Overworld.Transport.Conn"]["processes"] >= 8
     assert kinds["Overworld.Zone.Bucket"]["reductions"] > 0
