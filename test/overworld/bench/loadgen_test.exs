@@ -90,26 +90,29 @@ defmodule Overworld.Bench.LoadgenTest do
 
   test "clients refused as full (4008) are counted apart, and try again after the retry_after they were told",
        %{bin: bin} do
-    world =
-      start_world(:loadgen_max, {__MODULE__, :max}, critters: 50, max_players: 3, retry_after: 1)
+    # A zone of at most 3 players (counted at its last tick: clients come 100 ms apart, so the
+    # count is up to date for each), one fresh world per run.
+    opts = fn name ->
+      world = start_world(name, {__MODULE__, name}, critters: 50, max_players: 3, retry_after: 1)
 
-    opts = [
-      url: "ws://127.0.0.1:#{world.port}/ws",
-      clients: 6,
-      input_hz: 10,
-      ramp: 100,
-      warmup: 0,
-      seconds: 3,
-      procs: 1
-    ]
+      [
+        url: "ws://127.0.0.1:#{world.port}/ws",
+        clients: 6,
+        input_hz: 10,
+        ramp: 10,
+        warmup: 0,
+        seconds: 3,
+        procs: 1
+      ]
+    end
 
     # Without retries: three in, three refused once each, none a failure.
-    {out, r} = run_loadgen(bin, Keyword.put(opts, :retry, false))
+    {out, r} = run_loadgen(bin, Keyword.put(opts.(:loadgen_max), :retry, false))
     assert %{"connected" => 3, "refused" => 3, "refusals" => 3, "failed" => 0} = r, out
 
     # With them (the default), each refused client comes back every second while the zone
     # stays full: more refusals than clients, still three in.
-    {out, r} = run_loadgen(bin, opts)
+    {out, r} = run_loadgen(bin, opts.(:loadgen_max_retry))
     assert %{"connected" => 3, "refused" => 3, "failed" => 0} = r, out
     assert r["refusals"] >= 9, out
   end
