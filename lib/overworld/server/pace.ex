@@ -39,7 +39,9 @@ defmodule Overworld.Server.Pace do
   ## Admission
 
   At the largest interval, and late or above 70 % busy (no room left: one more player would take
-  everyone below the slowest rate), the server is **saturated**. New players are then refused (`admit/2`: close code
+  everyone below the slowest rate), the server is **saturated**, and stays so until it has had
+  room for 2 s (4 windows under 60 % busy, or at a shorter interval): admitting again the moment
+  the load dips would let a wave of waiting players in at once. New players are then refused (`admit/2`: close code
   4008 with ERROR 8, whose message starts with `retry_after=N;`, docs/protocol.md), and so
   are players beyond `:max_players` in a zone; a player resuming its avatar is never refused.
   The wait a refused player is told (`retry_after/1`) is `:retry_after` seconds, doubled for
@@ -64,8 +66,11 @@ defmodule Overworld.Server.Pace do
   # The most the schedulers may be busy at a shorter interval (predicted) to step down to it.
   @busy_limit 0.8
   # The most they may be busy at the largest interval to admit new players (the zones' ticks
-  # must stay on time there: a skipped tick is a snapshot fewer for everyone).
+  # must stay on time there: a skipped tick is a snapshot fewer for everyone), and how long
+  # (windows) and how far below it the load stays before a saturated server admits again.
   @admit_limit 0.7
+  @room_limit 0.6
+  @room_windows 4
 
   @doc false
   @spec new() :: :atomics.atomics_ref()
@@ -254,7 +259,8 @@ defmodule Overworld.Server.Pace do
        counts: counts(cfg),
        zones: zones_busy(),
        at: System.monotonic_time(:microsecond),
-       memory: {0, 0}
+       memory: {0, 0},
+       room: 0
      }}
   end
 
@@ -278,9 +284,14 @@ defmodule Overworld.Server.Pace do
     {k2, memory} = next(k, cfg.max_send_interval, window, st.memory)
 
     if k2 != k, do: put(cfg, k2)
-    # At the largest interval, late or no room left: saturated (new players are refused).
-    saturate(cfg, saturated?(k2, cfg.max_send_interval, window))
-    {:noreply, %{st | sample: sample, counts: counts, zones: zones, at: at, memory: memory}}
+    # At the largest interval, late or no room left: saturated (new players are refused) until
+    # there has been room for a while.
+    was? = :atomics.get(cfg.pace, @saturated) == 1
+    {sat?, room} = admission(was?, k2, cfg.max_send_interval, window, st.room)
+    saturate(cfg, sat?)
+
+    {:noreply,
+     %{st | sample: sample, counts: counts, zones: zones, at: at, memory: memory, room: room}}
   end
 
   # The busy time of each running zone so far (µs): its workers' phases (systems and grid, run
@@ -334,6 +345,42 @@ defmodule Overworld.Server.Pace do
   @spec saturated?(pos_integer, pos_integer, map) :: boolean
   def saturated?(k, max, window),
     do: k == max and (late?(window) or window.utilization > @admit_limit)
+
+  @doc """
+  Whether the server is saturated after a window, from whether it was and the windows in a
+  row it has had room (answered beside): saturated by `saturated?/3`; once saturated, until 4
+  windows in a row had room (a shorter interval than the largest, or under 60 % busy and none
+  late).
+
+      iex> alias Overworld.Server.Pace
+      iex> busy = %{built: 1000, late: 0, utilization: 0.75}
+      iex> room = %{built: 1000, late: 0, utilization: 0.5}
+      iex> Pace.admission(false, 3, 3, busy, 0)
+      {true, 0}
+      iex> Pace.admission(true, 3, 3, room, 0)
+      {true, 1}
+      iex> Pace.admission(true, 3, 3, room, 3)
+      {false, 0}
+      iex> Pace.admission(true, 3, 3, %{room | utilization: 0.65}, 2)
+      {true, 0}
+      iex> Pace.admission(true, 2, 3, busy, 3)
+      {false, 0}
+      iex> Pace.admission(false, 3, 3, %{room | utilization: 0.65}, 0)
+      {false, 0}
+  """
+  @spec admission(boolean, pos_integer, pos_integer, map, non_neg_integer) ::
+          {boolean, non_neg_integer}
+  def admission(was?, k, max, window, room) do
+    room? = k < max or (not late?(window) and window.utilization < @room_limit)
+
+    cond do
+      saturated?(k, max, window) -> {true, 0}
+      not was? -> {false, 0}
+      room? and room + 1 >= @room_windows -> {false, 0}
+      room? -> {true, room + 1}
+      true -> {true, 0}
+    end
+  end
 
   defp late?(%{built: built, late: late}), do: built > 0 and late / built > @late_share
 
