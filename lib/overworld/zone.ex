@@ -71,6 +71,11 @@ defmodule Overworld.Zone do
     through atoms made at run time
   * `:args` — passed to `c:init/1` (default `[]`)
   * `:tick_rate` — ticks per second, 1..1000 (default 30)
+  * `:tick_offset` — where in the tick period the deadlines fall, a fraction in [0, 1) of it
+    counted from a whole number of periods of the node's monotonic clock (default nil: from
+    the zone's start). Zones of one node given offsets spread over the period (a world's
+    zones get `index / count`, `Overworld.World.Layout.tick_offset/2`) share the cores
+    instead of all starting their ticks at once.
   * `:clock` — `:realtime` (default) ticks on absolute monotonic deadlines; `:manual` ticks
     only on `tick_now/2`, for tests
   * `:workers` — bucket workers (default `System.schedulers_online/0`)

@@ -15,6 +15,31 @@ defmodule Overworld.Zone.Clock do
   def deadline(t0, k, rate), do: t0 + div(k * System.convert_time_unit(1, :second, :native), rate)
 
   @doc """
+  The origin of a clock started at `now` (native units): `now` itself without an offset, else
+  the instant `offset` (a fraction of the period) into the period of the monotonic clock that
+  holds `now`, or of the period before: never after `now`, so the first deadline (one period
+  later) is still ahead. Clocks of one node with the same rate and offsets `i / n` tick at
+  instants spread evenly over the period, whenever each started.
+
+      iex> per_s = System.convert_time_unit(1, :second, :native)
+      iex> p = div(per_s, 10)
+      iex> Overworld.Zone.Clock.origin(7 * p + div(p, 2), 10, nil) == 7 * p + div(p, 2)
+      true
+      iex> Overworld.Zone.Clock.origin(7 * p + div(p, 2), 10, 0.25) == 7 * p + div(p, 4)
+      true
+      iex> Overworld.Zone.Clock.origin(7 * p + div(p, 2), 10, 0.75) == 6 * p + div(3 * p, 4)
+      true
+  """
+  @spec origin(integer, pos_integer, number | nil) :: integer
+  def origin(now, _rate, nil), do: now
+
+  def origin(now, rate, offset) do
+    period = div(System.convert_time_unit(1, :second, :native), rate)
+    at = Integer.floor_div(now, period) * period + trunc(offset * period)
+    if at <= now, do: at, else: at - period
+  end
+
+  @doc """
   A native deadline as the millisecond the timer service fires at, rounded up (so a timer never
   fires before its deadline; monotonic time may be negative).
 

@@ -140,7 +140,7 @@ defmodule Overworld.Zone.Server do
           st
 
         :realtime ->
-          begin_tick(%{st | clock: %{t0: System.monotonic_time(), slot: 0, timer: nil}}, 0)
+          begin_tick(%{st | clock: new_clock(st)}, 0)
       end
 
     Logger.warning(
@@ -183,8 +183,14 @@ defmodule Overworld.Zone.Server do
 
   defp start_clock(%State{config: %Config{clock: :manual}} = st), do: st
 
-  defp start_clock(st),
-    do: schedule(%{st | clock: %{t0: System.monotonic_time(), slot: 0, timer: nil}}, 1)
+  defp start_clock(st), do: schedule(%{st | clock: new_clock(st)}, 1)
+
+  defp new_clock(%State{config: c}),
+    do: %{
+      t0: Clock.origin(System.monotonic_time(), c.tick_rate, c.tick_offset),
+      slot: 0,
+      timer: nil
+    }
 
   defp deadline(st, slot), do: Clock.deadline(st.clock.t0, slot, st.config.tick_rate)
 

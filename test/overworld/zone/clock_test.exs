@@ -29,4 +29,53 @@ defmodule Overworld.Zone.ClockTest do
 
     assert Clock.next(0, 30, 10, div(11 * per_s, 30) - 1) == {11, 0}
   end
+
+  # The phase (0..1) of a tick's start in the period of the node's monotonic clock.
+  defp phase(t0, rate) do
+    period = div(System.convert_time_unit(1, :second, :native), rate)
+    rem(rem(t0, period) + period, period) / period
+  end
+
+  test "zones with tick offsets start their ticks at those points of the period" do
+    rate = 30
+
+    zones =
+      for offset <- [0.0, 0.5] do
+        id = {__MODULE__, make_ref()}
+
+        {:ok, _} =
+          Overworld.start_zone(Overworld.Test.Walkers,
+            id: id,
+            tick_rate: rate,
+            tick_offset: offset,
+            size: {100, 100},
+            workers: 1
+          )
+
+        on_exit(fn -> Overworld.stop_zone(id) end)
+        :ok = Overworld.Zone.subscribe(id, self())
+        {id, offset}
+      end
+
+    # Tick starts of each zone over 20 ticks: their median phase is the offset (the timer fires
+    # a millisecond or two after the deadline: a twentieth of a period at most).
+    for {id, offset} <- zones do
+      phases =
+        for _ <- 1..20 do
+          assert_receive {:overworld_tick, ^id, _n, t0}, 1_000
+          phase(t0, rate)
+        end
+
+      median = phases |> Enum.sort() |> Enum.at(10)
+      assert median >= offset and median < offset + 0.15, inspect({offset, phases})
+    end
+  end
+
+  test "a tick offset outside [0, 1) is refused" do
+    for bad <- [1, 1.0, -0.1, :half] do
+      assert_raise ArgumentError, ~r/tick_offset/, fn ->
+        Overworld.start_zone(Overworld.Test.Walkers, id: {__MODULE__, bad}, tick_offset: bad)
+      end
+    end
+  end
 end
