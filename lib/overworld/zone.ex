@@ -71,6 +71,9 @@ defmodule Overworld.Zone do
     through atoms made at run time
   * `:args` — passed to `c:init/1` (default `[]`)
   * `:tick_rate` — ticks per second, 1..1000 (default 30)
+  * `:id_space` — `{index, count}`: the zone makes only the entity ids `n` with
+    `rem(n, count) == index` (default `{0, 1}`: every id), so zones of a world never make the
+    same id, also after restarts from disk (`Overworld.Zone.Ids`)
   * `:tick_offset` — where in the tick period the deadlines fall, a fraction in [0, 1) of it
     counted from a whole number of periods of the node's monotonic clock (default nil: from
     the zone's start). Zones of one node given offsets spread over the period (a world's

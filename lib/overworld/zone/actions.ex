@@ -71,8 +71,10 @@ defmodule Overworld.Zone.Actions do
     if st.entity_count + length(st.spawns) + length(specs) > st.config.max_entities do
       {:error, :max_entities}
     else
+      {ids, _} = Overworld.Zone.Ids.take(st.config.id_space, st.next_id, length(specs))
+
       specs
-      |> Enum.with_index(st.next_id)
+      |> Enum.zip(ids)
       |> Enum.reduce_while({:ok, []}, fn {spec, id}, {:ok, acc} ->
         case Spawn.build(st.config, spec, id, owner) do
           {:ok, e} -> {:cont, {:ok, [e | acc]}}
@@ -92,7 +94,8 @@ defmodule Overworld.Zone.Actions do
         do: st.players,
         else: Enum.reduce(rev, st.players, &Players.add(&2, owner, entity(&1, :id)))
 
-    %{st | spawns: rev ++ st.spawns, next_id: st.next_id + length(rev), players: players}
+    {_, next_id} = Overworld.Zone.Ids.take(st.config.id_space, st.next_id, length(rev))
+    %{st | spawns: rev ++ st.spawns, next_id: next_id, players: players}
   end
 
   @doc "Reports an invalid answer of game code; the state stays as it was."

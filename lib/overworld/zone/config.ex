@@ -30,6 +30,7 @@ defmodule Overworld.Zone.Config do
         :args,
         :tick_rate,
         :tick_offset,
+        :id_space,
         :clock,
         :workers,
         :size,
@@ -63,6 +64,7 @@ defmodule Overworld.Zone.Config do
           args: term,
           tick_rate: pos_integer,
           tick_offset: float | nil,
+          id_space: Overworld.Zone.Ids.space(),
           clock: :realtime | :manual,
           workers: pos_integer,
           size: {number, number},
@@ -100,6 +102,9 @@ defmodule Overworld.Zone.Config do
       tick_offset:
         {{:custom, &(is_nil(&1) or (is_number(&1) and &1 >= 0 and &1 < 1)),
           "nil or a number in [0, 1)"}, nil},
+      id_space:
+        {{:custom, &Overworld.Zone.Ids.valid?/1, "{index, count} with 0 <= index < count"},
+         {0, 1}},
       clock: {{:in, [:realtime, :manual]}, :realtime},
       workers: {:pos_integer, System.schedulers_online()},
       size: {{:tuple_of, [:pos_number, :pos_number]}, {1000, 1000}},

@@ -18,7 +18,7 @@ defmodule Overworld.Zone.Recovery do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
 
-  alias Overworld.Zone.{Actions, Callbacks, Dispatch, Durable, Memory, Players}
+  alias Overworld.Zone.{Actions, Callbacks, Dispatch, Durable, Ids, Memory, Players}
   alias Overworld.Zone.{Server, State, Store, Subscribers}
 
   @doc """
@@ -162,7 +162,7 @@ defmodule Overworld.Zone.Recovery do
       st
       | tick: t,
         game: pending.game || last.game,
-        next_id: max(last.next_id, pending.next_id),
+        next_id: Ids.from(st.config.id_space, max(last.next_id, pending.next_id)),
         players: players,
         sessions: sessions,
         orphans: elem(Memory.orphans(mem), 0),
@@ -258,7 +258,7 @@ defmodule Overworld.Zone.Recovery do
         st
         | tick: base.tick,
           game: base.game,
-          next_id: base.next_id,
+          next_id: Ids.from(st.config.id_space, base.next_id),
           players: players,
           sessions: Map.take(live, Map.keys(base.players)),
           orphans: orphans,

@@ -87,6 +87,7 @@ defmodule Overworld.Zone.Server do
 
     st = %State{
       config: config,
+      next_id: Overworld.Zone.Ids.first(config.id_space),
       metrics: config.shared,
       memory: memory,
       # A new epoch: messages of a previous server (before a restart) are recognised and dropped.
