@@ -44,7 +44,15 @@ defmodule Overworld.OptionsTest do
             {[size: {10, -1}], ":size"},
             {[cell_size: 0], ":cell_size"},
             {[seed: 1.5], ":seed"},
-            {[tick_rate: 0], ":tick_rate"}
+            {[tick_rate: 0], ":tick_rate"},
+            {[tick_offset: 1], ":tick_offset"},
+            {[tick_offset: 1.0], ":tick_offset"},
+            {[tick_offset: -0.1], ":tick_offset"},
+            {[tick_offset: :half], ":tick_offset"},
+            {[id_space: {2, 2}], ":id_space"},
+            {[id_space: {-1, 3}], ":id_space"},
+            {[id_space: {0, 0}], ":id_space"},
+            {[id_space: 5], ":id_space"}
           ] do
         error =
           assert_raise ArgumentError, fn ->

@@ -70,12 +70,4 @@ defmodule Overworld.Zone.ClockTest do
       assert median >= offset and median < offset + 0.15, inspect({offset, phases})
     end
   end
-
-  test "a tick offset outside [0, 1) is refused" do
-    for bad <- [1, 1.0, -0.1, :half] do
-      assert_raise ArgumentError, ~r/tick_offset/, fn ->
-        Overworld.start_zone(Overworld.Test.Walkers, id: {__MODULE__, bad}, tick_offset: bad)
-      end
-    end
-  end
 end
