@@ -71,6 +71,11 @@ defmodule Overworld.Zone do
     through atoms made at run time
   * `:args` — passed to `c:init/1` (default `[]`)
   * `:tick_rate` — ticks per second, 1..1000 (default 30)
+  * `:region` — `{first col, first row, last col, last row}`: the cells of the grid the zone
+    owns (default nil: all of them). Positions and cell keys stay those of the whole grid (a
+    world's); its entities are kept within the region's cells (until handoff to the
+    neighbouring zones exists, a region's border is a wall), and its workers' stripes share
+    the region's rows
   * `:id_space` — `{index, count}`: the zone makes only the entity ids `n` with
     `rem(n, count) == index` (default `{0, 1}`: every id), so zones of a world never make the
     same id, also after restarts from disk (`Overworld.Zone.Ids`)

@@ -52,6 +52,8 @@ defmodule Overworld.Zone.Config do
         :wire_kinds,
         :width,
         :height,
+        :region,
+        :bounds,
         :grid,
         :stripes,
         :owners
@@ -87,6 +89,8 @@ defmodule Overworld.Zone.Config do
           shared: Overworld.Zone.Metrics.t() | nil,
           width: non_neg_integer,
           height: non_neg_integer,
+          region: {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer} | nil,
+          bounds: {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer},
           grid: Grid.t(),
           stripes: tuple,
           owners: tuple
@@ -105,6 +109,8 @@ defmodule Overworld.Zone.Config do
       id_space:
         {{:custom, &Overworld.Zone.Ids.valid?/1, "{index, count} with 0 <= index < count"},
          {0, 1}},
+      region:
+        {{:custom, &region?/1, "nil or {first col, first row, last col, last row} of cells"}, nil},
       clock: {{:in, [:realtime, :manual]}, :realtime},
       workers: {:pos_integer, System.schedulers_online()},
       size: {{:tuple_of, [:pos_number, :pos_number]}, {1000, 1000}},
@@ -155,7 +161,8 @@ defmodule Overworld.Zone.Config do
     cell = Entity.meters(o.cell_size)
 
     grid = Grid.new(width, height, cell)
-    stripes = stripes(grid.rows, o.workers)
+    region = check_region!(o.region, grid)
+    stripes = region_stripes(region, grid, o.workers)
 
     struct!(
       __MODULE__,
@@ -163,6 +170,8 @@ defmodule Overworld.Zone.Config do
         module: module,
         width: width,
         height: height,
+        region: region,
+        bounds: bounds(region, grid),
         grid: grid,
         stripes: List.to_tuple(stripes),
         owners: owners(stripes),
@@ -191,6 +200,57 @@ defmodule Overworld.Zone.Config do
   """
   @spec stripes(pos_integer, pos_integer) :: [{non_neg_integer, non_neg_integer}]
   def stripes(rows, n), do: for(i <- 0..(n - 1), do: {div(i * rows, n), div((i + 1) * rows, n)})
+
+  defp region?(nil), do: true
+
+  defp region?({c0, r0, c1, r1} = r),
+    do: Enum.all?(Tuple.to_list(r), &(is_integer(&1) and &1 >= 0)) and c0 <= c1 and r0 <= r1
+
+  defp region?(_), do: false
+
+  defp check_region!(nil, _grid), do: nil
+
+  defp check_region!({_, _, c1, r1} = region, grid) do
+    if c1 >= grid.cols or r1 >= grid.rows do
+      raise ArgumentError,
+            "Overworld.Zone: :region #{inspect(region)} goes past the grid's " <>
+              "#{grid.cols} x #{grid.rows} cells"
+    end
+
+    region
+  end
+
+  # The positions the zone's entities may take (units): the world, or its region's cells.
+  defp bounds(nil, grid), do: {0, 0, grid.width, grid.height}
+
+  defp bounds({c0, r0, c1, r1}, grid) do
+    x1 = if c1 == grid.cols - 1, do: grid.width, else: (c1 + 1) * grid.cell - 1
+    y1 = if r1 == grid.rows - 1, do: grid.height, else: (r1 + 1) * grid.cell - 1
+    {c0 * grid.cell, r0 * grid.cell, x1, y1}
+  end
+
+  @doc """
+  The workers' stripes of a zone owning `region` of the grid (nil: all of it): the region's
+  rows shared out, the first stripe reaching back to row 0 and the last on to the grid's last
+  row (rows outside the region hold nothing, but every row has an owner).
+
+      iex> g = Overworld.Spatial.Grid.new(100 * 1024, 100 * 1024, 10 * 1024)
+      iex> Overworld.Zone.Config.region_stripes({0, 4, 10, 9}, g, 2)
+      [{0, 7}, {7, 11}]
+      iex> Overworld.Zone.Config.region_stripes(nil, g, 2)
+      [{0, 5}, {5, 11}]
+  """
+  @spec region_stripes(tuple | nil, Grid.t(), pos_integer) :: [{non_neg_integer, non_neg_integer}]
+  def region_stripes(nil, grid, n), do: stripes(grid.rows, n)
+
+  def region_stripes({_, r0, _, r1}, grid, n) do
+    inner = for {a, b} <- stripes(r1 - r0 + 1, n), do: {a + r0, b + r0}
+    {first, last} = {0, grid.rows}
+
+    inner
+    |> List.update_at(0, fn {_, b} -> {first, b} end)
+    |> List.update_at(-1, fn {a, _} -> {a, last} end)
+  end
 
   @doc """
   The owner (worker index) of every row, as a tuple indexed by row.

@@ -44,11 +44,11 @@ defmodule Overworld.Zone.Pass do
         ) ::
           result
   def run(own, view, {stop, lo, hi}, %Config{} = config, me, ctx, inputs, despawns) do
-    %Config{grid: grid, module: module, owners: owners, width: w, height: h, wire: wire} = config
+    %Config{grid: grid, module: module, owners: owners, bounds: bounds, wire: wire} = config
     # An external fun is called through its export entry directly; `module.handle_entity(...)`
     # with a variable module would look the export up on every call.
     mod = Function.capture(module, :handle_entity, 3)
-    env = {mod, grid, owners, me, w, h, ctx, inputs, despawns, wire && Wire.funs(wire)}
+    env = {mod, grid, owners, me, bounds, ctx, inputs, despawns, wire && Wire.funs(wire)}
     plain? = map_size(inputs) == 0 and map_size(despawns) == 0
     # Entities despawned this tick are not seen by their neighbours either: whatever an entity
     # decides from a neighbour (a pickup, a hit) the neighbour decides too, and one that is
@@ -98,12 +98,12 @@ defmodule Overworld.Zone.Pass do
   defp cells([], _above, _same, _below, _bounds, _env, _plain?, out, acc), do: done(out, acc)
 
   defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, out, acc) do
-    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, w, h, ctx, _, _, wire} = env
+    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, {_, _, w, h}, ctx, _, _, wire} = env
     {block, above, same, below} = Sweep.block(above, same, below, k, stride)
     view = %View{grid: grid, block: block}
 
-    # The cell's bounds, within the world: an entity whose new position is inside stays (no
-    # division, no clamping needed).
+    # The cell's bounds, within the zone's (the world, or its region): an entity whose new
+    # position is inside stays (no division, no clamping needed).
     x0 = (rem(k, stride) - 1) * cell
     y0 = (div(k, stride) - 1) * cell
     x1 = if x0 + cell > w, do: w + 1, else: x0 + cell
@@ -151,7 +151,7 @@ defmodule Overworld.Zone.Pass do
         encodable(rest, list, wire, [e | kept], acc, env)
 
       failure ->
-        {_, _, _, _, _, _, _, inputs, _, _} = env
+        {_, _, _, _, _, _, inputs, _, _} = env
         old = with_input(List.keyfind(list, entity(e, :id), 1), inputs)
         encodable(rest, list, wire, [old | kept], failed_encoding(acc, e, failure), env)
     end
@@ -181,7 +181,7 @@ defmodule Overworld.Zone.Pass do
     do: {stays, acc}
 
   defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, false = plain?) do
-    {_, _, _, _, _, _, _, inputs, despawns, _} = env
+    {_, _, _, _, _, _, inputs, despawns, _} = env
 
     if is_map_key(despawns, entity(e, :id)) do
       walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, gone(acc, e), env, plain?)
@@ -238,12 +238,12 @@ defmodule Overworld.Zone.Pass do
   # Where a result goes: back into its cell, to another cell, to another worker, nowhere
   # (despawned), or (a failure) the entity keeps its previous state.
   defp settle(result, e, id, k, stays, acc, env) do
-    {_mod, grid, _owners, _me, w, h, _ctx, _inputs, _despawns, _wire} = env
+    {_mod, grid, _owners, _me, bounds, _ctx, _inputs, _despawns, _wire} = env
 
     case result do
       {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
       when is_integer(x) and is_integer(y) ->
-        e2 = clamp(e2, x, y, w, h)
+        e2 = clamp(e2, x, y, bounds)
         k2 = Grid.key(grid, entity(e2, :x), entity(e2, :y))
         if k2 === k, do: {[e2 | stays], acc}, else: move(e, e2, k2, stays, acc, env)
 
@@ -264,21 +264,23 @@ defmodule Overworld.Zone.Pass do
     end
   end
 
-  defp clamp(e, x, y, w, h) when x >= 0 and x <= w and y >= 0 and y <= h, do: e
-  defp clamp(e, x, y, w, h), do: entity(e, x: x |> max(0) |> min(w), y: y |> max(0) |> min(h))
+  defp clamp(e, x, y, {x0, y0, x1, y1}) when x >= x0 and x <= x1 and y >= y0 and y <= y1, do: e
+
+  defp clamp(e, x, y, {x0, y0, x1, y1}),
+    do: entity(e, x: x |> max(x0) |> min(x1), y: y |> max(y0) |> min(y1))
 
   # An entity that changes cell is encoded after the grid phase, as an arrival in its new cell
   # (maybe on another worker): with a wire it is checked now (movers are few per tick), so that
   # one the wire cannot encode keeps its previous state like any invalid return.
   defp move(e, e2, k2, stays, acc, env) do
-    case unencodable(elem(env, 9), e2) do
+    case unencodable(elem(env, 8), e2) do
       nil -> {stays, moved(acc, e2, k2, env)}
       failure -> {[e | stays], failed_encoding(acc, e, failure)}
     end
   end
 
   defp moved({movers, out, moves, gone, errors, evs}, e, k2, env) do
-    {_, grid, owners, me, _, _, _, _, _, _} = env
+    {_, grid, owners, me, _, _, _, _, _} = env
     owner = elem(owners, Grid.row(grid, k2))
 
     cond do

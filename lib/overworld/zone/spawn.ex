@@ -55,8 +55,8 @@ defmodule Overworld.Zone.Spawn do
         entity(
           id: id,
           kind: Map.get(fields, :kind),
-          x: x |> max(0) |> min(config.width),
-          y: y |> max(0) |> min(config.height),
+          x: x |> max(elem(config.bounds, 0)) |> min(elem(config.bounds, 2)),
+          y: y |> max(elem(config.bounds, 1)) |> min(elem(config.bounds, 3)),
           vx: vx,
           vy: vy,
           heading: Integer.mod(heading, 65536),
