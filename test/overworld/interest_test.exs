@@ -8,7 +8,7 @@ defmodule Overworld.InterestTest do
   alias Overworld.{Interest, Template, Zone}
   alias Overworld.Protocol.Snapshot
   alias Overworld.Template.Test.Wire
-  alias Overworld.Test.Walkers
+  alias Overworld.Test.{Observe, Walkers}
 
   defp start(opts \\ []) do
     id = {__MODULE__, make_ref()}
@@ -37,17 +37,8 @@ defmodule Overworld.InterestTest do
   # Runs `ticks` ticks; after each, the observer's frame (at the position `path.(n)`) is applied
   # to a client view; `check.(n, frame_info, view_entities, world, position)` on each.
   defp run(zone, obs, ticks, path, check) do
-    templates = Wire.__templates__()
-
-    Enum.reduce(ticks, {obs, %Snapshot.View{}}, fn n, {obs, view} ->
-      {:ok, ^n} = Zone.tick_now(zone)
-      pos = path.(n)
-      {frame, info, obs} = Interest.frame(obs, n, pos)
-      bin = IO.iodata_to_binary(frame)
-      assert byte_size(bin) == info.bytes
-      assert {:ok, view} = Snapshot.apply(view, bin, templates)
+    Observe.follow(zone, obs, ticks, path, fn n, info, view, pos ->
       check.(n, info, Snapshot.View.entities(view), world(zone), pos)
-      {obs, view}
     end)
   end
 
@@ -150,13 +141,7 @@ defmodule Overworld.InterestTest do
     here = {100 * 1024, 100 * 1024}
 
     # A frame every tick until the view is full, then one every 4th tick (a lagging client).
-    {obs, view} =
-      Enum.reduce(1..60, {obs, %Snapshot.View{}}, fn n, {obs, view} ->
-        {:ok, ^n} = Zone.tick_now(zone)
-        {frame, _info, obs} = Interest.frame(obs, n, here)
-        {:ok, view} = Snapshot.apply(view, IO.iodata_to_binary(frame), templates)
-        {obs, view}
-      end)
+    {obs, view} = Observe.follow(zone, obs, 1..60, fn _ -> here end)
 
     {_obs, _view, infos} =
       Enum.reduce(61..160, {obs, view, []}, fn n, {obs, view, infos} ->

@@ -9,6 +9,7 @@ defmodule Overworld.Zone.RegionTest do
   alias Overworld.{Interest, Zone}
   alias Overworld.Protocol.Snapshot
   alias Overworld.Template.Test.Wire
+  alias Overworld.Test.Observe
 
   # Cells 5..11 x 4..12 of a 200 m world of 12 m cells (17 x 17 cells).
   @region {5, 4, 11, 12}
@@ -57,18 +58,10 @@ defmodule Overworld.Zone.RegionTest do
   test "an observer at the region's corner gets frames of the region's entities only" do
     zone = start(workers: 2, wire: Wire)
     {:ok, obs} = Interest.new(zone, radius: 40, budget: 10_000_000)
-    templates = Wire.__templates__()
     # The region's north-west corner, in world units.
     {c0, r0, _, _} = @region
     at = {c0 * 12 * 1024, r0 * 12 * 1024}
-
-    {_obs, view} =
-      Enum.reduce(1..20, {obs, %Snapshot.View{}}, fn n, {obs, view} ->
-        {:ok, ^n} = Zone.tick_now(zone)
-        {frame, _info, obs} = Interest.frame(obs, n, at)
-        {:ok, view} = Snapshot.apply(view, IO.iodata_to_binary(frame), templates)
-        {obs, view}
-      end)
+    {_obs, view} = Observe.follow(zone, obs, 1..20, fn _ -> at end)
 
     seen = Snapshot.View.entities(view)
     assert map_size(seen) > 0
