@@ -58,7 +58,7 @@ defmodule Overworld.Interest do
   # Ticks of budget a frame may gather after skipped ticks.
   @accrue 8
 
-  @enforce_keys [:zone, :table, :grid, :owners, :workers, :radius, :leave, :budget]
+  @enforce_keys [:zone, :table, :grid, :owners, :rows, :workers, :radius, :leave, :budget]
   defstruct @enforce_keys ++
               [
                 tick: 0,
@@ -87,6 +87,7 @@ defmodule Overworld.Interest do
           table: :ets.tid(),
           grid: Grid.t(),
           owners: tuple,
+          rows: {non_neg_integer, non_neg_integer} | nil,
           workers: pos_integer,
           radius: non_neg_integer,
           leave: non_neg_integer,
@@ -166,6 +167,8 @@ defmodule Overworld.Interest do
       table: config.shared.wire,
       grid: config.grid,
       owners: config.owners,
+      # A zone owning a region of the grid publishes its rows only: the view stops there.
+      rows: config.region && {elem(config.region, 1), elem(config.region, 3)},
       workers: config.workers,
       radius: Entity.meters(o.radius),
       leave: Entity.meters(leave_m),
@@ -230,7 +233,7 @@ defmodule Overworld.Interest do
   """
   @spec announce(t, pos_integer) :: t
   def announce(%__MODULE__{} = o, interval) when is_integer(interval) and interval >= 1,
-    do: %{o | ext: [{1, Codec.varint(interval)}]}
+    do: %{o | ext: [Snapshot.send_interval_extension(interval)]}
 
   @doc """
   The frame of tick `n` (the zone's last completed tick) for an observer at `(x, y)` (units):
@@ -304,19 +307,21 @@ defmodule Overworld.Interest do
   defp fast_row([], _w, _base, _a, _b, io, count, bytes), do: {io, count, bytes}
 
   defp fast_row([tick | ticks], w, base, a, b, io, count, bytes) do
-    {data, index, first} = elem(tick, w)
-    i = (base - first + a) * 8
-    j = (base - first + b + 1) * 8
-    <<_::binary-size(i), off0::32, count0::32, _::binary>> = index
-    <<_::binary-size(j), off1::32, count1::32, _::binary>> = index
+    case slice(elem(tick, w), base + a, base + b) do
+      {_, 0, _} -> fast_row(ticks, w, base, a, b, io, count, bytes)
+      {s, cost, c} -> fast_row(ticks, w, base, a, b, [io | s], count + c, bytes + cost)
+    end
+  end
+
+  # The part of a worker's published tick holding the blocks of cells k0..k1 (consecutive
+  # keys): the slice, its bytes and its block count, from the tick's index of offsets.
+  defp slice({data, index, first}, k0, k1) do
+    <<_::binary-size((k0 - first) * 8), off0::32, count0::32, _::binary>> = index
+    <<_::binary-size((k1 + 1 - first) * 8), off1::32, count1::32, _::binary>> = index
 
     case off1 - off0 do
-      0 ->
-        fast_row(ticks, w, base, a, b, io, count, bytes)
-
-      cost ->
-        slice = binary_part(data, off0, cost)
-        fast_row(ticks, w, base, a, b, [io | slice], count + count1 - count0, bytes + cost)
+      0 -> {<<>>, 0, 0}
+      cost -> {binary_part(data, off0, cost), cost, count1 - count0}
     end
   end
 
@@ -445,8 +450,13 @@ defmodule Overworld.Interest do
        when (x - ax) * (x - ax) + (y - ay) * (y - ay) < @slack * @slack,
        do: {region, {ax, ay}}
 
-  defp region(%__MODULE__{} = o, x, y),
-    do: {Region.next(o.region, o.grid, x, y, o.radius + @slack, o.leave - @slack), {x, y}}
+  defp region(%__MODULE__{rows: rows} = o, x, y) do
+    region = Region.next(o.region, o.grid, x, y, o.radius + @slack, o.leave - @slack)
+    {if(rows, do: only_rows(region, rows), else: region), {x, y}}
+  end
+
+  defp only_rows(region, {r0, r1}),
+    do: :maps.filter(fn row, _ -> row >= r0 and row <= r1 end, region)
 
   @doc "A frame for the observer at an entity's position (see `frame/4`)."
   @spec frame(t, non_neg_integer, {integer, integer}) :: {iodata | nil, info | nil, t}
@@ -663,29 +673,13 @@ defmodule Overworld.Interest do
       {nil, cache} ->
         {:missing, cache}
 
-      {{data, index, first}, cache} ->
-        i = Grid.key_at(g, a, row) - first
-        j = Grid.key_at(g, b, row) + 1 - first
-        <<_::binary-size(i * 8), off0::32, count0::32, _::binary>> = index
-        <<_::binary-size(j * 8), off1::32, count1::32, _::binary>> = index
+      {published, cache} ->
+        case slice(published, Grid.key_at(g, a, row), Grid.key_at(g, b, row)) do
+          {_, 0, _} ->
+            slices(o, cache, row, a, b, t + 1, n, io, cost, count)
 
-        if off1 > off0 do
-          slice = binary_part(data, off0, off1 - off0)
-
-          slices(
-            o,
-            cache,
-            row,
-            a,
-            b,
-            t + 1,
-            n,
-            [slice | io],
-            cost + off1 - off0,
-            count + count1 - count0
-          )
-        else
-          slices(o, cache, row, a, b, t + 1, n, io, cost, count)
+          {s, c, k} ->
+            slices(o, cache, row, a, b, t + 1, n, [s | io], cost + c, count + k)
         end
     end
   end

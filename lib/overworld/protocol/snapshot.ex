@@ -226,6 +226,16 @@ defmodule Overworld.Protocol.Snapshot do
     [Codec.varint(length(runs)) | encoded]
   end
 
+  @doc """
+  SNAPSHOT extension 1, the send interval (ticks between two snapshots of this client), as a
+  `{type, bytes}` for `tail/3`.
+
+      iex> Overworld.Protocol.Snapshot.send_interval_extension(2)
+      {1, <<2>>}
+  """
+  @spec send_interval_extension(pos_integer) :: {1, binary}
+  def send_interval_extension(k) when is_integer(k) and k >= 1, do: {1, Codec.varint(k)}
+
   ## Decoding (client)
 
   defmodule View do

@@ -283,8 +283,10 @@ defmodule Overworld.World.Layout do
       0.0
   """
   @spec distance(t, term, number, number) :: float
-  def distance(%__MODULE__{} = l, id, x, y) do
-    {x0, y0, x1, y1} = bounds(l, region!(l, id))
+  def distance(%__MODULE__{} = l, id, x, y), do: distance_to(l, region!(l, id), x, y)
+
+  defp distance_to(l, region, x, y) do
+    {x0, y0, x1, y1} = bounds(l, region)
     dx = max(max(x0 - x, x - x1), 0)
     dy = max(max(y0 - y, y - y1), 0)
     :math.sqrt(dx * dx + dy * dy)
@@ -311,7 +313,8 @@ defmodule Overworld.World.Layout do
   """
   @spec near(t, term, number, number, number) :: [term]
   def near(%__MODULE__{regions: regions} = l, id, x, y, margin),
-    do: for(%{id: other} <- regions, other != id, distance(l, other, x, y) <= margin, do: other)
+    do:
+      for(%{id: other} = r <- regions, other != id, distance_to(l, r, x, y) <= margin, do: other)
 
   @doc """
   The zone that owns, after this tick, an entity at `(x, y)` owned by `owner` now: `owner`

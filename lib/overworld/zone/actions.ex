@@ -71,7 +71,7 @@ defmodule Overworld.Zone.Actions do
     if st.entity_count + length(st.spawns) + length(specs) > st.config.max_entities do
       {:error, :max_entities}
     else
-      {ids, _} = Overworld.Zone.Ids.take(st.config.id_space, st.next_id, length(specs))
+      {ids, next_id} = Overworld.Zone.Ids.take(st.config.id_space, st.next_id, length(specs))
 
       specs
       |> Enum.zip(ids)
@@ -82,19 +82,18 @@ defmodule Overworld.Zone.Actions do
         end
       end)
       |> case do
-        {:ok, rev} -> {:ok, Enum.reverse(rev), queue_spawns(st, rev, owner)}
+        {:ok, rev} -> {:ok, Enum.reverse(rev), queue_spawns(st, rev, owner, next_id)}
         err -> err
       end
     end
   end
 
-  defp queue_spawns(st, rev, owner) do
+  defp queue_spawns(st, rev, owner, next_id) do
     players =
       if owner == nil,
         do: st.players,
         else: Enum.reduce(rev, st.players, &Players.add(&2, owner, entity(&1, :id)))
 
-    {_, next_id} = Overworld.Zone.Ids.take(st.config.id_space, st.next_id, length(rev))
     %{st | spawns: rev ++ st.spawns, next_id: next_id, players: players}
   end
 

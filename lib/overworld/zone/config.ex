@@ -163,6 +163,7 @@ defmodule Overworld.Zone.Config do
     grid = Grid.new(width, height, cell)
     region = check_region!(o.region, grid)
     stripes = region_stripes(region, grid, o.workers)
+    bounds = bounds(region, grid)
 
     struct!(
       __MODULE__,
@@ -170,11 +171,10 @@ defmodule Overworld.Zone.Config do
         module: module,
         width: width,
         height: height,
-        region: region,
-        bounds: bounds(region, grid),
+        bounds: bounds,
         grid: grid,
         stripes: List.to_tuple(stripes),
-        owners: owners(stripes),
+        owners: owners(stripes, grid.rows),
         wire_kinds: wire_kinds(o.wire)
       })
     )
@@ -231,45 +231,55 @@ defmodule Overworld.Zone.Config do
 
   @doc """
   The workers' stripes of a zone owning `region` of the grid (nil: all of it): the region's
-  rows shared out, the first stripe reaching back to row 0 and the last on to the grid's last
-  row (rows outside the region hold nothing, but every row has an owner).
+  rows shared out. Rows outside it are nobody's stripe: they hold nothing.
 
       iex> g = Overworld.Spatial.Grid.new(100 * 1024, 100 * 1024, 10 * 1024)
       iex> Overworld.Zone.Config.region_stripes({0, 4, 10, 9}, g, 2)
-      [{0, 7}, {7, 11}]
+      [{4, 7}, {7, 10}]
       iex> Overworld.Zone.Config.region_stripes(nil, g, 2)
       [{0, 5}, {5, 11}]
   """
   @spec region_stripes(tuple | nil, Grid.t(), pos_integer) :: [{non_neg_integer, non_neg_integer}]
   def region_stripes(nil, grid, n), do: stripes(grid.rows, n)
 
-  def region_stripes({_, r0, _, r1}, grid, n) do
-    inner = for {a, b} <- stripes(r1 - r0 + 1, n), do: {a + r0, b + r0}
-    {first, last} = {0, grid.rows}
-
-    inner
-    |> List.update_at(0, fn {_, b} -> {first, b} end)
-    |> List.update_at(-1, fn {a, _} -> {a, last} end)
-  end
+  def region_stripes({_, r0, _, r1}, _grid, n),
+    do: for({a, b} <- stripes(r1 - r0 + 1, n), do: {a + r0, b + r0})
 
   @doc """
-  The owner (worker index) of every row, as a tuple indexed by row.
+  The owner (worker index) of every row of `rows` (default: up to the last stripe's end), as a
+  tuple indexed by row; rows before the first stripe and after the last (outside a zone's
+  region) go to the first and last worker.
 
       iex> Overworld.Zone.Config.owners([{0, 1}, {1, 3}])
       {0, 1, 1}
+      iex> Overworld.Zone.Config.owners([{2, 3}, {3, 4}], 6)
+      {0, 0, 0, 1, 1, 1}
   """
-  @spec owners([{non_neg_integer, non_neg_integer}]) :: tuple
-  def owners(stripes) do
-    stripes
-    |> Enum.with_index()
-    |> Enum.flat_map(fn {{r0, r1}, i} -> List.duplicate(i, r1 - r0) end)
+  @spec owners([{non_neg_integer, non_neg_integer}], non_neg_integer | nil) :: tuple
+  def owners(stripes, rows \\ nil) do
+    {first, _} = hd(stripes)
+    {_, last} = List.last(stripes)
+    n = length(stripes)
+
+    List.duplicate(0, first)
+    |> Kernel.++(
+      stripes
+      |> Enum.with_index()
+      |> Enum.flat_map(fn {{r0, r1}, i} -> List.duplicate(i, r1 - r0) end)
+    )
+    |> Kernel.++(List.duplicate(n - 1, max((rows || last) - last, 0)))
     |> List.to_tuple()
   end
 
-  @doc "The worker owning the cell of `(x, y)`; positions are clamped to the world first."
+  @doc "A position clamped into the zone's bounds (the world, or its region's cells), in units."
+  @spec clamp(t, integer, integer) :: {integer, integer}
+  def clamp(%__MODULE__{bounds: {x0, y0, x1, y1}}, x, y),
+    do: {x |> max(x0) |> min(x1), y |> max(y0) |> min(y1)}
+
+  @doc "The worker owning the cell of `(x, y)`; positions are clamped into the zone first."
   @spec owner_of(t, integer, integer) :: non_neg_integer
-  def owner_of(%__MODULE__{grid: g, owners: owners, height: h}, _x, y) do
-    y = y |> max(0) |> min(h)
+  def owner_of(%__MODULE__{grid: g, owners: owners} = config, x, y) do
+    {_x, y} = clamp(config, x, y)
     elem(owners, div(y, g.cell))
   end
 end

@@ -7,7 +7,8 @@ defmodule Overworld.Zone.Context do
   * `tick` — the number of the tick being computed (1, 2, ...; tick 0 is the initial state)
   * `tick_rate` — ticks per second
   * `width`, `height` — the world size in units (`Overworld.Entity.unit/0` per metre); positions
-    are kept within `0..width` and `0..height`
+    are kept within `0..width` and `0..height` (and within the zone's region when it owns
+    one: zone option `:region`)
   * `cell_size` — the grid cell size in units, also the largest neighbour query radius
   * `seed` — the zone seed
   """

@@ -98,7 +98,7 @@ defmodule Overworld.Zone.Pass do
   defp cells([], _above, _same, _below, _bounds, _env, _plain?, out, acc), do: done(out, acc)
 
   defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, out, acc) do
-    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, {_, _, w, h}, ctx, _, _, wire} = env
+    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, {_, _, bx1, by1}, ctx, _, _, wire} = env
     {block, above, same, below} = Sweep.block(above, same, below, k, stride)
     view = %View{grid: grid, block: block}
 
@@ -106,8 +106,8 @@ defmodule Overworld.Zone.Pass do
     # position is inside stays (no division, no clamping needed).
     x0 = (rem(k, stride) - 1) * cell
     y0 = (div(k, stride) - 1) * cell
-    x1 = if x0 + cell > w, do: w + 1, else: x0 + cell
-    y1 = if y0 + cell > h, do: h + 1, else: y0 + cell
+    x1 = if x0 + cell > bx1, do: bx1 + 1, else: x0 + cell
+    y1 = if y0 + cell > by1, do: by1 + 1, else: y0 + cell
     {stays, acc} = walk(list, k, x0, x1, y0, y1, view, mod, ctx, [], acc, env, plain?)
 
     {desc, border, wired} = out

@@ -26,7 +26,7 @@ defmodule Overworld.Zone.Spawn do
   def specs(other), do: [other]
 
   @doc """
-  Builds the entity `id` from a spec. Positions are clamped into the world; `:rng` defaults to
+  Builds the entity `id` from a spec. Positions are clamped into the zone (the world, or its region); `:rng` defaults to
   the entity's seed from the zone seed. With a `:wire`, an entity that it cannot encode (a
   value its template cannot quantize, see `Overworld.Template`) is refused:
   `{:error, {:invalid_field, message}}`, the message naming the template and the field.
@@ -51,12 +51,14 @@ defmodule Overworld.Zone.Spawn do
          {:ok, vy} <- int_field(fields, :vy, 0),
          {:ok, heading} <- int_field(fields, :heading, 0),
          {:ok, rng} <- int_field(fields, :rng, 0) do
+      {x, y} = Config.clamp(config, x, y)
+
       e =
         entity(
           id: id,
           kind: Map.get(fields, :kind),
-          x: x |> max(elem(config.bounds, 0)) |> min(elem(config.bounds, 2)),
-          y: y |> max(elem(config.bounds, 1)) |> min(elem(config.bounds, 3)),
+          x: x,
+          y: y,
           vx: vx,
           vy: vy,
           heading: Integer.mod(heading, 65536),
