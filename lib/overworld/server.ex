@@ -147,7 +147,8 @@ defmodule Overworld.Server do
       slow_timeout: {:pos_integer, 5_000},
       interest: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
       pace: {:boolean, true},
-      max_send_interval: {{:custom, &(is_integer(&1) and &1 in 1..30), "an integer in 1..30"}, 3},
+      # A frame carries the budget of at most 8 ticks (Overworld.Interest): no longer interval.
+      max_send_interval: {{:custom, &(is_integer(&1) and &1 in 1..8), "an integer in 1..8"}, 3},
       pace_window: {:pos_integer, 500},
       max_players:
         {{:custom, &(is_nil(&1) or (is_integer(&1) and &1 > 0)), "nil or a positive integer"},
@@ -219,9 +220,10 @@ defmodule Overworld.Server do
         [
           # First, so that it stops last: the config is readable while anything else runs.
           {Overworld.Server.Published, {{__MODULE__, o.name}, config}},
-          o.pace && {Overworld.Server.Pace, o.name},
           {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
-          {Overworld.Transport.Listener, {o.name, o.port}}
+          {Overworld.Transport.Listener, {o.name, o.port}},
+          # Last: a controller that crashes and restarts takes nobody's connection with it.
+          o.pace && {Overworld.Server.Pace, o.name}
         ]
         |> Enum.filter(& &1)
 

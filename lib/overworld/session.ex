@@ -13,9 +13,10 @@ defmodule Overworld.Session do
      replaced (it is closed with 4004) and a detached one (within its grace period) hands its
      entity over. The session joins the zone as the player (the user id) or takes over the
      entity, subscribes to the zone's ticks and sends HANDSHAKE.
-  3. **Live**: after each tick, the player's snapshot (`Overworld.Interest` at the player's
+  3. **Live**: every tick, or every k ticks when the server paces its snapshots
+     (`Overworld.Server.Pace`), the player's snapshot (`Overworld.Interest` at the player's
      entity, carrying the newest input the zone consumed) is written to the socket without
-     ever blocking (`port_command` with `:nosuspend`). When the client does not read, snapshots
+     ever blocking (`:prim_inet.send/3` with `:nosuspend`). When the client does not read, snapshots
      are skipped (the next one carries everything since: coalescing) and past
      `:max_outbound` queued bytes or `:slow_timeout` the connection is closed (4005). INPUTs
      are decoded by the zone module's `decode_input/1` and written, with their sequence
@@ -136,13 +137,10 @@ defmodule Overworld.Session do
     if stale > 0, do: :counters.add(c, Server.counter(:frames_skipped), stale)
     k = Overworld.Server.Pace.interval(st.cfg)
 
-    if my_turn?(st, n, k) do
-      # Built after the next tick's notice came: the sessions are more than a tick behind.
-      if stale > 0, do: :counters.add(c, Server.counter(:frames_late), 1)
-      snapshot(flush_outbox(st), n, k)
-    else
-      {:noreply, flush_outbox(st)}
-    end
+    st = flush_outbox(st)
+    # Built after the next tick's notice came (`stale`): the sessions are more than a tick
+    # behind; counted with the frame when it is sent (Pace compares it with the frames sent).
+    if my_turn?(st, n, k), do: snapshot(st, n, k, stale > 0), else: {:noreply, st}
   end
 
   def handle_info({:overworld_tick, _, _, _}, st), do: {:noreply, st}
@@ -184,12 +182,6 @@ defmodule Overworld.Session do
     do: {:noreply, %{st | obs: Interest.resync(obs, :zone_rewound)}}
 
   def handle_info({:overworld_rewound, _zone}, st), do: {:noreply, st}
-
-  def handle_info({:inet_reply, _sock, :ok}, st), do: {:noreply, st}
-
-  def handle_info({:inet_reply, sock, {:error, _}}, %{sock: sock, phase: phase} = st)
-      when phase in [:hello, :live, :closing],
-      do: gone(st, lost(st))
 
   def handle_info({:tcp_closed, sock}, %{sock: sock} = st), do: gone(st, lost(st))
   def handle_info({:tcp_error, sock, _}, %{sock: sock} = st), do: gone(st, lost(st))
@@ -444,12 +436,11 @@ defmodule Overworld.Session do
   # (the hash of its user: the sessions spread over the k ticks), or as soon as k ticks
   # passed since its last frame (it missed its turn: busy, or the interval changed).
   defp my_turn?(_st, _n, 1), do: true
-  defp my_turn?(%{obs: nil}, _n, _k), do: true
 
   defp my_turn?(st, n, k),
     do: rem(n + st.pace_hash, k) == 0 or n - st.obs.tick >= k
 
-  defp snapshot(st, n, k) do
+  defp snapshot(st, n, k, late?) do
     queued = queued(st.sock)
     cfg = st.cfg
 
@@ -470,11 +461,11 @@ defmodule Overworld.Session do
           else: {:noreply, %{st | slow_since: since}}
 
       true ->
-        {:noreply, send_snapshot(%{st | slow_since: nil}, n, k)}
+        {:noreply, send_snapshot(%{st | slow_since: nil}, n, k, late?)}
     end
   end
 
-  defp send_snapshot(st, n, k) do
+  defp send_snapshot(st, n, k, late?) do
     case position(st) do
       nil ->
         st
@@ -493,6 +484,7 @@ defmodule Overworld.Session do
                 c = st.cfg.counters
                 :counters.add(c, Server.counter(:bytes_out), info.bytes)
                 :counters.add(c, Server.counter(:frames_out), 1)
+                if late?, do: :counters.add(c, Server.counter(:frames_late), 1)
                 %{st | obs: obs, pos: pos, told_interval: k}
 
               Port.info(st.sock) == nil ->

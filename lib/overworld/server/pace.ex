@@ -116,21 +116,24 @@ defmodule Overworld.Server.Pace do
   """
   @spec admit(Server.Config.t(), term) :: :ok | {:full, String.t()}
   def admit(%{pace: ref} = cfg, zone) do
-    players = players(zone)
-
     cond do
       :atomics.get(ref, @saturated) == 1 ->
         {:full,
          "the server is saturated (a snapshot every #{:atomics.get(ref, @interval)} ticks: " <>
            "frames late or no room left)"}
 
-      cfg.max_players != nil and players >= cfg.max_players ->
-        {:full, "the zone holds #{players} players (at most #{cfg.max_players})"}
+      cfg.max_players != nil ->
+        full(players(zone), cfg.max_players)
 
       true ->
         :ok
     end
   end
+
+  defp full(players, max) when players >= max,
+    do: {:full, "the zone holds #{players} players (at most #{max})"}
+
+  defp full(_players, _max), do: :ok
 
   defp players(nil), do: 0
 
@@ -283,7 +286,7 @@ defmodule Overworld.Server.Pace do
     k = :atomics.get(cfg.pace, @interval)
     {k2, memory} = next(k, cfg.max_send_interval, window, st.memory)
 
-    if k2 != k, do: put(cfg, k2)
+    put(cfg, k2)
     # At the largest interval, late or no room left: saturated (new players are refused) until
     # there has been room for a while.
     was? = :atomics.get(cfg.pace, @saturated) == 1
