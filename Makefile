@@ -75,7 +75,7 @@ deps-ts:
 	  npm ci --no-audit --no-fund --loglevel=silent || npm install --no-save --no-audit --no-fund --loglevel=error; }
 
 # The native load generator (bench/loadgen: Go, standard library only), which
-# `mix overworld.bench.capacity` builds and runs: the machine's Go (on PATH or in /usr/local/go),
+# `mix overworld.bench.capacity` and `overworld.bench.profile` build and run: the machine's Go (on PATH or in /usr/local/go),
 # else Debian's golang-go (Go 1.19, new enough) installed with apt-get.
 GO = $(shell command -v go || { [ -x /usr/local/go/bin/go ] && echo /usr/local/go/bin/go; } || echo /usr/bin/go)
 
@@ -160,7 +160,7 @@ bench-full: deps
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 5 --rounds 2 --kills 400 --json ../../bench/results/persistence-10k-recovery.json
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 10 --rounds 30 --kills 50 --samples 5 --json ../../bench/results/persistence-10k-short-rounds.json
 	cd $(GAME) && mix goblins.bench.persistence --zone-seconds 1 --rounds 1 --kills 400 --samples 2 --seconds 1 --json ../../bench/results/persistence-10k-recovery-parallel-scan.json
-	cd $(GAME) && mix overworld.bench.capacity --server "ERL_FLAGS='+sbwt none +sbwtdcpu none +sbwtdio none' mix goblins.server" --bots 0,250,500,750,1500 --seconds 30 --json ../../bench/results/capacity.json
+	cd $(GAME) && mix overworld.bench.capacity --server "ERL_FLAGS='$(ERL_SPIN)' mix goblins.server" --bots 0,250,500,750,1500 --seconds 30 --json ../../bench/results/capacity.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 0 --json ../../bench/results/profile-0.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 250 --json ../../bench/results/profile-250.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 500 --eprof Overworld.Transport.Conn --json ../../bench/results/profile-500.json

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -71,10 +70,6 @@ type sentInput struct {
 
 type authReply struct {
 	Token string `json:"token"`
-}
-
-func (c *client) fail(format string, a ...interface{}) {
-	c.failure = fmt.Sprintf(format, a...)
 }
 
 // run connects and plays until stop is closed; done is signalled once, at the first outcome
@@ -191,19 +186,6 @@ func (c *client) attempt() (time.Duration, bool) {
 	c.connectNs = c.win.now() - begin
 	atomic.StoreInt32(&c.connected, 1)
 	return 0, true
-}
-
-// parseError reads an ERROR message: its code and message (varint length + UTF-8).
-func parseError(head []byte) (int, string) {
-	if len(head) < 3 {
-		return 0, ""
-	}
-	code := int(head[1])<<8 | int(head[2])
-	n, k := binary.Uvarint(head[3:])
-	if k <= 0 || uint64(len(head)-3-k) < n {
-		return code, ""
-	}
-	return code, string(head[3+k : 3+k+int(n)])
 }
 
 // retryAfter is the wait a refusal asks for ("retry_after=N; why"), 5 s when it says none.

@@ -234,11 +234,11 @@ func run(cfg *config) *result {
 		c.mu.Lock()
 		refused, reason := c.refused, c.failure
 		c.mu.Unlock()
-		if atomic.LoadInt32(&c.connected) == 0 && refused {
-			r.Refused++
-			continue
-		}
 		if atomic.LoadInt32(&c.connected) == 0 {
+			if refused {
+				r.Refused++
+				continue
+			}
 			r.Failed++
 			if i := strings.Index(reason, ":"); i > 0 {
 				reason = reason[:i]

@@ -84,6 +84,31 @@ func (r *reader) str() error {
 	return r.skip(n)
 }
 
+// text reads a string: a varint length, then its bytes.
+func (r *reader) text() (string, error) {
+	n, err := r.varint()
+	if err != nil {
+		return "", err
+	}
+	if uint64(len(r.b)-r.pos) < n {
+		return "", errShort
+	}
+	s := string(r.b[r.pos : r.pos+int(n)])
+	r.pos += int(n)
+	return s, nil
+}
+
+// parseError reads an ERROR message: its code and message (empty when cut short).
+func parseError(head []byte) (int, string) {
+	r := &reader{b: head, pos: 1}
+	code, err := r.u16()
+	if err != nil {
+		return 0, ""
+	}
+	message, _ := r.text()
+	return code, message
+}
+
 func appendVarint(b []byte, v uint64) []byte {
 	for v >= 0x80 {
 		b = append(b, byte(v)|0x80)

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"testing"
+	"time"
 )
 
 type vectorFile struct {
@@ -147,5 +148,24 @@ func TestClientMessages(t *testing.T) {
 	}
 	if _, _, _, err := snapshotHeader(b[:3]); err == nil {
 		t.Fatal("a cut header was accepted")
+	}
+}
+
+func TestErrorMessages(t *testing.T) {
+	msg := "retry_after=20; the server is saturated"
+	b := appendVarint([]byte{opError, 0, 8}, uint64(len(msg)))
+	b = append(b, msg...)
+	if code, m := parseError(b); code != 8 || m != msg {
+		t.Fatalf("ERROR %d %q", code, m)
+	}
+	if retryAfter(msg) != 20*time.Second || retryAfter("the zone is full") != 5*time.Second {
+		t.Fatal("retry_after misread")
+	}
+	// Cut short: the code when it is there, never a message past the end.
+	if code, m := parseError(b[:5]); code != 8 || m != "" {
+		t.Fatalf("cut ERROR %d %q", code, m)
+	}
+	if code, _ := parseError(b[:2]); code != 0 {
+		t.Fatal("a cut code was read")
 	}
 }

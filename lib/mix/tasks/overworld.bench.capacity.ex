@@ -170,8 +170,8 @@ defmodule Mix.Tasks.Overworld.Bench.Capacity do
     server = start_server(o.server, data)
 
     try do
-      {out, status, gen} =
-        Loadgen.run(bin,
+      {out, gen} =
+        Loadgen.run!(bin,
           url: "ws://127.0.0.1:#{server.http_port}/ws",
           clients: clients,
           input_hz: o.input_hz,
@@ -184,7 +184,6 @@ defmodule Mix.Tasks.Overworld.Bench.Capacity do
         )
 
       IO.write(out)
-      if status != 0 or gen == nil, do: Mix.raise("the load generator failed (exit #{status})")
       gen |> Capacity.step() |> Map.put(:server_lines, Enum.take(OsServer.lines(server), -20))
     after
       OsServer.stop(server)

@@ -50,46 +50,42 @@ defmodule Mix.Tasks.Overworld.Bench.Profile do
     unless nice in 0..19, do: Mix.raise("--nice must be in 0..19, got: #{nice}")
 
     bin = Loadgen.build!()
-    Mix.shell().info(Stats.machine_line(Stats.machine()))
-    Kernel.spawn(fn -> Mix.Task.run(task, args ++ ["--port", "0"]) end)
+    machine = Stats.machine()
+    Mix.shell().info(Stats.machine_line(machine))
+    data = Path.join(System.tmp_dir!(), "overworld-profile-#{System.unique_integer([:positive])}")
+    # Linked: a server task that fails ends this one with its error.
+    Kernel.spawn_link(fn -> Mix.Task.run(task, args ++ ["--port", "0", "--data-dir", data]) end)
     port = await_port(180_000)
-    ramp_s = div(clients + o.ramp - 1, o.ramp)
     eprof_s = if opts[:eprof], do: o.eprof_seconds, else: 0
 
     generator =
       Task.async(fn ->
-        Loadgen.run(bin,
+        Loadgen.run!(bin,
           url: "ws://127.0.0.1:#{port}/ws",
           clients: clients,
           input_hz: o.input_hz,
           ramp: o.ramp,
           warmup: o.warmup,
-          seconds: o.seconds + eprof_s + 2,
+          seconds: o.seconds + eprof_s + 10,
           procs: 1,
           nice: nice
         )
       end)
 
-    Process.sleep((ramp_s + o.warmup) * 1000)
+    await_sessions(clients, 60_000 + div(clients * 1000, o.ramp))
+    Process.sleep(o.warmup * 1000)
 
     Mix.shell().info(
       "profiling #{clients} clients: #{o.seconds} s" <>
         if(opts[:eprof], do: ", then eprof on #{opts[:eprof]} for #{eprof_s} s", else: "")
     )
 
-    frames0 = Overworld.Server.stats().frames_out
-    t0 = System.monotonic_time(:millisecond)
-
-    sampler =
-      Task.async(fn ->
-        Profile.sample(o.seconds * 1000, eprof: opts[:eprof], eprof_ms: eprof_s * 1000)
-      end)
-
     # The frames sent in the sampling window (not in eprof's, which slows the sessions).
-    Process.sleep(o.seconds * 1000)
+    frames0 = Overworld.Server.stats().frames_out
+    report = Profile.sample(o.seconds * 1000)
     frames = Overworld.Server.stats().frames_out - frames0
-    per_second = Float.round(frames * 1000 / max(System.monotonic_time(:millisecond) - t0, 1), 1)
-    report = Task.await(sampler, :infinity)
+    per_second = Float.round(frames * 1000 / max(report.ms, 1), 1)
+    report = %{report | eprof: opts[:eprof] && Profile.eprof(opts[:eprof], eprof_s * 1000)}
     pace = Overworld.Server.Pace.stats(Overworld.Server.config())
 
     Enum.each(Profile.format(report), &Mix.shell().info/1)
@@ -98,22 +94,38 @@ defmodule Mix.Tasks.Overworld.Bench.Profile do
       "frames sent in the window: #{per_second} a second; a snapshot every #{pace.interval} tick(s) at the end"
     )
 
-    {out, _status, _result} = Task.await(generator, :infinity)
+    {out, _result} = Task.await(generator, :infinity)
+    File.rm_rf(data)
     Mix.shell().info(out |> String.split("\n", trim: true) |> Enum.take(-7) |> Enum.join("\n"))
 
     if path = opts[:json] do
-      body =
+      Stats.write_json(
+        path,
         Map.merge(report, %{
           clients: clients,
           serve: opts[:serve],
           frames_per_second: per_second,
           send_interval: pace.interval,
-          machine: Stats.machine()
+          machine: machine
         })
+      )
 
-      File.write!(path, :jiffy.encode(body, [:pretty, :use_nil]))
       Mix.shell().info("wrote #{path}")
     end
+  end
+
+  # Until `n` sessions are live (the generator's clients are in).
+  defp await_sessions(n, ms) do
+    cond do
+      Overworld.Server.stats().sessions >= n -> :ok
+      ms <= 0 -> Mix.raise("fewer than #{n} clients connected within the time allowed")
+      true -> await_sessions_again(n, ms)
+    end
+  end
+
+  defp await_sessions_again(n, ms) do
+    Process.sleep(200)
+    await_sessions(n, ms - 200)
   end
 
   defp await_port(ms) when ms <= 0, do: Mix.raise("the server did not listen within 180 s")

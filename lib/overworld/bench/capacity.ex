@@ -20,7 +20,7 @@ defmodule Overworld.Bench.Capacity do
   """
   @spec step(map) :: map
   def step(gen) do
-    # (The generator embeds the two status bodies as JSON objects; absent when unanswered.)
+    # (The generator embeds the two status bodies as JSON objects; null when unanswered.)
     before = gen["server_before"]
     later = gen["server_after"]
     server = server(before, later)

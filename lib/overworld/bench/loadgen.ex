@@ -1,8 +1,8 @@
 defmodule Overworld.Bench.Loadgen do
   @moduledoc false
   # The native load generator (`bench/loadgen`, Go, standard library only): where its source
-  # is, building it, and its command line. Used by `mix overworld.bench.capacity` and the
-  # tests; the generator itself is documented in bench/loadgen/main.go.
+  # is, building it, and its command line. Used by `mix overworld.bench.capacity`,
+  # `mix overworld.bench.profile` and the tests; the generator itself is documented in bench/loadgen/main.go.
 
   # This file is lib/overworld/bench/loadgen.ex: the repository's root is three levels up.
   @root Path.expand("../../..", __DIR__)
@@ -128,5 +128,17 @@ defmodule Overworld.Bench.Loadgen do
 
     File.rm(json)
     {out, status, result}
+  end
+
+  @doc """
+  `run/2` for tasks: `{output, result}`, or a `Mix.Error` when the generator failed (a non-zero
+  exit, or no result written).
+  """
+  @spec run!(String.t(), keyword) :: {String.t(), map}
+  def run!(bin, opts) do
+    case run(bin, opts) do
+      {out, 0, %{} = result} -> {out, result}
+      {out, status, _} -> Mix.raise("the load generator failed (exit #{status}):\n" <> out)
+    end
   end
 end

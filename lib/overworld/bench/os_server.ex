@@ -94,8 +94,9 @@ defmodule Overworld.Bench.OsServer do
     end
   end
 
+  # The shell's own kill: /bin/kill (procps) is not on every minimal machine.
   defp kill(signal, pid),
-    do: System.cmd("kill", ["-" <> signal, Integer.to_string(pid)], stderr_to_stdout: true)
+    do: System.cmd("sh", ["-c", "kill -#{signal} #{pid}"], stderr_to_stdout: true)
 
   defp catch_close(port) do
     Port.close(port)

@@ -95,7 +95,14 @@ defmodule Overworld.Bench.Profile do
     end)
   end
 
-  defp eprof(kind, ms) do
+  @doc """
+  `:eprof` on the processes of `kind` for `ms` milliseconds: function => calls and µs of own
+  time, most time first (see `t:t/0`).
+  """
+  @spec eprof(String.t(), pos_integer) :: [
+          %{function: String.t(), calls: non_neg_integer, us: non_neg_integer}
+        ]
+  def eprof(kind, ms) do
     pids = for p <- Process.list(), kind(p) == kind, do: p
     {:ok, _} = :eprof.start()
 
