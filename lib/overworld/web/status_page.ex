@@ -52,6 +52,7 @@ defmodule Overworld.Web.StatusPage do
         `${s.sessions} sessions, ${s.connections} connections, ${rate} bytes out/s, ` +
         `${s.inputs_dropped} inputs dropped, ${s.frames_skipped} snapshots coalesced, ` +
         `a snapshot every ${s.send_interval} tick${s.send_interval === 1 ? "" : "s"} (${s.send_interval_changes} changes), ` +
+        `${s.refused} connections refused, ` +
         `${s.refused_joins} players refused${s.saturated ? " (saturated)" : ""}, ` +
         `${(s.memory_bytes / 1048576).toFixed(1)} MiB, up ${Math.round(s.uptime_ms / 1000)} s`;
       const body = document.getElementById("zones");
