@@ -16,26 +16,45 @@ defmodule Overworld do
   Options are validated (see `Overworld.Zone`); invalid options raise `ArgumentError`.
   """
   @spec start_zone(module, keyword) :: {:ok, pid} | {:error, term}
-  def start_zone(module, opts) do
-    spec = Overworld.Zone.child_spec({module, opts})
-    id = Keyword.fetch!(opts, :id)
+  def start_zone(module, opts),
+    do: start_child(Keyword.fetch!(opts, :id), Overworld.Zone.child_spec({module, opts}))
 
-    case DynamicSupervisor.start_child({:via, PartitionSupervisor, {Overworld.Zones, id}}, spec) do
+  @doc "Stops a zone (its `terminate/2` runs). Returns `{:error, :not_found}` if it is not running."
+  @spec stop_zone(term) :: :ok | {:error, :not_found}
+  def stop_zone(id), do: stop_child(id, Overworld.Names.zone_sup(id))
+
+  @doc """
+  Starts a world of zones running `module` (see `Overworld.World` for the options): one
+  supervisor, a zone per region. Invalid options raise `ArgumentError`.
+  """
+  @spec start_world(module, keyword) :: {:ok, pid} | {:error, term}
+  def start_world(module, opts) do
+    start_child(Keyword.fetch!(opts, :name), Overworld.World.child_spec({module, opts}))
+  end
+
+  @doc "Stops a world and its zones. Returns `{:error, :not_found}` if it is not running."
+  @spec stop_world(term) :: :ok | {:error, :not_found}
+  def stop_world(name), do: stop_child(name, Overworld.Names.world(name))
+
+  # Zones and worlds live under the sharded supervisor, sharded by id (or name).
+  defp start_child(key, spec) do
+    case DynamicSupervisor.start_child({:via, PartitionSupervisor, {Overworld.Zones, key}}, spec) do
       {:error, {:already_started, _}} -> {:error, :already_started}
       {:error, {{:already_started, _}, _}} -> {:error, :already_started}
       other -> other
     end
   end
 
-  @doc "Stops a zone (its `terminate/2` runs). Returns `{:error, :not_found}` if it is not running."
-  @spec stop_zone(term) :: :ok | {:error, :not_found}
-  def stop_zone(id) do
-    case Overworld.Names.whereis(Overworld.Names.zone_sup(id)) do
+  defp stop_child(key, name) do
+    case Overworld.Names.whereis(name) do
       nil ->
         {:error, :not_found}
 
       pid ->
-        DynamicSupervisor.terminate_child({:via, PartitionSupervisor, {Overworld.Zones, id}}, pid)
+        DynamicSupervisor.terminate_child(
+          {:via, PartitionSupervisor, {Overworld.Zones, key}},
+          pid
+        )
     end
   end
 

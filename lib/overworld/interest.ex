@@ -167,8 +167,12 @@ defmodule Overworld.Interest do
       table: config.shared.wire,
       grid: config.grid,
       owners: config.owners,
-      # A zone owning a region of the grid publishes its rows only: the view stops there.
-      rows: config.region && {elem(config.region, 1), elem(config.region, 3)},
+      # A zone owning a region of the grid publishes the rows its workers hold only (its
+      # region's, and in a world the ring around it): the view stops there.
+      rows:
+        config.region &&
+          {elem(elem(config.stripes, 0), 0),
+           elem(elem(config.stripes, tuple_size(config.stripes) - 1), 1) - 1},
       workers: config.workers,
       radius: Entity.meters(o.radius),
       leave: Entity.meters(leave_m),

@@ -7,6 +7,7 @@ defmodule Overworld.Names do
   #   {:zone, id}              a zone's server; its value is the zone's config (with the
   #                            shared tables and counters: `Overworld.Zone.Config`)
   #   {:zone_sup, id}          a zone's supervisor
+  #   {:world, name}           a world's supervisor (Overworld.World)
   #   {:zone_store, id}        a zone's store (zones with a data directory)
   #   {:bucket, id, index}     a zone's bucket worker
   #   {:session, server, user} a user's session on a server
@@ -18,6 +19,7 @@ defmodule Overworld.Names do
   @type key ::
           {:zone, term}
           | {:zone_sup, term}
+          | {:world, term}
           | {:zone_store, term}
           | {:bucket, term, non_neg_integer}
           | {:session, atom, term}
@@ -29,6 +31,9 @@ defmodule Overworld.Names do
 
   @spec zone_sup(term) :: key
   def zone_sup(id), do: {:zone_sup, id}
+
+  @spec world(term) :: key
+  def world(name), do: {:world, name}
 
   @spec zone_store(term) :: key
   def zone_store(id), do: {:zone_store, id}

@@ -85,8 +85,8 @@ defmodule Overworld.Test.Restart do
         seen = saw(seen, {:in, msg})
 
         case {at, msg} do
-          {:during, {:tick_all, _, {:tick, _, _, true, _, _, _, _}}} -> seen
-          {:during, {:tick, _, _, true, _, _, _, _}} -> seen
+          {:during, {:tick_all, _, {:tick, _, _, true, _, _, _, _, _}}} -> seen
+          {:during, {:tick, _, _, true, _, _, _, _, _}} -> seen
           {:between, {:idle, _, _, _, _}} -> seen
           _ -> await_moment(w, at, seen)
         end
@@ -113,7 +113,7 @@ defmodule Overworld.Test.Restart do
   end
 
   defp saw(seen, {:in, {:tick_all, _others, mine}}), do: saw(seen, {:in, mine})
-  defp saw(seen, {:in, {:tick, _, n, true, _, _, _, _}}), do: %{seen | tick: max(seen.tick, n)}
+  defp saw(seen, {:in, {:tick, _, n, true, _, _, _, _, _}}), do: %{seen | tick: max(seen.tick, n)}
   defp saw(seen, {:out, {:done, _, n, _, _}}), do: %{seen | done: max(seen.done, n)}
   # (The notice of a tick over: its report was sent before the trace began, maybe.)
   defp saw(seen, {:in, {:idle, _, {_, _, n, _}, _, _}}), do: %{seen | done: max(seen.done, n)}

@@ -142,6 +142,53 @@ defmodule Overworld.Spatial.Sweep do
     |> :lists.sort()
   end
 
+  @doc """
+  Two sorted pair lists as one (cells of both; a cell in both gets both lists, merged by id),
+  in one linear walk.
+
+      iex> alias Overworld.Spatial.{Grid, Sweep}
+      iex> import Overworld.Entity
+      iex> g = Grid.new(100, 100, 10)
+      iex> a = Sweep.from_entities(g, [entity(id: 1, x: 1, y: 1), entity(id: 4, x: 50, y: 50)])
+      iex> b = Sweep.from_entities(g, [entity(id: 2, x: 2, y: 2), entity(id: 3, x: 25, y: 5)])
+      iex> Sweep.merge(a, b) |> Enum.map(fn {_k, l} -> Enum.map(l, &entity(&1, :id)) end)
+      [[1, 2], [3], [4]]
+  """
+  @spec merge(pairs, pairs) :: pairs
+  def merge(a, []), do: a
+  def merge([], b), do: b
+  def merge(a, b), do: merge(a, b, [])
+
+  defp merge([{ka, _} = pa | ra], [{kb, _} | _] = b, acc) when ka < kb,
+    do: merge(ra, b, [pa | acc])
+
+  defp merge([{ka, _} | _] = a, [{kb, _} = pb | rb], acc) when kb < ka,
+    do: merge(a, rb, [pb | acc])
+
+  defp merge([{k, la} | ra], [{k, lb} | rb], acc),
+    do: merge(ra, rb, [{k, :lists.merge(&by_id/2, la, lb)} | acc])
+
+  defp merge(a, [], acc), do: :lists.reverse(acc, a)
+  defp merge([], b, acc), do: :lists.reverse(acc, b)
+
+  @doc """
+  The pairs without the entities whose id is a key of `ids` (cells left empty go).
+
+      iex> alias Overworld.Spatial.{Grid, Sweep}
+      iex> import Overworld.Entity
+      iex> g = Grid.new(100, 100, 10)
+      iex> pairs = Sweep.from_entities(g, [entity(id: 1, x: 1, y: 1), entity(id: 2, x: 2, y: 2), entity(id: 3, x: 50, y: 50)])
+      iex> Sweep.without(pairs, %{2 => true, 3 => true}) |> Enum.map(fn {_k, l} -> Enum.map(l, &entity(&1, :id)) end)
+      [[1]]
+  """
+  @spec without(pairs, map) :: pairs
+  def without(pairs, ids) do
+    for {k, l} <- pairs,
+        kept = Enum.reject(l, &is_map_key(ids, entity(&1, :id))),
+        kept != [],
+        do: {k, kept}
+  end
+
   @doc "All entities of the pairs."
   @spec entities(pairs) :: [Overworld.Entity.t()]
   def entities(pairs), do: Enum.flat_map(pairs, &elem(&1, 1))

@@ -16,13 +16,29 @@ defmodule Overworld.Spatial.View do
   alias Overworld.Spatial.Grid
 
   @enforce_keys [:grid, :block]
-  defstruct @enforce_keys
+  defstruct [:shadows | @enforce_keys]
 
   @typedoc """
   The view of one cell during one tick: the grid, and the entity lists (previous tick) of the
   3x3 block of cells around the cell being simulated.
+  In a world of zones, `shadows` holds the ids of the neighbour zones' entities in the view
+  (nil in a zone of its own).
   """
-  @type t :: %__MODULE__{grid: Grid.t(), block: [[Overworld.Entity.t()]]}
+  @type t :: %__MODULE__{
+          grid: Grid.t(),
+          block: [[Overworld.Entity.t()]],
+          shadows: nil | %{optional(pos_integer) => true}
+        }
+
+  @doc """
+  Whether `entity`, seen in the view, is a **shadow**: an entity of a neighbour zone near the
+  border (in a world of zones, `Overworld.World`), read-only here. It is seen like any other
+  (same fields, same previous tick), but this zone's game code never updates it: its own zone
+  does. Always false in a zone of its own.
+  """
+  @spec shadow?(t, Overworld.Entity.t()) :: boolean
+  def shadow?(%__MODULE__{shadows: nil}, _e), do: false
+  def shadow?(%__MODULE__{shadows: shadows}, e), do: is_map_key(shadows, entity(e, :id))
 
   @doc """
   The entities within `radius` units of `entity` (distance `<= radius`), without the entity

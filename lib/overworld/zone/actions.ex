@@ -62,17 +62,74 @@ defmodule Overworld.Zone.Actions do
   end
 
   @doc """
+  `init/1`'s actions. In a world of zones every zone runs `init/1`, which describes the whole
+  world: the k-th entity its spawns list (counting every `{:spawn, ...}` action in order) gets
+  id k in every zone, and each zone keeps those standing in its region. So the zones agree on
+  ids without a word (unique world-wide, the same as one zone covering the map would give), and
+  each zone's own ids start past them, in its id space.
+  """
+  @spec perform_init(State.t(), list) :: State.t()
+  def perform_init(%State{config: %{world: nil}} = st, actions), do: perform(st, actions, :init)
+
+  def perform_init(%State{config: c} = st, actions) do
+    {actions, total} =
+      Enum.map_reduce(actions, 0, fn
+        {:spawn, specs}, k ->
+          specs = Spawn.specs(specs)
+          numbered = Enum.with_index(specs, k + 1)
+          {{:spawn_ids, Enum.filter(numbered, &ours?(c, elem(&1, 0)))}, k + length(specs)}
+
+        other, k ->
+          {other, k}
+      end)
+
+    st = %{st | next_id: max(st.next_id, Overworld.Zone.Ids.from(c.id_space, total + 1))}
+
+    Enum.reduce(actions, st, fn
+      {:spawn_ids, numbered}, st ->
+        {specs, ids} = Enum.unzip(numbered)
+
+        case build_with(st, specs, ids, nil, st.next_id) do
+          {:ok, _entities, st} -> st
+          {:error, reason} -> failed(st, :init, {:bad_spawn, reason})
+        end
+
+      action, st ->
+        perform(st, [action], :init)
+    end)
+  end
+
+  # Whether a spec of init/1 stands in the zone's region (a spec without integer coordinates is
+  # the first region's, which reports it).
+  defp ours?(%{world: place, grid: g}, spec) do
+    fields = if is_map(spec) or Keyword.keyword?(spec), do: Map.new(spec), else: %{}
+
+    case fields do
+      %{x: x, y: y} when is_integer(x) and is_integer(y) ->
+        col = x |> max(0) |> min(g.width) |> div(g.cell)
+        row = y |> max(0) |> min(g.height) |> div(g.cell)
+        Overworld.World.Place.inside?(place, col, row)
+
+      _ ->
+        Overworld.World.Layout.region(place.layout, place.id).index == 0
+    end
+  end
+
+  @doc """
   Builds entities from specs and queues them (visible after the next tick); all or nothing.
   With an `owner` (a joining player), the entities are that player's avatars.
   """
   @spec build_all(State.t(), [term], term) ::
           {:ok, [Overworld.Entity.t()], State.t()} | {:error, term}
   def build_all(st, specs, owner) do
+    {ids, next_id} = Overworld.Zone.Ids.take(st.config.id_space, st.next_id, length(specs))
+    build_with(st, specs, ids, owner, next_id)
+  end
+
+  defp build_with(st, specs, ids, owner, next_id) do
     if st.entity_count + length(st.spawns) + length(specs) > st.config.max_entities do
       {:error, :max_entities}
     else
-      {ids, next_id} = Overworld.Zone.Ids.take(st.config.id_space, st.next_id, length(specs))
-
       specs
       |> Enum.zip(ids)
       |> Enum.reduce_while({:ok, []}, fn {spec, id}, {:ok, acc} ->

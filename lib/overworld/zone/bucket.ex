@@ -28,6 +28,7 @@ defmodule Overworld.Zone.Bucket do
 
   alias Overworld.Protocol.Snapshot
   alias Overworld.Spatial.{Grid, Sweep}
+  alias Overworld.World.Place
   alias Overworld.Zone.{Config, Inputs, Memory, Pass, Wire}
 
   # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
@@ -123,7 +124,13 @@ defmodule Overworld.Zone.Bucket do
        tick: 0,
        # The players' avatars we hold (id => true): whose input slots we take.
        avatars: %{},
-       inputs: config.shared && config.shared.inputs
+       inputs: config.shared && config.shared.inputs,
+       # In a world of zones (Overworld.World.Place): which neighbours need which of our cells
+       # as shadows (by row), and the entities we handed to a neighbour at the end of the last
+       # tick (id => true: still in our cells, not computed; the wire says they left).
+       place: config.world,
+       shadow_rows: config.world && Place.shadow_rows(config.world),
+       departed: %{}
      }}
   end
 
@@ -142,6 +149,10 @@ defmodule Overworld.Zone.Bucket do
   # Our own cells (the view from our first cell up to the halo behind us).
   defp own_pairs(%{own: own, bounds: {stop, _, _}}),
     do: Enum.take_while(own, fn {k, _} -> k < stop end)
+
+  # (Entities handed to a neighbour zone at the end of a tick are still ours at that tick: we
+  # computed them, and our neighbour computes them from the next. So queries and snapshots of
+  # a world's zones at one tick hold every entity exactly once.)
 
   # The players' entities we hold, `{id, owner}` (a scan of every entity of ours).
   defp owned(st) do
@@ -192,7 +203,8 @@ defmodule Overworld.Zone.Bucket do
             loaded: false,
             events: [],
             tick: 0,
-            avatars: %{}
+            avatars: %{},
+            departed: %{}
         }
 
     {:reply,
@@ -215,12 +227,13 @@ defmodule Overworld.Zone.Bucket do
   end
 
   def handle_info(
-        {:tick, epoch, n, simulate?, ctx, spawns, despawns, sent_at},
+        {:tick, epoch, n, simulate?, ctx, spawns, despawns, world, sent_at},
         %{epoch: epoch} = st
       )
       when n > st.tick or not st.loaded do
     st = if st.collect_due, do: collect_garbage(st), else: st
-    {:noreply, run_tick(st, n, simulate?, ctx, spawns, despawns, sent_at)}
+    {st, world} = world_in(st, world)
+    {:noreply, run_tick(st, n, simulate?, ctx, spawns, despawns, world, sent_at)}
   end
 
   # Every worker of the zone is done with the tick: collect garbage (see collect_garbage/1).
@@ -272,7 +285,7 @@ defmodule Overworld.Zone.Bucket do
 
   ## The tick
 
-  defp run_tick(st, n, simulate?, ctx, spawns, despawns, sent_at) do
+  defp run_tick(st, n, simulate?, ctx, spawns, despawns, world, sent_at) do
     t_in = System.monotonic_time()
     %Config{grid: grid} = st.config
     st = arrived(st, spawns, simulate?)
@@ -282,7 +295,7 @@ defmodule Overworld.Zone.Bucket do
 
     pass =
       if simulate? do
-        Pass.run(st.own, st.view, st.bounds, st.config, st.index, ctx, inputs, despawns)
+        Pass.run(st.own, st.view, st.bounds, st.config, st.index, ctx, inputs, despawns, world)
       else
         own = own_pairs(st)
         {_, lo, hi} = st.bounds
@@ -312,6 +325,7 @@ defmodule Overworld.Zone.Bucket do
       Enum.split_while(halo, fn {k, _} -> k < st.bounds |> elem(1) |> first_key(grid) end)
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
+    {out_world, departed} = world_out(st, own, simulate?)
     {st, gone} = avatars(st, pass, migrants_in, despawns)
     st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own, acks)
     # (After the publication: its acknowledgements of their last inputs go too.)
@@ -319,7 +333,7 @@ defmodule Overworld.Zone.Bucket do
 
     count =
       st.count + length(migrants_in) - length(pass.out) - length(pass.gone) - removed +
-        length(spawns)
+        length(spawns) - map_size(st.departed)
 
     t2 = System.monotonic_time()
     report_errors(st, n, pass.errors)
@@ -336,7 +350,8 @@ defmodule Overworld.Zone.Bucket do
          waited: waited,
          errors: elem(pass.errors, 0),
          events: pass.events,
-         gone: for(e <- pass.gone, entity(e, :owner) != nil, do: entity(e, :id))
+         gone: for(e <- pass.gone, entity(e, :owner) != nil, do: entity(e, :id)),
+         world: out_world
        }}
     )
 
@@ -347,8 +362,79 @@ defmodule Overworld.Zone.Bucket do
         count: count,
         loaded: true,
         events: pass.events,
-        logged_at: log_time(st, pass.errors)
+        logged_at: log_time(st, pass.errors),
+        departed: departed
     }
+  end
+
+  ## A world of zones (see Overworld.World and Overworld.World.Place)
+
+  # At the start of a tick: the entities a neighbour handed to us (`adopt`, computed by us
+  # from this tick on) join our cells, and the neighbours' shadows of their last tick join the
+  # view (read-only, with those we handed away at the end of ours). Answers the Pass's world.
+  defp world_in(%{place: nil} = st, _world), do: {st, nil}
+  defp world_in(st, nil), do: world_in(st, {[], []})
+
+  defp world_in(st, {shadows, adopt}) do
+    grid = st.config.grid
+    adopted = Map.new(adopt, &{entity(&1, :id), true})
+    # An entity handed to us is in its old zone's shadows of the same tick too: ours now.
+    shadows = if adopt == [], do: shadows, else: Sweep.without(shadows, adopted)
+
+    ids = for {_k, l} <- shadows, e <- l, into: st.departed, do: {entity(e, :id), true}
+
+    {own, view} =
+      case adopt do
+        [] -> {st.own, st.view}
+        _ -> {Sweep.insert(st.own, grid, adopt), Sweep.insert(st.view, grid, adopt)}
+      end
+
+    st = %{st | own: own, view: Sweep.merge(view, shadows), count: st.count + length(adopt)}
+    {st, {ids, adopted, st.departed}}
+  end
+
+  # At the end of a tick: our cells that each neighbour needs as shadows (neighbour => cells,
+  # sorted), and the entities that now belong to a neighbour (standing past the hysteresis
+  # margin outside our region; a player's avatar stays, until sessions follow their avatar
+  # across zones). Answers `{nil | {shadows, handoffs}, departed}`.
+  defp world_out(%{place: nil}, _own, _simulate?), do: {nil, %{}}
+
+  defp world_out(st, own, simulate?) do
+    %{place: place, shadow_rows: rows} = st
+    grid = st.config.grid
+    {stop, _, _} = st.bounds
+
+    {shadows, handoffs} =
+      own
+      |> Enum.take_while(fn {k, _} -> k < stop end)
+      |> Enum.reduce({%{}, []}, fn {k, l} = pair, {shadows, handoffs} ->
+        row = Grid.row(grid, k)
+        col = Grid.col(grid, k)
+
+        shadows =
+          Enum.reduce(elem(rows, row), shadows, fn {n, c0, c1}, acc ->
+            if col >= c0 and col <= c1, do: Map.update(acc, n, [pair], &[pair | &1]), else: acc
+          end)
+
+        if simulate? and not Place.inside?(place, col, row),
+          do: {shadows, leaving(place, l, handoffs)},
+          else: {shadows, handoffs}
+      end)
+
+    shadows = Map.new(shadows, fn {n, pairs} -> {n, :lists.reverse(pairs)} end)
+    departed = Map.new(handoffs, fn {_n, e} -> {entity(e, :id), true} end)
+    {{shadows, handoffs}, departed}
+  end
+
+  defp leaving(place, l, handoffs) do
+    Enum.reduce(l, handoffs, fn e, acc ->
+      with nil <- entity(e, :owner),
+           n when n != place.id <- Place.owner(place, entity(e, :x), entity(e, :y)) do
+        [{n, e} | acc]
+      else
+        _ -> acc
+      end
+    end)
   end
 
   # The first key of our stripe, from the first key past its first row.

@@ -53,6 +53,7 @@ defmodule Overworld.Zone.Config do
         :width,
         :height,
         :region,
+        :world,
         :bounds,
         :grid,
         :stripes,
@@ -90,6 +91,7 @@ defmodule Overworld.Zone.Config do
           width: non_neg_integer,
           height: non_neg_integer,
           region: {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer} | nil,
+          world: Overworld.World.Place.t() | nil,
           bounds: {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer},
           grid: Grid.t(),
           stripes: tuple,
@@ -111,6 +113,9 @@ defmodule Overworld.Zone.Config do
          {0, 1}},
       region:
         {{:custom, &region?/1, "nil or {first col, first row, last col, last row} of cells"}, nil},
+      world:
+        {{:custom, &(is_nil(&1) or is_struct(&1, Overworld.World.Place)),
+          "nil or the zone's place in a world (Overworld.World)"}, nil},
       clock: {{:in, [:realtime, :manual]}, :realtime},
       workers: {:pos_integer, System.schedulers_online()},
       size: {{:tuple_of, [:pos_number, :pos_number]}, {1000, 1000}},
@@ -147,7 +152,7 @@ defmodule Overworld.Zone.Config do
             "expected a module implementing the Overworld.Zone behaviour, got: #{inspect(module)}"
     end
 
-    o = Overworld.Options.validate!(opts, schema(), "Overworld.Zone")
+    o = opts |> Overworld.Options.validate!(schema(), "Overworld.Zone") |> in_world()
 
     if o.history > 0 and o.keyframe_ticks > o.history do
       raise ArgumentError,
@@ -162,8 +167,11 @@ defmodule Overworld.Zone.Config do
 
     grid = Grid.new(width, height, cell)
     region = check_region!(o.region, grid)
-    stripes = region_stripes(region, grid, o.workers)
-    bounds = bounds(region, grid)
+    # A zone of a world also holds its entities standing in the ring of cells around its
+    # region (within the hysteresis margin, see Overworld.World.Place).
+    held = if o.world, do: o.world.ring, else: region
+    stripes = region_stripes(held, grid, o.workers)
+    bounds = bounds(held, grid)
 
     struct!(
       __MODULE__,
@@ -178,6 +186,26 @@ defmodule Overworld.Zone.Config do
         wire_kinds: wire_kinds(o.wire)
       })
     )
+  end
+
+  # A zone of a world: its region, size, cell size, id space and tick offset are the world's.
+  defp in_world(%{world: nil} = o), do: o
+
+  defp in_world(%{world: %Overworld.World.Place{layout: l} = p} = o) do
+    if o.region not in [nil, p.region] do
+      raise ArgumentError,
+            "Overworld.Zone: :region #{inspect(o.region)} is not the zone's region in its world " <>
+              "(#{inspect(p.region)}); leave it out"
+    end
+
+    %{
+      o
+      | region: p.region,
+        size: {l.width, l.height},
+        cell_size: l.cell_size,
+        id_space: Overworld.World.Layout.id_space(l, p.id),
+        tick_offset: o.tick_offset || Overworld.World.Layout.tick_offset(l, p.id)
+    }
   end
 
   # Entity kind => index of its template in the wire module's list.

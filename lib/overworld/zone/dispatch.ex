@@ -23,7 +23,8 @@ defmodule Overworld.Zone.Dispatch do
           count: non_neg_integer,
           errors: non_neg_integer,
           reported: [non_neg_integer],
-          events: list
+          events: list,
+          world: list
         }
 
   @doc "The tick context of tick `n`."
@@ -46,8 +47,8 @@ defmodule Overworld.Zone.Dispatch do
   server killed after that and before the workers have the tick finds it there and sends it
   again), then to the workers. Answers the state with the tick running.
   """
-  @spec tick(State.t(), non_neg_integer, boolean) :: State.t()
-  def tick(%State{} = st, n, simulate?) do
+  @spec tick(State.t(), non_neg_integer, boolean, nil | tuple) :: State.t()
+  def tick(%State{} = st, n, simulate?, world \\ nil) do
     spawns = unborn(st.spawns, st.despawns)
 
     Memory.put_tick(st.memory, st.config.history, %{
@@ -60,7 +61,9 @@ defmodule Overworld.Zone.Dispatch do
     })
 
     ctx = context(st.config, n)
-    running = send_tick(st.config, st.workers, st.epoch, n, simulate?, ctx, spawns, st.despawns)
+
+    running =
+      send_tick(st.config, st.workers, st.epoch, n, simulate?, ctx, spawns, st.despawns, world)
 
     Process.send_after(self(), {:stalled, st.epoch, n}, st.config.stall_timeout)
     %{st | spawns: [], despawns: [], running: running}
@@ -79,9 +82,18 @@ defmodule Overworld.Zone.Dispatch do
   Sends tick `n` to every worker: the spawns in its stripe, and every despawn. Returns the
   running tick.
   """
-  @spec send_tick(Config.t(), tuple, integer, non_neg_integer, boolean, Context.t(), list, list) ::
-          running
-  def send_tick(config, workers, epoch, n, simulate?, ctx, spawns, despawns) do
+  @spec send_tick(
+          Config.t(),
+          tuple,
+          integer,
+          non_neg_integer,
+          boolean,
+          Context.t(),
+          list,
+          list,
+          nil | tuple
+        ) :: running
+  def send_tick(config, workers, epoch, n, simulate?, ctx, spawns, despawns, world \\ nil) do
     t0 = System.monotonic_time()
     spawns = Enum.group_by(spawns, &Config.owner_of(config, entity(&1, :x), entity(&1, :y)))
     despawns = Map.new(despawns, &{&1, true})
@@ -90,7 +102,7 @@ defmodule Overworld.Zone.Dispatch do
       for w <- 0..(config.workers - 1) do
         {elem(workers, w),
          {:tick, epoch, n, simulate?, ctx, Enum.reverse(Map.get(spawns, w, [])), despawns,
-          System.monotonic_time()}}
+          world && elem(world, w), System.monotonic_time()}}
       end
 
     # One message, to worker 0, which forwards the others' parts: a server killed while
@@ -109,7 +121,8 @@ defmodule Overworld.Zone.Dispatch do
       count: 0,
       errors: 0,
       reported: [],
-      events: []
+      events: [],
+      world: []
     }
   end
 
@@ -128,7 +141,8 @@ defmodule Overworld.Zone.Dispatch do
         grid: max(r.grid, stats.grid),
         count: r.count + stats.count,
         errors: r.errors + stats.errors,
-        events: if(stats.events == [], do: r.events, else: [stats.events | r.events])
+        events: if(stats.events == [], do: r.events, else: [stats.events | r.events]),
+        world: if(stats[:world], do: [{w, stats.world} | r.world], else: r.world)
     }
   end
 

@@ -21,7 +21,11 @@ defmodule Overworld.Zone.Metrics do
     :grid_us,
     :other_us,
     :last_tick,
-    :last_tick_us
+    :last_tick_us,
+    :crossings_in,
+    :crossings_out,
+    :shadow_messages,
+    :shadow_entities
   ]
   @index @fields |> Enum.with_index(1) |> Map.new()
 
@@ -125,6 +129,14 @@ defmodule Overworld.Zone.Metrics do
       stalls: get(m, :stalls),
       entities: get(m, :entities),
       players: get(m, :players),
+      # In a world of zones: entities adopted from / handed to neighbours, and the shadow
+      # messages sent with the entities they carried.
+      world: %{
+        crossings_in: get(m, :crossings_in),
+        crossings_out: get(m, :crossings_out),
+        shadow_messages: get(m, :shadow_messages),
+        shadow_entities: get(m, :shadow_entities)
+      },
       tick_us: Histogram.summary(Histogram.snapshot(m.ticks_us)),
       recent_tick_us: recent,
       # Node-wide, since the zone started: what the BEAM really used beside what the OS saw.

@@ -40,20 +40,31 @@ defmodule Overworld.Zone.Pass do
           non_neg_integer,
           Overworld.Zone.Context.t(),
           map,
-          map
+          map,
+          nil | {map, map}
         ) ::
           result
-  def run(own, view, {stop, lo, hi}, %Config{} = config, me, ctx, inputs, despawns) do
+  def run(own, view, {stop, lo, hi}, %Config{} = config, me, ctx, inputs, despawns, world \\ nil) do
+    # In a world of zones (`world`): the ids of the shadows in the view (the neighbours'
+    # entities, read-only), of the entities adopted from a neighbour this tick, and of those
+    # handed to a neighbour at the end of the last (still in our cells, not computed: the
+    # wire says they left).
+    {shadows, adopted, departed} = world || {nil, %{}, %{}}
+
     %Config{grid: grid, module: module, owners: owners, bounds: bounds, wire: wire} = config
     # An external fun is called through its export entry directly; `module.handle_entity(...)`
     # with a variable module would look the export up on every call.
     mod = Function.capture(module, :handle_entity, 3)
-    env = {mod, grid, owners, me, bounds, ctx, inputs, despawns, wire && Wire.funs(wire)}
-    plain? = map_size(inputs) == 0 and map_size(despawns) == 0
+
+    env =
+      {mod, grid, owners, me, bounds, ctx, inputs, despawns, wire && Wire.funs(wire), shadows,
+       adopted, departed}
+
+    plain? = map_size(inputs) == 0 and map_size(despawns) == 0 and map_size(departed) == 0
     # Entities despawned this tick are not seen by their neighbours either: whatever an entity
     # decides from a neighbour (a pickup, a hit) the neighbour decides too, and one that is
     # gone cannot.
-    view = if map_size(despawns) == 0, do: view, else: without(view, despawns)
+    view = if map_size(despawns) == 0, do: view, else: Sweep.without(view, despawns)
 
     {desc, border, wired, {movers, out, moves, gone, errors, events}} =
       cells(
@@ -82,13 +93,6 @@ defmodule Overworld.Zone.Pass do
     }
   end
 
-  defp without(pairs, despawns) do
-    for {k, l} <- pairs,
-        kept = Enum.reject(l, &is_map_key(despawns, entity(&1, :id))),
-        kept != [],
-        do: {k, kept}
-  end
-
   # The cursors `above`, `same` and `below` sweep the view for the 3x3 block of each cell.
   # `out` holds the new cells (descending), our border cells, and with a wire the cells' ops.
   defp cells([{k, _} | _], _above, _same, _below, {stop, _, _}, _env, _plain?, out, acc)
@@ -98,9 +102,11 @@ defmodule Overworld.Zone.Pass do
   defp cells([], _above, _same, _below, _bounds, _env, _plain?, out, acc), do: done(out, acc)
 
   defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, out, acc) do
-    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, {_, _, bx1, by1}, ctx, _, _, wire} = env
+    {mod, %Grid{cell: cell, stride: stride} = grid, _, _, {_, _, bx1, by1}, ctx, _, _, wire,
+     shadows, adopted, _} = env
+
     {block, above, same, below} = Sweep.block(above, same, below, k, stride)
-    view = %View{grid: grid, block: block}
+    view = %View{grid: grid, block: block, shadows: shadows}
 
     # The cell's bounds, within the zone's (the world, or its region): an entity whose new
     # position is inside stays (no division, no clamping needed).
@@ -111,7 +117,8 @@ defmodule Overworld.Zone.Pass do
     {stays, acc} = walk(list, k, x0, x1, y0, y1, view, mod, ctx, [], acc, env, plain?)
 
     {desc, border, wired} = out
-    {stays, wired, acc} = wire_cell(wire, k, list, reverse(stays), wired, acc, env)
+    {list, stays, acc} = adopted(wire, adopted, list, reverse(stays), acc)
+    {stays, wired, acc} = wire_cell(wire, k, list, stays, wired, acc, env)
 
     case stays do
       [] ->
@@ -126,6 +133,25 @@ defmodule Overworld.Zone.Pass do
   end
 
   defp done({desc, border, wired}, acc), do: {desc, :lists.reverse(border), wired, acc}
+
+  # Entities adopted from a neighbour zone this tick are new to our observers: for the wire
+  # they are not in their cell's old list, and those that stay in it arrive there (movers: the
+  # grid phase encodes them as arrivals).
+  defp adopted(nil, _adopted, list, stays, acc), do: {list, stays, acc}
+
+  defp adopted(_wire, adopted, list, stays, acc) when map_size(adopted) == 0,
+    do: {list, stays, acc}
+
+  defp adopted(_wire, adopted, list, stays, acc) do
+    if Enum.any?(list, &is_map_key(adopted, entity(&1, :id))) do
+      {new, stays} = Enum.split_with(stays, &is_map_key(adopted, entity(&1, :id)))
+      {movers, out, moves, gone, errors, evs} = acc
+      list = Enum.reject(list, &is_map_key(adopted, entity(&1, :id)))
+      {list, stays, {Enum.reverse(new, movers), out, moves, gone, errors, evs}}
+    else
+      {list, stays, acc}
+    end
+  end
 
   # The cell's ops, with a wire. Game code may return an entity that the wire cannot encode (a
   # value its template cannot quantize): rare, so it is not checked entity by entity but when
@@ -151,7 +177,7 @@ defmodule Overworld.Zone.Pass do
         encodable(rest, list, wire, [e | kept], acc, env)
 
       failure ->
-        {_, _, _, _, _, _, inputs, _, _} = env
+        inputs = elem(env, 6)
         old = with_input(List.keyfind(list, entity(e, :id), 1), inputs)
         encodable(rest, list, wire, [old | kept], failed_encoding(acc, e, failure), env)
     end
@@ -174,22 +200,30 @@ defmodule Overworld.Zone.Pass do
   defp reverse([a, b, c, d]), do: [d, c, b, a]
   defp reverse(l), do: :lists.reverse(l)
 
-  # Every entity of a cell. `plain?`: no inputs and no despawns this tick for this worker (the
-  # tightest loop); otherwise an entity despawned goes, and a player's entity gets its input
-  # (the others, most of them, cost one more check).
+  # Every entity of a cell. `plain?`: no inputs, despawns or departures this tick for this
+  # worker (the tightest loop); otherwise an entity despawned goes, one handed to a neighbour
+  # zone is not computed, and a player's entity gets its input (the others, most of them, cost
+  # a few more checks).
   defp walk([], _k, _x0, _x1, _y0, _y1, _view, _mod, _ctx, stays, acc, _env, _plain?),
     do: {stays, acc}
 
   defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, false = plain?) do
-    {_, _, _, _, _, _, inputs, despawns, _} = env
+    inputs = elem(env, 6)
+    despawns = elem(env, 7)
+    departed = elem(env, 11)
 
-    if is_map_key(despawns, entity(e, :id)) do
-      walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, gone(acc, e), env, plain?)
-    else
-      {stays, acc} =
-        one(with_input(e, inputs), k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
+    cond do
+      is_map_key(despawns, entity(e, :id)) ->
+        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, gone(acc, e), env, plain?)
 
-      walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
+      is_map_key(departed, entity(e, :id)) ->
+        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
+
+      true ->
+        {stays, acc} =
+          one(with_input(e, inputs), k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
+
+        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
     end
   end
 
@@ -238,7 +272,8 @@ defmodule Overworld.Zone.Pass do
   # Where a result goes: back into its cell, to another cell, to another worker, nowhere
   # (despawned), or (a failure) the entity keeps its previous state.
   defp settle(result, e, id, k, stays, acc, env) do
-    {_mod, grid, _owners, _me, bounds, _ctx, _inputs, _despawns, _wire} = env
+    grid = elem(env, 1)
+    bounds = elem(env, 4)
 
     case result do
       {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
@@ -280,7 +315,9 @@ defmodule Overworld.Zone.Pass do
   end
 
   defp moved({movers, out, moves, gone, errors, evs}, e, k2, env) do
-    {_, grid, owners, me, _, _, _, _, _} = env
+    grid = elem(env, 1)
+    owners = elem(env, 2)
+    me = elem(env, 3)
     owner = elem(owners, Grid.row(grid, k2))
 
     cond do

@@ -63,7 +63,7 @@ defmodule Overworld.Zone.Recovery do
         {:ok, %{st | game: game}}
 
       {:ok, {:ok, game, actions}} when is_list(actions) ->
-        {:ok, Actions.perform(%{st | game: game}, actions, :init)}
+        {:ok, Actions.perform_init(%{st | game: game}, actions)}
 
       {:ok, {:stop, reason}} ->
         {:stop, reason}

@@ -32,6 +32,7 @@ defmodule Overworld.Zone.Server do
     Joins,
     Memory,
     Metrics,
+    Neighbours,
     Players,
     Recovery,
     Rewind,
@@ -98,7 +99,8 @@ defmodule Overworld.Zone.Server do
       store: store,
       journal: store && Memory.journal(memory),
       segment: Memory.segment(memory),
-      snap_at: System.monotonic_time(:millisecond)
+      snap_at: System.monotonic_time(:millisecond),
+      world: Neighbours.new(config)
     }
 
     case Recovery.start(st) do
@@ -114,6 +116,7 @@ defmodule Overworld.Zone.Server do
           }
         )
 
+        Neighbours.hello(st)
         {:ok, start_clock(st)}
 
       {:ok, st, from} ->
@@ -127,6 +130,7 @@ defmodule Overworld.Zone.Server do
   @impl true
   def handle_continue({:recovered, from}, st) do
     took = System.monotonic_time() - st.started
+    Neighbours.hello(st)
 
     Telemetry.execute(
       [:overworld, :zone, :recovered],
@@ -237,7 +241,8 @@ defmodule Overworld.Zone.Server do
         result -> Actions.result(st, :handle_tick, result)
       end
 
-    st = Dispatch.tick(%{st | tick: n - 1}, n, true)
+    {st, world} = Neighbours.take(st, n)
+    st = Dispatch.tick(%{st | tick: n - 1}, n, true, world)
     %{st | running: %{st.running | t0: t0, lateness: lateness}}
   end
 
@@ -262,6 +267,8 @@ defmodule Overworld.Zone.Server do
     st = %{st | running: nil, tick: r.n, entity_count: r.count}
     Metrics.put(st.metrics, :players, Players.count(st.players))
     st = Durable.events(st, r.n, List.flatten(r.events), r.n)
+    # In a world: our shadows and handoffs of this tick to each neighbour.
+    st = Neighbours.publish(st, r.n, r.world)
     {st, jobs} = Durable.jobs(st, r.n)
     # The whole tick is done: the workers tell the subscribers, do the jobs (snapshot,
     # history), then collect garbage.
@@ -284,8 +291,11 @@ defmodule Overworld.Zone.Server do
     end
   end
 
+  # (In a world, a tick waits for the neighbours' shadows of the previous one.)
   defp maybe_manual_tick(%State{running: nil} = st) do
-    if :queue.is_empty(st.manual), do: st, else: begin_tick(st, 0)
+    if :queue.is_empty(st.manual) or not Neighbours.ready?(st, st.tick + 1),
+      do: st,
+      else: begin_tick(st, 0)
   end
 
   defp maybe_manual_tick(st), do: st
@@ -295,7 +305,7 @@ defmodule Overworld.Zone.Server do
   defp after_manual_tick(st) do
     case :queue.out(st.manual) do
       {{:value, {from, left}}, rest} when left > 1 ->
-        begin_tick(%{st | manual: :queue.in_r({from, left - 1}, rest)}, 0)
+        maybe_manual_tick(%{st | manual: :queue.in_r({from, left - 1}, rest)})
 
       {{:value, {from, _}}, rest} ->
         GenServer.reply(from, {:ok, st.tick})
@@ -387,6 +397,14 @@ defmodule Overworld.Zone.Server do
 
   def handle_info({:done, epoch, n, w, stats}, %State{epoch: epoch, running: %{n: n}} = st) do
     {:noreply, worker_done(st, w, stats, true)}
+  end
+
+  # A neighbour zone's shadows and transfers (a world of zones).
+  def handle_info({:overworld_hello, _} = msg, st), do: {:noreply, Neighbours.received(st, msg)}
+
+  def handle_info({:overworld_shadows, _, _, _, _, _} = msg, st) do
+    st = Neighbours.received(st, msg)
+    {:noreply, if(st.config.clock == :manual, do: maybe_manual_tick(st), else: st)}
   end
 
   # A reliable message of a player's client (its session's RELIABLE): game code gets it.

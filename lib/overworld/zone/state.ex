@@ -39,7 +39,8 @@ defmodule Overworld.Zone.State do
                 snap_tick: nil,
                 snap_at: 0,
                 snapshotting: false,
-                rewinds: []
+                rewinds: [],
+                world: nil
               ]
 
   @typedoc """
@@ -71,6 +72,8 @@ defmodule Overworld.Zone.State do
   * `snap_tick`, `snap_at` — the tick and time (ms) of the last snapshot; `snapshotting`:
     one is being written (only one at a time).
   * `rewinds` — rewinds asked for during a tick (debug zones), newest first.
+  * `world` — in a world of zones, the neighbours' messages and our transfers
+    (`Overworld.Zone.Neighbours`); nil for a zone of its own.
   * `started` — when this server's `init/1` began (native time: recovery durations).
   """
   @type t :: %__MODULE__{
@@ -103,6 +106,7 @@ defmodule Overworld.Zone.State do
           snap_at: integer,
           snapshotting: boolean,
           rewinds: list,
+          world: Overworld.Zone.Neighbours.t() | nil,
           started: integer
         }
 

@@ -1,0 +1,164 @@
+defmodule Overworld.World do
+  @moduledoc """
+  A world of zones: one map split into regions (`Overworld.World.Layout`), each simulated by a
+  zone of its own that keeps everything a zone has (bucket workers, wire, persistence,
+  recovery, history). Game code is the same `Overworld.Zone` module: every zone runs it.
+
+      {:ok, _} =
+        Overworld.start_world(MyGame,
+          name: :overworld,
+          size: {1400, 1400},
+          cell_size: 12,
+          zones: {2, 2},
+          wire: MyGame.Wire
+        )
+
+  What makes the zones one world:
+
+  * **Ids unique world-wide**: each zone allocates from its own id space
+    (`Overworld.World.Layout.id_space/2`); `init/1`, which every zone runs, describes the whole
+    world and each zone keeps the entities standing in its region, numbered as one zone would
+    number them (`Overworld.Zone.Actions.perform_init/2`).
+  * **Staggered ticks**: zone `i` of `n` ticks at `i / n` of the period, so the zones of a
+    node share its cores instead of all starting at once.
+  * **Shadows**: after each tick a zone sends each neighbour one message with its entities
+    near their common border (the cells within two cells of the neighbour's region) and the
+    tick they describe; the neighbour's workers see them in `Overworld.Spatial.View` like any
+    entity of the previous tick, flagged by `Overworld.Spatial.View.shadow?/2` and never
+    updated by its game code. Tick n reads the neighbours' tick n - 1: with the manual clock
+    a zone waits for them, so a world computes exactly what one zone covering the map does.
+    With the realtime clock a zone reads the newest it has, dead-reckoned, and drops shadows
+    late by more than `:shadow_late` ticks.
+  * **Handoff with hysteresis**: an entity stays with its zone while it stands within
+    `:hysteresis` metres of the zone's region (so one walking along a border does not flap),
+    then goes to the zone whose region holds it: its whole state in the next message, under a
+    transfer id, sent again until the new zone acknowledges it and adopted once. Until then
+    the old zone still has it, read-only.
+
+  Zones are named `{name, region id}` (`{name, {col, row}}` for a grid of zones) and are
+  found as any zone is (`Overworld.Zone` functions take the id).
+
+  ## Options
+
+  * `:name` (required) — the world's name
+  * `:zones` — `{cols, rows}`: a grid of regions (default `{1, 1}`), or `:regions`:
+    `[{id, {x0, y0, x1, y1}}]` rectangles in metres on cell borders (see
+    `Overworld.World.Layout`)
+  * `:size`, `:cell_size` — the world's size and its grid's cell in metres (defaults as a
+    zone's: `{1000, 1000}`, 12)
+  * `:hysteresis` — metres past its region an entity stays with its zone (default 2; less
+    than a cell)
+  * `:shadow_late` — ticks a neighbour's shadows may be late (realtime clock) before they are
+    dropped rather than drawn wrong (default 3)
+  * `:data_dir` — each zone persists into a directory of its own under it
+  * any other option of `Overworld.Zone` (`:tick_rate`, `:clock`, `:workers`, `:wire`,
+    `:args`, ...), the same for every zone; not `:id`, `:region`, `:id_space`, `:world`
+
+  Not done yet: a player's avatar stays with its zone (its region's ring is its wall) until
+  sessions follow their avatar across zones; an observer sees one zone; handoffs are not
+  journaled yet (a zone restarted from disk may lose or repeat an entity in flight).
+  """
+
+  alias Overworld.Names
+  alias Overworld.World.{Layout, Place}
+
+  @world_keys [:name, :zones, :regions, :size, :cell_size, :hysteresis, :shadow_late]
+  @zone_only [:id, :region, :id_space, :world]
+
+  @doc false
+  @spec child_spec({module, keyword}) :: Supervisor.child_spec()
+  def child_spec({module, opts}) do
+    {name, specs} = zone_specs(module, opts)
+
+    %{
+      id: {__MODULE__, name},
+      start: {Overworld.World.Supervisor, :start_link, [name, specs]},
+      type: :supervisor,
+      restart: :transient
+    }
+  end
+
+  @doc """
+  The zones' child specs of a world (options validated; raises `ArgumentError` with the
+  reason when they are not valid).
+  """
+  @spec zone_specs(module, keyword) :: {term, [Supervisor.child_spec()]}
+  def zone_specs(module, opts) do
+    unless Keyword.keyword?(opts), do: raise(ArgumentError, "expected a keyword list of options")
+
+    case Keyword.take(opts, @zone_only) do
+      [] ->
+        :ok
+
+      given ->
+        raise ArgumentError,
+              "Overworld.World: #{inspect(Keyword.keys(given))} are set per zone by the world"
+    end
+
+    name = Keyword.get(opts, :name) || raise ArgumentError, "Overworld.World: :name is required"
+
+    layout =
+      Layout.new!(
+        size: Keyword.get(opts, :size, {1000, 1000}),
+        cell_size: Keyword.get(opts, :cell_size, 12),
+        zones: if(opts[:regions], do: nil, else: Keyword.get(opts, :zones, {1, 1})),
+        regions: opts[:regions]
+      )
+
+    place_opts = [
+      hysteresis: Keyword.get(opts, :hysteresis, 2),
+      late: Keyword.get(opts, :shadow_late, 3)
+    ]
+
+    zone_opts = Keyword.drop(opts, @world_keys ++ [:data_dir])
+
+    specs =
+      for %{id: rid, index: i} <- layout.regions do
+        place = Place.new!(name, layout, rid, place_opts)
+        dir = opts[:data_dir] && Path.join(opts[:data_dir], "zone-#{i}")
+
+        zone_opts =
+          [id: {name, rid}, world: place] ++
+            if(dir, do: [data_dir: dir], else: []) ++ zone_opts
+
+        Supervisor.child_spec(Overworld.Zone.child_spec({module, zone_opts}), id: {:zone, rid})
+      end
+
+    {name, specs}
+  end
+
+  @doc "The zone ids of a running world (`{name, region id}`), or [] when it is not running."
+  @spec zones(term) :: [term]
+  def zones(name) do
+    case Names.whereis(Names.world(name)) do
+      nil -> []
+      pid -> for {{:zone, rid}, _, _, _} <- Supervisor.which_children(pid), do: {name, rid}
+    end
+  end
+
+  @doc """
+  Ticks every zone of a world on the manual clock `count` times (each zone's tick n waits for
+  its neighbours' tick n - 1). Answers `{:ok, tick}` once all are done.
+  """
+  @spec tick_now(term, pos_integer) :: {:ok, non_neg_integer} | {:error, term}
+  def tick_now(name, count \\ 1) when is_integer(count) and count > 0 do
+    name
+    |> zones()
+    |> Enum.map(&Task.async(fn -> Overworld.Zone.tick_now(&1, count) end))
+    |> Task.await_many(:infinity)
+    |> Enum.uniq()
+    |> case do
+      [{:ok, tick}] -> {:ok, tick}
+      [] -> {:error, :not_found}
+      other -> {:error, other}
+    end
+  end
+
+  @doc "Every entity of the world (each zone's, at its last tick)."
+  @spec entities(term) :: [Overworld.Entity.t()]
+  def entities(name), do: Enum.flat_map(zones(name), &Overworld.Zone.entities/1)
+
+  @doc "The entities per zone of the world."
+  @spec counts(term) :: %{optional(term) => non_neg_integer}
+  def counts(name), do: Map.new(zones(name), &{&1, Overworld.Zone.count(&1)})
+end

@@ -1,0 +1,145 @@
+defmodule Overworld.World.Place do
+  @moduledoc """
+  The place of one zone in a world of zones (zone option `:world`, made by `Overworld.World`):
+  the world's layout, which region is the zone's, and what follows from it for the zone's
+  workers, in grid units and cells:
+
+  * **What the zone holds**: its region's cells plus a **ring** of one cell around them (the
+    neighbours' cells next to the border): an entity of the zone may stand in the ring while it
+    is within the hysteresis margin of the region (`hysteresis`, less than a cell).
+  * **Who owns an entity after a tick** (`owner/3`): the zone while the entity stands within
+    the hysteresis margin of its region, else the zone whose region holds the entity.
+  * **Which entities each neighbour needs as shadows** (`shadow_rows/1`): those in the cells
+    within two cells of the neighbour's region. The neighbour simulates its region and ring;
+    the 3x3 blocks of those cells reach one cell further: with these shadows every entity of
+    the neighbour sees exactly the cells it would see in one zone covering the whole map.
+
+      iex> l = Overworld.World.Layout.new!(size: {120, 120}, cell_size: 12, zones: {2, 2})
+      iex> p = Overworld.World.Place.new!(:w, l, {0, 0}, hysteresis: 2)
+      iex> {p.region, p.ring}
+      {{0, 0, 5, 5}, {0, 0, 6, 6}}
+      iex> p.zones[{1, 1}]
+      {:w, {1, 1}}
+      iex> Overworld.World.Place.owner(p, 6 * 12 * 1024 + 1024, 1024)
+      {0, 0}
+      iex> Overworld.World.Place.owner(p, 6 * 12 * 1024 + 3 * 1024, 1024)
+      {1, 0}
+  """
+
+  alias Overworld.Entity
+  alias Overworld.World.Layout
+
+  @enforce_keys [:name, :id, :layout, :region, :ring, :box, :hysteresis, :late, :zones]
+  defstruct @enforce_keys
+
+  @typedoc """
+  * `name` — the world's name; `id` — the zone's region id; the zone's own id is
+    `{name, id}`, as are its neighbours' (`zones`: region id => zone id)
+  * `region`, `ring` — cells `{c0, r0, c1, r1}`: the region, and the region with the ring
+  * `box` — the region's rectangle in units `{x0, y0, x1, y1}` (inclusive)
+  * `hysteresis` — units; `late` — ticks a neighbour's shadows may be late before they are
+    dropped
+  """
+  @type t :: %__MODULE__{
+          name: term,
+          id: term,
+          layout: Layout.t(),
+          region: {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer},
+          ring: {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer},
+          box: {integer, integer, integer, integer},
+          hysteresis: non_neg_integer,
+          late: non_neg_integer,
+          zones: %{optional(term) => term}
+        }
+
+  @doc """
+  The place of region `id` of `layout` in world `name`. Options: `:hysteresis` (metres,
+  default 2, less than a cell), `:late` (ticks, default 3).
+  """
+  @spec new!(term, Layout.t(), term, keyword) :: t
+  def new!(name, %Layout{} = layout, id, opts \\ []) do
+    h = Keyword.get(opts, :hysteresis, 2)
+    late = Keyword.get(opts, :late, 3)
+
+    unless is_number(h) and h >= 0 and h < layout.cell_size do
+      raise ArgumentError,
+            "the hysteresis margin must be a number of metres in [0, #{layout.cell_size}) (less " <>
+              "than a cell: an entity of a zone stands at most one cell outside its region), " <>
+              "got: #{inspect(h)}"
+    end
+
+    unless is_integer(late) and late >= 0 do
+      raise ArgumentError,
+            "the shadows' lateness bound must be a number of ticks >= 0, got: #{inspect(late)}"
+    end
+
+    %{cells: {c0, r0, c1, r1} = region} =
+      Layout.region(layout, id) ||
+        raise ArgumentError, "no region #{inspect(id)} in the world's layout"
+
+    cell = Entity.meters(layout.cell_size)
+    {w, hh} = {Entity.meters(layout.width), Entity.meters(layout.height)}
+    x1 = if c1 == layout.cols - 1, do: w, else: (c1 + 1) * cell - 1
+    y1 = if r1 == layout.rows - 1, do: hh, else: (r1 + 1) * cell - 1
+
+    %__MODULE__{
+      name: name,
+      id: id,
+      layout: layout,
+      region: region,
+      ring: grow(layout, region, 1),
+      box: {c0 * cell, r0 * cell, x1, y1},
+      hysteresis: Entity.meters(h),
+      late: late,
+      zones: Map.new(layout.regions, &{&1.id, {name, &1.id}})
+    }
+  end
+
+  @doc "The zone ids of the zone's neighbours (sides and corners), region id => zone id."
+  @spec neighbours(t) :: [{term, term}]
+  def neighbours(%__MODULE__{layout: l, id: id, zones: zones}),
+    do: for(n <- Layout.neighbours(l, id), do: {n, Map.fetch!(zones, n)})
+
+  @doc """
+  For every row of the grid, the neighbours that need the cells of that row as shadows:
+  `{region id, first col, last col}` (the neighbour's region grown by two cells), as a tuple
+  indexed by row.
+  """
+  @spec shadow_rows(t) :: tuple
+  def shadow_rows(%__MODULE__{layout: l} = p) do
+    rects = for {n, _} <- neighbours(p), do: {n, grow(l, Layout.region(l, n).cells, 2)}
+
+    for row <- 0..(l.rows - 1) do
+      for {n, {c0, r0, c1, r1}} <- rects, row >= r0 and row <= r1, do: {n, c0, c1}
+    end
+    |> List.to_tuple()
+  end
+
+  @doc "The zone owning an entity of this zone at `(x, y)` (units) after a tick (see above)."
+  @spec owner(t, integer, integer) :: term
+  def owner(%__MODULE__{box: {x0, y0, x1, y1}, hysteresis: h, id: id} = p, x, y) do
+    dx = max(max(x0 - x, x - x1), 0)
+    dy = max(max(y0 - y, y - y1), 0)
+
+    if dx * dx + dy * dy <= h * h do
+      id
+    else
+      l = p.layout
+      cell = Entity.meters(l.cell_size)
+      col = x |> div(cell) |> max(0) |> min(l.cols - 1)
+      row = y |> div(cell) |> max(0) |> min(l.rows - 1)
+      Layout.zone_of_cell(l, col, row)
+    end
+  end
+
+  @doc """
+  Whether a cell (column, row) is the zone's region's (the others of the ring are the
+  neighbours').
+  """
+  @spec inside?(t, integer, integer) :: boolean
+  def inside?(%__MODULE__{region: {c0, r0, c1, r1}}, col, row),
+    do: col >= c0 and col <= c1 and row >= r0 and row <= r1
+
+  defp grow(l, {c0, r0, c1, r1}, k),
+    do: {max(c0 - k, 0), max(r0 - k, 0), min(c1 + k, l.cols - 1), min(r1 + k, l.rows - 1)}
+end

@@ -1,0 +1,248 @@
+defmodule Overworld.Zone.Neighbours do
+  @moduledoc false
+  # A zone of a world (`Overworld.World`) and its neighbour zones, seen from its server: zones
+  # talk only by messages, one per neighbour per tick:
+  #
+  #   {:overworld_shadows, from, tick, cells, transfers, acks}
+  #
+  # * `cells` — the sender's cells of tick `tick` that the receiver needs as shadows (sorted
+  #   `{key, entities}` pairs, see Overworld.World.Place.shadow_rows/1);
+  # * `transfers` — `[{transfer id, entity}]`: entities the sender handed to the receiver at
+  #   the end of that tick (full state), sent again until acknowledged; the receiver adopts a
+  #   transfer id once;
+  # * `acks` — the transfer ids the sender adopted since its last message.
+  #
+  # Tick n of a zone reads its neighbours' shadows of tick n - 1 and adopts the transfers of
+  # ticks up to n - 1, as an entity reads its neighbours' previous state inside one zone:
+  # with the manual clock the zone waits for them (`ready?/2`), so a world computes exactly
+  # what one zone covering its map computes. With the realtime clock it reads the newest it
+  # has: shadows late by a tick or more are dead-reckoned from their velocity, and dropped past
+  # the place's lateness bound (`Overworld.World.Shadows`).
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+
+  alias Overworld.{Names, Telemetry}
+  alias Overworld.Spatial.{Grid, Sweep}
+  alias Overworld.World.{Place, Shadows}
+  alias Overworld.Zone.{Config, Metrics, State}
+
+  # Entries kept per neighbour (a neighbour runs at most a tick ahead with the manual clock).
+  @keep 3
+  # Ticks after which an unacknowledged transfer is sent again; ticks a transfer id is
+  # remembered after its adoption (a transfer sent again is ignored).
+  @resend 2
+  @remember 300
+
+  @type t :: %{
+          neighbours: [{term, term}],
+          inbox: %{optional(term) => [{non_neg_integer, Sweep.pairs()}]},
+          incoming: %{optional(term) => {term, non_neg_integer, Overworld.Entity.t()}},
+          adopted: %{optional(term) => non_neg_integer},
+          acks: %{optional(term) => [term]},
+          pending: %{optional(term) => {term, non_neg_integer, Overworld.Entity.t()}},
+          last: %{optional(term) => tuple}
+        }
+
+  @doc "The neighbour state of a zone's server (nil for a zone of its own)."
+  @spec new(Config.t()) :: t | nil
+  def new(%Config{world: nil}), do: nil
+
+  def new(%Config{world: place}) do
+    neighbours = Place.neighbours(place)
+
+    %{
+      neighbours: neighbours,
+      inbox: Map.new(neighbours, fn {n, _} -> {n, []} end),
+      incoming: %{},
+      adopted: %{},
+      acks: %{},
+      pending: %{},
+      last: %{}
+    }
+  end
+
+  @doc "A neighbour's message, kept for the ticks that read it."
+  @spec received(State.t(), term) :: State.t()
+  def received(%State{world: nil} = st, _msg), do: st
+
+  def received(%State{world: w} = st, {:overworld_shadows, from, tick, cells, transfers, acks})
+      when is_map_key(w.inbox, from) do
+    # Newest first (a message sent again on a hello may come after a newer one).
+    inbox =
+      Map.update!(w.inbox, from, fn entries ->
+        [{tick, cells} | List.keydelete(entries, tick, 0)]
+        |> Enum.sort_by(&elem(&1, 0), :desc)
+        |> Enum.take(@keep)
+      end)
+
+    incoming =
+      Enum.reduce(transfers, w.incoming, fn {tid, e}, acc ->
+        if is_map_key(w.adopted, tid), do: acc, else: Map.put(acc, tid, {from, tick, e})
+      end)
+
+    # Adopted again (sent twice): acknowledged again.
+    again = for {tid, _} <- transfers, is_map_key(w.adopted, tid), do: tid
+    acks_out = if again == [], do: w.acks, else: Map.update(w.acks, from, again, &(again ++ &1))
+
+    %{
+      st
+      | world: %{
+          w
+          | inbox: inbox,
+            incoming: incoming,
+            acks: acks_out,
+            pending: Map.drop(w.pending, acks)
+        }
+    }
+  end
+
+  # A neighbour (re)started: it gets our last message again (with the shadows of our last tick).
+  def received(%State{world: w} = st, {:overworld_hello, from}) when is_map_key(w.inbox, from) do
+    case w.last do
+      %{^from => msg} -> send_to(w, from, msg)
+      _ -> :ok
+    end
+
+    st
+  end
+
+  def received(st, _msg), do: st
+
+  @doc "Tells the neighbours we (re)started: each sends its last message again."
+  @spec hello(State.t()) :: :ok
+  def hello(%State{world: nil}), do: :ok
+
+  def hello(%State{world: w, config: c}) do
+    for {to, _} <- w.neighbours, do: send_to(w, to, {:overworld_hello, c.world.id})
+    :ok
+  end
+
+  defp send_to(w, to, msg) do
+    {_, zone} = List.keyfind(w.neighbours, to, 0)
+
+    case Names.whereis(Names.zone(zone)) do
+      nil -> false
+      pid -> send(pid, msg)
+    end
+  end
+
+  @doc "Whether every neighbour's shadows of tick n - 1 are here (the manual clock waits)."
+  @spec ready?(State.t(), non_neg_integer) :: boolean
+  def ready?(%State{world: nil}, _n), do: true
+
+  def ready?(%State{world: w}, n),
+    do: Enum.all?(w.inbox, fn {_, entries} -> List.keymember?(entries, n - 1, 0) end)
+
+  @doc """
+  What the workers get with tick n: per worker `{shadow cells, adopted entities}` (nil for a
+  zone of its own). The transfers adopted are acknowledged with our next message.
+  """
+  @spec take(State.t(), non_neg_integer) :: {State.t(), tuple | nil}
+  def take(%State{world: nil} = st, _n), do: {st, nil}
+
+  def take(%State{world: w, config: c} = st, n) do
+    late = c.world.late
+
+    shadows =
+      w.inbox
+      |> Enum.flat_map(fn {_, entries} ->
+        case Enum.find(entries, &(elem(&1, 0) <= n - 1)) do
+          {t, cells} when n - 1 - t == 0 -> [cells]
+          {t, cells} -> if n - 1 - t <= late, do: [reckon(c, cells, n - 1 - t)], else: []
+          nil -> []
+        end
+      end)
+      |> merge_all()
+
+    {now, later} = Enum.split_with(w.incoming, fn {_tid, {_, t, _}} -> t <= n - 1 end)
+    adopt = for {_tid, {_, _, e}} <- now, do: e
+
+    acks =
+      Enum.reduce(now, w.acks, fn {tid, {from, _, _}}, acc ->
+        Map.update(acc, from, [tid], &[tid | &1])
+      end)
+
+    adopted =
+      now
+      |> Enum.reduce(w.adopted, fn {tid, _}, acc -> Map.put(acc, tid, n) end)
+      |> Map.reject(fn {_, at} -> at < n - @remember end)
+
+    if now != [], do: Metrics.add(st.metrics, :crossings_in, length(now))
+    by_worker = Enum.group_by(adopt, &Config.owner_of(c, entity(&1, :x), entity(&1, :y)))
+
+    parts =
+      for {{r0, r1}, i} <- Enum.with_index(Tuple.to_list(c.stripes)) do
+        lo = Grid.key_at(c.grid, 0, r0 - 1)
+        hi = Grid.key_at(c.grid, 0, r1 + 1)
+        mine = for {k, _} = pair <- shadows, k >= lo and k < hi, do: pair
+        {mine, Map.get(by_worker, i, [])}
+      end
+
+    w = %{w | incoming: Map.new(later), acks: acks, adopted: adopted}
+    {%{st | world: w}, List.to_tuple(parts)}
+  end
+
+  # A neighbour's cells `ticks` ticks older than wanted: each entity moved on by its velocity
+  # (into the cell it reaches).
+  defp reckon(c, cells, ticks) do
+    entities = for {_k, l} <- cells, e <- l, do: Shadows.reckon(e, ticks, c.tick_rate)
+    Sweep.from_entities(c.grid, Enum.map(entities, &inside(c, &1)))
+  end
+
+  defp inside(%Config{grid: g}, e) do
+    entity(e,
+      x: entity(e, :x) |> max(0) |> min(g.width),
+      y: entity(e, :y) |> max(0) |> min(g.height)
+    )
+  end
+
+  defp merge_all([]), do: []
+  defp merge_all([one]), do: one
+  defp merge_all([a, b | rest]), do: merge_all([Sweep.merge(a, b) | rest])
+
+  @doc """
+  The workers' reports of tick n (`{worker, {shadows by neighbour, handoffs}}`) as one
+  message to each neighbour: its shadow cells, the entities handed to it (and those not yet
+  acknowledged, again), the transfers we adopted.
+  """
+  @spec publish(State.t(), non_neg_integer, [{non_neg_integer, term}]) :: State.t()
+  def publish(%State{world: nil} = st, _n, _parts), do: st
+
+  def publish(%State{world: w, config: c} = st, n, parts) do
+    parts = Enum.sort_by(parts, &elem(&1, 0))
+
+    handoffs =
+      for {_w, {_, handoffs}} <- parts, {to, e} <- handoffs, do: {to, {entity(e, :id), n}, e}
+
+    pending =
+      Enum.reduce(handoffs, w.pending, fn {to, tid, e}, acc -> Map.put(acc, tid, {to, n, e}) end)
+
+    if handoffs != [] do
+      Metrics.add(st.metrics, :crossings_out, length(handoffs))
+
+      Telemetry.execute([:overworld, :zone, :handoff], %{count: length(handoffs)}, %{
+        zone: c.id,
+        tick: n
+      })
+    end
+
+    last =
+      Map.new(w.neighbours, fn {to, _zone} ->
+        cells = Enum.flat_map(parts, fn {_w, {shadows, _}} -> Map.get(shadows, to, []) end)
+
+        transfers = for {tid, {^to, at, e}} <- pending, at == n or n - at >= @resend, do: {tid, e}
+
+        msg = {:overworld_shadows, c.world.id, n, cells, transfers, Map.get(w.acks, to, [])}
+
+        if send_to(w, to, msg) do
+          Metrics.add(st.metrics, :shadow_messages, 1)
+          Metrics.add(st.metrics, :shadow_entities, Enum.sum(for {_, l} <- cells, do: length(l)))
+        end
+
+        {to, msg}
+      end)
+
+    %{st | world: %{w | pending: pending, acks: %{}, last: last}}
+  end
+end

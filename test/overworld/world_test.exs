@@ -1,0 +1,172 @@
+defmodule Overworld.WorldTest do
+  # A world of zones (Overworld.World): zones that talk only by messages (shadows, handoffs)
+  # and together compute exactly what one zone covering the same map computes.
+  use ExUnit.Case, async: true
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+
+  alias Overworld.{Interest, World, Zone}
+  alias Overworld.Protocol.Snapshot
+  alias Overworld.Test.{Crowd, Prop}
+
+  @crowd [clock: :manual, size: {240, 240}, cell_size: 12, args: [n: 600, side: 240]]
+
+  defp start_world(module, opts) do
+    name = {__MODULE__, make_ref()}
+    {:ok, _} = Overworld.start_world(module, [name: name] ++ opts)
+    on_exit(fn -> Overworld.stop_world(name) end)
+    name
+  end
+
+  defp start_zone(module, opts) do
+    id = {__MODULE__, make_ref()}
+    {:ok, _} = Overworld.start_zone(module, [id: id] ++ opts)
+    on_exit(fn -> Overworld.stop_zone(id) end)
+    id
+  end
+
+  # The state to compare: every field, but whether a neighbour seen was a shadow (always
+  # false in one zone).
+  defp state(entities),
+    do: entities |> Enum.map(&entity(&1, data: elem(entity(&1, :data), 0))) |> Enum.sort()
+
+  defp ids(entities), do: entities |> Enum.map(&entity(&1, :id)) |> Enum.sort()
+
+  test "a world of zones computes exactly what one zone covering the map computes" do
+    one = start_zone(Crowd, [workers: 2] ++ @crowd)
+    grid = start_world(Crowd, [zones: {2, 2}, workers: 1] ++ @crowd)
+
+    # Irregular regions, three workers each.
+    regions = [a: {0, 0, 96, 240}, b: {96, 0, 240, 120}, c: {96, 120, 240, 240}]
+    irregular = start_world(Crowd, [regions: regions, workers: 3] ++ @crowd)
+
+    reference = state(Zone.entities(one))
+    assert length(reference) == 600
+    assert state(World.entities(grid)) == reference
+    assert state(World.entities(irregular)) == reference
+
+    for n <- 1..1000 do
+      {:ok, ^n} = Zone.tick_now(one)
+      {:ok, ^n} = World.tick_now(grid)
+      {:ok, ^n} = World.tick_now(irregular)
+      reference = state(Zone.entities(one))
+      assert state(World.entities(grid)) == reference, "tick #{n}: the 2x2 world differs"
+      assert state(World.entities(irregular)) == reference, "tick #{n}: the 3 regions differ"
+    end
+
+    # The crowd crossed borders, and entities near them saw shadows.
+    for world <- [grid, irregular] do
+      crossings = for z <- World.zones(world), do: Zone.metrics(z).world.crossings_in
+      assert Enum.sum(crossings) > 100, inspect(crossings)
+      assert Enum.any?(World.entities(world), &elem(entity(&1, :data), 1))
+    end
+  end
+
+  test "ownership is conserved: every entity in exactly one zone at every tick" do
+    Prop.check(
+      :proper.forall(
+        {:proper_types.integer(1, 3), :proper_types.integer(1, 3), :proper_types.integer(0, 11),
+         :proper_types.integer(1, 3)},
+        fn {zc, zr, hysteresis, workers} ->
+          world =
+            start_world(
+              Crowd,
+              [zones: {zc, zr}, hysteresis: hysteresis, workers: workers] ++
+                Keyword.put(@crowd, :args, n: 300, side: 240)
+            )
+
+          expected = Enum.to_list(1..300)
+
+          ok? =
+            Enum.all?(1..60, fn n ->
+              {:ok, ^n} = World.tick_now(world)
+              ids(World.entities(world)) == expected
+            end)
+
+          Overworld.stop_world(world)
+          ok?
+        end
+      ),
+      12
+    )
+  end
+
+  test "hysteresis: an entity pacing within the margin of a border never changes zone" do
+    # The border between the two zones of a 240 m world of 12 m cells lies at 132 m (cells
+    # 0..10 and 11..20).
+    opts = [clock: :manual, size: {240, 240}, cell_size: 12, zones: {2, 1}, hysteresis: 2]
+    within = start_world(Overworld.Test.Pacer, opts ++ [args: [n: 20, line: 132, amplitude: 1.9]])
+    {:ok, 200} = World.tick_now(within, 200)
+    assert total(within, :crossings_out) == 0
+
+    # Pacing 3 m either side: one transfer each time it goes past the margin, no more.
+    across = start_world(Overworld.Test.Pacer, opts ++ [args: [n: 20, line: 132, amplitude: 3]])
+    {:ok, 200} = World.tick_now(across, 200)
+    # Every 40 ticks each pacer goes past +2 m (to the east zone) and past -2 m (back): 5
+    # periods, 10 transfers each (the last one may be in flight).
+    assert total(across, :crossings_out) in (20 * 10 - 20)..(20 * 10)
+    assert ids(World.entities(across)) == Enum.to_list(1..20)
+  end
+
+  defp total(world, key),
+    do: world |> World.zones() |> Enum.map(&Zone.metrics(&1).world[key]) |> Enum.sum()
+
+  test "an observer of a zone receiving crossings decodes every frame (the wire sees arrivals and departures)" do
+    world =
+      start_world(
+        Crowd,
+        [zones: {2, 2}, workers: 2, wire: Overworld.Template.Test.Wire] ++ @crowd
+      )
+
+    zone = {elem(hd(World.zones(world)), 0), {0, 1}}
+    {:ok, obs} = Interest.new(zone, radius: 60, budget: 10_000_000)
+    templates = Overworld.Template.Test.Wire.__templates__()
+    at = {120 * 1024, 132 * 1024}
+
+    Enum.reduce(1..150, {obs, %Snapshot.View{}}, fn n, {obs, view} ->
+      {:ok, ^n} = World.tick_now(world)
+      {frame, _info, obs} = Interest.frame(obs, n, at)
+      assert {:ok, view} = Snapshot.apply(view, IO.iodata_to_binary(frame), templates)
+      # Every entity the client holds is one the zone holds now, and it holds every entity
+      # of the zone well within its radius.
+      entities = Zone.entities(zone)
+      held = MapSet.new(entities, &entity(&1, :id))
+      seen = view |> Snapshot.View.entities() |> Map.keys() |> MapSet.new()
+      assert MapSet.subset?(seen, held), "tick #{n}"
+      {ax, ay} = at
+
+      near =
+        for e <- entities,
+            dx = entity(e, :x) - ax,
+            dy = entity(e, :y) - ay,
+            dx * dx + dy * dy < (50 * 1024) ** 2,
+            into: MapSet.new(),
+            do: entity(e, :id)
+
+      if n > 2,
+        do:
+          assert(
+            MapSet.size(near) > 10 and MapSet.subset?(near, seen),
+            "tick #{n}: #{inspect(MapSet.difference(near, seen))} of #{MapSet.size(near)}"
+          )
+
+      {obs, view}
+    end)
+
+    assert Zone.metrics(zone).world.crossings_in > 0
+  end
+
+  test "invalid world options are refused with the reason" do
+    assert_raise ArgumentError, ~r/hysteresis/, fn ->
+      start_world(Crowd, [zones: {2, 2}, hysteresis: 12] ++ @crowd)
+    end
+
+    assert_raise ArgumentError, ~r/set per zone by the world/, fn ->
+      start_world(Crowd, [zones: {2, 2}, region: {0, 0, 1, 1}] ++ @crowd)
+    end
+
+    assert_raise ArgumentError, ~r/cell border/, fn ->
+      start_world(Crowd, [regions: [a: {0, 0, 100, 240}, b: {100, 0, 240, 240}]] ++ @crowd)
+    end
+  end
+end
