@@ -45,6 +45,7 @@ defmodule Goblins do
   @speed 3072
   @arrive2 512 * 512
   @player_speed 5 * 1024
+  @rider_speed 20 * 1024
   @half_turn 32768.0
 
   @doc """
@@ -74,7 +75,26 @@ defmodule Goblins do
     n = Keyword.fetch!(args, :goblins)
     seed = Keyword.get(args, :seed, 0)
     rate = Keyword.get(args, :tick_rate, 30)
-    {:ok, %{goblins: n}, [{:spawn, placement(n, seed, rate)}]}
+    migrate = Keyword.get(args, :migrate, 0)
+    goblins = placement(n, seed, rate)
+    goblins = if migrate > 0, do: migrants(goblins, migrate), else: goblins
+    {:ok, %{goblins: n}, [{:spawn, goblins}]}
+  end
+
+  # The benchmarks' migration load (`migrate: fraction`): that fraction of the goblins (picked
+  # by id) are riders that cross the world on long straight paths at 20 m/s, bouncing off its
+  # edges, and see nobody.
+  defp migrants(goblins, fraction) do
+    for {spec, id} <- Enum.with_index(goblins, 1) do
+      if rem(id * 7919, 10_000) < fraction * 10_000 do
+        angle = rem(spec[:rng], 3600) * :math.pi() / 1800
+        vx = round(@rider_speed * :math.cos(angle))
+        vy = round(@rider_speed * :math.sin(angle))
+        Keyword.merge(spec, kind: :migrant, vx: vx, vy: vy, state: :wander)
+      else
+        spec
+      end
+    end
   end
 
   @doc "The spawn specs of the initial goblins (ids 1..n in order)."
@@ -129,7 +149,17 @@ defmodule Goblins do
     end
   end
 
+  def handle_entity(entity(kind: :migrant) = e, _view, ctx) do
+    {x, vx} = ride(entity(e, :x) + div(entity(e, :vx), ctx.tick_rate), entity(e, :vx), ctx.width)
+    {y, vy} = ride(entity(e, :y) + div(entity(e, :vy), ctx.tick_rate), entity(e, :vy), ctx.height)
+    {:ok, entity(e, x: x, y: y, vx: vx, vy: vy)}
+  end
+
   def handle_entity(e, _view, _ctx), do: {:ok, e}
+
+  defp ride(p, v, _max) when p < 0, do: {-p, -v}
+  defp ride(p, v, max) when p > max, do: {2 * max - p, -v}
+  defp ride(p, v, _max), do: {p, v}
 
   # A durable pickup is acknowledged to the player once journaled.
   @impl true

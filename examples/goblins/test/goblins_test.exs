@@ -49,6 +49,27 @@ defmodule GoblinsTest do
     end
   end
 
+  test "a world of 2 x 2 zones (shadows, handoffs) matches the native reference of one world" do
+    {n, ticks, seed, rate} = {3_000, 150, 7, 20}
+    name = {__MODULE__, make_ref()}
+    opts = [name: name, zones: {2, 2}, clock: :manual, seed: seed, tick_rate: rate, workers: 2]
+    {:ok, _} = Overworld.start_world(Goblins, Goblins.zone_options(n, opts))
+    {:ok, ^ticks} = Overworld.World.tick_now(name, ticks)
+    entities = Overworld.World.entities(name)
+
+    crossings =
+      Enum.sum(for z <- Overworld.World.zones(name), do: Zone.metrics(z).world.crossings_in)
+
+    Overworld.stop_world(name)
+
+    native =
+      Reference.run_raw(entities: n, ticks: ticks, warmup: 0, threads: 2, rate: rate, seed: seed)
+
+    assert length(entities) == n
+    assert Goblins.checksum(entities) == native["checksum"]
+    assert crossings > 0
+  end
+
   test "the checksum sees every field: one changed timer changes it" do
     entities = run_zone(200, 10, [])
     [e | rest] = Enum.sort_by(entities, &entity(&1, :id))

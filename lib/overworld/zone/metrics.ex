@@ -37,13 +37,16 @@ defmodule Overworld.Zone.Metrics do
   # `recent_us`: two histograms of tick durations that take turns, each `@recent_ticks` ticks
   # long; read together they hold the last `@recent_ticks` to `2 * @recent_ticks` ticks (what
   # is happening now, which the lifetime histogram `ticks_us` hides).
-  @enforce_keys [:counters, :ticks_us, :recent_us, :cpu, :memory, :inputs]
+  # `handoff_ticks`: per entity handed to a neighbour, the ticks until the neighbour confirmed
+  # it owns it (a world of zones).
+  @enforce_keys [:counters, :ticks_us, :recent_us, :cpu, :memory, :inputs, :handoff_ticks]
   defstruct [:wire | @enforce_keys]
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
           ticks_us: Histogram.t(),
           recent_us: {Histogram.t(), Histogram.t()},
+          handoff_ticks: Histogram.t(),
           cpu: Overworld.Metrics.CPU.t(),
           wire: :ets.tid() | nil,
           memory: :ets.tid(),
@@ -56,6 +59,7 @@ defmodule Overworld.Zone.Metrics do
       counters: :atomics.new(length(@fields), signed: true),
       ticks_us: Histogram.new(),
       recent_us: {Histogram.new(), Histogram.new()},
+      handoff_ticks: Histogram.new(),
       cpu: Overworld.Metrics.CPU.sample(),
       memory: :ets.new(:overworld_memory, [:set, :public]),
       inputs: Overworld.Zone.Inputs.new(workers),
@@ -135,7 +139,8 @@ defmodule Overworld.Zone.Metrics do
         crossings_in: get(m, :crossings_in),
         crossings_out: get(m, :crossings_out),
         shadow_messages: get(m, :shadow_messages),
-        shadow_entities: get(m, :shadow_entities)
+        shadow_entities: get(m, :shadow_entities),
+        handoff_ticks: Histogram.summary(Histogram.snapshot(m.handoff_ticks))
       },
       tick_us: Histogram.summary(Histogram.snapshot(m.ticks_us)),
       recent_tick_us: recent,

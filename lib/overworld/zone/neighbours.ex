@@ -23,6 +23,7 @@ defmodule Overworld.Zone.Neighbours do
   import Overworld.Entity, only: [entity: 2]
 
   alias Overworld.{Names, Telemetry}
+  alias Overworld.Metrics.Histogram
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.World.{Place, Shadows}
   alias Overworld.Zone.{Config, Metrics, State}
@@ -71,7 +72,7 @@ defmodule Overworld.Zone.Neighbours do
     # Newest first (a message sent again on a hello may come after a newer one).
     inbox =
       Map.update!(w.inbox, from, fn entries ->
-        [{tick, cells} | List.keydelete(entries, tick, 0)]
+        [{tick, cells, st.tick} | List.keydelete(entries, tick, 0)]
         |> Enum.sort_by(&elem(&1, 0), :desc)
         |> Enum.take(@keep)
       end)
@@ -83,6 +84,12 @@ defmodule Overworld.Zone.Neighbours do
 
     # Adopted again (sent twice): acknowledged again.
     again = for {tid, _} <- transfers, is_map_key(w.adopted, tid), do: tid
+    # Ownership confirmed, for an entity handed at the end of our tick `at`: the ticks of ours
+    # since (the one running counts).
+    for {_id, at} = tid <- acks,
+        is_map_key(w.pending, tid),
+        do: Histogram.record(st.metrics.handoff_ticks, State.next_tick(st) - at)
+
     acks_out = if again == [], do: w.acks, else: Map.update(w.acks, from, again, &(again ++ &1))
 
     %{
@@ -144,18 +151,24 @@ defmodule Overworld.Zone.Neighbours do
   def take(%State{world: w, config: c} = st, n) do
     late = c.world.late
 
+    manual? = c.clock == :manual
+
     shadows =
       w.inbox
       |> Enum.flat_map(fn {_, entries} ->
-        case Enum.find(entries, &(elem(&1, 0) <= n - 1)) do
-          {t, cells} when n - 1 - t == 0 -> [cells]
-          {t, cells} -> if n - 1 - t <= late, do: [reckon(c, cells, n - 1 - t)], else: []
-          nil -> []
+        case newest(entries, n, manual?) do
+          {cells, 0} -> [cells]
+          {cells, age} when age <= late -> [reckon(c, cells, age)]
+          _ -> []
         end
       end)
       |> merge_all()
 
-    {now, later} = Enum.split_with(w.incoming, fn {_tid, {_, t, _}} -> t <= n - 1 end)
+    {now, later} =
+      if manual?,
+        do: Enum.split_with(w.incoming, fn {_tid, {_, t, _}} -> t <= n - 1 end),
+        else: {Map.to_list(w.incoming), []}
+
     adopt = for {_tid, {_, _, e}} <- now, do: e
 
     acks =
@@ -182,6 +195,20 @@ defmodule Overworld.Zone.Neighbours do
     w = %{w | incoming: Map.new(later), acks: acks, adopted: adopted}
     {%{st | world: w}, List.to_tuple(parts)}
   end
+
+  # The cells a neighbour's messages give tick n, and how many ticks late they are. With the
+  # manual clock, exactly its tick n - 1 (the zones tick in lockstep). With the realtime clock
+  # the zones' tick numbers drift apart (each skips the deadlines it overran), so the newest
+  # message: late by the ticks of ours that ran since it came.
+  defp newest(entries, n, true = _manual?) do
+    case Enum.find(entries, &(elem(&1, 0) <= n - 1)) do
+      {t, cells, _} -> {cells, n - 1 - t}
+      nil -> nil
+    end
+  end
+
+  defp newest([], _n, false), do: nil
+  defp newest([{_t, cells, came} | _], n, false), do: {cells, max(n - 1 - came, 0)}
 
   # A neighbour's cells `ticks` ticks older than wanted: each entity moved on by its velocity
   # (into the cell it reaches).

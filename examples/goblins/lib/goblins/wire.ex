@@ -20,6 +20,12 @@ defmodule Goblins.Wire do
     field(:heading, :angle, bits: 8)
   end
 
+  # The benchmarks' riders (`Goblins.init/1`'s `migrate:`).
+  template :migrant, id: 3, kinds: [:migrant] do
+    field(:x, :fixed, max: 16384, precision: 1 / 64)
+    field(:y, :fixed, max: 16384, precision: 1 / 64)
+  end
+
   # What a player's client sends: the stick's axes, -127..127 each (127 = full speed, 5 m/s).
   input :move do
     field(:mx, :int, min: -127, max: 127)

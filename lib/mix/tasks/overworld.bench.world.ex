@@ -1,0 +1,121 @@
+defmodule Mix.Tasks.Overworld.Bench.World do
+  @shortdoc "Benchmarks a world of zones against a lone zone (ticks, crossings, handoffs, shadows)"
+  @moduledoc """
+  A world of zones on this node against a lone zone with the same entities per zone and the
+  same options, in alternating rounds of one run. Run it in the game's Mix project:
+
+      mix overworld.bench.world --zone MODULE [--wire MODULE] [--zones 2x2]
+                                [--entities-per-zone 10000] [--seconds 30] [--warmup 3]
+                                [--rounds 2] [--workers N] [--migrate FRACTION]
+                                [--arg KEY=VALUE ...] [--json PATH]
+
+  * `--zone` the game's zone module; it must export `zone_options(entities, extra)`, the zone
+    (or world) options for that many entities with `extra` merged in (the goblin example's
+    `Goblins.zone_options/2`): the world gets the options of `entities-per-zone × zones`
+    entities (its map grows with them), split into `--zones` regions.
+  * `--wire` the templates module: every zone encodes its wire, as a served world does.
+  * `--migrate FRACTION` passed to `init/1` as `migrate:` (in the goblin example, that
+    fraction of the goblins ride long straight paths across the world); `--arg KEY=VALUE`
+    adds any other.
+
+  Printed per round (and written with `--json`): the lone zone's and every world zone's tick
+  p50/p99/max (every tick, from telemetry; a p99 only with 100 ticks or more) and overruns;
+  the world's crossings per second, handoff latency (ticks from the handoff to the new zone's
+  confirmation), shadow messages and entities per zone tick, and entities lost or duplicated
+  (ids at the end against the start, each confirmed by a second read). Then the worst zone's
+  p99 over the lone zone's median p99.
+  """
+  use Mix.Task
+
+  alias Overworld.Bench.{Args, Stats}
+
+  @switches [
+    zone: :string,
+    wire: :string,
+    zones: :string,
+    entities_per_zone: :integer,
+    seconds: :integer,
+    warmup: :integer,
+    rounds: :integer,
+    workers: :integer,
+    migrate: :float,
+    arg: :keep,
+    json: :string
+  ]
+
+  @impl true
+  def run(argv) do
+    opts = Args.parse!(argv, @switches, "overworld.bench.world")
+    Mix.Task.run("compile")
+    module = Args.module!(opts[:zone], "--zone", "the zone module of your game")
+
+    unless function_exported?(module, :zone_options, 2) do
+      Mix.raise("--zone #{inspect(module)} must export zone_options(entities, extra)")
+    end
+
+    wire = opts[:wire] && Args.module!(opts[:wire], "--wire", "a module using Overworld.Template")
+    zones = parse_zones(Keyword.get(opts, :zones, "2x2"))
+
+    o =
+      Args.positive!(opts,
+        entities_per_zone: 10_000,
+        seconds: 30,
+        warmup: 3,
+        rounds: 2,
+        workers: System.schedulers_online()
+      )
+
+    args =
+      Mix.Tasks.Overworld.Server.parse_args(Keyword.get_values(opts, :arg)) ++
+        if(opts[:migrate], do: [migrate: opts[:migrate]], else: [])
+
+    Mix.Task.run("app.start")
+    Overworld.Bench.Stats.start_node()
+    machine = Stats.machine()
+    {zc, zr} = zones
+
+    Mix.shell().info(
+      "World benchmark: #{zc}x#{zr} zones of #{o[:entities_per_zone]} entities " <>
+        "(#{inspect(module)}#{if wire, do: ", wire on", else: ""}, #{o[:workers]} workers each" <>
+        "#{if args != [], do: ", args #{inspect(args)}", else: ""}) against a lone zone, " <>
+        "#{o[:rounds]} alternating rounds of #{o[:warmup]} s + #{o[:seconds]} s\n" <>
+        Stats.machine_line(machine)
+    )
+
+    result =
+      Overworld.Bench.World.run(
+        module: module,
+        wire: wire,
+        zones: zones,
+        entities: o[:entities_per_zone],
+        seconds: o[:seconds],
+        warmup: o[:warmup],
+        rounds: o[:rounds],
+        workers: o[:workers],
+        args: args,
+        print: &Mix.shell().info/1
+      )
+
+    Mix.shell().info(
+      "worst zone p99 #{result.worst_zone_p99_us} µs / lone zone p99 (median of rounds) " <>
+        "#{result.lone_p99_us_median} µs = #{result.p99_ratio}x; world overruns " <>
+        "#{result.overruns}; lost #{result.lost}, duplicated #{result.duplicated}"
+    )
+
+    Stats.write_result(opts[:json], Map.put(result, :args, inspect(args)), machine)
+    result
+  end
+
+  defp parse_zones(text) do
+    case String.split(text, "x") do
+      [c, r] ->
+        case {Integer.parse(c), Integer.parse(r)} do
+          {{c, ""}, {r, ""}} when c > 0 and r > 0 -> {c, r}
+          _ -> Mix.raise("--zones must read COLSxROWS (e.g. 2x2), got: #{text}")
+        end
+
+      _ ->
+        Mix.raise("--zones must read COLSxROWS (e.g. 2x2), got: #{text}")
+    end
+  end
+end

@@ -1,0 +1,191 @@
+defmodule Overworld.Bench.World do
+  @moduledoc false
+  # The world benchmark (`mix overworld.bench.world`): a world of zones against a lone zone
+  # with the same entities per zone and the same options, in alternating rounds of the same
+  # run (the machine's speed drifts: the ratio of the two is the figure). Per round and zone:
+  # tick p50/p99 (telemetry, every tick), overruns; for the world: crossings per second,
+  # handoff latency (ticks until the new zone confirmed), shadow messages and entities per
+  # tick, and whether any entity was lost or duplicated (ids at the end against the start).
+
+  alias Overworld.Bench.Stats
+  alias Overworld.{World, Zone}
+  alias Overworld.Metrics.Histogram
+
+  @doc """
+  Runs the rounds. `opts`: `:module` (a zone module exporting `zone_options(entities,
+  extra)`, the options of a world or zone of that many entities), `:zones` `{cols, rows}`,
+  `:entities` per zone, `:seconds` per round, `:warmup` seconds, `:rounds`, `:workers`,
+  `:wire`, `:args` (merged into the zone options' `:args`), `:print` (a fun of a line).
+  """
+  @spec run(keyword) :: map
+  def run(opts) do
+    print = Keyword.get(opts, :print, fn _ -> :ok end)
+
+    rounds =
+      for r <- 1..opts[:rounds] do
+        lone = measure_lone(opts)
+        print.(line("round #{r}: lone zone", lone))
+        world = measure_world(opts)
+        for {id, z} <- world.zones, do: print.(line("round #{r}: zone #{inspect(id)}", z))
+        print.(world_line(world))
+        %{lone: lone, world: world}
+      end
+
+    worst = Enum.max(for r <- rounds, {_, z} <- r.world.zones, z.p99_us != nil, do: z.p99_us)
+    lone_p99 = Stats.median(for r <- rounds, r.lone.p99_us != nil, do: r.lone.p99_us)
+
+    %{
+      zones: Tuple.to_list(opts[:zones]),
+      entities_per_zone: opts[:entities],
+      seconds: opts[:seconds],
+      rounds: rounds,
+      worst_zone_p99_us: worst,
+      lone_p99_us_median: lone_p99,
+      p99_ratio: lone_p99 && Float.round(worst / lone_p99, 2),
+      lost: Enum.sum(for r <- rounds, do: r.world.lost),
+      duplicated: Enum.sum(for r <- rounds, do: r.world.duplicated),
+      overruns: Enum.sum(for r <- rounds, {_, z} <- r.world.zones, do: z.overruns)
+    }
+  end
+
+  defp measure_lone(opts) do
+    id = {__MODULE__, make_ref()}
+    zone_opts = options(opts, opts[:entities], id: id)
+    {:ok, _} = Overworld.start_zone(opts[:module], zone_opts)
+    Process.sleep(opts[:warmup] * 1000)
+    result = window(opts, [id])
+    Overworld.stop_zone(id)
+    result[id]
+  end
+
+  defp measure_world(opts) do
+    name = {__MODULE__, make_ref()}
+    {zc, zr} = opts[:zones]
+    zone_opts = options(opts, opts[:entities] * zc * zr, name: name, zones: {zc, zr})
+    {:ok, _} = Overworld.start_world(opts[:module], zone_opts)
+    Process.sleep(opts[:warmup] * 1000)
+    zones = World.zones(name)
+    # (Two reads: an entity in flight between two zones during one is in the other.)
+    ids0 = Enum.uniq(world_ids(name) ++ world_ids(name))
+    m0 = Map.new(zones, &{&1, Zone.metrics(&1).world})
+    h0 = Map.new(zones, &{&1, Histogram.snapshot(Zone.metrics_ref(&1).handoff_ticks)})
+    per_zone = window(opts, zones)
+    m1 = Map.new(zones, &{&1, Zone.metrics(&1).world})
+
+    handoff =
+      zones
+      |> Enum.map(&Histogram.diff(Histogram.snapshot(Zone.metrics_ref(&1).handoff_ticks), h0[&1]))
+      |> Enum.reduce(&Histogram.merge/2)
+
+    # Ownership: the zones are read one after the other while they tick, so an entity handed
+    # over between two reads may be seen in both zones or in neither. An entity is counted
+    # lost (or duplicated) only when a second read, a third of a second later (a handoff takes
+    # a tick or two), still misses it (or still has it twice).
+    ids1 = world_ids(name)
+    Process.sleep(300)
+    ids2 = world_ids(name)
+    Overworld.stop_world(name)
+    lost = (ids0 -- ids1) -- ids0 -- ids0 -- ids2
+    twice = fn ids -> ids -- Enum.uniq(ids) end
+    duplicated = twice.(ids1) -- twice.(ids1) -- twice.(ids2)
+    delta = fn key -> Enum.sum(for z <- zones, do: m1[z][key] - m0[z][key]) end
+    ticks = Enum.sum(for {_, z} <- per_zone, do: z.ticks)
+    seconds = opts[:seconds]
+
+    %{
+      zones: Enum.map(per_zone, fn {{_, rid}, z} -> {inspect(rid), z} end),
+      crossings_per_s: Float.round(delta.(:crossings_in) / seconds, 1),
+      handoff_ticks: Histogram.summary(handoff),
+      shadow_messages_per_tick: ticks > 0 && Float.round(delta.(:shadow_messages) / ticks, 2),
+      shadow_entities_per_tick: ticks > 0 && Float.round(delta.(:shadow_entities) / ticks, 1),
+      entities_start: length(ids0),
+      entities_end: length(ids1),
+      lost: length(lost),
+      duplicated: length(duplicated)
+    }
+  end
+
+  # Every zone's entity ids at its last completed tick, read at one instant (a zone's query
+  # waits for the tick it runs; an entity in flight between two zones is in the old one's
+  # state until the new one adopts it, so none is missed and none counted twice unless the
+  # handoff lost or duplicated it).
+  defp world_ids(name) do
+    name
+    |> World.zones()
+    |> Enum.map(&Task.async(fn -> Zone.entities(&1) end))
+    |> Task.await_many(60_000)
+    |> Enum.flat_map(fn es -> Enum.map(es, &elem(&1, 1)) end)
+    |> Enum.sort()
+  end
+
+  defp options(opts, n, extra) do
+    base = opts[:module].zone_options(n, extra ++ [workers: opts[:workers], wire: opts[:wire]])
+    Keyword.update(base, :args, opts[:args], &Keyword.merge(&1, opts[:args]))
+  end
+
+  # Tick durations of the zones over `seconds` (telemetry: every tick).
+  defp window(opts, zones) do
+    me = self()
+    handler = {__MODULE__, make_ref()}
+    watched = MapSet.new(zones)
+
+    :ok =
+      Overworld.Telemetry.attach(handler, [:overworld, :zone, :tick, :stop], fn _, m, meta, _ ->
+        if MapSet.member?(watched, meta.zone), do: send(me, {:bench_tick, meta.zone, m.duration})
+      end)
+
+    flush()
+    m0 = Map.new(zones, &{&1, Zone.metrics(&1)})
+    Process.sleep(opts[:seconds] * 1000)
+    m1 = Map.new(zones, &{&1, Zone.metrics(&1)})
+    Overworld.Telemetry.detach(handler)
+    samples = collect(%{})
+
+    Map.new(zones, fn z ->
+      us =
+        for d <- Map.get(samples, z, []), do: System.convert_time_unit(d, :native, :microsecond)
+
+      s = Stats.summary(us)
+
+      {z,
+       %{
+         ticks: s.count,
+         p50_us: s.p50,
+         p99_us: if(s.count >= 100, do: s.p99),
+         max_us: s.max,
+         overruns: m1[z].overruns - m0[z].overruns,
+         entities: m1[z].entities
+       }}
+    end)
+  end
+
+  defp flush do
+    receive do
+      {:bench_tick, _, _} -> flush()
+    after
+      0 -> :ok
+    end
+  end
+
+  defp collect(acc) do
+    receive do
+      {:bench_tick, z, d} -> collect(Map.update(acc, z, [d], &[d | &1]))
+    after
+      0 -> acc
+    end
+  end
+
+  defp line(what, z),
+    do:
+      "#{what}: #{z.entities} entities, tick p50 #{z.p50_us} µs, p99 #{z.p99_us || "n/a"} µs, " <>
+        "max #{z.max_us} µs over #{z.ticks} ticks, #{z.overruns} overruns"
+
+  defp world_line(w) do
+    h = w.handoff_ticks
+
+    "world: #{w.crossings_per_s} crossings/s, handoff #{h.count} samples: p50 #{h.p50} " <>
+      "ticks, p99 #{h.p99} ticks, max #{h.max}; #{w.shadow_messages_per_tick} shadow messages " <>
+      "and #{w.shadow_entities_per_tick} shadow entities per zone tick; entities " <>
+      "#{w.entities_start} -> #{w.entities_end}, lost #{w.lost}, duplicated #{w.duplicated}"
+  end
+end
