@@ -16,8 +16,11 @@ defmodule Overworld do
   Options are validated (see `Overworld.Zone`); invalid options raise `ArgumentError`.
   """
   @spec start_zone(module, keyword) :: {:ok, pid} | {:error, term}
-  def start_zone(module, opts),
-    do: start_child(Keyword.fetch!(opts, :id), Overworld.Zone.child_spec({module, opts}))
+  def start_zone(module, opts) do
+    # (The options are validated first: a missing id is said as such.)
+    spec = Overworld.Zone.child_spec({module, opts})
+    start_child(Keyword.fetch!(opts, :id), spec)
+  end
 
   @doc "Stops a zone (its `terminate/2` runs). Returns `{:error, :not_found}` if it is not running."
   @spec stop_zone(term) :: :ok | {:error, :not_found}
@@ -29,7 +32,8 @@ defmodule Overworld do
   """
   @spec start_world(module, keyword) :: {:ok, pid} | {:error, term}
   def start_world(module, opts) do
-    start_child(Keyword.fetch!(opts, :name), Overworld.World.child_spec({module, opts}))
+    spec = Overworld.World.child_spec({module, opts})
+    start_child(Keyword.fetch!(opts, :name), spec)
   end
 
   @doc "Stops a world and its zones. Returns `{:error, :not_found}` if it is not running."

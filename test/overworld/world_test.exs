@@ -156,6 +156,86 @@ defmodule Overworld.WorldTest do
     assert Zone.metrics(zone).world.crossings_in > 0
   end
 
+  test "zone servers killed at random moments during crossings lose and duplicate nothing" do
+    world = start_world(Crowd, [zones: {2, 2}, workers: 2] ++ @crowd)
+    zones = World.zones(world)
+
+    kills =
+      for round <- 1..30 do
+        # Every zone ticks 4 times (each tick waiting for its neighbours' previous one); one
+        # zone's server is killed at a random moment meanwhile, and its calls exit.
+        target = Zone.info(hd(zones)).tick + 4
+
+        # (Called by pid: a call that comes after the kill goes to the dead server, not to the
+        # one that replaced it.)
+        ticking =
+          for z <- zones, pid = Zone.whereis(z) do
+            Task.async(fn ->
+              try do
+                Zone.tick_now(pid, 4)
+              catch
+                :exit, _ -> :killed
+              end
+            end)
+          end
+
+        Process.sleep(:rand.uniform(8) - 1)
+        victim = Enum.random(zones)
+        old = Zone.whereis(victim)
+        Process.exit(old, :kill)
+        wait_back(victim, old)
+        # The zone recovered from its in-memory copy at the tick its workers finished: it
+        # catches up with the others.
+        left = target - Zone.info(victim).tick
+        if left > 0, do: {:ok, ^target} = Zone.tick_now(victim, left)
+        Task.await_many(ticking, 30_000)
+        assert Enum.map(zones, &Zone.info(&1).tick) == List.duplicate(target, 4)
+        assert ids(World.entities(world)) == Enum.to_list(1..600), "after kill #{round}"
+        victim
+      end
+
+    assert length(Enum.uniq(kills)) > 1
+    crossings = Enum.sum(for z <- zones, do: Zone.metrics(z).world.crossings_in)
+    assert crossings > 20, "only #{crossings} crossings"
+  end
+
+  test "a zone of a world without a data directory whose worker dies starts again empty, never with init/1's entities twice" do
+    world = start_world(Crowd, [zones: {2, 2}, workers: 2] ++ @crowd)
+    {:ok, 30} = World.tick_now(world, 30)
+    [victim | _] = zones = World.zones(world)
+    lost = Zone.count(victim)
+    old = Zone.whereis(victim)
+    {:ok, _} = Zone.spawn(victim, [[kind: :walker, x: 1024, y: 1024, state: :idle]])
+    {:ok, 31} = World.tick_now(world)
+    made = Zone.config(victim).id_space
+
+    ExUnit.CaptureLog.capture_log(fn ->
+      Process.exit(Overworld.Names.whereis(Overworld.Names.bucket(victim, 1)), :kill)
+      wait_back(victim, old)
+    end)
+
+    {:ok, _} = Zone.tick_now(victim)
+    assert Zone.count(victim) == 0
+    entities = World.entities(world)
+    assert length(entities) == 601 - lost - 1
+    assert length(Enum.uniq(ids(entities))) == length(entities)
+    # Its next ids are past those it made before.
+    {:ok, [id]} = Zone.spawn(victim, [[kind: :walker, x: 1024, y: 1024, state: :idle]])
+    assert Overworld.Zone.Ids.member?(made, id) and id > 600 + 4
+    assert length(zones) == 4
+  end
+
+  defp wait_back(zone, old) do
+    case Zone.whereis(zone) do
+      pid when is_pid(pid) and pid != old ->
+        :ok
+
+      _ ->
+        Process.sleep(2)
+        wait_back(zone, old)
+    end
+  end
+
   test "invalid world options are refused with the reason" do
     assert_raise ArgumentError, ~r/hysteresis/, fn ->
       start_world(Crowd, [zones: {2, 2}, hysteresis: 12] ++ @crowd)

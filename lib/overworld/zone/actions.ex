@@ -68,16 +68,23 @@ defmodule Overworld.Zone.Actions do
   ids without a word (unique world-wide, the same as one zone covering the map would give), and
   each zone's own ids start past them, in its id space.
   """
-  @spec perform_init(State.t(), list) :: State.t()
-  def perform_init(%State{config: %{world: nil}} = st, actions), do: perform(st, actions, :init)
+  #
+  # With `spawns?` false (a zone of a world that lost its entities and starts again), none is
+  # spawned: only the game state and the other actions.
+  @spec perform_init(State.t(), list, boolean) :: State.t()
+  def perform_init(st, actions, spawns? \\ true)
 
-  def perform_init(%State{config: c} = st, actions) do
+  def perform_init(%State{config: %{world: nil}} = st, actions, _spawns?),
+    do: perform(st, actions, :init)
+
+  def perform_init(%State{config: c} = st, actions, spawns?) do
     {actions, total} =
       Enum.map_reduce(actions, 0, fn
         {:spawn, specs}, k ->
           specs = Spawn.specs(specs)
           numbered = Enum.with_index(specs, k + 1)
-          {{:spawn_ids, Enum.filter(numbered, &ours?(c, elem(&1, 0)))}, k + length(specs)}
+          ours = if spawns?, do: Enum.filter(numbered, &ours?(c, elem(&1, 0))), else: []
+          {{:spawn_ids, ours}, k + length(specs)}
 
         other, k ->
           {other, k}

@@ -130,7 +130,10 @@ defmodule Overworld.Zone.Bucket do
        # tick (id => true: still in our cells, not computed; the wire says they left).
        place: config.world,
        shadow_rows: config.world && Place.shadow_rows(config.world),
-       departed: %{}
+       departed: %{},
+       # Our last tick's shadows and handoffs, for a server that restarts before it heard of
+       # them (it publishes them again).
+       world: nil
      }}
   end
 
@@ -204,7 +207,8 @@ defmodule Overworld.Zone.Bucket do
             events: [],
             tick: 0,
             avatars: %{},
-            departed: %{}
+            departed: %{},
+            world: nil
         }
 
     {:reply,
@@ -213,7 +217,8 @@ defmodule Overworld.Zone.Bucket do
        loaded: st.loaded,
        count: st.count,
        owned: if(owned?, do: owned(st), else: []),
-       events: {st.tick, st.events}
+       events: {st.tick, st.events},
+       world: st.world
      }, st}
   end
 
@@ -363,7 +368,8 @@ defmodule Overworld.Zone.Bucket do
         loaded: true,
         events: pass.events,
         logged_at: log_time(st, pass.errors),
-        departed: departed
+        departed: departed,
+        world: out_world
     }
   end
 

@@ -10,7 +10,7 @@ defmodule Overworld.Zone.Dispatch do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.Telemetry
-  alias Overworld.Zone.{Config, Context, Memory, Metrics, State}
+  alias Overworld.Zone.{Config, Context, Memory, Metrics, Neighbours, State}
 
   @type running :: %{
           n: non_neg_integer,
@@ -51,14 +51,22 @@ defmodule Overworld.Zone.Dispatch do
   def tick(%State{} = st, n, simulate?, world \\ nil) do
     spawns = unborn(st.spawns, st.despawns)
 
-    Memory.put_tick(st.memory, st.config.history, %{
-      n: n,
-      simulate: simulate?,
-      spawns: spawns,
-      despawns: st.despawns,
-      game: st.game,
-      next_id: st.next_id
-    })
+    Memory.put_tick(
+      st.memory,
+      st.config.history,
+      %{
+        n: n,
+        simulate: simulate?,
+        spawns: spawns,
+        despawns: st.despawns,
+        game: st.game,
+        next_id: st.next_id,
+        # In a world: the neighbours' shadows and the transfers adopted (a tick sent again after
+        # a server restart brings them; the history replays what the zone saw).
+        world: world
+      },
+      Neighbours.memory_rows(st)
+    )
 
     ctx = context(st.config, n)
 

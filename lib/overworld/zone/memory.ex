@@ -22,11 +22,15 @@ defmodule Overworld.Zone.Memory do
   @spec slots(non_neg_integer) :: pos_integer
   def slots(history), do: history + 1
 
-  @spec put_tick(t, non_neg_integer, map) :: true
-  def put_tick(t, history, %{n: n} = record) do
+  @spec put_tick(t, non_neg_integer, map, list) :: true
+  def put_tick(t, history, %{n: n} = record, rows \\ []) do
     slot = rem(n, slots(history))
-    :ets.insert(t, [{{:tick, slot}, n, record}, {:last, n, slot}])
+    :ets.insert(t, [{{:tick, slot}, n, record}, {:last, n, slot} | rows])
   end
+
+  @doc "The row of `put_world/2`, to write with a tick record in one insert."
+  @spec world_row(map) :: tuple
+  def world_row(world), do: {:world, world}
 
   @doc "The record of the last tick sent to the workers, or nil."
   @spec last(t) :: map | nil
@@ -57,6 +61,21 @@ defmodule Overworld.Zone.Memory do
     case :ets.lookup(t, :pending) do
       [{:pending, ^for_tick, p}] -> p
       _ -> nil
+    end
+  end
+
+  @doc """
+  A zone of a world: the transfers it handed to neighbours and has not seen acknowledged, and
+  those it adopted (a transfer sent again is not adopted twice).
+  """
+  @spec put_world(t, map) :: true
+  def put_world(t, world), do: :ets.insert(t, world_row(world))
+
+  @spec world(t) :: map | nil
+  def world(t) do
+    case :ets.lookup(t, :world) do
+      [{:world, w}] -> w
+      [] -> nil
     end
   end
 
@@ -128,6 +147,7 @@ defmodule Overworld.Zone.Memory do
   @spec forget_world(t) :: true
   def forget_world(t) do
     forget_history(t)
+    :ets.delete(t, :world)
     :ets.match_delete(t, {{:player, :_}, :_, :_})
     :ets.match_delete(t, {{:unsynced, :_}, :_, :_})
     :ets.delete(t, :orphans)

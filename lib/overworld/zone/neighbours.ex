@@ -26,7 +26,7 @@ defmodule Overworld.Zone.Neighbours do
   alias Overworld.Metrics.Histogram
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.World.{Place, Shadows}
-  alias Overworld.Zone.{Config, Metrics, State}
+  alias Overworld.Zone.{Config, Memory, Metrics, State}
 
   # Entries kept per neighbour (a neighbour runs at most a tick ahead with the manual clock).
   @keep 3
@@ -42,7 +42,7 @@ defmodule Overworld.Zone.Neighbours do
           adopted: %{optional(term) => non_neg_integer},
           acks: %{optional(term) => [term]},
           pending: %{optional(term) => {term, non_neg_integer, Overworld.Entity.t()}},
-          last: %{optional(term) => tuple}
+          last: %{optional(term) => [tuple]}
         }
 
   @doc "The neighbour state of a zone's server (nil for a zone of its own)."
@@ -62,6 +62,30 @@ defmodule Overworld.Zone.Neighbours do
       last: %{}
     }
   end
+
+  @doc """
+  After a server restart (from the in-memory copy): the transfers not yet acknowledged (sent
+  again) and those adopted (not adopted twice).
+  """
+  @spec restore(t | nil, map | nil) :: t | nil
+  def restore(nil, _saved), do: nil
+  def restore(w, nil), do: w
+  def restore(w, saved), do: %{w | pending: saved.pending, adopted: saved.adopted}
+
+  # Written to the in-memory copy whenever they change: after the publication that hands over
+  # or the message that acknowledges, and with the record of the tick that adopts (in the same
+  # insert: a server killed in between finds both or neither, see `memory_rows/1`).
+  defp remember(%State{world: w, memory: mem} = st) do
+    Memory.put_world(mem, %{pending: w.pending, adopted: w.adopted})
+    st
+  end
+
+  @doc "The in-memory copy's rows of a world zone, written with each tick's record."
+  @spec memory_rows(State.t()) :: list
+  def memory_rows(%State{world: nil}), do: []
+
+  def memory_rows(%State{world: w}),
+    do: [Memory.world_row(%{pending: w.pending, adopted: w.adopted})]
 
   @doc "A neighbour's message, kept for the ticks that read it."
   @spec received(State.t(), term) :: State.t()
@@ -92,7 +116,7 @@ defmodule Overworld.Zone.Neighbours do
 
     acks_out = if again == [], do: w.acks, else: Map.update(w.acks, from, again, &(again ++ &1))
 
-    %{
+    st = %{
       st
       | world: %{
           w
@@ -102,15 +126,14 @@ defmodule Overworld.Zone.Neighbours do
             pending: Map.drop(w.pending, acks)
         }
     }
+
+    if acks != [], do: remember(st), else: st
   end
 
-  # A neighbour (re)started: it gets our last message again (with the shadows of our last tick).
+  # A neighbour (re)started: it gets our last messages again (it may have lost them, and be a
+  # tick behind us).
   def received(%State{world: w} = st, {:overworld_hello, from}) when is_map_key(w.inbox, from) do
-    case w.last do
-      %{^from => msg} -> send_to(w, from, msg)
-      _ -> :ok
-    end
-
+    for msg <- Enum.reverse(Map.get(w.last, from, [])), do: send_to(w, from, msg)
     st
   end
 
@@ -267,9 +290,10 @@ defmodule Overworld.Zone.Neighbours do
           Metrics.add(st.metrics, :shadow_entities, Enum.sum(for {_, l} <- cells, do: length(l)))
         end
 
-        {to, msg}
+        {to, Enum.take([msg | Map.get(w.last, to, [])], @keep)}
       end)
 
-    %{st | world: %{w | pending: pending, acks: %{}, last: last}}
+    st = %{st | world: %{w | pending: pending, acks: %{}, last: last}}
+    if handoffs != [], do: remember(st), else: st
   end
 end

@@ -18,7 +18,7 @@ defmodule Overworld.Zone.Recovery do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
 
-  alias Overworld.Zone.{Actions, Callbacks, Dispatch, Durable, Ids, Memory, Players}
+  alias Overworld.Zone.{Actions, Callbacks, Dispatch, Durable, Ids, Memory, Neighbours, Players}
   alias Overworld.Zone.{Server, State, Store, Subscribers}
 
   @doc """
@@ -42,28 +42,45 @@ defmodule Overworld.Zone.Recovery do
   end
 
   defp fresh(st) do
+    # A zone of a world that ran and lost its entities (a worker died, no data directory):
+    # init/1's entities describe the world's start, and some of them live in other zones now.
+    # It starts again empty rather than make them twice (the world lost this zone's entities).
+    prior = st.config.world && Memory.last(st.memory)
+    again? = prior != nil
+    # (Its ids go on past those it made: some live in other zones now.)
+    st = if again?, do: %{st | next_id: Ids.from(st.config.id_space, prior.next_id)}, else: st
+
     # A world that starts over: nothing of a previous one is remembered (but its subscribers):
     # entity ids start over, so no input, route or acknowledgement of an old avatar may reach
     # a new one.
     Memory.forget_world(st.memory)
     State.forget_inputs(st, true)
 
-    with {:ok, st} <- run_init(st) do
-      # Tick 0: the initial entities are loaded, without a simulation pass.
-      st = st |> Dispatch.tick(0, false) |> Server.await_load()
+    if again? do
+      Logger.error(
+        "zone #{inspect(st.config.id)} of a world lost its entities (no data directory to " <>
+          "recover them from): it starts again empty, not from init/1's world"
+      )
+    end
+
+    with {:ok, st} <- run_init(st, not again?) do
+      # Tick 0: the initial entities are loaded, without a simulation pass. (A zone of a world
+      # starting again goes on from its last tick: its neighbours' ticks follow on theirs.)
+      n = if again?, do: prior.n, else: 0
+      st = %{st | tick: n} |> Dispatch.tick(n, false) |> Server.await_load()
       {:ok, st, :fresh}
     end
   end
 
   @doc "`init/1`: the game state and the initial entities (queued as spawns), or why not."
-  @spec run_init(State.t()) :: {:ok, State.t()} | {:stop, term}
-  def run_init(st) do
+  @spec run_init(State.t(), boolean) :: {:ok, State.t()} | {:stop, term}
+  def run_init(st, spawns? \\ true) do
     case Callbacks.call(st, :init, [st.config.args]) do
       {:ok, {:ok, game}} ->
         {:ok, %{st | game: game}}
 
       {:ok, {:ok, game, actions}} when is_list(actions) ->
-        {:ok, Actions.perform_init(%{st | game: game}, actions)}
+        {:ok, Actions.perform_init(%{st | game: game}, actions, spawns?)}
 
       {:ok, {:stop, reason}} ->
         {:stop, reason}
@@ -161,6 +178,7 @@ defmodule Overworld.Zone.Recovery do
     st = %{
       st
       | tick: t,
+        world: Neighbours.restore(st.world, Memory.world(mem)),
         game: pending.game || last.game,
         next_id: Ids.from(st.config.id_space, max(last.next_id, pending.next_id)),
         players: players,
@@ -173,6 +191,15 @@ defmodule Overworld.Zone.Recovery do
 
     arm_orphans(st)
     st = Durable.adopt(st)
+    # A world zone: tick t's shadows and handoffs go (again) to the neighbours (the old server
+    # may have died before it sent them; they are idempotent).
+    st =
+      Neighbours.publish(
+        st,
+        t,
+        for({s, w} <- Enum.with_index(summaries), s.world != nil, do: {w, s.world})
+      )
+
     # The workers finished tick t but its report never reached a server: its durable events
     # are journaled now (the workers kept them).
     st =
@@ -195,7 +222,8 @@ defmodule Overworld.Zone.Recovery do
           last.simulate,
           ctx,
           last.spawns,
-          last.despawns
+          last.despawns,
+          last[:world]
         )
 
       Server.await_load(%{st | running: running})
