@@ -144,7 +144,9 @@ defmodule Overworld.Zone.Durable do
         players: Players.to_map(st.players),
         spawns: st.spawns,
         despawns: st.despawns,
-        segment: segment
+        segment: segment,
+        # A zone of a world: transfers not acknowledged, transfers adopted.
+        world: Overworld.Zone.Neighbours.saved(st)
       }
 
       send(st.store, {:snapshot_begin, n, part, c.workers, self()})

@@ -24,6 +24,7 @@ defmodule Overworld.Zone.Neighbours do
 
   alias Overworld.{Names, Telemetry}
   alias Overworld.Metrics.Histogram
+  alias Overworld.Persistence.Journal
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.World.{Place, Shadows}
   alias Overworld.Zone.{Config, Memory, Metrics, State}
@@ -42,7 +43,10 @@ defmodule Overworld.Zone.Neighbours do
           adopted: %{optional(term) => non_neg_integer},
           acks: %{optional(term) => [term]},
           pending: %{optional(term) => {term, non_neg_integer, Overworld.Entity.t()}},
-          last: %{optional(term) => [tuple]}
+          last: %{optional(term) => [tuple]},
+          deferred: %{optional(reference) => [{term, tuple}]},
+          ack_wait: %{optional(reference) => [{term, term}]},
+          hold: reference | nil
         }
 
   @doc "The neighbour state of a zone's server (nil for a zone of its own)."
@@ -59,7 +63,10 @@ defmodule Overworld.Zone.Neighbours do
       adopted: %{},
       acks: %{},
       pending: %{},
-      last: %{}
+      last: %{},
+      deferred: %{},
+      ack_wait: %{},
+      hold: nil
     }
   end
 
@@ -71,6 +78,68 @@ defmodule Overworld.Zone.Neighbours do
   def restore(nil, _saved), do: nil
   def restore(w, nil), do: w
   def restore(w, saved), do: %{w | pending: saved.pending, adopted: saved.adopted}
+
+  @doc """
+  A restarted server with a journal: the transfers its predecessor handed to the journal are
+  sent again only once the journal has synced everything appended so far (never before their
+  `:handoff_out` record is on disk).
+  """
+  @spec hold(State.t()) :: State.t()
+  def hold(%State{world: nil} = st), do: st
+  def hold(%State{journal: nil} = st), do: st
+
+  def hold(%State{world: w} = st) do
+    ref = make_ref()
+    Journal.notify(st.journal, ref)
+    %{st | world: %{w | hold: ref}}
+  end
+
+  @doc "Whether `ref` is a journal notification of ours (`synced/2` then)."
+  @spec waiting?(State.t(), reference) :: boolean
+  def waiting?(%State{world: nil}, _ref), do: false
+
+  def waiting?(%State{world: w}, ref),
+    do: w.hold == ref or is_map_key(w.deferred, ref) or is_map_key(w.ack_wait, ref)
+
+  @doc """
+  The journal synced `ref`: messages carrying new transfers go now (their `:handoff_out`
+  record is on disk), adoptions are acknowledged (their `:handoff_in` record is).
+  """
+  @spec synced(State.t(), reference) :: State.t()
+  def synced(%State{world: w} = st, ref) do
+    {msgs, deferred} = Map.pop(w.deferred, ref, [])
+    {acks, ack_wait} = Map.pop(w.ack_wait, ref, [])
+
+    last =
+      Enum.reduce(msgs, w.last, fn {to, msg}, last ->
+        sent(st, w, to, msg)
+        Map.put(last, to, Enum.take([msg | Map.get(last, to, [])], @keep))
+      end)
+
+    acks_out =
+      Enum.reduce(acks, w.acks, fn {from, tid}, acc ->
+        Map.update(acc, from, [tid], &[tid | &1])
+      end)
+
+    hold = if w.hold == ref, do: nil, else: w.hold
+
+    %{
+      st
+      | world: %{
+          w
+          | deferred: deferred,
+            ack_wait: ack_wait,
+            last: last,
+            acks: acks_out,
+            hold: hold
+        }
+    }
+  end
+
+  @doc "What a snapshot keeps of a world zone: the transfers not acknowledged, those adopted."
+  @spec saved(State.t()) :: map | nil
+  def saved(%State{world: nil}), do: nil
+  def saved(%State{world: w}), do: %{pending: w.pending, adopted: w.adopted}
 
   # Written to the in-memory copy whenever they change: after the publication that hands over
   # or the message that acknowledges, and with the record of the tick that adopts (in the same
@@ -110,8 +179,9 @@ defmodule Overworld.Zone.Neighbours do
     again = for {tid, _} <- transfers, is_map_key(w.adopted, tid), do: tid
     # Ownership confirmed, for an entity handed at the end of our tick `at`: the ticks of ours
     # since (the one running counts).
-    for {_id, at} = tid <- acks,
-        is_map_key(w.pending, tid),
+    for tid <- acks,
+        {_, at, _} <- [Map.get(w.pending, tid)],
+        at >= 0,
         do: Histogram.record(st.metrics.handoff_ticks, State.next_tick(st) - at)
 
     acks_out = if again == [], do: w.acks, else: Map.update(w.acks, from, again, &(again ++ &1))
@@ -194,10 +264,29 @@ defmodule Overworld.Zone.Neighbours do
 
     adopt = for {_tid, {_, _, e}} <- now, do: e
 
-    acks =
-      Enum.reduce(now, w.acks, fn {tid, {from, _, _}}, acc ->
-        Map.update(acc, from, [tid], &[tid | &1])
-      end)
+    # With a journal, an adoption is acknowledged once its record is on disk (until then the
+    # old zone keeps the transfer and sends it again after a crash of ours).
+    {acks, ack_wait} =
+      case {now, st.journal} do
+        {[], _} ->
+          {w.acks, w.ack_wait}
+
+        {_, nil} ->
+          {Enum.reduce(now, w.acks, fn {tid, {from, _, _}}, acc ->
+             Map.update(acc, from, [tid], &[tid | &1])
+           end), w.ack_wait}
+
+        {_, journal} ->
+          ref = make_ref()
+
+          Journal.append_async(
+            journal,
+            {:handoff_in, n, for({tid, {_, _, e}} <- now, do: {tid, e})},
+            ref
+          )
+
+          {w.acks, Map.put(w.ack_wait, ref, for({tid, {from, _, _}} <- now, do: {from, tid}))}
+      end
 
     adopted =
       now
@@ -215,7 +304,7 @@ defmodule Overworld.Zone.Neighbours do
         {mine, Map.get(by_worker, i, [])}
       end
 
-    w = %{w | incoming: Map.new(later), acks: acks, adopted: adopted}
+    w = %{w | incoming: Map.new(later), acks: acks, ack_wait: ack_wait, adopted: adopted}
     {%{st | world: w}, List.to_tuple(parts)}
   end
 
@@ -277,23 +366,49 @@ defmodule Overworld.Zone.Neighbours do
       })
     end
 
-    last =
-      Map.new(w.neighbours, fn {to, _zone} ->
+    # With a journal, the entities handed over are journaled first, and the messages that
+    # carry them wait for the record's fsync (a zone restarted from disk must not find them
+    # again while the neighbour has them). The other neighbours' messages go now.
+    {defer_ref, deferred_to} =
+      if st.journal != nil and handoffs != [] do
+        ref = make_ref()
+        Journal.append_async(st.journal, {:handoff_out, n, handoffs}, ref)
+        {ref, MapSet.new(handoffs, &elem(&1, 0))}
+      else
+        {nil, MapSet.new()}
+      end
+
+    # (After a restart with a journal, transfers wait until it synced its predecessor's records.)
+    resend? = w.hold == nil
+
+    {last, deferred} =
+      Enum.reduce(w.neighbours, {w.last, []}, fn {to, _zone}, {last, deferred} ->
         cells = Enum.flat_map(parts, fn {_w, {shadows, _}} -> Map.get(shadows, to, []) end)
 
-        transfers = for {tid, {^to, at, e}} <- pending, at == n or n - at >= @resend, do: {tid, e}
+        transfers =
+          for {tid, {^to, at, e}} <- pending,
+              at == n or (resend? and n - at >= @resend),
+              do: {tid, e}
 
         msg = {:overworld_shadows, c.world.id, n, cells, transfers, Map.get(w.acks, to, [])}
 
-        if send_to(w, to, msg) do
-          Metrics.add(st.metrics, :shadow_messages, 1)
-          Metrics.add(st.metrics, :shadow_entities, Enum.sum(for {_, l} <- cells, do: length(l)))
+        if MapSet.member?(deferred_to, to) do
+          {last, [{to, msg} | deferred]}
+        else
+          sent(st, w, to, msg)
+          {Map.put(last, to, Enum.take([msg | Map.get(last, to, [])], @keep)), deferred}
         end
-
-        {to, Enum.take([msg | Map.get(w.last, to, [])], @keep)}
       end)
 
-    st = %{st | world: %{w | pending: pending, acks: %{}, last: last}}
+    deferred = if defer_ref, do: Map.put(w.deferred, defer_ref, deferred), else: w.deferred
+    st = %{st | world: %{w | pending: pending, acks: %{}, last: last, deferred: deferred}}
     if handoffs != [], do: remember(st), else: st
+  end
+
+  defp sent(st, w, to, {:overworld_shadows, _, _, cells, _, _} = msg) do
+    if send_to(w, to, msg) do
+      Metrics.add(st.metrics, :shadow_messages, 1)
+      Metrics.add(st.metrics, :shadow_entities, Enum.sum(for {_, l} <- cells, do: length(l)))
+    end
   end
 end

@@ -190,7 +190,7 @@ defmodule Overworld.Zone.Recovery do
     }
 
     arm_orphans(st)
-    st = Durable.adopt(st)
+    st = st |> Durable.adopt() |> Neighbours.hold()
     # A world zone: tick t's shadows and handoffs go (again) to the neighbours (the old server
     # may have died before it sent them; they are idempotent).
     st =
@@ -256,9 +256,15 @@ defmodule Overworld.Zone.Recovery do
   defp from_store(st, snapshot, records) do
     with {:ok, base} <- base(st, snapshot) do
       base = Enum.reduce(records, base, &replay_record(st.config.module, &1, &2))
+      # A zone of a world: the entities it handed over and saw no acknowledgement for are sent
+      # again (the neighbour adopts a transfer once); they are not ours.
+      handed = for {_tid, {_to, _at, e}} <- base.world.pending, do: entity(e, :id)
 
       entities =
-        Map.drop(base.entities, base.despawns) |> Map.values() |> Enum.sort_by(&entity(&1, :id))
+        base.entities
+        |> Map.drop(base.despawns ++ handed)
+        |> Map.values()
+        |> Enum.sort_by(&entity(&1, :id))
 
       players =
         for {p, id} <- base.players, is_map_key(base.entities, id), reduce: %Players{} do
@@ -285,6 +291,7 @@ defmodule Overworld.Zone.Recovery do
       st = %{
         st
         | tick: base.tick,
+          world: Neighbours.restore(st.world, base.world),
           game: base.game,
           next_id: Ids.from(st.config.id_space, base.next_id),
           players: players,
@@ -319,9 +326,20 @@ defmodule Overworld.Zone.Recovery do
        next_id: s.next_id,
        players: s.players,
        entities: Map.new(s.entities ++ s.spawns, &{entity(&1, :id), &1}),
-       despawns: s.despawns
+       despawns: s.despawns,
+       world: restored(s[:world])
      }}
   end
+
+  # Transfers of a snapshot or the journal are sent again at once (marked with a tick before
+  # any: see Overworld.Zone.Neighbours).
+  defp restored(nil), do: %{pending: %{}, adopted: %{}}
+
+  defp restored(w),
+    do: %{
+      w
+      | pending: Map.new(w.pending, fn {tid, {to, _at, e}} -> {tid, {to, -1_000_000, e}} end)
+    }
 
   # init/1's world, as a base for the journal when no snapshot was written yet.
   defp fresh_world(st) do
@@ -333,7 +351,8 @@ defmodule Overworld.Zone.Recovery do
          next_id: st.next_id,
          players: %{},
          entities: Map.new(st.spawns, &{entity(&1, :id), &1}),
-         despawns: []
+         despawns: [],
+         world: restored(nil)
        }}
     end
   end
@@ -367,6 +386,31 @@ defmodule Overworld.Zone.Recovery do
             | entities: Enum.reduce(events, base.entities, &replay_event(module, &1, &2))
           },
           else: base
+
+      # A zone of a world handed entities to a neighbour: not ours any more, sent again until
+      # acknowledged.
+      {:handoff_out, _tick, handoffs} ->
+        pending =
+          Enum.reduce(handoffs, base.world.pending, fn {to, tid, e}, acc ->
+            Map.put(acc, tid, {to, -1_000_000, e})
+          end)
+
+        ids = for {_, _, e} <- handoffs, do: entity(e, :id)
+        %{base | entities: Map.drop(base.entities, ids), world: %{base.world | pending: pending}}
+
+      # ... and adopted entities from one (once per transfer).
+      {:handoff_in, tick, adopted} ->
+        Enum.reduce(adopted, base, fn {tid, e}, base ->
+          if is_map_key(base.world.adopted, tid) do
+            base
+          else
+            %{
+              base
+              | entities: Map.put(base.entities, entity(e, :id), e),
+                world: %{base.world | adopted: Map.put(base.world.adopted, tid, tick)}
+            }
+          end
+        end)
 
       _other ->
         base

@@ -453,7 +453,11 @@ defmodule Overworld.Zone.Server do
 
   # Durable events on disk: now game code may acknowledge them (c:handle_durable/2).
   def handle_info({:journal_synced, ref, _seq}, st) do
-    if Durable.waiting?(st, ref), do: {:noreply, Durable.synced(st, ref)}, else: {:noreply, st}
+    cond do
+      Durable.waiting?(st, ref) -> {:noreply, Durable.synced(st, ref)}
+      Neighbours.waiting?(st, ref) -> {:noreply, Neighbours.synced(st, ref)}
+      true -> {:noreply, st}
+    end
   end
 
   def handle_info({:journal_failed, ref, reason}, st) do
