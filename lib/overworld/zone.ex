@@ -73,9 +73,12 @@ defmodule Overworld.Zone do
   * `:tick_rate` — ticks per second, 1..1000 (default 30)
   * `:region` — `{first col, first row, last col, last row}`: the cells of the grid the zone
     owns (default nil: all of them). Positions and cell keys stay those of the whole grid (a
-    world's); its entities are kept within the region's cells (until handoff to the
-    neighbouring zones exists, a region's border is a wall), and its workers' stripes share
-    the region's rows
+    world's); its entities are kept within the region's cells (for a zone of its own, a
+    region's border is a wall), and its workers' stripes share the region's rows
+  * `:world` — set by `Overworld.start_world/2` (`Overworld.World.Place`): the zone's place in
+    a world of zones, from which its region, size, cell size, id space and tick offset
+    follow; its entities cross to the neighbouring zones and it holds theirs near its border
+    as shadows (see `Overworld.World`)
   * `:id_space` — `{index, count}`: the zone makes only the entity ids `n` with
     `rem(n, count) == index` (default `{0, 1}`: every id), so zones of a world never make the
     same id, also after restarts from disk (`Overworld.Zone.Ids`)

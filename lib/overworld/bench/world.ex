@@ -26,7 +26,7 @@ defmodule Overworld.Bench.World do
         lone = measure_lone(opts)
         print.(line("round #{r}: lone zone", lone))
         world = measure_world(opts)
-        for {id, z} <- world.zones, do: print.(line("round #{r}: zone #{inspect(id)}", z))
+        for {id, z} <- Enum.sort(world.zones), do: print.(line("round #{r}: zone #{id}", z))
         print.(world_line(world))
         %{lone: lone, world: world}
       end
@@ -93,7 +93,7 @@ defmodule Overworld.Bench.World do
     seconds = opts[:seconds]
 
     %{
-      zones: Enum.map(per_zone, fn {{_, rid}, z} -> {inspect(rid), z} end),
+      zones: Map.new(per_zone, fn {{_, rid}, z} -> {inspect(rid), z} end),
       crossings_per_s: Float.round(delta.(:crossings_in) / seconds, 1),
       handoff_ticks: Histogram.summary(handoff),
       shadow_messages_per_tick: ticks > 0 && Float.round(delta.(:shadow_messages) / ticks, 2),
