@@ -228,7 +228,7 @@ defmodule Overworld.Interest do
   """
   @spec acknowledge(t, non_neg_integer) :: t
   def acknowledge(%__MODULE__{} = o, seq) when is_integer(seq) and seq >= 0,
-    do: %{o | input_ack: seq}
+    do: %{o | input_ack: max(o.input_ack, seq)}
 
   @doc """
   Has the next frame carry the send interval (SNAPSHOT extension 1, docs/protocol.md): the

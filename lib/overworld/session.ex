@@ -76,6 +76,9 @@ defmodule Overworld.Session do
     phase: :hello,
     last_in: 0,
     input_seq: 0,
+    # The newest input written to the slot, `{input, seq}`: written again into the new zone's
+    # slot when the avatar crosses into another zone of a world.
+    last_input: nil,
     event_seq: 0,
     # Reliable messages from the zone (EVENT), numbered; those the busy socket refused wait.
     outbox: %Outbox{},
@@ -176,6 +179,13 @@ defmodule Overworld.Session do
   end
 
   def handle_info({:reattach, _}, st), do: {:noreply, st}
+
+  # Our avatar crossed into another zone of the world (Overworld.World): we follow it there,
+  # on the same connection.
+  def handle_info({:overworld_moved, zone, entity}, %{entity: e} = st) when e != nil,
+    do: Hello.moved(st, zone, entity)
+
+  def handle_info({:overworld_moved, _zone, _entity}, st), do: {:noreply, st}
 
   # A debug zone went back to a past tick: the client starts over from a keyframe.
   def handle_info({:overworld_rewound, _zone}, %{obs: obs} = st) when obs != nil,
@@ -375,12 +385,12 @@ defmodule Overworld.Session do
     case decode_input(st, payload) do
       {:ok, input} ->
         Overworld.Zone.put_input(st.slot, input, seq)
+        %{st | last_input: {input, seq}}
 
       _ ->
         :counters.add(st.cfg.counters, Server.counter(:inputs_dropped), 1)
+        st
     end
-
-    st
   end
 
   defp decode_input(%{input: nil, module: module}, payload), do: safe_decode(module, payload)

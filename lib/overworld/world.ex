@@ -154,6 +154,23 @@ defmodule Overworld.World do
     end
   end
 
+  @doc """
+  The zone of a running world a player should be served by: the one that has it (read without
+  a message to any zone), else the one its id hashes to (where it joins). nil when the world
+  is not running.
+  """
+  @spec zone_for(term, term) :: term | nil
+  def zone_for(name, player) do
+    case name |> zones() |> Enum.sort() do
+      [] ->
+        nil
+
+      zones ->
+        Enum.find(zones, &Overworld.Zone.player_entity(&1, player)) ||
+          Enum.at(zones, :erlang.phash2(player, length(zones)))
+    end
+  end
+
   @doc "Every entity of the world (each zone's, at its last tick)."
   @spec entities(term) :: [Overworld.Entity.t()]
   def entities(name), do: Enum.flat_map(zones(name), &Overworld.Zone.entities/1)

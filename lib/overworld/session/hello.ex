@@ -80,6 +80,15 @@ defmodule Overworld.Session.Hello do
     {:ok, st}
   end
 
+  # A world of zones (the server's zone name names `{:world, name}`): the zone that has the
+  # player, else the one its id hashes to (it joins there, and crosses from there).
+  defp enter_zone(%{zone: {:world, name}} = st, handoff) do
+    case Overworld.World.zone_for(name, st.user) do
+      nil -> Session.close(st, 4006, "zone unavailable: world #{inspect(name)} is not running", 6)
+      zone -> enter_zone(%{st | zone: zone}, handoff)
+    end
+  end
+
   defp enter_zone(st, handoff) do
     with {:ok, config} <- zone_config(st.zone),
          {:ok, entity} <- player_entity(st, handoff),
@@ -162,6 +171,52 @@ defmodule Overworld.Session.Hello do
     else
       zone_lost(st)
     end
+  end
+
+  @doc """
+  Our avatar (`entity`) crossed into `zone`, another zone of the world, which now has our
+  player: the session subscribes to it, its inputs go to the new zone's slots from now (the
+  newest one written again there: none is lost on the way, acknowledgements stay
+  monotonic), and the client's view starts over from the new zone's keyframes (the same
+  connection, no reconnect).
+  """
+  @spec moved(Session.t(), term, pos_integer) :: tuple
+  def moved(st, zone, entity) do
+    with pid when is_pid(pid) <- Overworld.Zone.whereis(zone),
+         {:ok, config} <- zone_config(zone),
+         {:ok, slot} <- Overworld.Zone.input_slot(zone, st.user),
+         {:ok, obs} <- Interest.new(zone, st.cfg.interest),
+         :ok <- Overworld.Zone.subscribe(zone, self()) do
+      # Acknowledgements never go back: the new zone acknowledges our inputs from the next.
+      obs = if st.obs, do: Interest.acknowledge(obs, st.obs.input_ack), else: obs
+      if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone_pid, self()) end)
+      Process.monitor(pid)
+
+      case st.last_input do
+        {input, seq} -> Overworld.Zone.put_input(slot, input, seq)
+        nil -> :ok
+      end
+
+      {:noreply,
+       %{
+         st
+         | zone: zone,
+           zone_pid: pid,
+           zone_was: nil,
+           table: config.shared.wire,
+           entity: entity,
+           slot: slot,
+           obs: obs
+       }}
+    else
+      _ -> zone_lost(st)
+    end
+  end
+
+  defp catch_exit(fun) do
+    fun.()
+  catch
+    :exit, _ -> :ok
   end
 
   @doc "The zone is gone, or lost the player: a live client is closed with 4006."

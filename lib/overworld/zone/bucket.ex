@@ -332,6 +332,7 @@ defmodule Overworld.Zone.Bucket do
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
     {out_world, departed} = world_out(st, own, simulate?)
     {st, gone} = avatars(st, pass, migrants_in, despawns)
+    st = avatars_moved(st, out_world)
     st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own, acks)
     # (After the publication: its acknowledgements of their last inputs go too.)
     for id <- gone, do: forget_avatar(st, id)
@@ -395,14 +396,24 @@ defmodule Overworld.Zone.Bucket do
         _ -> {Sweep.insert(st.own, grid, adopt), Sweep.insert(st.view, grid, adopt)}
       end
 
-    st = %{st | own: own, view: Sweep.merge(view, shadows), count: st.count + length(adopt)}
+    came = for e <- adopt, entity(e, :owner) != nil, do: {entity(e, :id), true}
+    if came != [], do: Inputs.routes(st.inputs, for({id, _} <- came, do: {id, st.index}))
+
+    st = %{
+      st
+      | own: own,
+        view: Sweep.merge(view, shadows),
+        count: st.count + length(adopt),
+        avatars: Map.merge(st.avatars, Map.new(came))
+    }
+
     {st, {ids, adopted, st.departed}}
   end
 
   # At the end of a tick: our cells that each neighbour needs as shadows (neighbour => cells,
   # sorted), and the entities that now belong to a neighbour (standing past the hysteresis
-  # margin outside our region; a player's avatar stays, until sessions follow their avatar
-  # across zones). Answers `{nil | {shadows, handoffs}, departed}`.
+  # margin outside our region), players' avatars too. Answers
+  # `{nil | {shadows, handoffs}, departed}`.
   defp world_out(%{place: nil}, _own, _simulate?), do: {nil, %{}}
 
   defp world_out(st, own, simulate?) do
@@ -434,13 +445,27 @@ defmodule Overworld.Zone.Bucket do
 
   defp leaving(place, l, handoffs) do
     Enum.reduce(l, handoffs, fn e, acc ->
-      with nil <- entity(e, :owner),
-           n when n != place.id <- Place.owner(place, entity(e, :x), entity(e, :y)) do
-        [{n, e} | acc]
-      else
+      case Place.owner(place, entity(e, :x), entity(e, :y)) do
+        n when n != place.id -> [{n, e} | acc]
         _ -> acc
       end
     end)
+  end
+
+  # Players' avatars handed to a neighbour zone: their inputs go there now (the player's
+  # session follows, see Overworld.Zone.Neighbours); a new one adopted here takes its inputs
+  # from this worker's slots.
+  defp avatars_moved(st, nil), do: st
+
+  defp avatars_moved(st, {_shadows, handoffs}) do
+    case for {_n, e} <- handoffs, entity(e, :owner) != nil, do: entity(e, :id) do
+      [] ->
+        st
+
+      ids ->
+        for id <- ids, do: forget_avatar(st, id)
+        %{st | avatars: Map.drop(st.avatars, ids)}
+    end
   end
 
   # The first key of our stripe, from the first key past its first row.

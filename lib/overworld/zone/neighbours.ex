@@ -7,9 +7,10 @@ defmodule Overworld.Zone.Neighbours do
   #
   # * `cells` — the sender's cells of tick `tick` that the receiver needs as shadows (sorted
   #   `{key, entities}` pairs, see Overworld.World.Place.shadow_rows/1);
-  # * `transfers` — `[{transfer id, entity}]`: entities the sender handed to the receiver at
-  #   the end of that tick (full state), sent again until acknowledged; the receiver adopts a
-  #   transfer id once;
+  # * `transfers` — `[{transfer id, entity, session}]`: entities the sender handed to the
+  #   receiver at the end of that tick (full state), sent again until acknowledged; the
+  #   receiver adopts a transfer id once. A player's avatar comes with its player: `session`
+  #   is the pid of the player's session (nil for others, or unknown), which follows it;
   # * `acks` — the transfer ids the sender adopted since its last message.
   #
   # Tick n of a zone reads its neighbours' shadows of tick n - 1 and adopts the transfers of
@@ -27,7 +28,7 @@ defmodule Overworld.Zone.Neighbours do
   alias Overworld.Persistence.Journal
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.World.{Place, Shadows}
-  alias Overworld.Zone.{Config, Memory, Metrics, State}
+  alias Overworld.Zone.{Config, Memory, Metrics, Players, State}
 
   # Entries kept per neighbour (a neighbour runs at most a tick ahead with the manual clock).
   @keep 3
@@ -46,7 +47,8 @@ defmodule Overworld.Zone.Neighbours do
           last: %{optional(term) => [tuple]},
           deferred: %{optional(reference) => [{term, tuple}]},
           ack_wait: %{optional(reference) => [{term, term}]},
-          hold: reference | nil
+          hold: reference | nil,
+          sessions_out: %{optional(term) => pid}
         }
 
   @doc "The neighbour state of a zone's server (nil for a zone of its own)."
@@ -66,7 +68,8 @@ defmodule Overworld.Zone.Neighbours do
       last: %{},
       deferred: %{},
       ack_wait: %{},
-      hold: nil
+      hold: nil,
+      sessions_out: %{}
     }
   end
 
@@ -171,12 +174,14 @@ defmodule Overworld.Zone.Neighbours do
       end)
 
     incoming =
-      Enum.reduce(transfers, w.incoming, fn {tid, e}, acc ->
-        if is_map_key(w.adopted, tid), do: acc, else: Map.put(acc, tid, {from, tick, e})
+      Enum.reduce(transfers, w.incoming, fn {tid, e, session}, acc ->
+        if is_map_key(w.adopted, tid),
+          do: acc,
+          else: Map.put(acc, tid, {from, tick, e, session})
       end)
 
     # Adopted again (sent twice): acknowledged again.
-    again = for {tid, _} <- transfers, is_map_key(w.adopted, tid), do: tid
+    again = for {tid, _, _} <- transfers, is_map_key(w.adopted, tid), do: tid
     # Ownership confirmed, for an entity handed at the end of our tick `at`: the ticks of ours
     # since (the one running counts).
     for tid <- acks,
@@ -259,10 +264,10 @@ defmodule Overworld.Zone.Neighbours do
 
     {now, later} =
       if manual?,
-        do: Enum.split_with(w.incoming, fn {_tid, {_, t, _}} -> t <= n - 1 end),
+        do: Enum.split_with(w.incoming, fn {_tid, {_, t, _, _}} -> t <= n - 1 end),
         else: {Map.to_list(w.incoming), []}
 
-    adopt = for {_tid, {_, _, e}} <- now, do: e
+    adopt = for {_tid, {_, _, e, _}} <- now, do: e
 
     # With a journal, an adoption is acknowledged once its record is on disk (until then the
     # old zone keeps the transfer and sends it again after a crash of ours).
@@ -272,20 +277,16 @@ defmodule Overworld.Zone.Neighbours do
           {w.acks, w.ack_wait}
 
         {_, nil} ->
-          {Enum.reduce(now, w.acks, fn {tid, {from, _, _}}, acc ->
+          {Enum.reduce(now, w.acks, fn {tid, {from, _, _, _}}, acc ->
              Map.update(acc, from, [tid], &[tid | &1])
            end), w.ack_wait}
 
         {_, journal} ->
           ref = make_ref()
 
-          Journal.append_async(
-            journal,
-            {:handoff_in, n, for({tid, {_, _, e}} <- now, do: {tid, e})},
-            ref
-          )
-
-          {w.acks, Map.put(w.ack_wait, ref, for({tid, {from, _, _}} <- now, do: {from, tid}))}
+          record = {:handoff_in, n, for({tid, {_, _, e, _}} <- now, do: {tid, e})}
+          Journal.append_async(journal, record, ref)
+          {w.acks, Map.put(w.ack_wait, ref, for({tid, {from, _, _, _}} <- now, do: {from, tid}))}
       end
 
     adopted =
@@ -305,7 +306,45 @@ defmodule Overworld.Zone.Neighbours do
       end
 
     w = %{w | incoming: Map.new(later), acks: acks, ack_wait: ack_wait, adopted: adopted}
-    {%{st | world: w}, List.to_tuple(parts)}
+
+    st =
+      players_in(
+        %{st | world: w},
+        for({_tid, {_, _, e, pid}} <- now, entity(e, :owner) != nil, do: {e, pid})
+      )
+
+    {st, List.to_tuple(parts)}
+  end
+
+  # Players whose avatar we adopted are ours: their rows, and their sessions, told to follow
+  # (`{:overworld_moved, zone}`: they subscribe to us, and write their inputs to our slots).
+  defp players_in(st, []), do: st
+
+  defp players_in(st, arrived) do
+    Enum.reduce(arrived, st, fn {e, pid}, st ->
+      player = entity(e, :owner)
+      id = entity(e, :id)
+      Memory.put_player(st.memory, player, id, pid)
+      if is_pid(pid), do: send(pid, {:overworld_moved, st.config.id, id})
+      sessions = if is_pid(pid), do: Map.put(st.sessions, player, pid), else: st.sessions
+      %{st | players: Players.add(st.players, player, id), sessions: sessions}
+    end)
+  end
+
+  # Players whose avatar we handed over are not ours any more (their session follows it).
+  defp players_out(st, []), do: st
+
+  defp players_out(st, avatars) do
+    Enum.reduce(avatars, st, fn e, st ->
+      player = entity(e, :owner)
+      Memory.delete_player(st.memory, player)
+
+      %{
+        st
+        | players: Players.remove(st.players, player),
+          sessions: Map.delete(st.sessions, player)
+      }
+    end)
   end
 
   # The cells a neighbour's messages give tick n, and how many ticks late they are. With the
@@ -357,6 +396,15 @@ defmodule Overworld.Zone.Neighbours do
     pending =
       Enum.reduce(handoffs, w.pending, fn {to, tid, e}, acc -> Map.put(acc, tid, {to, n, e}) end)
 
+    # The sessions of the players whose avatars go: they travel with the transfer.
+    sessions =
+      for {_to, tid, e} <- handoffs,
+          player = entity(e, :owner),
+          player != nil,
+          is_map_key(st.sessions, player),
+          into: w.sessions_out,
+          do: {tid, Map.fetch!(st.sessions, player)}
+
     if handoffs != [] do
       Metrics.add(st.metrics, :crossings_out, length(handoffs))
 
@@ -388,7 +436,7 @@ defmodule Overworld.Zone.Neighbours do
         transfers =
           for {tid, {^to, at, e}} <- pending,
               at == n or (resend? and n - at >= @resend),
-              do: {tid, e}
+              do: {tid, e, Map.get(sessions, tid)}
 
         msg = {:overworld_shadows, c.world.id, n, cells, transfers, Map.get(w.acks, to, [])}
 
@@ -401,7 +449,19 @@ defmodule Overworld.Zone.Neighbours do
       end)
 
     deferred = if defer_ref, do: Map.put(w.deferred, defer_ref, deferred), else: w.deferred
-    st = %{st | world: %{w | pending: pending, acks: %{}, last: last, deferred: deferred}}
+
+    w = %{
+      w
+      | pending: pending,
+        acks: %{},
+        last: last,
+        deferred: deferred,
+        sessions_out: Map.take(sessions, Map.keys(pending))
+    }
+
+    st =
+      players_out(%{st | world: w}, for({_, _, e} <- handoffs, entity(e, :owner) != nil, do: e))
+
     if handoffs != [], do: remember(st), else: st
   end
 

@@ -266,8 +266,10 @@ defmodule Overworld.Zone.Recovery do
         |> Map.values()
         |> Enum.sort_by(&entity(&1, :id))
 
+      held = MapSet.new(entities, &entity(&1, :id))
+
       players =
-        for {p, id} <- base.players, is_map_key(base.entities, id), reduce: %Players{} do
+        for {p, id} <- base.players, MapSet.member?(held, id), reduce: %Players{} do
           acc -> Players.add(acc, p, id)
         end
 
@@ -396,7 +398,15 @@ defmodule Overworld.Zone.Recovery do
           end)
 
         ids = for {_, _, e} <- handoffs, do: entity(e, :id)
-        %{base | entities: Map.drop(base.entities, ids), world: %{base.world | pending: pending}}
+        gone = MapSet.new(ids)
+        players = Map.reject(base.players, fn {_p, id} -> MapSet.member?(gone, id) end)
+
+        %{
+          base
+          | entities: Map.drop(base.entities, ids),
+            players: players,
+            world: %{base.world | pending: pending}
+        }
 
       # ... and adopted entities from one (once per transfer).
       {:handoff_in, tick, adopted} ->
@@ -404,9 +414,15 @@ defmodule Overworld.Zone.Recovery do
           if is_map_key(base.world.adopted, tid) do
             base
           else
+            players =
+              if entity(e, :owner) != nil,
+                do: Map.put(base.players, entity(e, :owner), entity(e, :id)),
+                else: base.players
+
             %{
               base
               | entities: Map.put(base.entities, entity(e, :id), e),
+                players: players,
                 world: %{base.world | adopted: Map.put(base.world.adopted, tid, tick)}
             }
           end

@@ -1,0 +1,112 @@
+defmodule Overworld.Session.CrossingTest do
+  # A player walking across the border of two zones of a world (Overworld.World) over a real
+  # socket: its session follows its avatar into the other zone without a reconnect, its
+  # inputs keep reaching the avatar, acknowledgements never go back, every frame decodes.
+  use ExUnit.Case, async: false
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+
+  alias Overworld.{Client, World, Zone}
+  alias Overworld.Protocol.Snapshot
+  alias Overworld.Test.{DataDir, Game, ServerCase}
+
+  @moduletag timeout: 120_000
+
+  setup do
+    name = {__MODULE__, make_ref()}
+    opts = Game.zone_options(400, name: name, zones: {2, 1}, wire: Game.Wire, coins: false)
+    start_supervised!(World.child_spec({Game, opts}))
+
+    {:ok, _} =
+      :global.trans({ServerCase, :secret}, fn ->
+        Overworld.Auth.Token.load_or_create_secret(DataDir.path())
+      end)
+
+    server = :"crossing_#{System.unique_integer([:positive])}"
+
+    start_supervised!(
+      {Overworld.Server,
+       name: server,
+       port: 0,
+       acceptors: 2,
+       data_dir: DataDir.path(),
+       zones: %{"world" => {:world, name}},
+       default_zone: "world"}
+    )
+
+    %{world: name, server: %{port: Overworld.Server.port(server)}}
+  end
+
+  test "a player crosses into the other zone on the same connection", %{world: world} = ctx do
+    player = ServerCase.join(ctx.server)
+    user = player.user
+    from = World.zone_for(world, user)
+    assert Zone.info(from).players[user]
+    # Walk toward the other zone (the border lies in the middle of the world).
+    mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
+
+    result =
+      walk(player, %{mx: mx, seq: 0, acks: [], frames: 0, crossed: nil, world: world, from: from})
+
+    assert result.crossed, "the avatar never crossed (#{result.frames} frames)"
+    to = World.zone_for(world, user)
+    assert to != from
+    # The player is the other zone's now, once in the world; its entity kept its id.
+    assert Zone.info(to).players[user] == player.entity
+    refute Zone.info(from).players[user]
+    ids = World.entities(world) |> Enum.map(&entity(&1, :id))
+    assert Enum.count(ids, &(&1 == player.entity)) == 1
+    # Acknowledgements only went up, and kept coming after the crossing.
+    assert result.acks == Enum.sort(result.acks)
+    {_frame, seq_at_crossing} = result.crossed
+    assert Enum.max(result.acks) > seq_at_crossing
+    # The client still sees itself, in the new zone's frames.
+    assert Map.has_key?(Snapshot.View.entities(result.view), player.entity)
+  end
+
+  # Sends an input every third frame, applies every frame (each must decode), until 60
+  # frames after the crossing (at most 600 frames: 20 s).
+  defp walk(player, st) do
+    st =
+      if rem(st.frames, 3) == 0 do
+        seq = st.seq + 1
+
+        input = %{
+          type: :input,
+          seq: seq,
+          ack: player.view.tick,
+          payload: <<st.mx::signed-8, 0::signed-8>>
+        }
+
+        :ok = Client.send_msg(player.conn, input)
+        %{st | seq: seq}
+      else
+        st
+      end
+
+    case ServerCase.recv(player.conn) do
+      {{:snapshot, snap}, conn} ->
+        assert {:ok, view} = Snapshot.apply(player.view, snap, player.templates),
+               "frame #{st.frames} does not decode"
+
+        crossed =
+          st.crossed ||
+            if World.zone_for(st.world, player.user) != st.from, do: {st.frames, st.seq}
+
+        st = %{st | frames: st.frames + 1, acks: st.acks ++ [view.input_ack], crossed: crossed}
+        player = %{player | conn: conn, view: view}
+
+        done? = match?({_, _}, crossed) and st.frames > elem(crossed, 0) + 60
+        if done? or st.frames >= 600, do: Map.put(st, :view, view), else: walk(player, st)
+
+      {{:close, code, reason}, _conn} ->
+        flunk("the connection closed (#{code} #{inspect(reason)}) after #{st.frames} frames")
+
+      {{:error, reason}, _conn} ->
+        flunk("the socket ended (#{inspect(reason)}) after #{st.frames} frames")
+
+      {_other, conn} ->
+        walk(%{player | conn: conn}, st)
+    end
+  end
+end
