@@ -143,6 +143,7 @@ bench: deps
 	cd $(GAME) && mix goblins.bench.persistence --samples 5 --seconds 1 --zone-seconds 2 --rounds 2 --kills 20 --json ../../$(SHORT)/persistence-10k.json
 	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,50 --seconds 5 --warmup 2 --json ../../$(SHORT)/capacity.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 20 --warmup 1 --seconds 2 --eprof Overworld.Transport.Conn --eprof-seconds 1 --json ../../$(SHORT)/profile.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 2000 --seconds 3 --warmup 1 --rounds 1 --migrate 0.25 --json ../../$(SHORT)/world.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -165,6 +166,9 @@ bench-full: deps
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 250 --json ../../bench/results/profile-250.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 500 --eprof Overworld.Transport.Conn --json ../../bench/results/profile-500.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 1000 --eprof Overworld.Zone.Bucket --json ../../bench/results/profile-1000.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 10000 --seconds 30 --rounds 2 --json ../../bench/results/world-2x2-10k.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 10000 --seconds 30 --rounds 2 --migrate 0.25 --json ../../bench/results/world-2x2-10k-migrate.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.25 --json ../../bench/results/world-2x2-5k-migrate.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

@@ -30,7 +30,7 @@ defmodule Overworld.BenchCommandsTest do
     t = task(command)
 
     if String.starts_with?(t, "goblins.") or
-         t in ["overworld.bench.capacity", "overworld.bench.profile"],
+         t in ["overworld.bench.capacity", "overworld.bench.profile", "overworld.bench.world"],
        do: @game,
        else: "."
   end

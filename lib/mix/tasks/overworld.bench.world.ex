@@ -96,10 +96,16 @@ defmodule Mix.Tasks.Overworld.Bench.World do
         print: &Mix.shell().info/1
       )
 
+    ratio =
+      if result.p99_ratio,
+        do:
+          "worst zone p99 #{result.worst_zone_p99_us} µs / lone zone p99 (median of rounds) " <>
+            "#{result.lone_p99_us_median} µs = #{result.p99_ratio}x",
+        else: "no p99 (a round needs 100 ticks: --seconds 4 or more at 30 Hz)"
+
     Mix.shell().info(
-      "worst zone p99 #{result.worst_zone_p99_us} µs / lone zone p99 (median of rounds) " <>
-        "#{result.lone_p99_us_median} µs = #{result.p99_ratio}x; world overruns " <>
-        "#{result.overruns}; lost #{result.lost}, duplicated #{result.duplicated}"
+      "#{ratio}; world overruns #{result.overruns}; lost #{result.lost}, duplicated " <>
+        "#{result.duplicated}"
     )
 
     Stats.write_result(opts[:json], Map.put(result, :args, inspect(args)), machine)
