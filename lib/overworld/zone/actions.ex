@@ -49,9 +49,11 @@ defmodule Overworld.Zone.Actions do
         Durable.events(st, State.next_tick(st), [event])
 
       {:send, player, payload}, st when is_binary(payload) ->
+        # (A player whose avatar crossed into a neighbour zone still gets what we send it:
+        # a durable event acknowledged after it left, say.)
         case st.sessions do
           %{^player => pid} -> send(pid, {:overworld_send, payload})
-          _ -> :ok
+          _ -> Overworld.Zone.Neighbours.send_moved(st, player, payload)
         end
 
         st

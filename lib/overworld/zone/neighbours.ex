@@ -48,7 +48,8 @@ defmodule Overworld.Zone.Neighbours do
           deferred: %{optional(reference) => [{term, tuple}]},
           ack_wait: %{optional(reference) => [{term, term}]},
           hold: reference | nil,
-          sessions_out: %{optional(term) => pid}
+          sessions_out: %{optional(term) => pid},
+          moved: %{optional(term) => {pid, non_neg_integer}}
         }
 
   @doc "The neighbour state of a zone's server (nil for a zone of its own)."
@@ -69,7 +70,8 @@ defmodule Overworld.Zone.Neighbours do
       deferred: %{},
       ack_wait: %{},
       hold: nil,
-      sessions_out: %{}
+      sessions_out: %{},
+      moved: %{}
     }
   end
 
@@ -331,21 +333,46 @@ defmodule Overworld.Zone.Neighbours do
     end)
   end
 
-  # Players whose avatar we handed over are not ours any more (their session follows it).
+  # Players whose avatar we handed over are not ours any more (their session follows it); we
+  # remember their session a while (`@remember` ticks) for what we still send them.
   defp players_out(st, []), do: st
 
   defp players_out(st, avatars) do
     Enum.reduce(avatars, st, fn e, st ->
       player = entity(e, :owner)
       Memory.delete_player(st.memory, player)
+      w = st.world
+
+      moved =
+        case st.sessions do
+          %{^player => pid} -> Map.put(w.moved, player, {pid, st.tick})
+          _ -> w.moved
+        end
 
       %{
         st
         | players: Players.remove(st.players, player),
-          sessions: Map.delete(st.sessions, player)
+          sessions: Map.delete(st.sessions, player),
+          world: %{w | moved: Map.reject(moved, fn {_, {_, t}} -> t < st.tick - @remember end)}
       }
     end)
   end
+
+  @doc """
+  A reliable message for a player whose avatar left us for a neighbour zone (a durable event
+  acknowledged after the crossing): to its session, if we remember it.
+  """
+  @spec send_moved(State.t(), term, binary) :: :ok
+  def send_moved(%State{world: %{moved: moved}}, player, payload) do
+    case moved do
+      %{^player => {pid, _}} -> send(pid, {:overworld_send, payload})
+      _ -> :ok
+    end
+
+    :ok
+  end
+
+  def send_moved(_st, _player, _payload), do: :ok
 
   # The cells a neighbour's messages give tick n, and how many ticks late they are. With the
   # manual clock, exactly its tick n - 1 (the zones tick in lockstep). With the realtime clock
