@@ -257,7 +257,16 @@ defmodule Overworld.Zone do
   """
   @callback decode_input(payload :: binary) :: {:ok, term} | {:error, reason :: term}
 
-  @optional_callbacks terminate: 2, handle_durable: 2, replay_durable: 2
+  @doc """
+  In a world of zones (`Overworld.World`), an entity of this zone is about to cross into the
+  neighbour zone `to` (it went past the hysteresis margin): `:veto` keeps it with this zone,
+  stopped at the edge of the margin (a wall between regions, say); `:ok` lets it go. Called by
+  the bucket workers, like `c:handle_entity/3`, with the entity's new state; optional
+  (without it every crossing goes ahead). A failure counts as `:ok`.
+  """
+  @callback handle_crossing(Overworld.Entity.t(), from :: term, to :: term) :: :ok | :veto
+
+  @optional_callbacks terminate: 2, handle_durable: 2, replay_durable: 2, handle_crossing: 3
 
   defmacro __using__(_opts) do
     quote do

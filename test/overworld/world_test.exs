@@ -108,6 +108,32 @@ defmodule Overworld.WorldTest do
     assert ids(World.entities(across)) == Enum.to_list(1..20)
   end
 
+  test "game code may veto a crossing: the entity stays with its zone, stopped at the border" do
+    opts = [clock: :manual, size: {240, 240}, cell_size: 12, zones: {2, 1}, hysteresis: 2]
+    # The pacers start on the border (132 m: the east zone's first column) and walk 6 m either
+    # side of it; game code keeps the odd ones in their zone.
+    args = [n: 20, line: 132, amplitude: 6]
+    walled = start_world(Overworld.Test.WalledPacer, opts ++ [args: args])
+    [west, east] = Enum.sort(World.zones(walled))
+
+    nearest =
+      for _ <- 1..200, reduce: nil do
+        nearest ->
+          {:ok, _} = World.tick_now(walled)
+          # The odd pacers never leave the east zone nor go past the margin (2 m) of its border.
+          for e <- Zone.entities(west), do: assert(rem(entity(e, :id), 2) == 0)
+
+          for e <- Zone.entities(east), rem(entity(e, :id), 2) == 1, reduce: nearest do
+            nearest -> min(nearest, entity(e, :x))
+          end
+      end
+
+    assert nearest >= 130 * 1024 and nearest < 132 * 1024
+    # The even ones crossed, back and forth; none was lost.
+    assert total(walled, :crossings_out) >= 10
+    assert ids(World.entities(walled)) == Enum.to_list(1..20)
+  end
+
   defp total(world, key),
     do: world |> World.zones() |> Enum.map(&Zone.metrics(&1).world[key]) |> Enum.sum()
 

@@ -35,3 +35,21 @@ defmodule Overworld.Test.Pacer do
     {:ok, entity(e, x: line + off)}
   end
 end
+
+defmodule Overworld.Test.WalledPacer do
+  @moduledoc false
+  # Pacers (Overworld.Test.Pacer) whose odd ids game code keeps in their zone: a wall for
+  # them at the border.
+  use Overworld.Zone
+  require Overworld.Entity
+
+  @impl true
+  defdelegate init(args), to: Overworld.Test.Pacer
+
+  @impl true
+  defdelegate handle_entity(e, view, ctx), to: Overworld.Test.Pacer
+
+  @impl true
+  def handle_crossing(e, _from, _to),
+    do: if(rem(Overworld.Entity.entity(e, :id), 2) == 1, do: :veto, else: :ok)
+end

@@ -58,7 +58,7 @@ defmodule Overworld.Zone.Pass do
 
     env =
       {mod, grid, owners, me, bounds, ctx, inputs, despawns, wire && Wire.funs(wire), shadows,
-       adopted, departed}
+       adopted, departed, veto(config)}
 
     plain? = map_size(inputs) == 0 and map_size(despawns) == 0 and map_size(departed) == 0
     # Entities despawned this tick are not seen by their neighbours either: whatever an entity
@@ -103,7 +103,7 @@ defmodule Overworld.Zone.Pass do
 
   defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, out, acc) do
     {mod, %Grid{cell: cell, stride: stride} = grid, _, _, {_, _, bx1, by1}, ctx, _, _, wire,
-     shadows, adopted, _} = env
+     shadows, adopted, _, veto} = env
 
     {block, above, same, below} = Sweep.block(above, same, below, k, stride)
     view = %View{grid: grid, block: block, shadows: shadows}
@@ -114,6 +114,7 @@ defmodule Overworld.Zone.Pass do
     y0 = (div(k, stride) - 1) * cell
     x1 = if x0 + cell > bx1, do: bx1 + 1, else: x0 + cell
     y1 = if y0 + cell > by1, do: by1 + 1, else: y0 + cell
+    {x0, x1, y0, y1} = band(veto, k, stride, {x0, x1, y0, y1})
     {stays, acc} = walk(list, k, x0, x1, y0, y1, view, mod, ctx, [], acc, env, plain?)
 
     {desc, border, wired} = out
@@ -278,7 +279,7 @@ defmodule Overworld.Zone.Pass do
     case result do
       {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
       when is_integer(x) and is_integer(y) ->
-        e2 = clamp(e2, x, y, bounds)
+        e2 = e2 |> clamp(x, y, bounds) |> cross(elem(env, 12))
         k2 = Grid.key(grid, entity(e2, :x), entity(e2, :y))
         if k2 === k, do: {[e2 | stays], acc}, else: move(e, e2, k2, stays, acc, env)
 
@@ -297,6 +298,53 @@ defmodule Overworld.Zone.Pass do
       other ->
         {[e | stays], failed(acc, e, other)}
     end
+  end
+
+  ## Crossings game code may veto (`c:Overworld.Zone.handle_crossing/3`, a zone of a world)
+
+  # `{handle_crossing, place, band}`: `band` the region's rectangle grown by the hysteresis
+  # margin over the square root of 2 (within it, sides and corners alike, the entity stays
+  # ours); nil without the callback.
+  defp veto(%Config{world: nil}), do: nil
+
+  defp veto(%Config{world: place, module: module}) do
+    if function_exported?(module, :handle_crossing, 3) do
+      {x0, y0, x1, y1} = place.box
+      h = trunc(place.hysteresis / :math.sqrt(2))
+      {Function.capture(module, :handle_crossing, 3), place, {x0 - h, y0 - h, x1 + h, y1 + h}}
+    end
+  end
+
+  # In a ring cell (outside the region), an entity stays in its cell only within the band:
+  # one going past it takes the slow path (settle/7), where the crossing may be vetoed.
+  defp band(nil, _k, _stride, bounds), do: bounds
+
+  defp band({_, place, {bx0, by0, bx1, by1}}, k, stride, {x0, x1, y0, y1} = bounds) do
+    if Overworld.World.Place.inside?(place, rem(k, stride) - 1, div(k, stride) - 1),
+      do: bounds,
+      else: {max(x0, bx0), min(x1, bx1 + 1), max(y0, by0), min(y1, by1 + 1)}
+  end
+
+  # An entity past the band, going to another zone: game code may keep it (`:veto`), and it
+  # stops at the band's edge.
+  defp cross(e, nil), do: e
+
+  defp cross(e, {fun, place, {bx0, by0, bx1, by1}}) do
+    {x, y} = {entity(e, :x), entity(e, :y)}
+
+    with false <- x >= bx0 and x <= bx1 and y >= by0 and y <= by1,
+         to when to != place.id <- Overworld.World.Place.owner(place, x, y),
+         :veto <- vetoed(fun, e, place.id, to) do
+      entity(e, x: x |> max(bx0) |> min(bx1), y: y |> max(by0) |> min(by1))
+    else
+      _ -> e
+    end
+  end
+
+  defp vetoed(fun, e, from, to) do
+    fun.(e, from, to)
+  catch
+    _, _ -> :ok
   end
 
   defp clamp(e, x, y, {x0, y0, x1, y1}) when x >= x0 and x <= x1 and y >= y0 and y <= y1, do: e
