@@ -54,9 +54,18 @@ defmodule Overworld.World do
   * any other option of `Overworld.Zone` (`:tick_rate`, `:clock`, `:workers`, `:wire`,
     `:args`, ...), the same for every zone; not `:id`, `:region`, `:id_space`, `:world`
 
-  Not done yet: a player's avatar stays with its zone (its region's ring is its wall) until
-  sessions follow their avatar across zones; an observer sees one zone; handoffs are not
-  journaled yet (a zone restarted from disk may lose or repeat an entity in flight).
+  * **Players cross too**: a player's avatar is handed over like any entity, with its
+    player; its session follows it to the new zone on the same connection (its inputs go
+    there from the next tick). A server serves a world under one zone name
+    (`zones: %{"world" => {:world, name}}`).
+  * **Game code may veto a crossing** (`c:Overworld.Zone.handle_crossing/3`): the entity stays,
+    stopped at the edge of the margin.
+  * **Crashes and restarts lose and duplicate nothing**: handoffs survive zone server kills
+    (the in-memory copy) and, with a `:data_dir`, `kill -9` of the node (journaled on both
+    sides, docs/persistence.md).
+
+  Not done yet: a client sees one zone at a time (at a crossing its view starts over from the
+  new zone's keyframes), see docs/architecture.md, "Worlds of many zones".
   """
 
   alias Overworld.Names
