@@ -169,6 +169,8 @@ bench-full: deps
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 10000 --seconds 30 --rounds 2 --json ../../bench/results/world-2x2-10k.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 10000 --seconds 30 --rounds 2 --migrate 0.25 --json ../../bench/results/world-2x2-10k-migrate.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.25 --json ../../bench/results/world-2x2-5k-migrate.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.6 --json ../../bench/results/world-2x2-5k-migrate-60.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 1.0 --json ../../bench/results/world-2x2-5k-migrate-100.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist
