@@ -388,26 +388,44 @@ defmodule Overworld.Zone.Bucket do
     # An entity handed to us is in its old zone's shadows of the same tick too: ours now.
     shadows = if adopt == [], do: shadows, else: Sweep.without(shadows, adopted)
 
-    ids = for {_k, l} <- shadows, e <- l, into: st.departed, do: {entity(e, :id), true}
+    # (An entity we handed away at the end of our last tick that comes straight back: its old
+    # copy goes first.)
+    back =
+      for e <- adopt,
+          is_map_key(st.departed, entity(e, :id)),
+          into: %{},
+          do: {entity(e, :id), true}
 
-    {own, view} =
-      case adopt do
-        [] -> {st.own, st.view}
-        _ -> {Sweep.insert(st.own, grid, adopt), Sweep.insert(st.view, grid, adopt)}
+    {own, view, departed} =
+      case {adopt, map_size(back)} do
+        {[], _} ->
+          {st.own, st.view, st.departed}
+
+        {_, 0} ->
+          {Sweep.insert(st.own, grid, adopt), Sweep.insert(st.view, grid, adopt), st.departed}
+
+        _ ->
+          {Sweep.insert(Sweep.without(st.own, back), grid, adopt),
+           Sweep.insert(Sweep.without(st.view, back), grid, adopt),
+           Map.drop(st.departed, Map.keys(back))}
       end
 
     came = for e <- adopt, entity(e, :owner) != nil, do: {entity(e, :id), true}
     if came != [], do: Inputs.routes(st.inputs, for({id, _} <- came, do: {id, st.index}))
 
+    ids = for {_k, l} <- shadows, e <- l, into: departed, do: {entity(e, :id), true}
+
     st = %{
       st
       | own: own,
         view: Sweep.merge(view, shadows),
-        count: st.count + length(adopt),
-        avatars: Map.merge(st.avatars, Map.new(came))
+        # (One that came straight back is still counted: it left at the end of our last tick.)
+        count: st.count + length(adopt) - map_size(back),
+        avatars: Map.merge(st.avatars, Map.new(came)),
+        departed: departed
     }
 
-    {st, {ids, adopted, st.departed}}
+    {st, {ids, adopted, departed}}
   end
 
   # At the end of a tick: our cells that each neighbour needs as shadows (neighbour => cells,

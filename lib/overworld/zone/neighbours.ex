@@ -45,11 +45,13 @@ defmodule Overworld.Zone.Neighbours do
           acks: %{optional(term) => [term]},
           pending: %{optional(term) => {term, non_neg_integer, Overworld.Entity.t()}},
           last: %{optional(term) => [tuple]},
-          deferred: %{optional(reference) => [{term, tuple}]},
+          deferred: %{optional(reference) => {[{term, tuple}], [term]}},
           ack_wait: %{optional(reference) => [{term, term}]},
           hold: reference | nil,
           sessions_out: %{optional(term) => pid},
-          moved: %{optional(term) => {pid, non_neg_integer}}
+          moved: %{optional(term) => {pid, non_neg_integer}},
+          unsynced: %{optional(term) => true},
+          incarnation: term
         }
 
   @doc "The neighbour state of a zone's server (nil for a zone of its own)."
@@ -71,7 +73,11 @@ defmodule Overworld.Zone.Neighbours do
       ack_wait: %{},
       hold: nil,
       sessions_out: %{},
-      moved: %{}
+      moved: %{},
+      unsynced: %{},
+      # Transfer ids are `{entity id, {tick, incarnation}}`: unique across restarts (a zone
+      # restarted from disk goes back in ticks and hands an entity over at a tick it used).
+      incarnation: {System.os_time(), :erlang.unique_integer([:positive])}
     }
   end
 
@@ -82,7 +88,17 @@ defmodule Overworld.Zone.Neighbours do
   @spec restore(t | nil, map | nil) :: t | nil
   def restore(nil, _saved), do: nil
   def restore(w, nil), do: w
-  def restore(w, saved), do: %{w | pending: saved.pending, adopted: saved.adopted}
+
+  def restore(w, saved) do
+    # (From memory, the same timeline: the same transfer ids, so those republished are the
+    # ones sent before. From disk, ticks go back: new ids, `saved` has no incarnation.)
+    %{
+      w
+      | pending: saved.pending,
+        adopted: saved.adopted,
+        incarnation: Map.get(saved, :incarnation, w.incarnation)
+    }
+  end
 
   @doc """
   A restarted server with a journal: the transfers its predecessor handed to the journal are
@@ -112,7 +128,7 @@ defmodule Overworld.Zone.Neighbours do
   """
   @spec synced(State.t(), reference) :: State.t()
   def synced(%State{world: w} = st, ref) do
-    {msgs, deferred} = Map.pop(w.deferred, ref, [])
+    {{msgs, tids}, deferred} = Map.pop(w.deferred, ref, {[], []})
     {acks, ack_wait} = Map.pop(w.ack_wait, ref, [])
 
     last =
@@ -136,7 +152,8 @@ defmodule Overworld.Zone.Neighbours do
             ack_wait: ack_wait,
             last: last,
             acks: acks_out,
-            hold: hold
+            hold: hold,
+            unsynced: Map.drop(w.unsynced, tids)
         }
     }
   end
@@ -150,7 +167,7 @@ defmodule Overworld.Zone.Neighbours do
   # or the message that acknowledges, and with the record of the tick that adopts (in the same
   # insert: a server killed in between finds both or neither, see `memory_rows/1`).
   defp remember(%State{world: w, memory: mem} = st) do
-    Memory.put_world(mem, %{pending: w.pending, adopted: w.adopted})
+    Memory.put_world(mem, %{pending: w.pending, adopted: w.adopted, incarnation: w.incarnation})
     st
   end
 
@@ -159,7 +176,9 @@ defmodule Overworld.Zone.Neighbours do
   def memory_rows(%State{world: nil}), do: []
 
   def memory_rows(%State{world: w}),
-    do: [Memory.world_row(%{pending: w.pending, adopted: w.adopted})]
+    do: [
+      Memory.world_row(%{pending: w.pending, adopted: w.adopted, incarnation: w.incarnation})
+    ]
 
   @doc "A neighbour's message, kept for the ticks that read it."
   @spec received(State.t(), term) :: State.t()
@@ -182,8 +201,17 @@ defmodule Overworld.Zone.Neighbours do
           else: Map.put(acc, tid, {from, tick, e, session})
       end)
 
-    # Adopted again (sent twice): acknowledged again.
-    again = for {tid, _, _} <- transfers, is_map_key(w.adopted, tid), do: tid
+    # Adopted again (sent twice): acknowledged again, once its adoption is on disk (not while
+    # its record waits for the journal, nor before a restarted server's journal synced).
+    waiting = for {_ref, l} <- w.ack_wait, {_, tid} <- l, into: MapSet.new(), do: tid
+
+    again =
+      for {tid, _, _} <- transfers,
+          is_map_key(w.adopted, tid),
+          w.hold == nil,
+          not MapSet.member?(waiting, tid),
+          do: tid
+
     # Ownership confirmed, for an entity handed at the end of our tick `at`: the ticks of ours
     # since (the one running counts).
     for tid <- acks,
@@ -307,7 +335,22 @@ defmodule Overworld.Zone.Neighbours do
         {mine, Map.get(by_worker, i, [])}
       end
 
-    w = %{w | incoming: Map.new(later), acks: acks, ack_wait: ack_wait, adopted: adopted}
+    # An entity coming back proves our earlier transfers of it were adopted: not sent again.
+    back = for {_tid, {_, _, e, _}} <- now, into: MapSet.new(), do: entity(e, :id)
+
+    pending =
+      if now == [],
+        do: w.pending,
+        else: Map.reject(w.pending, fn {{id, _}, _} -> MapSet.member?(back, id) end)
+
+    w = %{
+      w
+      | incoming: Map.new(later),
+        acks: acks,
+        ack_wait: ack_wait,
+        adopted: adopted,
+        pending: pending
+    }
 
     st =
       players_in(
@@ -327,6 +370,9 @@ defmodule Overworld.Zone.Neighbours do
       player = entity(e, :owner)
       id = entity(e, :id)
       Memory.put_player(st.memory, player, id, pid)
+      # Routed before the session hears of it: its inputs find the worker at once.
+      worker = Config.owner_of(st.config, entity(e, :x), entity(e, :y))
+      Overworld.Zone.Inputs.route(st.config.shared.inputs, id, worker)
       if is_pid(pid), do: send(pid, {:overworld_moved, st.config.id, id})
       sessions = if is_pid(pid), do: Map.put(st.sessions, player, pid), else: st.sessions
       %{st | players: Players.add(st.players, player, id), sessions: sessions}
@@ -418,7 +464,9 @@ defmodule Overworld.Zone.Neighbours do
     parts = Enum.sort_by(parts, &elem(&1, 0))
 
     handoffs =
-      for {_w, {_, handoffs}} <- parts, {to, e} <- handoffs, do: {to, {entity(e, :id), n}, e}
+      for {_w, {_, handoffs}} <- parts,
+          {to, e} <- handoffs,
+          do: {to, {entity(e, :id), {n, w.incarnation}}, e}
 
     pending =
       Enum.reduce(handoffs, w.pending, fn {to, tid, e}, acc -> Map.put(acc, tid, {to, n, e}) end)
@@ -444,13 +492,14 @@ defmodule Overworld.Zone.Neighbours do
     # With a journal, the entities handed over are journaled first, and the messages that
     # carry them wait for the record's fsync (a zone restarted from disk must not find them
     # again while the neighbour has them). The other neighbours' messages go now.
-    {defer_ref, deferred_to} =
+    {defer_ref, deferred_to, unsynced} =
       if st.journal != nil and handoffs != [] do
         ref = make_ref()
         Journal.append_async(st.journal, {:handoff_out, n, handoffs}, ref)
-        {ref, MapSet.new(handoffs, &elem(&1, 0))}
+        fresh = for {_to, tid, _e} <- handoffs, into: w.unsynced, do: {tid, true}
+        {ref, MapSet.new(handoffs, &elem(&1, 0)), fresh}
       else
-        {nil, MapSet.new()}
+        {nil, MapSet.new(), w.unsynced}
       end
 
     # (After a restart with a journal, transfers wait until it synced its predecessor's records.)
@@ -460,9 +509,10 @@ defmodule Overworld.Zone.Neighbours do
       Enum.reduce(w.neighbours, {w.last, []}, fn {to, _zone}, {last, deferred} ->
         cells = Enum.flat_map(parts, fn {_w, {shadows, _}} -> Map.get(shadows, to, []) end)
 
+        # (A transfer goes again only once its record is on disk: never ahead of its fsync.)
         transfers =
           for {tid, {^to, at, e}} <- pending,
-              at == n or (resend? and n - at >= @resend),
+              at == n or (resend? and n - at >= @resend and not is_map_key(unsynced, tid)),
               do: {tid, e, Map.get(sessions, tid)}
 
         msg = {:overworld_shadows, c.world.id, n, cells, transfers, Map.get(w.acks, to, [])}
@@ -475,7 +525,10 @@ defmodule Overworld.Zone.Neighbours do
         end
       end)
 
-    deferred = if defer_ref, do: Map.put(w.deferred, defer_ref, deferred), else: w.deferred
+    deferred =
+      if defer_ref,
+        do: Map.put(w.deferred, defer_ref, {deferred, for({_, tid, _} <- handoffs, do: tid)}),
+        else: w.deferred
 
     w = %{
       w
@@ -483,6 +536,7 @@ defmodule Overworld.Zone.Neighbours do
         acks: %{},
         last: last,
         deferred: deferred,
+        unsynced: unsynced,
         sessions_out: Map.take(sessions, Map.keys(pending))
     }
 

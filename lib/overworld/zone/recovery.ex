@@ -408,12 +408,17 @@ defmodule Overworld.Zone.Recovery do
             world: %{base.world | pending: pending}
         }
 
-      # ... and adopted entities from one (once per transfer).
+      # ... and adopted entities from one (once per transfer; an entity coming back proves our
+      # earlier transfers of it were adopted).
       {:handoff_in, tick, adopted} ->
         Enum.reduce(adopted, base, fn {tid, e}, base ->
           if is_map_key(base.world.adopted, tid) do
             base
           else
+            id = entity(e, :id)
+            pending = Map.reject(base.world.pending, fn {{pid, _}, _} -> pid == id end)
+            base = %{base | world: %{base.world | pending: pending}}
+
             players =
               if entity(e, :owner) != nil,
                 do: Map.put(base.players, entity(e, :owner), entity(e, :id)),
