@@ -51,7 +51,8 @@ defmodule Overworld.Zone.Neighbours do
           sessions_out: %{optional(term) => pid},
           moved: %{optional(term) => {pid, non_neg_integer}},
           unsynced: %{optional(term) => true},
-          incarnation: term
+          incarnation: term,
+          adopting: boolean
         }
 
   @doc "The neighbour state of a zone's server (nil for a zone of its own)."
@@ -77,7 +78,8 @@ defmodule Overworld.Zone.Neighbours do
       unsynced: %{},
       # Transfer ids are `{entity id, {tick, incarnation}}`: unique across restarts (a zone
       # restarted from disk goes back in ticks and hands an entity over at a tick it used).
-      incarnation: {System.os_time(), :erlang.unique_integer([:positive])}
+      incarnation: {System.os_time(), :erlang.unique_integer([:positive])},
+      adopting: false
     }
   end
 
@@ -158,6 +160,23 @@ defmodule Overworld.Zone.Neighbours do
     }
   end
 
+  @doc """
+  The journal could not write a handoff record (`ref`): logged; the transfers go all the same
+  (a world whose disk fails keeps its entities moving; a crash before the disk is back may
+  then find one of them twice), adoptions are acknowledged.
+  """
+  @spec failed(State.t(), reference, term) :: State.t()
+  def failed(st, ref, reason) do
+    require Logger
+
+    Logger.error(
+      "zone #{inspect(st.config.id)}: a handoff record was not journaled (#{inspect(reason)}); " <>
+        "the transfers go on without it"
+    )
+
+    synced(st, ref)
+  end
+
   @doc "What a snapshot keeps of a world zone: the transfers not acknowledged, those adopted."
   @spec saved(State.t()) :: map | nil
   def saved(%State{world: nil}), do: nil
@@ -174,6 +193,9 @@ defmodule Overworld.Zone.Neighbours do
   @doc "The in-memory copy's rows of a world zone, written with each tick's record."
   @spec memory_rows(State.t()) :: list
   def memory_rows(%State{world: nil}), do: []
+
+  # (Only with a tick that adopts: other changes are written when they happen, `remember/1`.)
+  def memory_rows(%State{world: %{adopting: false}}), do: []
 
   def memory_rows(%State{world: w}),
     do: [
@@ -319,10 +341,17 @@ defmodule Overworld.Zone.Neighbours do
           {w.acks, Map.put(w.ack_wait, ref, for({tid, {from, _, _, _}} <- now, do: {from, tid}))}
       end
 
+    # (Pruned when it grows: not a walk of the map every tick.)
     adopted =
-      now
-      |> Enum.reduce(w.adopted, fn {tid, _}, acc -> Map.put(acc, tid, n) end)
-      |> Map.reject(fn {_, at} -> at < n - @remember end)
+      case now do
+        [] ->
+          w.adopted
+
+        _ ->
+          now
+          |> Enum.reduce(w.adopted, fn {tid, _}, acc -> Map.put(acc, tid, n) end)
+          |> Map.reject(fn {_, at} -> at < n - @remember end)
+      end
 
     if now != [], do: Metrics.add(st.metrics, :crossings_in, length(now))
     by_worker = Enum.group_by(adopt, &Config.owner_of(c, entity(&1, :x), entity(&1, :y)))
@@ -349,7 +378,8 @@ defmodule Overworld.Zone.Neighbours do
         acks: acks,
         ack_wait: ack_wait,
         adopted: adopted,
-        pending: pending
+        pending: pending,
+        adopting: now != []
     }
 
     st =
@@ -501,6 +531,16 @@ defmodule Overworld.Zone.Neighbours do
       else
         {nil, MapSet.new(), w.unsynced}
       end
+
+    # Remembered before any message goes: a server killed while sending is replaced by one
+    # that sends the same transfers (same ids) again.
+    if handoffs != [],
+      do:
+        Memory.put_world(st.memory, %{
+          pending: pending,
+          adopted: w.adopted,
+          incarnation: w.incarnation
+        })
 
     # (After a restart with a journal, transfers wait until it synced its predecessor's records.)
     resend? = w.hold == nil

@@ -461,17 +461,22 @@ defmodule Overworld.Zone.Server do
   end
 
   def handle_info({:journal_failed, ref, reason}, st) do
-    if Durable.waiting?(st, ref) do
-      {count, st} = Durable.failed(st, ref)
+    cond do
+      Neighbours.waiting?(st, ref) ->
+        {:noreply, Neighbours.failed(st, ref, reason)}
 
-      Logger.error(
-        "zone #{inspect(st.config.id)}: #{count} durable events not journaled " <>
-          "(#{inspect(reason)}): not acknowledged"
-      )
+      Durable.waiting?(st, ref) ->
+        {count, st} = Durable.failed(st, ref)
 
-      {:noreply, st}
-    else
-      {:noreply, st}
+        Logger.error(
+          "zone #{inspect(st.config.id)}: #{count} durable events not journaled " <>
+            "(#{inspect(reason)}): not acknowledged"
+        )
+
+        {:noreply, st}
+
+      true ->
+        {:noreply, st}
     end
   end
 
