@@ -214,11 +214,12 @@ defmodule Overworld.Zone.Pass do
     departed = elem(env, 11)
 
     cond do
-      is_map_key(despawns, entity(e, :id)) ->
-        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, gone(acc, e), env, plain?)
-
+      # (Handed to a neighbour: not ours to compute, nor to despawn.)
       is_map_key(departed, entity(e, :id)) ->
         walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
+
+      is_map_key(despawns, entity(e, :id)) ->
+        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, gone(acc, e), env, plain?)
 
       true ->
         {stays, acc} =
