@@ -10,13 +10,13 @@ defmodule Mix.Tasks.Overworld.Bench.World do
                                 [--arg KEY=VALUE ...] [--json PATH]
 
   * `--zone` the game's zone module; it must export `zone_options(entities, extra)`, the zone
-    (or world) options for that many entities with `extra` merged in (the goblin example's
-    `Goblins.zone_options/2`): the world gets the options of `entities-per-zone × zones`
-    entities (its map grows with them), split into `--zones` regions.
+    (or world) options for that many entities with `extra` merged in (the goblin example
+    has one): the world gets the options of `entities-per-zone × zones` entities (its map
+    grows with them), split into `--zones` regions.
   * `--wire` the templates module: every zone encodes its wire, as a served world does.
-  * `--migrate FRACTION` passed to `init/1` as `migrate:` (in the goblin example, that
-    fraction of the goblins ride long straight paths across the world); `--arg KEY=VALUE`
-    adds any other.
+  * `--migrate FRACTION` passed to `init/1` as `migrate:`, for a game that offers a migration
+    load (in the goblin example, that fraction of its entities ride long straight paths across
+    the world); `--arg KEY=VALUE` adds any other.
 
   Printed per round (and written with `--json`): the lone zone's and every world zone's tick
   p50/p99/max (every tick, from telemetry; a p99 only with 100 ticks or more) and overruns;
