@@ -271,67 +271,6 @@ defmodule Overworld.World.Layout do
   end
 
   @doc """
-  The distance in metres from the point `(x, y)` to the zone's region (0 inside it). A region's
-  last column or row ends at the world's edge.
-
-      iex> l = Overworld.World.Layout.new!(size: {100, 100}, cell_size: 10, zones: {2, 1})
-      iex> Overworld.World.Layout.region(l, {1, 0}).cells
-      {6, 0, 10, 10}
-      iex> Overworld.World.Layout.distance(l, {1, 0}, 57.5, 40)
-      2.5
-      iex> Overworld.World.Layout.distance(l, {1, 0}, 70, 40)
-      0.0
-  """
-  @spec distance(t, term, number, number) :: float
-  def distance(%__MODULE__{} = l, id, x, y), do: distance_to(l, region!(l, id), x, y)
-
-  defp distance_to(l, region, x, y) do
-    {x0, y0, x1, y1} = bounds(l, region)
-    dx = max(max(x0 - x, x - x1), 0)
-    dy = max(max(y0 - y, y - y1), 0)
-    :math.sqrt(dx * dx + dy * dy)
-  end
-
-  # A region's rectangle in metres.
-  defp bounds(l, %{cells: {c0, r0, c1, r1}}) do
-    x1 = if c1 == l.cols - 1, do: l.width, else: (c1 + 1) * l.cell_size
-    y1 = if r1 == l.rows - 1, do: l.height, else: (r1 + 1) * l.cell_size
-    {c0 * l.cell_size, r0 * l.cell_size, x1, y1}
-  end
-
-  @doc """
-  The zones other than `id` whose regions lie within `margin` metres of the point `(x, y)`:
-  the neighbours that hold a shadow of an entity of `id` standing there.
-
-      iex> l = Overworld.World.Layout.new!(size: {100, 100}, cell_size: 10, zones: {2, 2})
-      iex> Overworld.World.Layout.near(l, {0, 0}, 55, 20, 8)
-      [{1, 0}]
-      iex> Overworld.World.Layout.near(l, {0, 0}, 55, 55, 8)
-      [{1, 0}, {0, 1}, {1, 1}]
-      iex> Overworld.World.Layout.near(l, {0, 0}, 20, 20, 8)
-      []
-  """
-  @spec near(t, term, number, number, number) :: [term]
-  def near(%__MODULE__{regions: regions} = l, id, x, y, margin),
-    do:
-      for(%{id: other} = r <- regions, other != id, distance_to(l, r, x, y) <= margin, do: other)
-
-  @doc """
-  The zone that owns, after this tick, an entity at `(x, y)` owned by `owner` now: `owner`
-  while the point is within `hysteresis` metres of its region (an entity walking along a border
-  does not go back and forth), else the zone whose region holds the point.
-
-      iex> l = Overworld.World.Layout.new!(size: {100, 100}, cell_size: 10, zones: {2, 1})
-      iex> alias Overworld.World.Layout
-      iex> {Layout.owner(l, {0, 0}, 61.5, 50, 2), Layout.owner(l, {0, 0}, 62.5, 50, 2)}
-      {{0, 0}, {1, 0}}
-  """
-  @spec owner(t, term, number, number, number) :: term
-  def owner(%__MODULE__{} = l, owner, x, y, hysteresis) do
-    if distance(l, owner, x, y) <= hysteresis, do: owner, else: zone_at(l, x, y)
-  end
-
-  @doc """
   The zone's id space: `{index, count}`. Its entities' ids are the ids `n` with
   `rem(n, count) == index` (none collides with another zone's, also after a restart from
   disk, as long as each zone allocates only in its own).

@@ -102,57 +102,6 @@ defmodule Overworld.World.LayoutTest do
     end
   end
 
-  test "property: an entity wandering near a border changes owner once per crossing of the margin" do
-    l = Layout.new!(size: {200, 100}, cell_size: 10, zones: {2, 1})
-    border = Layout.region(l, {1, 0}).cells |> elem(0) |> Kernel.*(10)
-    h = 2
-
-    Prop.check(
-      :proper.forall(
-        :proper_types.list(:proper_types.integer(-40, 40)),
-        fn steps ->
-          # A walk in tenths of a metre from the border, along it.
-          xs = Enum.scan(steps, border * 10, fn s, x -> min(max(x + s, 0), 2000) end)
-          xs = Enum.map(xs, &(&1 / 10))
-
-          {owners, _} =
-            Enum.map_reduce(xs, Layout.zone_at(l, border, 50), fn x, owner ->
-              next = Layout.owner(l, owner, x, 50, h)
-              {next, next}
-            end)
-
-          transfers =
-            owners |> Enum.chunk_every(2, 1, :discard) |> Enum.count(fn [a, b] -> a != b end)
-
-          # Each transfer needs the walk to have gone past the border by more than the margin
-          # since the previous one: at most one per 2h + distance travelled.
-          excursions = count_excursions(xs, border, h)
-          # An owner is always a zone whose region is within the margin of the position.
-          ok? =
-            Enum.zip(xs, owners)
-            |> Enum.all?(fn {x, o} -> Layout.distance(l, o, x, 50) <= h end)
-
-          ok? and transfers <= excursions
-        end
-      ),
-      200
-    )
-  end
-
-  # How many times a walk goes from beyond the margin on one side to beyond it on the other.
-  defp count_excursions(xs, border, h) do
-    {n, _} =
-      Enum.reduce(xs, {0, nil}, fn x, {n, side} ->
-        cond do
-          x > border + h and side != :east -> {n + 1, :east}
-          x < border - h and side != :west -> {n + 1, :west}
-          true -> {n, side}
-        end
-      end)
-
-    n
-  end
-
   test "property: any grid of zones over any world owns every cell once" do
     Prop.check(
       :proper.forall(
