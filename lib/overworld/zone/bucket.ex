@@ -396,22 +396,16 @@ defmodule Overworld.Zone.Bucket do
           into: %{},
           do: {entity(e, :id), true}
 
-    {own, view, departed} =
-      case {adopt, map_size(back)} do
-        {[], _} ->
-          {st.own, st.view, st.departed}
+    {own, view} =
+      if map_size(back) == 0,
+        do: {st.own, st.view},
+        else: {Sweep.without(st.own, back), Sweep.without(st.view, back)}
 
-        {_, 0} ->
-          {Sweep.insert(st.own, grid, adopt), Sweep.insert(st.view, grid, adopt), st.departed}
-
-        _ ->
-          {Sweep.insert(Sweep.without(st.own, back), grid, adopt),
-           Sweep.insert(Sweep.without(st.view, back), grid, adopt),
-           Map.drop(st.departed, Map.keys(back))}
-      end
-
+    departed = Map.drop(st.departed, Map.keys(back))
+    # (Sweep.insert/3 of nothing is nothing.)
+    {own, view} = {Sweep.insert(own, grid, adopt), Sweep.insert(view, grid, adopt)}
+    # Avatars adopted: ours to take the inputs of (the server routed them here).
     came = for e <- adopt, entity(e, :owner) != nil, do: {entity(e, :id), true}
-    if came != [], do: Inputs.routes(st.inputs, for({id, _} <- came, do: {id, st.index}))
 
     ids = for {_k, l} <- shadows, e <- l, into: departed, do: {entity(e, :id), true}
 

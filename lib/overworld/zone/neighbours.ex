@@ -50,7 +50,6 @@ defmodule Overworld.Zone.Neighbours do
           hold: reference | nil,
           sessions_out: %{optional(term) => pid},
           moved: %{optional(term) => {pid, non_neg_integer}},
-          unsynced: %{optional(term) => true},
           incarnation: term,
           adopting: boolean
         }
@@ -75,7 +74,6 @@ defmodule Overworld.Zone.Neighbours do
       hold: nil,
       sessions_out: %{},
       moved: %{},
-      unsynced: %{},
       # Transfer ids are `{entity id, {tick, incarnation}}`: unique across restarts (a zone
       # restarted from disk goes back in ticks and hands an entity over at a tick it used).
       incarnation: {System.os_time(), :erlang.unique_integer([:positive])},
@@ -130,19 +128,16 @@ defmodule Overworld.Zone.Neighbours do
   """
   @spec synced(State.t(), reference) :: State.t()
   def synced(%State{world: w} = st, ref) do
-    {{msgs, tids}, deferred} = Map.pop(w.deferred, ref, {[], []})
+    {{msgs, _tids}, deferred} = Map.pop(w.deferred, ref, {[], []})
     {acks, ack_wait} = Map.pop(w.ack_wait, ref, [])
 
     last =
       Enum.reduce(msgs, w.last, fn {to, msg}, last ->
         sent(st, w, to, msg)
-        Map.put(last, to, Enum.take([msg | Map.get(last, to, [])], @keep))
+        keep_last(last, to, msg)
       end)
 
-    acks_out =
-      Enum.reduce(acks, w.acks, fn {from, tid}, acc ->
-        Map.update(acc, from, [tid], &[tid | &1])
-      end)
+    acks_out = Enum.reduce(acks, w.acks, fn {from, tid}, acc -> ack(acc, from, tid) end)
 
     hold = if w.hold == ref, do: nil, else: w.hold
 
@@ -154,8 +149,7 @@ defmodule Overworld.Zone.Neighbours do
             ack_wait: ack_wait,
             last: last,
             acks: acks_out,
-            hold: hold,
-            unsynced: Map.drop(w.unsynced, tids)
+            hold: hold
         }
     }
   end
@@ -186,9 +180,12 @@ defmodule Overworld.Zone.Neighbours do
   # or the message that acknowledges, and with the record of the tick that adopts (in the same
   # insert: a server killed in between finds both or neither, see `memory_rows/1`).
   defp remember(%State{world: w, memory: mem} = st) do
-    Memory.put_world(mem, %{pending: w.pending, adopted: w.adopted, incarnation: w.incarnation})
+    Memory.put_world(mem, memorised(w))
     st
   end
+
+  # What the in-memory copy keeps: `saved/1` and the incarnation (the same timeline).
+  defp memorised(w), do: %{pending: w.pending, adopted: w.adopted, incarnation: w.incarnation}
 
   @doc "The in-memory copy's rows of a world zone, written with each tick's record."
   @spec memory_rows(State.t()) :: list
@@ -197,10 +194,7 @@ defmodule Overworld.Zone.Neighbours do
   # (Only with a tick that adopts: other changes are written when they happen, `remember/1`.)
   def memory_rows(%State{world: %{adopting: false}}), do: []
 
-  def memory_rows(%State{world: w}),
-    do: [
-      Memory.world_row(%{pending: w.pending, adopted: w.adopted, incarnation: w.incarnation})
-    ]
+  def memory_rows(%State{world: w}), do: [Memory.world_row(memorised(w))]
 
   @doc "A neighbour's message, kept for the ticks that read it."
   @spec received(State.t(), term) :: State.t()
@@ -329,9 +323,8 @@ defmodule Overworld.Zone.Neighbours do
           {w.acks, w.ack_wait}
 
         {_, nil} ->
-          {Enum.reduce(now, w.acks, fn {tid, {from, _, _, _}}, acc ->
-             Map.update(acc, from, [tid], &[tid | &1])
-           end), w.ack_wait}
+          {Enum.reduce(now, w.acks, fn {tid, {from, _, _, _}}, acc -> ack(acc, from, tid) end),
+           w.ack_wait}
 
         {_, journal} ->
           ref = make_ref()
@@ -522,25 +515,21 @@ defmodule Overworld.Zone.Neighbours do
     # With a journal, the entities handed over are journaled first, and the messages that
     # carry them wait for the record's fsync (a zone restarted from disk must not find them
     # again while the neighbour has them). The other neighbours' messages go now.
-    {defer_ref, deferred_to, unsynced} =
+    {defer_ref, deferred_to} =
       if st.journal != nil and handoffs != [] do
         ref = make_ref()
         Journal.append_async(st.journal, {:handoff_out, n, handoffs}, ref)
-        fresh = for {_to, tid, _e} <- handoffs, into: w.unsynced, do: {tid, true}
-        {ref, MapSet.new(handoffs, &elem(&1, 0)), fresh}
+        {ref, MapSet.new(handoffs, &elem(&1, 0))}
       else
-        {nil, MapSet.new(), w.unsynced}
+        {nil, MapSet.new()}
       end
+
+    # Transfers whose handoff_out record is not on disk yet (their first message waits).
+    unsynced = for {_ref, {_msgs, tids}} <- w.deferred, tid <- tids, into: MapSet.new(), do: tid
 
     # Remembered before any message goes: a server killed while sending is replaced by one
     # that sends the same transfers (same ids) again.
-    if handoffs != [],
-      do:
-        Memory.put_world(st.memory, %{
-          pending: pending,
-          adopted: w.adopted,
-          incarnation: w.incarnation
-        })
+    if handoffs != [], do: Memory.put_world(st.memory, memorised(%{w | pending: pending}))
 
     # (After a restart with a journal, transfers wait until it synced its predecessor's records.)
     resend? = w.hold == nil
@@ -552,7 +541,7 @@ defmodule Overworld.Zone.Neighbours do
         # (A transfer goes again only once its record is on disk: never ahead of its fsync.)
         transfers =
           for {tid, {^to, at, e}} <- pending,
-              at == n or (resend? and n - at >= @resend and not is_map_key(unsynced, tid)),
+              at == n or (resend? and n - at >= @resend and not MapSet.member?(unsynced, tid)),
               do: {tid, e, Map.get(sessions, tid)}
 
         msg = {:overworld_shadows, c.world.id, n, cells, transfers, Map.get(w.acks, to, [])}
@@ -561,7 +550,7 @@ defmodule Overworld.Zone.Neighbours do
           {last, [{to, msg} | deferred]}
         else
           sent(st, w, to, msg)
-          {Map.put(last, to, Enum.take([msg | Map.get(last, to, [])], @keep)), deferred}
+          {keep_last(last, to, msg), deferred}
         end
       end)
 
@@ -576,7 +565,6 @@ defmodule Overworld.Zone.Neighbours do
         acks: %{},
         last: last,
         deferred: deferred,
-        unsynced: unsynced,
         sessions_out: Map.take(sessions, Map.keys(pending))
     }
 
@@ -585,6 +573,13 @@ defmodule Overworld.Zone.Neighbours do
 
     if handoffs != [], do: remember(st), else: st
   end
+
+  # Our last messages to a neighbour, newest first (sent again on its hello).
+  defp keep_last(last, to, msg),
+    do: Map.put(last, to, Enum.take([msg | Map.get(last, to, [])], @keep))
+
+  # A transfer adopted, to acknowledge in our next message to `from`.
+  defp ack(acks, from, tid), do: Map.update(acks, from, [tid], &[tid | &1])
 
   defp sent(st, w, to, {:overworld_shadows, _, _, cells, _, _} = msg) do
     if send_to(w, to, msg) do

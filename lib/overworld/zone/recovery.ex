@@ -19,6 +19,9 @@ defmodule Overworld.Zone.Recovery do
   import Overworld.Entity, only: [entity: 2]
 
   alias Overworld.Zone.{Actions, Callbacks, Dispatch, Durable, Ids, Memory, Neighbours, Players}
+
+  # The tick a transfer replayed from disk was "sent" at: before any, so it goes again at once.
+  @again -1_000_000
   alias Overworld.Zone.{Server, State, Store, Subscribers}
 
   @doc """
@@ -340,7 +343,7 @@ defmodule Overworld.Zone.Recovery do
   defp restored(w),
     do: %{
       w
-      | pending: Map.new(w.pending, fn {tid, {to, _at, e}} -> {tid, {to, -1_000_000, e}} end)
+      | pending: Map.new(w.pending, fn {tid, {to, _at, e}} -> {tid, {to, @again, e}} end)
     }
 
   # init/1's world, as a base for the journal when no snapshot was written yet.
@@ -394,7 +397,7 @@ defmodule Overworld.Zone.Recovery do
       {:handoff_out, _tick, handoffs} ->
         pending =
           Enum.reduce(handoffs, base.world.pending, fn {to, tid, e}, acc ->
-            Map.put(acc, tid, {to, -1_000_000, e})
+            Map.put(acc, tid, {to, @again, e})
           end)
 
         ids = for {_, _, e} <- handoffs, do: entity(e, :id)
