@@ -92,11 +92,7 @@ defmodule Overworld.Session.Hello do
   defp enter_zone(st, handoff) do
     with {:ok, config} <- zone_config(st.zone),
          {:ok, entity} <- player_entity(st, handoff),
-         {:ok, slot} <- Overworld.Zone.input_slot(st.zone, st.user),
-         {:ok, obs} <- Interest.new(st.zone, st.cfg.interest),
-         :ok <- Overworld.Zone.subscribe(st.zone, self()),
-         pid when is_pid(pid) <- Overworld.Zone.whereis(st.zone) || {:error, :not_running} do
-      Process.monitor(pid)
+         {:ok, pid, slot, obs} <- attach(st, st.zone) do
       seq = if handoff, do: handoff.input_seq, else: 0
       Session.send_msg(st, handshake(config, entity))
       # Reliable messages the earlier connection never wrote: numbered on this one.
@@ -182,15 +178,11 @@ defmodule Overworld.Session.Hello do
   """
   @spec moved(Session.t(), term, pos_integer) :: tuple
   def moved(st, zone, entity) do
-    with pid when is_pid(pid) <- Overworld.Zone.whereis(zone),
-         {:ok, config} <- zone_config(zone),
-         {:ok, slot} <- Overworld.Zone.input_slot(zone, st.user),
-         {:ok, obs} <- Interest.new(zone, st.cfg.interest),
-         :ok <- Overworld.Zone.subscribe(zone, self()) do
+    with {:ok, config} <- zone_config(zone),
+         {:ok, pid, slot, obs} <- attach(st, zone) do
       # Acknowledgements never go back: the new zone acknowledges our inputs from the next.
       obs = if st.obs, do: Interest.acknowledge(obs, st.obs.input_ack), else: obs
       if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone_pid, self()) end)
-      Process.monitor(pid)
 
       case st.last_input do
         {input, seq} -> Overworld.Zone.put_input(slot, input, seq)
@@ -210,6 +202,18 @@ defmodule Overworld.Session.Hello do
        }}
     else
       _ -> zone_lost(st)
+    end
+  end
+
+  # The session takes its place in a zone that has its player: the player's input slot, an
+  # observer of the zone, its ticks (subscribed), the zone server watched.
+  defp attach(st, zone) do
+    with {:ok, slot} <- Overworld.Zone.input_slot(zone, st.user),
+         {:ok, obs} <- Interest.new(zone, st.cfg.interest),
+         :ok <- Overworld.Zone.subscribe(zone, self()),
+         pid when is_pid(pid) <- Overworld.Zone.whereis(zone) || {:error, :not_running} do
+      Process.monitor(pid)
+      {:ok, pid, slot, obs}
     end
   end
 
