@@ -61,6 +61,9 @@ defmodule Overworld.Interest do
   @enforce_keys [:zone, :table, :grid, :owners, :rows, :workers, :radius, :leave, :budget]
   defstruct @enforce_keys ++
               [
+                # A world's zone: the columns it publishes, and its place (band keys).
+                cols: nil,
+                place: nil,
                 tick: 0,
                 input_ack: 0,
                 # Extensions for the next frame only ({type, bytes}; see `announce/2`).
@@ -88,6 +91,8 @@ defmodule Overworld.Interest do
           grid: Grid.t(),
           owners: tuple,
           rows: {non_neg_integer, non_neg_integer} | nil,
+          cols: {non_neg_integer, non_neg_integer} | nil,
+          place: Overworld.World.Place.t() | nil,
           workers: pos_integer,
           radius: non_neg_integer,
           leave: non_neg_integer,
@@ -173,6 +178,10 @@ defmodule Overworld.Interest do
         config.region &&
           {elem(elem(config.stripes, 0), 0),
            elem(elem(config.stripes, tuple_size(config.stripes) - 1), 1) - 1},
+      # A world's zone publishes its region and ring (`Overworld.World.Place`), the ring's
+      # cells under band keys.
+      cols: config.world && {elem(config.world.ring, 0), elem(config.world.ring, 2)},
+      place: config.world,
       workers: config.workers,
       radius: Entity.meters(o.radius),
       leave: Entity.meters(leave_m),
@@ -248,16 +257,34 @@ defmodule Overworld.Interest do
   def frame(%__MODULE__{tick: last} = o, n, _x, _y) when n <= last, do: {nil, nil, o}
 
   def frame(%__MODULE__{} = o, n, x, y) do
+    baseline = if o.reset, do: 0, else: o.tick
+    {p, o2} = compose(o, n, x, y, frame_budget(o, n) - 16)
+    head = Snapshot.head(n, baseline, o.input_ack, p.blocks)
+    tail = Snapshot.tail(p.left_keys, p.behind, o.ext)
+    info = %{p | bytes: byte_size(head) + p.block_bytes + IO.iodata_length(tail)}
+    {[head, p.io | tail], Map.delete(info, :io), %{o2 | ext: []}}
+  end
+
+  @doc false
+  # A world observer's share of its frame (`Overworld.Interest.World`): what this zone's tick
+  # `n` adds within `room` bytes (blocks, cells left and held back, under the keys the zone
+  # publishes them by), as `frame/4`'s info plus `io` (the blocks), and the observer after it;
+  # nil for a tick not after the last.
+  @spec part(t, non_neg_integer, integer, integer, integer) :: {map | nil, t}
+  def part(%__MODULE__{tick: last} = o, n, _x, _y, _room) when n <= last, do: {nil, o}
+  def part(%__MODULE__{} = o, n, x, y, room), do: compose(o, n, x, y, room)
+
+  defp compose(o, n, x, y, room) do
     %Grid{width: w, height: h} = o.grid
     {x, y} = {x |> max(0) |> min(w), y |> max(0) |> min(h)}
     {region, at} = region(o, x, y)
 
-    case fast(o, region, n) do
+    case fast(o, region, n, room) do
       {:ok, blocks, count, bytes} ->
         finish(%{o | uniform: n}, n, at, blocks, count, bytes, [], [], 0, true)
 
       :slow ->
-        slow(materialize(o), n, x, y, region, at)
+        slow(materialize(o), n, x, y, region, at, room)
     end
   end
 
@@ -265,15 +292,20 @@ defmodule Overworld.Interest do
   # previous frame (u), nothing is pending, and the blocks of ticks u+1..n of every row of the
   # view fit the budget: per row, one slice per tick (a paced observer, sent every k ticks,
   # takes k), and nothing to update but the tick.
-  defp fast(%__MODULE__{uniform: u, region: region, pending: p, reset: false} = o, region, n)
+  defp fast(
+         %__MODULE__{uniform: u, region: region, pending: p, reset: false} = o,
+         region,
+         n,
+         room
+       )
        when is_integer(u) and u < n and n - u <= @accrue and map_size(p) == 0 do
     case published_span(o, n, u, []) do
       nil -> :slow
-      ticks -> fast_rows(:maps.to_list(region), ticks, o, frame_budget(o, n) - 16, [], 0, 0)
+      ticks -> fast_rows(:maps.to_list(region), ticks, o, room, [], 0, 0)
     end
   end
 
-  defp fast(_o, _region, _n), do: :slow
+  defp fast(_o, _region, _n, _room), do: :slow
 
   # Every worker's published ticks u+1..n, oldest first: one tuple per tick of
   # {data, index, first key} per worker; nil when any is missing.
@@ -346,14 +378,14 @@ defmodule Overworld.Interest do
     %{o | held: held, uniform: nil}
   end
 
-  defp slow(o, n, x, y, region, at) do
+  defp slow(o, n, x, y, region, at, room) do
     {o, left} = leave(o, region)
     o = enter(o, region, n)
     me = {div(y, o.grid.cell), div(x, o.grid.cell)}
     {items, o, cache} = held_items(o, n, me)
     {kf_items, o, cache} = pending_items(o, n, me, cache)
     left_bytes = Enum.reduce(left, 0, &(&2 + byte_size(Codec.varint(&1))))
-    room = frame_budget(o, n) - 16 - left_bytes
+    room = room - left_bytes
 
     items = Enum.sort(items ++ kf_items)
     {sent, deferred, again} = take(items, room, [], 0, {o, cache, n, room, []})
@@ -408,13 +440,25 @@ defmodule Overworld.Interest do
   # `{first key, cell count}`, by key: what the snapshot lists as behind.
   # Those are the held runs at an older tick, and the cells the client may still hold an old
   # state of while their keyframe is on its way (pending and stale); neighbours are one run.
-  defp behind(%__MODULE__{held: held, pending: pending, grid: g}, n) do
+  defp behind(%__MODULE__{held: held, pending: pending, grid: g, place: place} = o, n) do
     held_back =
       for {row, runs} <- held, {a, b, t} <- runs, t < n, do: {Grid.key_at(g, a, row), b - a + 1}
 
     stale = for {key, {_, _, _, _, true}} <- pending, do: {key, 1}
-    Runs.join_keys(Enum.sort(held_back ++ stale))
+
+    case place do
+      nil ->
+        Runs.join_keys(Enum.sort(held_back ++ stale))
+
+      _ ->
+        keys = for {k, c} <- held_back ++ stale, key <- k..(k + c - 1), do: {wire_key(o, key), 1}
+        Runs.join_keys(Enum.sort(keys))
+    end
   end
+
+  # The key the zone publishes a cell under (a world's zone: its ring's under band keys).
+  defp wire_key(%__MODULE__{place: nil}, key), do: key
+  defp wire_key(%__MODULE__{place: place}, key), do: Overworld.World.Place.wire_key(place, key)
 
   defp runs_bytes([]), do: 0
   defp runs_bytes(runs), do: IO.iodata_length(Snapshot.runs(runs)) - 1
@@ -427,14 +471,9 @@ defmodule Overworld.Interest do
   defp uniform(_o, _n), do: nil
 
   defp finish(o, n, at, blocks, count, bytes, left, behind, deferred, fast?) do
-    baseline = if o.reset, do: 0, else: o.tick
-
-    head = Snapshot.head(n, baseline, o.input_ack, count)
-    tail = Snapshot.tail(left, behind, o.ext)
-    frame = [head, blocks | tail]
-
-    info = %{
-      bytes: byte_size(head) + bytes + IO.iodata_length(tail),
+    part = %{
+      io: blocks,
+      bytes: bytes,
       blocks: count,
       block_bytes: bytes,
       cells: o.cells,
@@ -446,7 +485,7 @@ defmodule Overworld.Interest do
       fast: fast?
     }
 
-    {frame, info, %{o | tick: n, reset: false, at: at, ext: []}}
+    {part, %{o | tick: n, reset: false, at: at}}
   end
 
   # The region is computed again only once the observer moved beyond the slack.
@@ -454,13 +493,21 @@ defmodule Overworld.Interest do
        when (x - ax) * (x - ax) + (y - ay) * (y - ay) < @slack * @slack,
        do: {region, {ax, ay}}
 
-  defp region(%__MODULE__{rows: rows} = o, x, y) do
+  defp region(%__MODULE__{rows: rows, cols: cols} = o, x, y) do
     region = Region.next(o.region, o.grid, x, y, o.radius + @slack, o.leave - @slack)
-    {if(rows, do: only_rows(region, rows), else: region), {x, y}}
+    region = if rows, do: only_rows(region, rows), else: region
+    {if(cols, do: only_cols(region, cols), else: region), {x, y}}
   end
 
   defp only_rows(region, {r0, r1}),
     do: :maps.filter(fn row, _ -> row >= r0 and row <= r1 end, region)
+
+  defp only_cols(region, {c0, c1}) do
+    for {row, {a, b}} <- region,
+        max(a, c0) <= min(b, c1),
+        into: %{},
+        do: {row, {max(a, c0), min(b, c1)}}
+  end
 
   @doc "A frame for the observer at an entity's position (see `frame/4`)."
   @spec frame(t, non_neg_integer, {integer, integer}) :: {iodata | nil, info | nil, t}
@@ -491,7 +538,7 @@ defmodule Overworld.Interest do
             for {a, b} <- gone,
                 {c, d, _} <- runs,
                 col <- max(a, c)..min(b, d)//1,
-                do: Grid.key_at(g, col, row)
+                do: wire_key(o, Grid.key_at(g, col, row))
 
           dropped = for {a, b} <- gone, col <- a..b, do: Grid.key_at(g, col, row)
           held = Map.put(o.held, row, Runs.clip(runs, new))
@@ -629,7 +676,7 @@ defmodule Overworld.Interest do
                 {kf, kf_cost, kf_count} =
                   cond do
                     block -> {block, byte_size(block), 1}
-                    stale -> (e = empty_keyframe(key)) && {e, byte_size(e), 1}
+                    stale -> (e = empty_keyframe(wire_key(o, key))) && {e, byte_size(e), 1}
                     true -> {[], 0, 0}
                   end
 

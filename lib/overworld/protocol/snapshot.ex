@@ -244,30 +244,52 @@ defmodule Overworld.Protocol.Snapshot do
     (`ticks`: the last snapshot that did not hold it back), the tick of the last snapshot, the
     newest input the server acknowledged, and the send interval the server announced (ticks
     between two snapshots; 1 until a snapshot's extension 1 says otherwise).
+
+    In a world of zones (docs/protocol.md, "A world of zones"): `space`, the grid's key space
+    `(cols + 2) * (rows + 2)` (keys at or past it are band keys), and `handed`, the entities a
+    zone handed to another (op `11`) that no cell holds yet: id => `{template index, values,
+    tick}`, shown until the id arrives in a cell, at most #{8} ticks.
     """
-    defstruct cells: %{}, ticks: %{}, tick: 0, input_ack: 0, send_interval: 1
+    defstruct cells: %{},
+              ticks: %{},
+              tick: 0,
+              input_ack: 0,
+              send_interval: 1,
+              handed: %{},
+              space: nil
 
     @type t :: %__MODULE__{
             cells: %{optional(non_neg_integer) => [Overworld.Protocol.Snapshot.entry()]},
             ticks: %{optional(non_neg_integer) => non_neg_integer},
             tick: non_neg_integer,
             input_ack: non_neg_integer,
-            send_interval: pos_integer
+            send_interval: pos_integer,
+            handed: %{
+              optional(pos_integer) => {non_neg_integer, tuple, non_neg_integer}
+            },
+            space: pos_integer | nil
           }
 
     @doc """
     Every entity the client holds: id => {template index, values}. A cell held back may still
     hold an entity that has since moved into a newer cell: the copy in the cell at the newest
-    tick is the current one.
+    tick is the current one; of two copies at the same tick, the one in a region cell (a key
+    below `space`) is (the other is a zone's band copy of an entity its neighbour just took).
+    An entity handed to another zone that no cell holds yet is shown as it was.
     """
     @spec entities(t) :: %{optional(pos_integer) => {non_neg_integer, tuple}}
-    def entities(%__MODULE__{cells: cells, ticks: ticks}) do
+    def entities(%__MODULE__{cells: cells, ticks: ticks, handed: handed, space: space}) do
+      base = Map.new(handed, fn {id, {ti, q, _}} -> {id, {ti, q}} end)
+
       cells
-      |> Enum.sort_by(fn {k, _} -> Map.get(ticks, k, 0) end)
-      |> Enum.reduce(%{}, fn {_k, entries}, acc ->
+      |> Enum.sort_by(fn {k, _} -> {Map.get(ticks, k, 0), region?(k, space)} end)
+      |> Enum.reduce(base, fn {_k, entries}, acc ->
         Enum.reduce(entries, acc, fn {id, ti, q}, acc -> Map.put(acc, id, {ti, q}) end)
       end)
     end
+
+    defp region?(_k, nil), do: true
+    defp region?(k, space), do: k < space
   end
 
   @doc """
@@ -286,7 +308,7 @@ defmodule Overworld.Protocol.Snapshot do
          {:ok, base, ticks} <- base(view, baseline),
          {:ok, ack, rest} <- Codec.read_varint(rest),
          {:ok, n, rest} <- Codec.read_varint(rest),
-         {:ok, cells, rest} <- blocks(n, rest, base, tb, ts),
+         {:ok, {cells, handed}, rest} <- blocks(n, rest, {base, []}, tb, ts),
          {:ok, left, rest} <- Codec.read_varint(rest),
          {:ok, cells, rest} <- leave(left, rest, cells),
          {:ok, behind, rest} <- read_runs(rest),
@@ -294,11 +316,13 @@ defmodule Overworld.Protocol.Snapshot do
          {:ok, interval} <- send_interval(extensions, view.send_interval) do
       {:ok,
        %View{
-         cells: cells,
-         ticks: cell_ticks(cells, ticks, behind, tick),
-         tick: tick,
-         input_ack: ack,
-         send_interval: interval
+         view
+         | cells: cells,
+           ticks: cell_ticks(cells, ticks, behind, tick),
+           tick: tick,
+           input_ack: ack,
+           send_interval: interval,
+           handed: handed(if(baseline == 0, do: %{}, else: view.handed), handed, cells, tick)
        }}
     else
       {:ok, _, _} -> {:error, :trailing_bytes}
@@ -358,19 +382,35 @@ defmodule Overworld.Protocol.Snapshot do
     end)
   end
 
-  defp blocks(0, rest, cells, _tb, _ts), do: {:ok, cells, rest}
+  # Handed entities (op 11) are kept, with the tick they were handed at, until a cell holds
+  # their id or 8 ticks passed (their new zone dropped them before it published them).
+  @handed_ticks 8
 
-  defp blocks(n, bin, cells, tb, ts) do
+  defp handed(old, [], _cells, _tick) when map_size(old) == 0, do: old
+
+  defp handed(old, new, cells, tick) do
+    all = Enum.reduce(new, old, fn {id, ti, q}, acc -> Map.put(acc, id, {ti, q, tick}) end)
+    held = for {_k, es} <- cells, {id, _, _} <- es, is_map_key(all, id), into: %{}, do: {id, true}
+
+    :maps.filter(
+      fn id, {_, _, t} -> t + @handed_ticks >= tick and not is_map_key(held, id) end,
+      all
+    )
+  end
+
+  defp blocks(0, rest, acc, _tb, _ts), do: {:ok, acc, rest}
+
+  defp blocks(n, bin, {cells, handed}, tb, ts) do
     with {:ok, head, rest} <- Codec.read_varint(bin),
          {:ok, count, rest} <- block_count(head &&& 3, rest),
-         {:ok, entries, rest} <-
+         {:ok, entries, out, rest} <-
            block(head &&& 1, Map.get(cells, head >>> 2, []), count, rest, tb, ts) do
       cells =
         if entries == [],
           do: Map.delete(cells, head >>> 2),
           else: Map.put(cells, head >>> 2, entries)
 
-      blocks(n - 1, rest, cells, tb, ts)
+      blocks(n - 1, rest, {cells, out ++ handed}, tb, ts)
     end
   end
 
@@ -381,26 +421,26 @@ defmodule Overworld.Protocol.Snapshot do
 
   defp block(0, _old, count, bits, tb, ts) do
     with {:ok, entries, rest} <- read_keyframes(count, 0, bits, tb, ts, []),
-         do: align(entries, bits, rest)
+         do: align(entries, [], bits, rest)
   end
 
   defp block(1, old, arrivals, bits, tb, ts) do
-    with {:ok, kept, rest} <- read_ops(old, bits, ts, []),
+    with {:ok, kept, out, rest} <- read_ops(old, bits, ts, [], []),
          {:ok, new, rest} <- read_keyframes(arrivals, 0, rest, tb, ts, []),
          {:ok, entries} <- merge_sorted(kept, new),
-         do: align(entries, bits, rest)
+         do: align(entries, out, bits, rest)
   end
 
-  defp align(entries, bits, rest) do
+  defp align(entries, out, bits, rest) do
     used = bit_size(bits) - bit_size(rest)
 
     case rem(used, 8) do
       0 ->
-        {:ok, entries, rest}
+        {:ok, entries, out, rest}
 
       r ->
         case rest do
-          <<_::size(8 - r), rest::binary>> -> {:ok, entries, rest}
+          <<_::size(8 - r), rest::binary>> -> {:ok, entries, out, rest}
           _ -> {:error, :truncated}
         end
     end
@@ -435,24 +475,25 @@ defmodule Overworld.Protocol.Snapshot do
 
   defp read_vbits(_bits, _acc, _shift), do: {:error, :truncated}
 
-  defp read_ops([], bits, _ts, acc), do: {:ok, :lists.reverse(acc), bits}
+  # The entities that stay (in id order) and those handed to another zone (op 11).
+  defp read_ops([], bits, _ts, acc, out), do: {:ok, :lists.reverse(acc), out, bits}
 
-  defp read_ops([{id, ti, q} = e | old], bits, ts, acc) do
+  defp read_ops([{id, ti, q} = e | old], bits, ts, acc, out) do
     case bits do
       <<0::2, rest::bitstring>> ->
-        read_ops(old, rest, ts, [e | acc])
+        read_ops(old, rest, ts, [e | acc], out)
 
       <<1::2, rest::bitstring>> ->
         case Template.decode_delta(elem(ts, ti), q, rest) do
-          {:ok, q2, rest} -> read_ops(old, rest, ts, [{id, ti, q2} | acc])
+          {:ok, q2, rest} -> read_ops(old, rest, ts, [{id, ti, q2} | acc], out)
           error -> error
         end
 
       <<2::2, rest::bitstring>> ->
-        read_ops(old, rest, ts, acc)
+        read_ops(old, rest, ts, acc, out)
 
-      <<3::2, _::bitstring>> ->
-        {:error, :bad_op}
+      <<3::2, rest::bitstring>> ->
+        read_ops(old, rest, ts, acc, [e | out])
 
       _ ->
         {:error, :truncated}

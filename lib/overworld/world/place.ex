@@ -29,7 +29,7 @@ defmodule Overworld.World.Place do
   alias Overworld.Entity
   alias Overworld.World.Layout
 
-  @enforce_keys [:name, :id, :layout, :region, :ring, :box, :hysteresis, :late, :zones]
+  @enforce_keys [:name, :id, :layout, :region, :ring, :box, :hysteresis, :late, :zones, :band]
   defstruct @enforce_keys
 
   @typedoc """
@@ -39,6 +39,8 @@ defmodule Overworld.World.Place do
   * `box` — the region's rectangle in units `{x0, y0, x1, y1}` (inclusive)
   * `hysteresis` — units; `late` — ticks a neighbour's shadows may be late before they are
     dropped
+  * `band` — what the zone adds to the key of a cell of its ring outside its region when it
+    publishes the cell (`wire_key/2`)
   """
   @type t :: %__MODULE__{
           name: term,
@@ -49,7 +51,8 @@ defmodule Overworld.World.Place do
           box: {integer, integer, integer, integer},
           hysteresis: non_neg_integer,
           late: non_neg_integer,
-          zones: %{optional(term) => term}
+          zones: %{optional(term) => term},
+          band: pos_integer
         }
 
   @doc """
@@ -91,8 +94,42 @@ defmodule Overworld.World.Place do
       box: {c0 * cell, r0 * cell, x1, y1},
       hysteresis: Entity.meters(h),
       late: late,
-      zones: Map.new(layout.regions, &{&1.id, {name, &1.id}})
+      zones: Map.new(layout.regions, &{&1.id, {name, &1.id}}),
+      band: band(layout, id)
     }
+  end
+
+  # The keys of a grid of cols x rows cells are below (cols + 2) * (rows + 2), the key space;
+  # the k-th region's band cells are keyed in the (k + 1)-th copy of it.
+  defp band(%Layout{cols: c, rows: r, regions: regions}, id),
+    do: (c + 2) * (r + 2) * (1 + Enum.find_index(regions, &(&1.id == id)))
+
+  @doc """
+  The key under which the zone publishes a cell (docs/protocol.md, "A world of zones"): its
+  region's cells under their key; the cells of its ring outside its region, where its
+  entities in the hysteresis band stand (the neighbour's region publishes its own entities
+  there), under a **band key**: the key plus the zone's band offset, so every cell a client
+  receives has one publisher. The key space of a grid is `(cols + 2) * (rows + 2)`; a band key
+  modulo it is the cell's key.
+
+      iex> l = Overworld.World.Layout.new!(size: {120, 120}, cell_size: 12, zones: {2, 2})
+      iex> p = Overworld.World.Place.new!(:w, l, {1, 0})
+      iex> space = (l.cols + 2) * (l.rows + 2)
+      iex> p.band == 2 * space
+      true
+      iex> g = Overworld.Spatial.Grid.new(120 * 1024, 120 * 1024, 12 * 1024)
+      iex> k = Overworld.Spatial.Grid.key_at(g, 6, 2)
+      iex> Overworld.World.Place.wire_key(p, k) == k
+      true
+      iex> k = Overworld.Spatial.Grid.key_at(g, 5, 2)
+      iex> Overworld.World.Place.wire_key(p, k) == k + 2 * space
+      true
+  """
+  @spec wire_key(t, integer) :: integer
+  def wire_key(%__MODULE__{region: {c0, r0, c1, r1}, band: band, layout: l}, key) do
+    stride = l.cols + 2
+    {col, row} = {rem(key, stride) - 1, div(key, stride) - 1}
+    if col >= c0 and col <= c1 and row >= r0 and row <= r1, do: key, else: key + band
   end
 
   @doc "The zone ids of the zone's neighbours (sides and corners), region id => zone id."

@@ -283,7 +283,9 @@ defmodule Overworld.Zone.Bucket do
   defp answer({:keyframes, _keys}, %{encoder: nil}), do: {0, []}
 
   defp answer({:keyframes, keys}, st),
-    do: {st.tick, Wire.keyframes(Wire.funs(st.config.wire), st.encoder, own_pairs(st), keys)}
+    do:
+      {st.tick,
+       Wire.keyframes(Wire.funs(st.config.wire), st.encoder, own_pairs(st), keys, st.place)}
 
   defp answer({:radius, x, y, r}, st),
     do: Grid.query(Map.new(own_pairs(st)), st.config.grid, x, y, r)
@@ -541,7 +543,10 @@ defmodule Overworld.Zone.Bucket do
     {stop, _, _} = st.bounds
     first = first_key(elem(st.bounds, 1), grid)
     funs = Wire.funs(mod)
-    {data, index} = Wire.publish(funs, st.encoder, cells || [], arrivals, grid, first, stop)
+
+    {data, index} =
+      Wire.publish(funs, st.encoder, cells || [], arrivals, grid, first, stop, st.place)
+
     Wire.put_tick(table, st.index, n, data, index, first)
     Wire.put_positions(table, own, stop, n)
     if acks != [], do: Wire.put_acks(table, acks)
@@ -553,7 +558,7 @@ defmodule Overworld.Zone.Bucket do
       wants ->
         keys = for {k, _} <- wants, k >= first and k < stop, do: k
         own = Enum.take_while(own, fn {k, _} -> k < stop end)
-        blocks = Map.new(Wire.keyframes(funs, st.encoder, own, keys))
+        blocks = Map.new(Wire.keyframes(funs, st.encoder, own, keys, st.place))
         Wire.put_keyframes(table, n, for(k <- keys, do: {k, Map.get(blocks, k)}))
         %{st | wants: %{}}
     end

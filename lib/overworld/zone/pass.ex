@@ -162,12 +162,13 @@ defmodule Overworld.Zone.Pass do
   # cell were checked when they moved: see move/6.)
   defp wire_cell(nil, _k, _list, stays, nil, acc, _env), do: {stays, nil, acc}
 
+  # (Entities handed to a neighbour zone leave with op 11.)
   defp wire_cell(wire, k, list, stays, wired, acc, env) do
-    {stays, [Wire.cell(wire, k, list, stays) | wired], acc}
+    {stays, [Wire.cell(wire, k, list, stays, elem(env, 11)) | wired], acc}
   catch
     _, _ ->
       {stays, acc} = encodable(stays, list, wire, [], acc, env)
-      {stays, [Wire.cell(wire, k, list, stays) | wired], acc}
+      {stays, [Wire.cell(wire, k, list, stays, elem(env, 11)) | wired], acc}
   end
 
   defp encodable([], _list, _wire, kept, acc, _env), do: {:lists.reverse(kept), acc}

@@ -273,6 +273,8 @@ defmodule Overworld.Zone.Server do
     # The whole tick is done: the workers tell the subscribers, do the jobs (snapshot,
     # history), then collect garbage.
     notice = {:overworld_tick, st.config.id, r.n, r.t0}
+    # (Observers of a world read every zone's newest tick here: Overworld.Interest.World.)
+    if st.config.wire, do: Overworld.Zone.Wire.put_newest(st.config.shared.wire, r.n)
 
     for {pid, i} <- Enum.with_index(Tuple.to_list(st.workers)),
         do: send(pid, {:idle, st.epoch, notice, elem(st.shards, i), jobs})

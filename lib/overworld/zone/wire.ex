@@ -61,12 +61,51 @@ defmodule Overworld.Zone.Wire do
 
   @doc false
   # The ops of a cell: {key, the ops' bit fragments in reverse, any op not 00?, arrivals in the
-  # cell (entities that changed template)}.
-  @spec cell(funs, integer, [Overworld.Entity.t()], [Overworld.Entity.t()]) :: cell
-  def cell(funs, k, old, new) do
+  # cell (entities that changed template)}. `handed`: ids handed to a neighbour zone this tick
+  # (a world's zone): their op is 11, "handed", not 10 (docs/protocol.md, "A world of zones").
+  @spec cell(funs, integer, [Overworld.Entity.t()], [Overworld.Entity.t()], map) :: cell
+  def cell(funs, k, old, new, handed \\ %{})
+
+  def cell(funs, k, old, new, handed) when map_size(handed) == 0 do
     {ops, changed, arrivals} = walk(funs, old, new, [], false, [])
     {k, ops, changed, :lists.reverse(arrivals)}
   end
+
+  def cell(funs, k, old, new, handed) do
+    {ops, changed, arrivals} = walk(funs, old, new, [], false, [])
+
+    case Enum.filter(old, &is_map_key(handed, entity(&1, :id))) do
+      [] -> {k, ops, changed, :lists.reverse(arrivals)}
+      _ -> {k, handed_ops(funs, old, new, handed, ops), changed, :lists.reverse(arrivals)}
+    end
+  end
+
+  # The ops again, with 11 for the entities handed away (the ops are one fragment per entity
+  # of `old` that has a template, deltas after their op: `walk/6` in reverse).
+  defp handed_ops({index, _, _, _}, old, new, handed, ops) do
+    ids = MapSet.new(new, &entity(&1, :id))
+
+    {out, []} =
+      retag(:lists.reverse(ops), Enum.filter(old, &index.(entity(&1, :kind))), ids, handed, [])
+
+    out
+  end
+
+  defp retag(frags, [], _ids, _handed, acc), do: {acc, frags}
+
+  defp retag([<<2::2>> | frags], [o | old], ids, handed, acc) do
+    id = entity(o, :id)
+
+    if is_map_key(handed, id) and not MapSet.member?(ids, id),
+      do: retag(frags, old, ids, handed, [<<3::2>> | acc]),
+      else: retag(frags, old, ids, handed, [<<2::2>> | acc])
+  end
+
+  defp retag([<<1::2>>, d | frags], [_ | old], ids, handed, acc),
+    do: retag(frags, old, ids, handed, [d, <<1::2>> | acc])
+
+  defp retag([op | frags], [_ | old], ids, handed, acc),
+    do: retag(frags, old, ids, handed, [op | acc])
 
   # `new` is a subset of `old` (the entities that stayed), both in id order.
   defp walk(_funs, [], _new, ops, changed, arrivals), do: {ops, changed, arrivals}
@@ -131,9 +170,10 @@ defmodule Overworld.Zone.Wire do
           [Overworld.Entity.t()],
           Overworld.Spatial.Grid.t(),
           integer,
-          integer
+          integer,
+          Overworld.World.Place.t() | nil
         ) :: {binary, binary}
-  def publish({index, quantize, _, _}, enc, cells, arrivals, grid, first, stop) do
+  def publish({index, quantize, _, _}, enc, cells, arrivals, grid, first, stop, place \\ nil) do
     incoming =
       arrivals
       |> Enum.flat_map(fn e ->
@@ -151,6 +191,7 @@ defmodule Overworld.Zone.Wire do
       |> Enum.group_by(&elem(&1, 0), &elem(&1, 1))
       |> Enum.sort()
 
+    enc = {enc, place}
     {data, index} = merge(:lists.reverse(cells), incoming, enc, {first, stop, 0, 0}, <<>>, <<>>)
 
     {data, index}
@@ -184,11 +225,13 @@ defmodule Overworld.Zone.Wire do
 
   defp block({_k, _ops, false, []}, [], _enc, at, data, idx), do: {data, idx, at}
 
-  defp block({k, ops, _changed, local}, more, enc, {key, stop, off, count}, data, idx) do
+  defp block({k, ops, _changed, local}, more, {enc, place}, {key, stop, off, count}, data, idx) do
+    wk = wire_key(place, k)
+
     b =
       case local ++ more do
-        [] -> Snapshot.delta_block_bits(k, bits(ops), [], enc)
-        arrivals -> Snapshot.delta_block_bits(k, bits(ops), Enum.sort(arrivals), enc)
+        [] -> Snapshot.delta_block_bits(wk, bits(ops), [], enc)
+        arrivals -> Snapshot.delta_block_bits(wk, bits(ops), Enum.sort(arrivals), enc)
       end
 
     # Keys from `key` to `k - 1` have no block: they repeat the running entry.
@@ -206,18 +249,27 @@ defmodule Overworld.Zone.Wire do
 
   @doc false
   # Keyframe blocks of the given cells from the worker's current cells.
-  @spec keyframes(funs, Snapshot.encoder(), [{integer, [Overworld.Entity.t()]}], [integer]) :: [
-          {integer, binary}
-        ]
-  def keyframes(mod, enc, own, keys) do
+  @spec keyframes(
+          funs,
+          Snapshot.encoder(),
+          [{integer, [Overworld.Entity.t()]}],
+          [integer],
+          Overworld.World.Place.t() | nil
+        ) :: [{integer, binary}]
+  def keyframes(mod, enc, own, keys, place \\ nil) do
     wanted = MapSet.new(keys)
 
     for {k, es} <- own,
         MapSet.member?(wanted, k),
         entries = es |> Enum.reduce([], &arrival(mod, &1, &2)) |> :lists.reverse(),
         entries != [],
-        do: {k, Snapshot.keyframe_block(k, entries, enc)}
+        do: {k, Snapshot.keyframe_block(wire_key(place, k), entries, enc)}
   end
+
+  # The key a cell is published under: a world zone's cells outside its region (its ring)
+  # under their band key (`Overworld.World.Place.wire_key/2`).
+  defp wire_key(nil, k), do: k
+  defp wire_key(place, k), do: Overworld.World.Place.wire_key(place, k)
 
   ## The wire table: this module owns its rows (the workers write them, observers and tools
   ## read them, through these functions only).
@@ -226,6 +278,21 @@ defmodule Overworld.Zone.Wire do
   ##   {{:kf, key}, n, block | nil}                        a cell's keyframe block at tick n
   ##   {{:pos, entity id}, x, y, n}                         an avatar's position after tick n
   ##   {{:ack, entity id}, seq}                             the newest input seq a tick consumed
+  ##   {:newest, n}                                         the zone's last complete tick
+
+  @doc false
+  # The zone's last tick whose blocks every worker published (the server, once the tick is done).
+  @spec put_newest(:ets.tid(), non_neg_integer) :: true
+  def put_newest(table, n), do: :ets.insert(table, {:newest, n})
+
+  @doc false
+  @spec newest(:ets.tid()) :: non_neg_integer | nil
+  def newest(table) do
+    case :ets.lookup(table, :newest) do
+      [{:newest, n}] -> n
+      [] -> nil
+    end
+  end
 
   @doc false
   # A worker's published blocks of tick `n` (`publish/7`), in the ring slot of `n`.
@@ -334,5 +401,6 @@ defmodule Overworld.Zone.Wire do
   def forget_ticks(table) do
     :ets.match_delete(table, {{:tick, :_, :_}, :_, :_, :_, :_})
     :ets.match_delete(table, {{:kf, :_}, :_, :_})
+    :ets.delete(table, :newest)
   end
 end

@@ -185,7 +185,7 @@ defmodule Overworld.Protocol.SnapshotTest do
              Snapshot.apply(v3, msg.(13, 10, [{1, <<0>>}]), @templates)
   end
 
-  test "invalid blocks are refused and leave the view as it was: an id gap of 0, an arrival of an id the cell holds, op 11" do
+  test "invalid blocks are refused and leave the view as it was: an id gap of 0, an arrival of an id the cell holds" do
     es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}, {9, 1, {1, 2, 3}}]
 
     msg = fn tick, base, blocks ->
@@ -231,9 +231,54 @@ defmodule Overworld.Protocol.SnapshotTest do
     # A run that ends past 2^53.
     far = IO.iodata_to_binary(Snapshot.encode(6, 5, [], [], 0, [{Bitwise.bsl(1, 53) - 2, 2}]))
     assert Snapshot.apply(view, far, @templates) == {:error, :bad_run}
-    # Op 11 is no op.
-    bad_op = Snapshot.delta_block_bits(40, <<3::2, 0::2>>, [], enc)
-    assert Snapshot.apply(view, msg.(6, 5, [bad_op]), @templates) == {:error, :bad_op}
+  end
+
+  test "op 11 (handed to another zone): shown as it was until its id arrives in a cell, at most 8 ticks" do
+    es = [{3, 0, {1, 2, 3, 4, 5, 0, 1}}, {9, 1, {1, 2, 3}}]
+    enc = Snapshot.encoder(@templates)
+    space = 1000
+
+    msg = fn tick, base, blocks ->
+      IO.iodata_to_binary(Snapshot.encode(tick, base, blocks, []))
+    end
+
+    kf = Snapshot.keyframe_block(space + 40, es, @templates)
+    {:ok, v} = Snapshot.apply(%View{space: space}, msg.(5, 0, [kf]), @templates)
+
+    # 9 is handed away by the zone of band cell 1040: still shown, as it was.
+    handed = Snapshot.delta_block_bits(space + 40, <<0::2, 3::2>>, [], enc)
+    {:ok, v6} = Snapshot.apply(v, msg.(6, 5, [handed]), @templates)
+    assert v6.cells == %{(space + 40) => [hd(es)]}
+    assert View.entities(v6) == View.entities(v)
+    # Its new zone publishes it in region cell 40: that copy now, the handed one forgotten.
+    moved = {9, 1, {2, 2, 3}}
+    arrive = Snapshot.delta_block_bits(40, <<>>, [moved], enc)
+    {:ok, v7} = Snapshot.apply(v6, msg.(7, 6, [arrive]), @templates)
+    assert v7.handed == %{}
+    assert View.entities(v7)[9] == {1, {2, 2, 3}}
+    # It walks out of the view later: gone, not shown again from the handed copy.
+    {:ok, v8} =
+      Snapshot.apply(v7, IO.iodata_to_binary(Snapshot.encode(8, 7, [], [40])), @templates)
+
+    refute Map.has_key?(View.entities(v8), 9)
+
+    # The new copy may come first: the band copy and the region copy at the same tick, the
+    # region's shown; then the band's handed op.
+    {:ok, w6} = Snapshot.apply(v, msg.(6, 5, [arrive]), @templates)
+    assert View.entities(w6)[9] == {1, {2, 2, 3}}
+    {:ok, w7} = Snapshot.apply(w6, msg.(7, 6, [handed]), @templates)
+    assert w7.handed == %{}
+    assert View.entities(w7)[9] == {1, {2, 2, 3}}
+
+    # Never taken up (dropped by its new zone): shown 8 ticks, then gone.
+    v14 =
+      Enum.reduce(7..14, v6, fn t, acc ->
+        elem(Snapshot.apply(acc, msg.(t, t - 1, []), @templates), 1)
+      end)
+
+    assert Map.has_key?(View.entities(v14), 9)
+    {:ok, v15} = Snapshot.apply(v14, msg.(15, 14, []), @templates)
+    refute Map.has_key?(View.entities(v15), 9)
   end
 
   test "bad snapshots are errors, never exceptions (property)" do
