@@ -215,6 +215,13 @@ defmodule Overworld.Interest do
   @spec resync(t, term) :: t
   def resync(%__MODULE__{} = o, reason) do
     Logger.info("interest: resync of an observer of zone #{inspect(o.zone)}: #{inspect(reason)}")
+    restart(o)
+  end
+
+  @doc false
+  # `resync/2` without the log (a world observer starting its zones' observers over).
+  @spec restart(t) :: t
+  def restart(%__MODULE__{} = o) do
     # From scratch, at whatever tick comes next (a zone recovered from a snapshot, or rewound,
     # goes back in ticks).
     %{
