@@ -56,7 +56,8 @@ defmodule Overworld.Protocol.Vectors do
       "templates.json" => templates(),
       "messages.json" => messages(),
       "snapshots.json" => snapshots(),
-      "frames.json" => frames()
+      "frames.json" => frames(),
+      "world.json" => world_frames()
     }
 
   # A sequence of snapshots over a few cells: a keyframe snapshot, then deltas in which entities
@@ -269,6 +270,46 @@ defmodule Overworld.Protocol.Vectors do
     defp bounce(p, v), do: {p, v}
   end
 
+  defmodule Crossers do
+    @moduledoc false
+    # 24 walkers at 8 to 16 m/s bouncing in the box [40, 80] m x [40, 80] m around the corner of
+    # the four zones of a 120 m world: the zone behind world.json.
+    use Overworld.Zone
+    require Overworld.Entity
+    import Overworld.Entity, only: [entity: 2]
+
+    @impl true
+    def init(_args) do
+      walkers =
+        for i <- 1..24 do
+          a = i * 2 * :math.pi() / 24 + 0.3
+          v = 8192 + rem(i * 977, 8192)
+
+          [
+            kind: :walker,
+            x: (44 + rem(i * 7, 32)) * 1024,
+            y: (44 + rem(i * 13, 32)) * 1024,
+            vx: round(v * :math.cos(a)),
+            vy: round(v * :math.sin(a)),
+            heading: rem(i * 2654, 65_536)
+          ]
+        end
+
+      {:ok, %{}, [{:spawn, walkers}]}
+    end
+
+    @impl true
+    def handle_entity(e, _view, ctx) do
+      {x, vx} = bounce(entity(e, :x) + div(entity(e, :vx), ctx.tick_rate), entity(e, :vx))
+      {y, vy} = bounce(entity(e, :y) + div(entity(e, :vy), ctx.tick_rate), entity(e, :vy))
+      {:ok, entity(e, x: x, y: y, vx: vx, vy: vy)}
+    end
+
+    defp bounce(p, v) when p < 40 * 1024, do: {80 * 1024 - p, -v}
+    defp bounce(p, v) when p > 80 * 1024, do: {160 * 1024 - p, -v}
+    defp bounce(p, v), do: {p, v}
+  end
+
   # Frames of a real observer (`Overworld.Interest`) of a real zone, tick after tick: the
   # observer walks across the world (cells enter and leave), its byte budget is small (cells
   # wait and catch up with several blocks in one frame), and it resyncs once (baseline 0).
@@ -348,6 +389,104 @@ defmodule Overworld.Protocol.Vectors do
     after
       Overworld.stop_zone(id)
     end
+  end
+
+  # Frames of a world observer (`Overworld.Interest.World`) at the corner of the four zones of
+  # a 2 x 2 world of crossers: the zones tick one after the other and the frames are built with
+  # zone {1, 0} one tick behind, so entities crossing its borders are handed (op 11) before
+  # their new zone publishes them, or published by it before the old zone's op 11.
+  defp world_frames do
+    alias Overworld.{World, Zone}
+    alias Overworld.Interest.World, as: WorldView
+    alias Overworld.Protocol.Snapshot
+
+    name = {__MODULE__, make_ref()}
+
+    {:ok, _} =
+      Overworld.start_world(Crossers,
+        name: name,
+        zones: {2, 2},
+        clock: :manual,
+        workers: 1,
+        size: {120, 120},
+        cell_size: 12,
+        wire: Wire
+      )
+
+    try do
+      {:ok, obs} = WorldView.new(name, radius: 30, leave_radius: 50, budget: 1_000_000)
+      ts = Wire.__templates__()
+      g = Zone.config({name, {0, 0}}).grid
+      space = g.stride * (g.rows + 2)
+      last = {name, {1, 0}}
+      order = name |> World.zones() |> Enum.sort() |> Enum.reject(&(&1 == last))
+
+      grid = %{
+        "width" => g.width,
+        "height" => g.height,
+        "cell_size" => g.cell,
+        "cols" => g.cols,
+        "rows" => g.rows
+      }
+
+      {steps, _} =
+        Enum.map_reduce(1..60, {obs, %Snapshot.View{space: space}}, fn n, {obs, view} ->
+          for z <- order, do: {:ok, ^n} = Zone.tick_now(z)
+          # Around the corner (60, 60) m, 12 m away.
+          a = 2 * :math.pi() * n / 60
+
+          {x, y} =
+            {round((60 + 12 * :math.cos(a)) * 1024), round((60 + 12 * :math.sin(a)) * 1024)}
+
+          {frame, _info, obs} = WorldView.frame(obs, {name, {0, 0}}, n, x, y)
+          {:ok, ^n} = Zone.tick_now(last)
+          msg = IO.iodata_to_binary(frame)
+          {:ok, view} = Snapshot.apply(view, msg, ts)
+
+          entities =
+            for {eid, {ti, q}} <- Enum.sort(Snapshot.View.entities(view)),
+                do: %{"id" => eid, "template" => Enum.at(ts, ti).id, "q" => Tuple.to_list(q)}
+
+          step = %{
+            "tick" => view.tick,
+            "hex" => Base.encode16(msg, case: :lower),
+            "cells" => view.cells |> Map.keys() |> Enum.sort(),
+            "handed" => view.handed |> Map.keys() |> Enum.sort(),
+            "both" => both(view, space),
+            "entities" => entities
+          }
+
+          {step, {obs, view}}
+        end)
+
+      %{
+        "description" =>
+          "Frames of an observer at the corner of the four zones of a 2 x 2 world " <>
+            "(Overworld.Interest.World; docs/protocol.md, \"A world of zones\"): applied in " <>
+            "order to an empty view, after each the view holds exactly `cells` (keys; those at " <>
+            "or past (cols + 2) * (rows + 2) are band keys), `handed` (ids handed to another " <>
+            "zone with op 11 that no cell holds yet) and `entities` (the resolved view: of " <>
+            "two copies of an id at the same tick the region cell's, handed ones as they " <>
+            "were). One zone's ticks lag the others' by one, so the frames hold both orders of " <>
+            "a handoff: op 11 first (the entity shown from `handed` for a frame) and the new " <>
+            "zone's arrival first (the band and the region cell both hold it). `grid`: the " <>
+            "HANDSHAKE figures. Templates: those of templates.json, in that order.",
+        "grid" => grid,
+        "templates" => Enum.map(Wire.__templates__(), & &1.id),
+        "frames" => steps
+      }
+    after
+      Overworld.stop_world(name)
+    end
+  end
+
+  # The ids a band cell and a region cell both hold.
+  defp both(view, space) do
+    at = fn band? ->
+      for {k, es} <- view.cells, k >= space == band?, {id, _, _} <- es, into: MapSet.new(), do: id
+    end
+
+    MapSet.intersection(at.(true), at.(false)) |> Enum.sort()
   end
 
   defp messages do

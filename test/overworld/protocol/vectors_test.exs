@@ -292,6 +292,47 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
     end)
   end
 
+  test "world.json: a client view applying a corner observer's frames of four zones holds what the file says" do
+    json = "protocol/vectors/world.json" |> File.read!() |> :jiffy.decode([:return_maps])
+    templates = Vectors.Wire.__templates__()
+    frames = json["frames"]
+    %{"cols" => cols, "rows" => rows} = json["grid"]
+    space = (cols + 2) * (rows + 2)
+
+    # The sequence covers what it claims to: band keys, both orders of a handoff, and cells of
+    # the four zones (the quarters of the grid) in one frame.
+    assert Enum.any?(frames, &(&1["handed"] != []))
+    assert Enum.any?(frames, &(&1["both"] != []))
+    assert Enum.any?(frames, fn f -> Enum.any?(f["cells"], &(&1 >= space)) end)
+
+    quarters =
+      for k <- List.last(frames)["cells"], k < space, uniq: true do
+        {div(rem(k, cols + 2) - 1, div(cols, 2) + 1), div(div(k, cols + 2) - 1, div(rows, 2) + 1)}
+      end
+
+    assert length(quarters) == 4
+
+    Enum.reduce(frames, %Overworld.Protocol.Snapshot.View{space: space}, fn f, view ->
+      assert {:ok, view} =
+               Overworld.Protocol.Snapshot.apply(
+                 view,
+                 Base.decode16!(f["hex"], case: :lower),
+                 templates
+               )
+
+      assert view.tick == f["tick"]
+      assert view.cells |> Map.keys() |> Enum.sort() == f["cells"]
+      assert view.handed |> Map.keys() |> Enum.sort() == f["handed"]
+
+      held =
+        for {id, {ti, q}} <- Enum.sort(Overworld.Protocol.Snapshot.View.entities(view)),
+            do: %{"id" => id, "template" => Enum.at(templates, ti).id, "q" => Tuple.to_list(q)}
+
+      assert held == f["entities"]
+      view
+    end)
+  end
+
   test "frames.json: a frame whose baseline the view does not hold is refused" do
     json = "protocol/vectors/frames.json" |> File.read!() |> :jiffy.decode([:return_maps])
     templates = Vectors.Wire.__templates__()
