@@ -212,7 +212,10 @@ defmodule Overworld.Interest do
   next frame starts from nothing (baseline 0) and every cell in view comes again as a
   keyframe. The cause is logged.
   """
-  @spec resync(t, term) :: t
+  @spec resync(t | Overworld.Interest.World.t(), term) :: t | Overworld.Interest.World.t()
+  def resync(%Overworld.Interest.World{} = w, reason),
+    do: Overworld.Interest.World.resync(w, reason)
+
   def resync(%__MODULE__{} = o, reason) do
     Logger.info("interest: resync of an observer of zone #{inspect(o.zone)}: #{inspect(reason)}")
     restart(o)
@@ -240,9 +243,14 @@ defmodule Overworld.Interest do
 
   @doc """
   Sets the input acknowledgement the next frames carry: the newest input sequence number of the
-  client that the zone consumed (`Overworld.Zone.input_ack/2`).
+  client that the zone consumed (`Overworld.Zone.input_ack/2`). (`resync/2`, `acknowledge/2` and
+  `announce/2` take a world observer too: `Overworld.Interest.World`.)
   """
-  @spec acknowledge(t, non_neg_integer) :: t
+  @spec acknowledge(t | Overworld.Interest.World.t(), non_neg_integer) ::
+          t | Overworld.Interest.World.t()
+  def acknowledge(%Overworld.Interest.World{} = w, seq),
+    do: Overworld.Interest.World.acknowledge(w, seq)
+
   def acknowledge(%__MODULE__{} = o, seq) when is_integer(seq) and seq >= 0,
     do: %{o | input_ack: max(o.input_ack, seq)}
 
@@ -251,7 +259,11 @@ defmodule Overworld.Interest do
   ticks between two snapshots of this client from that frame on. A frame that is not sent
   leaves the observer as it was, announcement included.
   """
-  @spec announce(t, pos_integer) :: t
+  @spec announce(t | Overworld.Interest.World.t(), pos_integer) ::
+          t | Overworld.Interest.World.t()
+  def announce(%Overworld.Interest.World{} = w, interval),
+    do: Overworld.Interest.World.announce(w, interval)
+
   def announce(%__MODULE__{} = o, interval) when is_integer(interval) and interval >= 1,
     do: %{o | ext: [Snapshot.send_interval_extension(interval)]}
 

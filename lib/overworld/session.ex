@@ -134,8 +134,13 @@ defmodule Overworld.Session do
   # the last snapshot): no frames until the observer starts over.
   def handle_info({:overworld_tick, _zone, _n, _t0}, %{zone_pid: nil} = st), do: {:noreply, st}
 
-  def handle_info({:overworld_tick, _zone, n, _t0}, %{phase: :live} = st) do
-    {n, stale} = newest_tick(n, 0)
+  # (A world's session gets the ticks of its avatar's zone; a notice of the zone it left is late.)
+  def handle_info({:overworld_tick, zone, _n, _t0}, %{obs: %Interest.World{}, zone: other} = st)
+      when zone != other,
+      do: {:noreply, st}
+
+  def handle_info({:overworld_tick, zone, n, _t0}, %{phase: :live} = st) do
+    {n, stale} = newest_tick(zone, n, 0)
     c = st.cfg.counters
     if stale > 0, do: :counters.add(c, Server.counter(:frames_skipped), stale)
     k = Overworld.Server.Pace.interval(st.cfg)
@@ -434,9 +439,9 @@ defmodule Overworld.Session do
 
   ## Snapshots
 
-  defp newest_tick(n, stale) do
+  defp newest_tick(zone, n, stale) do
     receive do
-      {:overworld_tick, _zone, m, _t0} -> newest_tick(max(n, m), stale + 1)
+      {:overworld_tick, ^zone, m, _t0} -> newest_tick(zone, max(n, m), stale + 1)
     after
       0 -> {n, stale}
     end
@@ -448,7 +453,11 @@ defmodule Overworld.Session do
   defp my_turn?(_st, _n, 1), do: true
 
   defp my_turn?(st, n, k),
-    do: rem(n + st.pace_hash, k) == 0 or n - st.obs.tick >= k
+    do: rem(n + st.pace_hash, k) == 0 or n - last_tick(st.obs) >= k
+
+  # The zone tick of the last frame.
+  defp last_tick(%Interest.World{home_tick: t}), do: t || 0
+  defp last_tick(obs), do: obs.tick
 
   defp snapshot(st, n, k, late?) do
     queued = queued(st.sock)
@@ -484,7 +493,7 @@ defmodule Overworld.Session do
         obs = Interest.acknowledge(st.obs, Wire.input_ack(st.table, st.entity))
         obs = if k != st.told_interval, do: Interest.announce(obs, k), else: obs
 
-        case Interest.frame(obs, n, x, y) do
+        case frame(obs, st.zone, n, x, y) do
           {nil, _, obs} ->
             %{st | obs: obs, pos: pos}
 
@@ -510,6 +519,9 @@ defmodule Overworld.Session do
         end
     end
   end
+
+  defp frame(%Interest.World{} = obs, zone, n, x, y), do: Interest.World.frame(obs, zone, n, x, y)
+  defp frame(obs, _zone, n, x, y), do: Interest.frame(obs, n, x, y)
 
   defp position(st) do
     case Wire.position(st.table, st.entity) do

@@ -92,7 +92,7 @@ defmodule Overworld.Session.Hello do
   defp enter_zone(st, handoff) do
     with {:ok, config} <- zone_config(st.zone),
          {:ok, entity} <- player_entity(st, handoff),
-         {:ok, pid, slot, obs} <- attach(st, st.zone) do
+         {:ok, pid, slot, obs} <- attach(st, st.zone, config) do
       seq = if handoff, do: handoff.input_seq, else: 0
       Session.send_msg(st, handshake(config, entity))
       # Reliable messages the earlier connection never wrote: numbered on this one.
@@ -173,13 +173,13 @@ defmodule Overworld.Session.Hello do
   Our avatar (`entity`) crossed into `zone`, another zone of the world, which now has our
   player: the session subscribes to it, its inputs go to the new zone's slots from now (the
   newest one written again there: none is lost on the way, acknowledgements stay
-  monotonic), and the client's view starts over from the new zone's keyframes (the same
-  connection, no reconnect).
+  monotonic), and the client's view goes on (its observer sees the whole world: its frames
+  now come on the new zone's ticks; the same connection, no reconnect).
   """
   @spec moved(Session.t(), term, pos_integer) :: tuple
   def moved(st, zone, entity) do
     with {:ok, config} <- zone_config(zone),
-         {:ok, pid, slot, obs} <- attach(st, zone) do
+         {:ok, pid, slot, obs} <- attach(st, zone, config) do
       # Acknowledgements never go back: the new zone acknowledges our inputs from the next.
       obs = if st.obs, do: Interest.acknowledge(obs, st.obs.input_ack), else: obs
       if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone_pid, self()) end)
@@ -206,16 +206,24 @@ defmodule Overworld.Session.Hello do
   end
 
   # The session takes its place in a zone that has its player: the player's input slot, an
-  # observer of the zone, its ticks (subscribed), the zone server watched.
-  defp attach(st, zone) do
+  # observer of the zone (of a world's zone: of the whole world, kept across crossings), its
+  # ticks (subscribed), the zone server watched.
+  defp attach(st, zone, config) do
     with {:ok, slot} <- Overworld.Zone.input_slot(zone, st.user),
-         {:ok, obs} <- Interest.new(zone, st.cfg.interest),
+         {:ok, obs} <- observer(st, zone, config),
          :ok <- Overworld.Zone.subscribe(zone, self()),
          pid when is_pid(pid) <- Overworld.Zone.whereis(zone) || {:error, :not_running} do
       Process.monitor(pid)
       {:ok, pid, slot, obs}
     end
   end
+
+  defp observer(%{obs: %Interest.World{} = obs}, _zone, _config), do: {:ok, obs}
+
+  defp observer(st, _zone, %{world: %Overworld.World.Place{name: name}}),
+    do: Interest.World.new(name, st.cfg.interest)
+
+  defp observer(st, zone, _config), do: Interest.new(zone, st.cfg.interest)
 
   defp catch_exit(fun) do
     fun.()

@@ -45,8 +45,22 @@ defmodule Overworld.Session.CrossingTest do
     # Walk toward the other zone (the border lies in the middle of the world).
     mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
 
+    g = Zone.config(from).grid
+    player = %{player | view: %{player.view | space: g.stride * (g.rows + 2)}}
+
     result =
-      walk(player, %{mx: mx, seq: 0, acks: [], frames: 0, crossed: nil, world: world, from: from})
+      walk(player, %{
+        mx: mx,
+        seq: 0,
+        acks: [],
+        frames: 0,
+        crossed: nil,
+        world: world,
+        from: from,
+        ticks: [],
+        resets: 0,
+        missing: []
+      })
 
     assert result.crossed, "the avatar never crossed (#{result.frames} frames)"
     to = World.zone_for(world, user)
@@ -60,8 +74,13 @@ defmodule Overworld.Session.CrossingTest do
     assert result.acks == Enum.sort(result.acks)
     {_frame, seq_at_crossing} = result.crossed
     assert Enum.max(result.acks) > seq_at_crossing
-    # The client still sees itself, in the new zone's frames.
+    # The client still sees itself, in the new zone's frames; it saw itself in every frame
+    # since the third, across the crossing; the frames' ticks only went up, and none started
+    # the view over (baseline 0) after the first.
     assert Map.has_key?(Snapshot.View.entities(result.view), player.entity)
+    assert result.missing == []
+    assert result.ticks == Enum.sort(Enum.uniq(result.ticks))
+    assert result.resets == 1
   end
 
   # Sends an input every third frame, applies every frame (each must decode), until 60
@@ -93,7 +112,23 @@ defmodule Overworld.Session.CrossingTest do
           st.crossed ||
             if World.zone_for(st.world, player.user) != st.from, do: {st.frames, st.seq}
 
-        st = %{st | frames: st.frames + 1, acks: st.acks ++ [view.input_ack], crossed: crossed}
+        {:ok, _tick, rest} =
+          Overworld.Protocol.Codec.read_varint(binary_part(snap, 1, byte_size(snap) - 1))
+
+        {:ok, baseline, _} = Overworld.Protocol.Codec.read_varint(rest)
+        seen? = Map.has_key?(Snapshot.View.entities(view), player.entity)
+
+        st = %{
+          st
+          | frames: st.frames + 1,
+            acks: st.acks ++ [view.input_ack],
+            crossed: crossed,
+            ticks: st.ticks ++ [view.tick],
+            resets: st.resets + if(baseline == 0, do: 1, else: 0),
+            missing:
+              Map.get(st, :missing, []) ++ if(seen? or st.frames < 3, do: [], else: [st.frames])
+        }
+
         player = %{player | conn: conn, view: view}
 
         done? = match?({_, _}, crossed) and st.frames > elem(crossed, 0) + 60
