@@ -89,7 +89,7 @@ deps-go:
 ERL_SPIN = +sbwt none +sbwtdcpu none +sbwtdio none
 
 run: deps-elixir
-	cd $(GAME) && ERL_FLAGS="$(ERL_SPIN)" mix goblins.server
+	cd $(GAME) && ERL_FLAGS="$(ERL_SPIN)" mix goblins.server --zones 2x2
 
 test: deps
 	$(MAKE) test-elixir test-example test-rust test-ts test-go

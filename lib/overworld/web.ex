@@ -5,7 +5,7 @@ defmodule Overworld.Web do
   | route | answer |
   | --- | --- |
   | `GET /` | the status page (HTML and a little JS polling `/api/v1/status` every second) |
-  | `GET /api/v1/status` | zones (players, entities, tick p50/p99), sessions, bytes sent |
+  | `GET /api/v1/status` | zones (players, entities, tick p50/p99; a world's zone by zone, with their crossings), sessions, bytes sent |
   | `GET /healthz` | `{"status":"ok"}` |
   | `POST /api/v1/auth/device` | `{"device_id"}` → tokens (the account is made on first use) |
   | `POST /api/v1/auth/refresh` | `{"refresh_token"}` → new tokens |
@@ -154,11 +154,16 @@ defmodule Overworld.Web do
     pace = Overworld.Server.Pace.stats(cfg)
 
     zones =
-      for {public, id} <- cfg.zones,
+      for {public, id} <- served_zones(cfg),
           m = Overworld.Zone.metrics(id),
           m != nil do
         %{
           name: public,
+          # A world's zone: the world's name as clients give it, its crossings (entities
+          # adopted from and handed to its neighbours, since it started).
+          world: world_of(cfg, id),
+          crossings_in: m[:world][:crossings_in],
+          crossings_out: m[:world][:crossings_out],
           tick: m.tick,
           entities: m.entities,
           players: m.players,
@@ -206,6 +211,30 @@ defmodule Overworld.Web do
       os_pid: System.pid()
     }
   end
+
+  # The zones served: a world's (`{:world, name}`) one by one, named `public/region`.
+  defp served_zones(cfg) do
+    Enum.flat_map(cfg.zones, fn
+      {public, {:world, name}} ->
+        for {_, rid} = z <- Enum.sort(Overworld.World.zones(name)),
+            do: {"#{public}/#{region(rid)}", z}
+
+      {public, id} ->
+        [{public, id}]
+    end)
+  end
+
+  defp region({c, r}), do: "#{c},#{r}"
+  defp region(rid), do: to_string(rid)
+
+  defp world_of(cfg, {name, _rid}) do
+    Enum.find_value(cfg.zones, fn
+      {public, {:world, ^name}} -> public
+      _ -> nil
+    end)
+  end
+
+  defp world_of(_cfg, _id), do: nil
 
   defp histogram(id) do
     case Overworld.Zone.metrics_ref(id) do

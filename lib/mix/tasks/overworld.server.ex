@@ -7,6 +7,7 @@ defmodule Mix.Tasks.Overworld.Server do
   Mix project (which depends on `:overworld`):
 
       mix overworld.server --zone MODULE --wire MODULE [--name NAME] [--arg KEY=VALUE ...]
+                           [--zones CxR --entities-per-zone N]
                            [--size W,H] [--cell-size M] [--workers N] [--tick-rate 30]
                            [--seed 0] [--port 4000] [--data-dir ./data] [--no-persist]
                            [--snapshot-ticks 300] [--interval 5] [--seconds S]
@@ -18,6 +19,13 @@ defmodule Mix.Tasks.Overworld.Server do
     called (default: the module's last part, underscored: `MyGame.Arena` is `arena`).
   * `--arg KEY=VALUE` (repeatable) the keyword list `init/1` gets; values that read as
     integers, floats, `true` or `false` are those, the rest strings.
+  * `--zones CxR --entities-per-zone N`: a world of `C x R` zones (`Overworld.World`, named
+    `--name`, one connection sees all of it: clients connect to `/ws?zone=NAME` as to a
+    zone) of `N` entities per zone, for a zone module that exports `zone_options(entities,
+    extra)` (the zone options for that many entities, as the goblin example's); `--zones
+    1x1` is one zone of `N` entities. The world's zones keep their files in
+    `<data-dir>/worlds/<name>/zone-<i>/`; the statistics come as a line per zone and one
+    for the world (its crossings per second).
   * `--size W,H` (metres), `--cell-size`, `--workers`, `--tick-rate`, `--seed`: the zone
     options of the same names (`Overworld.Zone`).
   * `--data-dir` where accounts, the token secret and (unless `--no-persist`) the zone's
@@ -65,7 +73,9 @@ defmodule Mix.Tasks.Overworld.Server do
               cell_size: :float,
               workers: :integer,
               tick_rate: :integer,
-              seed: :integer
+              seed: :integer,
+              zones: :string,
+              entities_per_zone: :integer
             ] ++ @server_switches
 
   @doc "The `OptionParser` switches of `serve/2`'s options, for a game's own server task."
@@ -86,7 +96,61 @@ defmodule Mix.Tasks.Overworld.Server do
       |> put_given(opts, [:workers, :tick_rate, :seed, :cell_size])
       |> then(&if opts[:size], do: Keyword.put(&1, :size, size!(opts[:size])), else: &1)
 
-    serve([{module, zone_opts}], opts)
+    serve([served(module, zone_opts, opts)], opts)
+  end
+
+  # One zone, or with --zones a world of them (its options from the module's zone_options/2).
+  defp served(module, zone_opts, opts) do
+    case {opts[:zones], opts[:entities_per_zone]} do
+      {nil, nil} ->
+        {module, zone_opts}
+
+      {nil, _} ->
+        Mix.raise("--entities-per-zone goes with --zones CxR")
+
+      {_, nil} ->
+        Mix.raise("--zones goes with --entities-per-zone N")
+
+      {shape, n} ->
+        Args.at_least!(opts, [:entities_per_zone])
+        {c, r} = zones!(shape)
+
+        unless Code.ensure_loaded?(module) and function_exported?(module, :zone_options, 2),
+          do:
+            Mix.raise(
+              "--zones needs #{inspect(module)}.zone_options(entities, extra) (the zone " <>
+                "options for that many entities): define it in your zone module"
+            )
+
+        world_opts =
+          if {c, r} == {1, 1},
+            do: zone_opts,
+            else:
+              zone_opts
+              |> Keyword.delete(:id)
+              |> Keyword.merge(name: zone_opts[:id], zones: {c, r})
+
+        base = module.zone_options(n * c * r, Keyword.delete(world_opts, :args))
+        opts = Keyword.update(base, :args, zone_opts[:args], &Keyword.merge(&1, zone_opts[:args]))
+        if {c, r} == {1, 1}, do: {module, opts}, else: {:world, module, opts}
+    end
+  end
+
+  @doc false
+  # `--zones CxR` as `{c, r}` (a game's own server task parses it too).
+  @spec zones!(String.t()) :: {pos_integer, pos_integer}
+  def zones!(text) do
+    with [c, r] <- String.split(text, "x"),
+         {c, ""} <- Integer.parse(c),
+         {r, ""} <- Integer.parse(r),
+         true <- c >= 1 and r >= 1 do
+      {c, r}
+    else
+      _ ->
+        Mix.raise(
+          "--zones must be CxR (columns x rows of zones, e.g. 2x2), got: #{inspect(text)}"
+        )
+    end
   end
 
   @doc """
@@ -110,32 +174,60 @@ defmodule Mix.Tasks.Overworld.Server do
     data_dir = Keyword.get(opts, :data_dir, "./data")
     Overworld.Bench.Stats.start_node()
 
-    started =
-      for {module, zone_opts} <- zones do
-        zone_opts =
-          zone_opts
-          |> put_given(opts, [:snapshot_ticks])
-          |> then(
-            &if Keyword.get(opts, :persist, true),
-              do: Keyword.put(&1, :data_dir, Path.join(data_dir, "zones")),
-              else: &1
-          )
+    persist? = Keyword.get(opts, :persist, true)
 
-        start_zone!(module, zone_opts)
+    started =
+      for entry <- zones do
+        case entry do
+          {:world, module, world_opts} ->
+            world_opts = put_given(world_opts, opts, [:snapshot_ticks])
+            dir = Path.join([data_dir, "worlds", to_string(world_opts[:name])])
+
+            world_opts =
+              if persist?, do: Keyword.put(world_opts, :data_dir, dir), else: world_opts
+
+            start_world!(module, world_opts)
+
+          {module, zone_opts} ->
+            zone_opts =
+              zone_opts
+              |> put_given(opts, [:snapshot_ticks])
+              |> then(
+                &if persist?,
+                  do: Keyword.put(&1, :data_dir, Path.join(data_dir, "zones")),
+                  else: &1
+              )
+
+            start_zone!(module, zone_opts)
+        end
       end
 
-    names = Map.new(started, fn {id, _config} -> {to_string(id), id} end)
+    public = fn
+      {:world, name} -> to_string(name)
+      id -> to_string(id)
+    end
+
+    names = Map.new(started, fn {id, _config} -> {public.(id), id} end)
     [{first, config} | _] = started
 
     start_server!(
-      [port: port, data_dir: data_dir, zones: names, default_zone: to_string(first)] ++
+      [port: port, data_dir: data_dir, zones: names, default_zone: public.(first)] ++
         Keyword.take(opts, [:pace, :max_players])
     )
 
+    what =
+      case first do
+        {:world, name} ->
+          "world #{inspect(to_string(name))} of #{length(Overworld.World.zones(name))} zones"
+
+        _ ->
+          "zone #{inspect(to_string(first))}"
+      end
+
     Mix.shell().info(
-      "Overworld: zone #{inspect(to_string(first))} (#{inspect(config.module)}) in " <>
+      "Overworld: #{what} (#{inspect(config.module)}) in " <>
         "#{Float.round(elem(config.size, 0) / 1, 1)} m x #{Float.round(elem(config.size, 1) / 1, 1)} m, " <>
-        "#{config.tick_rate} Hz, #{config.workers} bucket workers on " <>
+        "#{config.tick_rate} Hz, #{config.workers} bucket workers#{if match?({:world, _}, first), do: " per zone", else: ""} on " <>
         "#{System.schedulers_online()} schedulers. Statistics every #{o.interval} s (Ctrl-C to stop)."
     )
 
@@ -144,7 +236,15 @@ defmodule Mix.Tasks.Overworld.Server do
 
     # (In milliseconds: whole seconds would end a run up to a second early.)
     deadline = if opts[:seconds], do: System.monotonic_time(:millisecond) + opts[:seconds] * 1000
-    {:ok, reporter} = Overworld.Bench.Report.start_link(first, o.interval * 1000, stdout_writer())
+
+    watched =
+      case first do
+        {:world, name} -> {:world, Enum.sort(Overworld.World.zones(name))}
+        zone -> zone
+      end
+
+    {:ok, reporter} =
+      Overworld.Bench.Report.start_link(watched, o.interval * 1000, stdout_writer())
 
     # A line due at the deadline itself still comes.
     wait(deadline && deadline + 250)
@@ -167,15 +267,36 @@ defmodule Mix.Tasks.Overworld.Server do
   end
 
   defp start_zone!(module, zone_opts) do
-    case Overworld.start_zone(module, zone_opts) do
+    id = zone_opts[:id]
+
+    started!(
+      fn -> Overworld.start_zone(module, zone_opts) end,
+      "zone",
+      id,
+      "zone #{inspect(module)}"
+    )
+
+    {id, Overworld.Zone.config(id)}
+  end
+
+  defp start_world!(module, world_opts) do
+    name = world_opts[:name]
+    what = "world of #{inspect(module)}"
+    started!(fn -> Overworld.start_world(module, world_opts) end, "world", name, what)
+    {{:world, name}, Overworld.Zone.config(hd(Enum.sort(Overworld.World.zones(name))))}
+  end
+
+  # A zone or world started, or the task ends with why not.
+  defp started!(start, kind, name, what) do
+    case start.() do
       {:ok, _} ->
-        {zone_opts[:id], Overworld.Zone.config(zone_opts[:id])}
+        :ok
 
       {:error, :already_started} ->
-        Mix.raise("a zone named #{inspect(to_string(zone_opts[:id]))} is already running")
+        Mix.raise("a #{kind} named #{inspect(to_string(name))} is already running")
 
       {:error, reason} ->
-        Mix.raise("the zone #{inspect(module)} did not start: #{inspect(reason)}")
+        Mix.raise("the #{what} did not start: #{inspect(reason)}")
     end
   rescue
     e in ArgumentError -> Mix.raise(Exception.message(e))

@@ -16,6 +16,8 @@ defmodule Overworld.Bench.Report do
   defstruct [:zone, :snapshot, :cpu, :metrics]
 
   @doc false
+  # `zone`: a zone id, or `{:world, zones}` (a line per zone, prefixed with its region, and a
+  # line of the world's crossings per second).
   @spec start_link(term, pos_integer, (String.t() -> any)) :: {:ok, pid}
   def start_link(zone, interval_ms, out) do
     pid =
@@ -33,8 +35,8 @@ defmodule Overworld.Bench.Report do
   defp report_loop(report, due, interval_ms, out) do
     receive do
       {:timeout, _, :line} ->
-        {line, report} = line(report)
-        out.(line)
+        {lines, report} = lines(report)
+        Enum.each(lines, out)
         # The next line is due one interval after this one was due (not after it was printed):
         # lines never drift, and one that came late does not delay the next.
         now = System.monotonic_time(:millisecond)
@@ -44,7 +46,9 @@ defmodule Overworld.Bench.Report do
     end
   end
 
-  @spec start(term) :: %__MODULE__{}
+  @spec start(term) :: %__MODULE__{} | {:world, [%__MODULE__{}]}
+  def start({:world, zones}), do: {:world, Enum.map(zones, &start/1)}
+
   def start(zone) do
     ref = Zone.metrics_ref(zone)
 
@@ -55,6 +59,35 @@ defmodule Overworld.Bench.Report do
       metrics: Zone.metrics(zone)
     }
   end
+
+  # The lines of the window since `prev` (one zone's: one line) and the next window's start.
+  defp lines({:world, reports}) do
+    {lines, next} = reports |> Enum.map(&line/1) |> Enum.unzip()
+
+    crossings =
+      Enum.zip(reports, next)
+      |> Enum.map(fn {a, b} -> b.metrics.world.crossings_in - a.metrics.world.crossings_in end)
+      |> Enum.sum()
+
+    seconds = CPU.compare(hd(reports).cpu, hd(next).cpu).seconds
+
+    prefixed = for {l, r} <- Enum.zip(lines, reports), do: "zone #{region(r.zone)} | " <> l
+
+    world =
+      "world | #{length(reports)} zones | " <>
+        "#{Enum.sum(for r <- next, do: r.metrics.entities)} entities | " <>
+        "#{Float.round(crossings / max(seconds, 0.001), 1)} crossings/s"
+
+    {prefixed ++ [world], {:world, next}}
+  end
+
+  defp lines(report) do
+    {line, next} = line(report)
+    {[line], next}
+  end
+
+  defp region({_name, {c, r}}), do: "#{c},#{r}"
+  defp region({_name, rid}), do: inspect(rid)
 
   @doc "A one-line summary of the window since `prev`; returns it and the next window's start."
   @spec line(%__MODULE__{}) :: {String.t(), %__MODULE__{}}

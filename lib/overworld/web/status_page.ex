@@ -25,11 +25,14 @@ defmodule Overworld.Web.StatusPage do
   <p id="server" class="dim">loading…</p>
   <p id="error"></p>
   <table>
-    <thead><tr><th>zone</th><th>players</th><th>entities</th><th>tick</th><th>ticks measured</th><th>tick p50 (ms)</th><th>tick p99 (ms)</th><th>tick max (ms)</th><th>overruns</th><th>now: ticks</th><th>now p50 (ms)</th><th>now max (ms)</th></tr></thead>
+    <thead><tr><th>zone</th><th>players</th><th>entities</th><th>tick</th><th>ticks measured</th><th>tick p50 (ms)</th><th>tick p99 (ms)</th><th>tick max (ms)</th><th>overruns</th><th>now: ticks</th><th>now p50 (ms)</th><th>now max (ms)</th><th>crossings/s</th></tr></thead>
     <tbody id="zones"></tbody>
   </table>
   <p class="dim">"now": the last 150 to 300 ticks (5 to 10 s at 30 Hz); the other tick
-  figures are over the zone's whole life.</p>
+  figures are over the zone's whole life. The zones of a world are listed one by one
+  (<code>world/column,row</code>); crossings/s: entities that came into the zone from a
+  neighbour per second (between the last two polls).</p>
+  <p id="crossings" class="dim"></p>
   <p class="dim">Players connect with WebSocket to <code>/ws</code> after
   <code>POST /api/v1/auth/device</code>; see docs/protocol.md.</p>
   <script>
@@ -44,9 +47,22 @@ defmodule Overworld.Web.StatusPage do
       const res = await fetch("/api/v1/status", { cache: "no-store" });
       const s = await res.json();
       let rate = "–";
+      const per_s = (now, was) => {
+        const v = last && s.now_ms > last.now_ms ? ((now - was) * 1000) / (s.now_ms - last.now_ms) : NaN;
+        return Number.isFinite(v) ? v.toFixed(1) : "–";
+      };
       if (last && s.now_ms > last.now_ms) {
         rate = Math.round((s.bytes_out - last.bytes_out) * 1000 / (s.now_ms - last.now_ms)).toLocaleString();
       }
+      const before = new Map(last ? last.zones.map((z) => [z.name, z]) : []);
+      const crossings = (z) => (before.has(z.name) ? per_s(z.crossings_in, before.get(z.name).crossings_in) : "–");
+      const worlds = [...new Set(s.zones.filter((z) => z.world).map((z) => z.world))];
+      document.getElementById("crossings").textContent = worlds.map((w) => {
+        const zs = s.zones.filter((z) => z.world === w);
+        const total = zs.reduce((a, z) => a + (z.crossings_in || 0), 0);
+        const was = zs.reduce((a, z) => a + (before.has(z.name) ? before.get(z.name).crossings_in || 0 : NaN), 0);
+        return `world ${w}: ${zs.length} zones, ${zs.reduce((a, z) => a + z.entities, 0).toLocaleString()} entities, ${last ? per_s(total, was) : "–"} crossings/s`;
+      }).join("; ");
       last = s;
       document.getElementById("server").textContent =
         `${s.sessions} sessions, ${s.connections} connections, ${rate} bytes out/s, ` +
@@ -58,7 +74,7 @@ defmodule Overworld.Web.StatusPage do
       const body = document.getElementById("zones");
       body.replaceChildren(...s.zones.map((z) => {
         const tr = document.createElement("tr");
-        for (const v of [z.name, z.players, z.entities, z.tick, z.tick_samples, ms(z.tick_p50_us), p99(z), ms(z.tick_max_us), z.overruns, z.recent_tick_samples, ms(z.recent_tick_p50_us), ms(z.recent_tick_max_us)]) tr.appendChild(cell(v));
+        for (const v of [z.name, z.players, z.entities, z.tick, z.tick_samples, ms(z.tick_p50_us), p99(z), ms(z.tick_max_us), z.overruns, z.recent_tick_samples, ms(z.recent_tick_p50_us), ms(z.recent_tick_max_us), z.world ? crossings(z) : ""]) tr.appendChild(cell(v));
         return tr;
       }));
       document.getElementById("error").textContent = "";

@@ -35,6 +35,34 @@ defmodule Mix.Tasks.Overworld.ServerTest do
     Supervisor.stop(Overworld.Server)
   end
 
+  test "--zones CxR --entities-per-zone N: a world of zones, a line per zone and one for the world" do
+    out =
+      capture_io(fn ->
+        Task.run(
+          ~w(--zone Overworld.Test.Game --wire Overworld.Test.Game.Wire --zones 2x1) ++
+            ~w(--entities-per-zone 300 --name duo --seconds 2 --interval 1 --port 0 --no-persist) ++
+            ~w(--data-dir #{DataDir.path()})
+        )
+      end)
+
+    assert out =~ ~s|world "duo" of 2 zones (Overworld.Test.Game)|
+    assert out =~ ~r/zone 0,0 \| tick \d+ \| \d+ entities/
+    assert out =~ ~r/zone 1,0 \| tick \d+ \| \d+ entities/
+    assert out =~ ~r/world \| 2 zones \| 600 entities \| [\d.]+ crossings\/s/
+    # The status page's API lists the world's zones one by one.
+    [_, port] = Regex.run(~r/listening on http:\/\/127.0.0.1:(\d+)/, out)
+
+    {:ok, 200, _, body} =
+      Overworld.Client.request("127.0.0.1", String.to_integer(port), "GET", "/api/v1/status")
+
+    zones = :jiffy.decode(body, [:return_maps])["zones"]
+    assert Enum.map(zones, & &1["name"]) == ["duo/0,0", "duo/1,0"]
+    assert Enum.all?(zones, &(&1["world"] == "duo" and is_integer(&1["crossings_in"])))
+    assert Enum.sum(Enum.map(zones, & &1["entities"])) == 600
+    Overworld.stop_world("duo")
+    Supervisor.stop(Overworld.Server)
+  end
+
   test "--no-pace and --max-players reach the server" do
     capture_io(fn ->
       Task.run(
@@ -73,7 +101,12 @@ defmodule Mix.Tasks.Overworld.ServerTest do
       {@zone ++ ~w(--max-players 0), "--max-players must be a positive integer"},
       {~w(--zone Overworld.Test.Walkers --size 10), "--size must be W,H in metres"},
       {@zone ++ ~w(--tick-rate 5000), "expected :tick_rate to be an integer in 1..1000"},
-      {@zone ++ ~w(--zone-typo x), "invalid arguments"}
+      {@zone ++ ~w(--zone-typo x), "invalid arguments"},
+      {@zone ++ ~w(--zones 2 --entities-per-zone 10), "--zones must be CxR"},
+      {@zone ++ ~w(--zones 2x2), "--zones goes with --entities-per-zone N"},
+      {@zone ++ ~w(--entities-per-zone 10), "--entities-per-zone goes with --zones CxR"},
+      {@zone ++ ~w(--zones 2x2 --entities-per-zone 10),
+       "--zones needs Overworld.Test.Walkers.zone_options(entities, extra)"}
     ])
   end
 

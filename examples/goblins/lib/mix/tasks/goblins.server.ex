@@ -5,9 +5,14 @@ defmodule Mix.Tasks.Goblins.Server do
   and prints the zone's tick statistics every few seconds until stopped (Ctrl-C twice). This
   is what `make run` does (from the repository root).
 
-      mix goblins.server [--entities 10000] [--workers N] [--tick-rate 30] [--port 4000]
+      mix goblins.server [--entities 10000] [--zones 1x1] [--workers N] [--tick-rate 30] [--port 4000]
                          [--data-dir ./data] [--no-persist] [--snapshot-ticks 300]
                          [--interval 5] [--seconds S] [--no-pace] [--max-players N]
+
+  `--zones CxR` serves a world of `C x R` zones (`Overworld.World`) of `--entities` goblins
+  each, wandering across the borders (`make run` serves 2x2: 40,000 goblins); the world is
+  named `goblins` too (one connection sees all of it) and keeps its files in
+  `<data-dir>/worlds/goblins/zone-<i>/`.
 
   The zone is named `goblins` (clients connect to `/ws?zone=goblins`, the default zone) and
   keeps its snapshots and journal in `<data-dir>/zones/goblins/`: started again on its files
@@ -20,7 +25,7 @@ defmodule Mix.Tasks.Goblins.Server do
 
   alias Overworld.Bench.Args
 
-  @switches [entities: :integer, workers: :integer, tick_rate: :integer] ++
+  @switches [entities: :integer, zones: :string, workers: :integer, tick_rate: :integer] ++
               Mix.Tasks.Overworld.Server.server_switches()
 
   @impl true
@@ -30,9 +35,19 @@ defmodule Mix.Tasks.Goblins.Server do
     if opts[:workers], do: Args.at_least!(opts, [:workers])
 
     zone =
-      [id: :goblins, tick_rate: o.tick_rate, wire: Goblins.Wire]
+      [tick_rate: o.tick_rate, wire: Goblins.Wire]
       |> then(&if opts[:workers], do: Keyword.put(&1, :workers, opts[:workers]), else: &1)
 
-    Mix.Tasks.Overworld.Server.serve([{Goblins, Goblins.zone_options(o.entities, zone)}], opts)
+    served =
+      case Mix.Tasks.Overworld.Server.zones!(opts[:zones] || "1x1") do
+        {1, 1} ->
+          {Goblins, Goblins.zone_options(o.entities, [id: :goblins] ++ zone)}
+
+        {c, r} ->
+          world = [name: :goblins, zones: {c, r}] ++ zone
+          {:world, Goblins, Goblins.zone_options(o.entities * c * r, world)}
+      end
+
+    Mix.Tasks.Overworld.Server.serve([served], opts)
   end
 end
