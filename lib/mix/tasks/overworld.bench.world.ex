@@ -7,6 +7,7 @@ defmodule Mix.Tasks.Overworld.Bench.World do
       mix overworld.bench.world --zone MODULE [--wire MODULE] [--zones 2x2]
                                 [--entities-per-zone 10000] [--seconds 30] [--warmup 3]
                                 [--rounds 2] [--workers N] [--migrate FRACTION]
+                                [--observers 0]
                                 [--arg KEY=VALUE ...] [--json PATH]
 
   * `--zone` the game's zone module; it must export `zone_options(entities, extra)`, the zone
@@ -17,6 +18,13 @@ defmodule Mix.Tasks.Overworld.Bench.World do
   * `--migrate FRACTION` passed to `init/1` as `migrate:`, for a game that offers a migration
     load (in the goblin example, that fraction of its entities ride long straight paths across
     the world); `--arg KEY=VALUE` adds any other.
+
+  * `--observers N` (with `--wire`): N observers of the world during its rounds, half at the
+    corners where zones meet, half at the centres of zones (`Overworld.Interest.World`, a
+    world frame on every tick of their home zone, unlimited budget, nothing sent): bytes per
+    second per observer in each group, cells in view, and one of each group decoding every
+    frame (entities shown, decode errors); the run's figure is a corner observer's bytes per
+    second per entity shown over an inside one's.
 
   Printed per round (and written with `--json`): the lone zone's and every world zone's tick
   p50/p99/max (every tick, from telemetry; a p99 only with 100 ticks or more) and overruns;
@@ -39,6 +47,7 @@ defmodule Mix.Tasks.Overworld.Bench.World do
     rounds: :integer,
     workers: :integer,
     migrate: :float,
+    observers: :integer,
     arg: :keep,
     json: :string
   ]
@@ -93,6 +102,7 @@ defmodule Mix.Tasks.Overworld.Bench.World do
         rounds: o[:rounds],
         workers: o[:workers],
         args: args,
+        observers: opts[:observers] || 0,
         print: &Mix.shell().info/1
       )
 
@@ -103,9 +113,14 @@ defmodule Mix.Tasks.Overworld.Bench.World do
             "#{result.lone_p99_us_median} µs = #{result.p99_ratio}x",
         else: "no p99 (a round needs 100 ticks: --seconds 4 or more at 30 Hz)"
 
+    corner =
+      if r = result.corner_bytes_per_entity_ratio,
+        do: "; corner observer bytes per entity shown / inside observer's = #{r}",
+        else: ""
+
     Mix.shell().info(
       "#{ratio}; world overruns #{result.overruns}; lost #{result.lost}, duplicated " <>
-        "#{result.duplicated}"
+        "#{result.duplicated}#{corner}"
     )
 
     Stats.write_result(opts[:json], Map.put(result, :args, inspect(args)), machine)

@@ -28,6 +28,7 @@ defmodule Overworld.Bench.World do
         world = measure_world(opts)
         for {id, z} <- Enum.sort(world.zones), do: print.(line("round #{r}: zone #{id}", z))
         print.(world_line(world))
+        for {group, o} <- Enum.sort(world.observers), do: print.(observer_line(r, group, o))
         %{lone: lone, world: world}
       end
 
@@ -39,6 +40,15 @@ defmodule Overworld.Bench.World do
 
     lone_p99 = Stats.median(for r <- rounds, r.lone.p99_us != nil, do: r.lone.p99_us)
 
+    # Bytes per second of a corner observer over an inside one, per entity shown.
+    corner_ratio =
+      Stats.median(
+        for r <- rounds,
+            %{corner: c, inside: i} <- [r.world.observers],
+            c.visible_mean && i.visible_mean && i.bytes_per_s > 0,
+            do: c.bytes_per_s / c.visible_mean / (i.bytes_per_s / i.visible_mean)
+      )
+
     %{
       zones: Tuple.to_list(opts[:zones]),
       entities_per_zone: opts[:entities],
@@ -47,6 +57,7 @@ defmodule Overworld.Bench.World do
       worst_zone_p99_us: worst,
       lone_p99_us_median: lone_p99,
       p99_ratio: lone_p99 && worst && Float.round(worst / lone_p99, 2),
+      corner_bytes_per_entity_ratio: corner_ratio && Float.round(corner_ratio, 3),
       lost: Enum.sum(for r <- rounds, do: r.world.lost),
       duplicated: Enum.sum(for r <- rounds, do: r.world.duplicated),
       overruns: Enum.sum(for r <- rounds, {_, z} <- r.world.zones, do: z.overruns)
@@ -74,7 +85,9 @@ defmodule Overworld.Bench.World do
     ids0 = Enum.uniq(world_ids(name) ++ world_ids(name))
     m0 = Map.new(zones, &{&1, Zone.metrics(&1).world})
     h0 = Map.new(zones, &{&1, Histogram.snapshot(Zone.metrics_ref(&1).handoff_ticks)})
+    observers = Overworld.Bench.WorldObservers.start(name, opts[:observers] || 0, opts[:wire])
     per_zone = window(opts, zones)
+    observed = Overworld.Bench.WorldObservers.stop(observers, opts[:seconds])
     m1 = Map.new(zones, &{&1, Zone.metrics(&1).world})
 
     handoff =
@@ -107,7 +120,8 @@ defmodule Overworld.Bench.World do
       entities_start: length(ids0),
       entities_end: length(ids1),
       lost: MapSet.size(lost),
-      duplicated: MapSet.size(duplicated)
+      duplicated: MapSet.size(duplicated),
+      observers: observed
     }
   end
 
@@ -175,6 +189,12 @@ defmodule Overworld.Bench.World do
     do:
       "#{what}: #{z.entities} entities, tick p50 #{z.p50_us} µs, p99 #{z.p99_us || "n/a"} µs, " <>
         "max #{z.max_us} µs over #{z.ticks} ticks, #{z.overruns} overruns"
+
+  defp observer_line(r, group, o) do
+    "round #{r}: #{o.observers} observers #{if group == :corner, do: "at corners", else: "inside zones"}: " <>
+      "#{o.bytes_per_s} bytes/s each (#{o.frames} frames), #{o.cells_mean} cells in view; " <>
+      "one decoding every frame: #{o.visible_mean || "n/a"} entities shown, #{o.decode_errors} decode errors"
+  end
 
   defp world_line(w) do
     h = w.handoff_ticks
