@@ -23,7 +23,7 @@ export ELIXIR_ERL_OPTIONS ?= +sbt db
 .PHONY: help run test deps deps-elixir deps-rust deps-ts deps-go test-elixir test-example test-rust test-ts test-go bench bench-full clean
 
 help:
-	@echo "make run    start the goblin world (10,000 goblins) and print its tick statistics"
+	@echo "make run    start the goblin world (2 x 2 zones of 10,000 goblins) and print its tick statistics"
 	@echo "make test   run every test suite (the framework's, the goblin example's, the Rust reference's, the TypeScript SDK's)"
 	@echo "make bench       every benchmark, short (a few minutes in all; JSON in bench/results/short/, figures not meaningful)"
 	@echo "make bench-full  the commands docs/benchmarks.md quotes for its figures (hours; JSON in bench/results/)"
@@ -143,7 +143,7 @@ bench: deps
 	cd $(GAME) && mix goblins.bench.persistence --samples 5 --seconds 1 --zone-seconds 2 --rounds 2 --kills 20 --json ../../$(SHORT)/persistence-10k.json
 	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,50 --seconds 5 --warmup 2 --json ../../$(SHORT)/capacity.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 20 --warmup 1 --seconds 2 --eprof Overworld.Transport.Conn --eprof-seconds 1 --json ../../$(SHORT)/profile.json
-	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 2000 --seconds 3 --warmup 1 --rounds 1 --migrate 0.25 --json ../../$(SHORT)/world.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 2000 --seconds 3 --warmup 1 --rounds 1 --migrate 0.25 --observers 4 --json ../../$(SHORT)/world.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -171,6 +171,7 @@ bench-full: deps
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.25 --json ../../bench/results/world-2x2-5k-migrate.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.6 --json ../../bench/results/world-2x2-5k-migrate-60.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 1.0 --json ../../bench/results/world-2x2-5k-migrate-100.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 10 --warmup 3 --rounds 2 --observers 40 --json ../../bench/results/world-2x2-5k-observers.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

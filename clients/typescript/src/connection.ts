@@ -657,6 +657,8 @@ export class ZoneConnection {
       this.clock.reset();
     }
     this.hs = h;
+    // The grid's key space: keys at or past it are band keys (docs/protocol.md, "A world of zones").
+    this.view.space = (h.cols + 2) * (h.rows + 2);
     this.entities.configure(h.templates, h.tickRate);
     this.status = "open";
     this.attempt = 0;

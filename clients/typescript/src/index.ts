@@ -3,7 +3,7 @@
 export { PROTOCOL_VERSION } from "./messages.js";
 export type { AngleUnit, FieldSchema, FieldType, InputValues, TemplateSchema, Result, Value } from "./template.js";
 export { WorldView } from "./snapshot.js";
-export type { Entry, Run } from "./snapshot.js";
+export type { Entry, Handed, Run } from "./snapshot.js";
 export { EntityView, decodeEntity } from "./interpolation.js";
 export type { Entity, EntityViewOptions, Sample } from "./interpolation.js";
 export { ServerClock } from "./clock.js";

@@ -18,6 +18,15 @@ export const indexBits = (count: number): number => (count <= 1 ? 0 : Math.floor
 /** A run of cells `[first key, count]` a snapshot held back. */
 export type Run = readonly [first: number, count: number];
 
+/** An entity handed to another zone (op `11`): as it was when handed, and the snapshot's tick. */
+export interface Handed {
+  entry: Entry;
+  tick: number;
+}
+
+/** Ticks a handed entity is shown, at most, while no cell holds its id (docs/protocol.md). */
+const HANDED_TICKS = 8;
+
 /**
  * What a client holds: its cells (key → entries sorted by id) and the tick each cell is at,
  * updated by snapshots (docs/protocol.md, 'Snapshots'). A snapshot applies completely or not
@@ -27,6 +36,11 @@ export type Run = readonly [first: number, count: number];
  * lists as held back (the server's byte budget): those keep the tick they were at until their
  * blocks come. An entity that moved meanwhile may then be in two cells: the copy in the cell at
  * the newest tick is the current one (`entities()`).
+ *
+ * In a world of zones (docs/protocol.md, "A world of zones"): keys at or past `space` are band
+ * keys (a zone's cell in its neighbour's region, for its entities inside the hysteresis band),
+ * and an entity a zone handed to another (op `11`) is kept in `handed`, shown as it was until
+ * a cell holds its id, at most 8 ticks.
  */
 export class WorldView {
   readonly cells = new Map<number, Entry[]>();
@@ -43,6 +57,19 @@ export class WorldView {
    * client's snapshot rate this way (docs/protocol.md, "Extensions").
    */
   sendInterval = 1;
+  /**
+   * The grid's key space, `(cols + 2) * (rows + 2)` (the HANDSHAKE's grid): keys at or past it
+   * are band keys. Undefined (or 0): every key is a region key (a world of one zone has no band
+   * keys). The connection sets it from the HANDSHAKE.
+   */
+  space: number | undefined = undefined;
+  /**
+   * The entities handed to another zone (op `11`) that no cell holds yet, by id: the entry as
+   * it was and the tick of the snapshot that handed it. One is dropped when a cell holds its id
+   * or when more than 8 ticks passed (its new zone dropped it before publishing it); baseline 0
+   * starts from none.
+   */
+  readonly handed = new Map<number, Handed>();
 
   /** The tick a cell held is at (undefined: the cell is not held). */
   cellTick(key: number): number | undefined {
@@ -56,21 +83,30 @@ export class WorldView {
 
   /**
    * Every entity held, by id. An entity in two cells (it moved while a cell was held back) is
-   * the copy of the cell at the newest tick.
+   * the copy of the cell at the newest tick; of two copies at the same tick, the region cell's
+   * (a key below `space`; the other is a zone's band copy of an entity its neighbour just
+   * took). A handed entity no cell holds (`handed`) is there as it was.
    */
   entities(): Map<number, Entry> {
     return this.resolve().entities;
   }
 
-  /** The key of the cell holding each entity's current copy (as `entities()` resolves it), by id. */
+  /**
+   * The key of the cell holding each entity's current copy (as `entities()` resolves it), by id.
+   * A handed entity no cell holds has no cell: it is not in this map (it is in `entities()`).
+   */
   entityCells(): Map<number, number> {
     return this.resolve().cells;
   }
 
-  /** Both `entities()` and `entityCells()` from one walk of the cells. */
+  /**
+   * Both `entities()` and `entityCells()` from one walk of the cells: the handed entities
+   * first, then the cells in `byTick()` order, later copies of an id replacing earlier ones.
+   */
   resolve(): { entities: Map<number, Entry>; cells: Map<number, number> } {
     const entities = new Map<number, Entry>();
     const cells = new Map<number, number>();
+    for (const [id, h] of this.handed) entities.set(id, h.entry);
     for (const key of this.byTick())
       for (const e of this.cells.get(key)!) {
         entities.set(e.id, e);
@@ -79,11 +115,16 @@ export class WorldView {
     return { entities, cells };
   }
 
-  /** The keys held, oldest tick first (then by key): later copies of an id win. */
+  /**
+   * The keys held, oldest tick first, band cells before region cells at the same tick, then by
+   * key: later copies of an id win.
+   */
   private byTick(): number[] {
     const keys = [...this.cells.keys()];
     const tick = (k: number) => this.ticks.get(k) ?? 0;
-    return keys.sort((a, b) => tick(a) - tick(b) || a - b);
+    const space = this.space;
+    const region = (k: number) => (!space || k < space ? 1 : 0);
+    return keys.sort((a, b) => tick(a) - tick(b) || region(a) - region(b) || a - b);
   }
 
   /**
@@ -91,13 +132,16 @@ export class WorldView {
    * follow each other); a cell not held is empty (a delta block for it has arrivals only; a
    * cell leaving that is not held is nothing to drop). Baseline 0 starts from an empty view;
    * any other baseline must be the view's tick, else the error is `unknown_baseline`. The runs
-   * of cells held back follow, then extensions (skipped).
+   * of cells held back follow, then extensions (extension 1, the send interval, is kept; others
+   * are skipped). The entities handed to another zone (op `11`) join `handed` at this
+   * snapshot's tick; then `handed` loses every id a cell now holds and every entry of more than
+   * 8 ticks ago.
    *
-   * Errors (docs/protocol.md, 'What a decoder refuses'), the view then unchanged: `truncated`,
-   * `trailing_bytes`, `varint_too_long`, `string_too_long` (an extension over 64 KiB),
-   * `not_a_snapshot`, `unknown_baseline`, `bad_block`, `bad_op`, `bad_id` (an id gap of 0, an
-   * arrival of an id the cell still holds), `bad_template_index`, `bad_enum_index`,
-   * `out_of_range`, `bad_run`.
+   * Errors (docs/protocol.md, 'What a decoder refuses'), the view then unchanged (`handed`
+   * included): `truncated`, `trailing_bytes`, `varint_too_long`, `string_too_long` (an
+   * extension over 64 KiB), `not_a_snapshot`, `unknown_baseline`, `bad_block`, `bad_id` (an id
+   * gap of 0, an arrival of an id the cell still holds), `bad_template_index`,
+   * `bad_enum_index`, `out_of_range`, `bad_run`, `bad_send_interval`.
    */
   apply(bytes: Uint8Array, templates: TemplateSchema[]): Result<number> {
     const r = new ByteReader(bytes);
@@ -114,6 +158,8 @@ export class WorldView {
     const heldTicks = baseline === 0 ? new Map<number, number>() : this.ticks;
     const tb = indexBits(templates.length);
     const changed = new Map<number, Entry[]>();
+    // The entities handed to another zone (op 11) in this snapshot, in block order.
+    const out: Entry[] = [];
     for (let i = 0; i < n; i++) {
       const head = r.varint();
       if (head === undefined) return fail(r.error);
@@ -127,7 +173,7 @@ export class WorldView {
       const entries =
         kind === 0
           ? readKeyframes(bits, count, tb, templates)
-          : readDelta(bits, changed.get(key) ?? held.get(key) ?? [], count, tb, templates);
+          : readDelta(bits, changed.get(key) ?? held.get(key) ?? [], count, tb, templates, out);
       if (!entries.ok) return entries;
       changed.set(key, entries.value);
       // Skip to the byte after the block's bits.
@@ -167,12 +213,31 @@ export class WorldView {
       ticks.set(key, inRuns(runs.value, key) ? (heldTicks.get(key) ?? 0) : tick);
     this.ticks.clear();
     for (const [key, t] of ticks) this.ticks.set(key, t);
+    const handed = handedAfter(baseline === 0 ? new Map() : this.handed, out, this.cells, tick);
+    this.handed.clear();
+    for (const [id, h] of handed) this.handed.set(id, h);
     this.heldBack = runs.value;
     this.tick = tick;
     this.inputAck = ack;
     this.sendInterval = interval;
     return { ok: true, value: tick };
   }
+}
+
+/**
+ * The handed entities after a snapshot of `tick`: those held before (`old`), and those this
+ * snapshot handed (`out`, at `tick`; of an id handed twice, its first), less those whose id a
+ * cell holds and those handed more than 8 ticks ago.
+ */
+function handedAfter(old: Map<number, Handed>, out: Entry[], cells: Map<number, Entry[]>, tick: number): Map<number, Handed> {
+  if (old.size === 0 && out.length === 0) return new Map();
+  const fresh = new Map<number, Handed>();
+  for (const e of out) if (!fresh.has(e.id)) fresh.set(e.id, { entry: e, tick });
+  const all = new Map(old);
+  for (const [id, h] of fresh) all.set(id, h);
+  for (const [id, h] of all) if (h.tick + HANDED_TICKS < tick) all.delete(id);
+  if (all.size > 0) for (const entries of cells.values()) for (const e of entries) all.delete(e.id);
+  return all;
 }
 
 /** Extension 1's bytes: exactly one varint of at least 1 (undefined otherwise). */
@@ -262,11 +327,11 @@ function readKeyframes(r: BitReader, count: number, tb: number, templates: Templ
 
 /**
  * A delta block's bits against the entities the client holds in the cell: 2 bits per entity
- * (`00` unchanged, `01` changed + template delta, `10` left, `11` invalid: `bad_op`), then the
- * arrivals, none of which may be an id the cell still holds (`bad_id`; an entity whose
- * template changes leaves with `10` and arrives again).
+ * (`00` unchanged, `01` changed + template delta, `10` left, `11` left, handed to another zone:
+ * pushed to `handed` as it was), then the arrivals, none of which may be an id the cell still
+ * holds (`bad_id`; an entity whose template changes leaves with `10` and arrives again).
  */
-function readDelta(r: BitReader, old: Entry[], arrivals: number, tb: number, templates: TemplateSchema[]): Result<Entry[]> {
+function readDelta(r: BitReader, old: Entry[], arrivals: number, tb: number, templates: TemplateSchema[], handed: Entry[]): Result<Entry[]> {
   const kept: Entry[] = [];
   for (const e of old) {
     const op = r.uint(2);
@@ -276,7 +341,7 @@ function readDelta(r: BitReader, old: Entry[], arrivals: number, tb: number, tem
       const q = decodeDelta(templates[e.template]!, e.q, r);
       if (!q.ok) return q;
       kept.push({ id: e.id, template: e.template, q: q.value });
-    } else if (op === 3) return fail("bad_op");
+    } else if (op === 3) handed.push(e);
   }
   const arrived = readKeyframes(r, arrivals, tb, templates);
   if (!arrived.ok) return arrived;

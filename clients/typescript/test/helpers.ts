@@ -120,7 +120,7 @@ export interface TestEntity {
 /** A delta block for `encodeSnapshot`: 2-bit ops for the entities held, then arrivals. */
 export interface DeltaBlock {
   key: number;
-  /** One op per entity the client holds in the cell, in id order: 0 unchanged, 2 left, 3 (invalid). */
+  /** One op per entity the client holds in the cell, in id order: 0 unchanged, 2 left, 3 handed (to another zone). */
   ops: number[];
   /** Entities arriving, in the order given (ids as given: a repeated id makes a gap of 0). */
   arrivals?: TestEntity[];

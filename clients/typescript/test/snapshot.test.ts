@@ -3,7 +3,7 @@ import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { WorldView, type TemplateSchema } from "../src/index.js";
 import { BitWriter, ByteWriter, fromHex, indexBits } from "../src/protocol.js";
-import { MARKER, TEMPLATES, encodeSnapshot, qm, type TestEntity } from "./helpers.js";
+import { MARKER, TEMPLATES, encodeSnapshot, qm, type TestBlock, type TestEntity } from "./helpers.js";
 
 const load = (name: string) =>
   JSON.parse(readFileSync(fileURLToPath(new URL(`../../../protocol/vectors/${name}`, import.meta.url)), "utf8"));
@@ -282,10 +282,119 @@ describe("WorldView: held-back runs and extensions", () => {
   });
 });
 
+describe("WorldView: a world of zones (band keys, op 11)", () => {
+  const goblin = (id: number, x = 5): TestEntity => ({ id, template: 0, q: [qm(x), qm(10), 0, 1, 0] });
+  const player = (id: number, x = 5): TestEntity => ({ id, template: 1, q: [qm(x), qm(20), 7] });
+  const space = 1000;
+  const band = space + 40;
+  const es = [goblin(3), player(9)];
+  const moved = player(9, 6);
+  // Entity 9 handed away by the zone of band cell 1040 (op 11), and its arrival in region cell 40.
+  const handed = { key: band, ops: [0, 3] };
+  const arrive = { key: 40, ops: [], arrivals: [moved] };
+  const msg = (tick: number, baseline: number, cells: TestBlock[], left: number[] = []) => encodeSnapshot({ tick, baseline, cells, left });
+  /** A view of space 1000 at tick 5: band cell 1040 holds entities 3 and 9. */
+  const start = () => {
+    const view = new WorldView();
+    view.space = space;
+    expect(view.apply(msg(5, 0, [{ key: band, entities: es }]), TEMPLATES)).toEqual({ ok: true, value: 5 });
+    return view;
+  };
+  const apply = (view: WorldView, tick: number, cells: TestBlock[], left: number[] = []) =>
+    expect(view.apply(msg(tick, tick - 1, cells, left), TEMPLATES)).toEqual({ ok: true, value: tick });
+  const shown = (view: WorldView) => [...view.entities().values()].sort((a, b) => a.id - b.id).map((e) => [e.id, e.q]);
+
+  it("op 11 (handed to another zone): shown as it was until its id arrives in a cell, at most 8 ticks", () => {
+    const v = start();
+    const at5 = shown(v);
+    expect(at5).toEqual(es.map((e) => [e.id, e.q]));
+    // 9 is handed away by the zone of band cell 1040: still shown, as it was.
+    apply(v, 6, [handed]);
+    expect([...v.cells]).toEqual([[band, [{ id: 3, template: 0, q: goblin(3).q }]]]);
+    expect([...v.handed]).toEqual([[9, { entry: { id: 9, template: 1, q: player(9).q }, tick: 6 }]]);
+    expect(shown(v)).toEqual(at5);
+    expect(v.entityCells().has(9)).toBe(false);
+    // Its new zone publishes it in region cell 40: that copy now, the handed one forgotten.
+    apply(v, 7, [arrive]);
+    expect(v.handed.size).toBe(0);
+    expect(v.entities().get(9)).toEqual({ id: 9, template: 1, q: moved.q });
+    expect(v.entityCells().get(9)).toBe(40);
+    // It walks out of the view later: gone, not shown again from the handed copy.
+    apply(v, 8, [], [40]);
+    expect(v.entities().has(9)).toBe(false);
+    expect(shown(v)).toEqual([[3, goblin(3).q]]);
+
+    // The new copy may come first: the band copy and the region copy at the same tick, the
+    // region's shown; then the band's handed op.
+    const w = start();
+    apply(w, 6, [arrive]);
+    expect(w.cells.get(band)!.map((e) => e.id)).toEqual([3, 9]);
+    expect([w.cellTick(band), w.cellTick(40)]).toEqual([6, 6]);
+    expect(w.entities().get(9)!.q).toEqual(moved.q);
+    expect(w.entityCells().get(9)).toBe(40);
+    // Without the key space every key is a region key: the higher key's copy (the band's) would win.
+    w.space = undefined;
+    expect(w.entities().get(9)!.q).toEqual(player(9).q);
+    w.space = space;
+    apply(w, 7, [handed]);
+    expect(w.handed.size).toBe(0);
+    expect(w.entities().get(9)!.q).toEqual(moved.q);
+
+    // Never taken up (dropped by its new zone): shown 8 ticks, then gone.
+    const u = start();
+    apply(u, 6, [handed]);
+    for (let t = 7; t <= 14; t++) apply(u, t, []);
+    expect(u.entities().get(9)!.q).toEqual(player(9).q);
+    expect(u.handed.get(9)!.tick).toBe(6);
+    apply(u, 15, []);
+    expect(u.entities().has(9)).toBe(false);
+    expect(u.handed.size).toBe(0);
+  });
+
+  it("a copy at a newer tick wins over the region cell's; baseline 0 forgets the handed", () => {
+    const v = start();
+    // Both copies at tick 6 (the region's wins); then region cell 40 held back at tick 6 while
+    // the band cell's copy changes at tick 7: the newer copy wins, band or not.
+    apply(v, 6, [arrive]);
+    expect(v.apply(encodeSnapshot({ tick: 7, baseline: 6, cells: [{ raw: deltaOf9() }], behind: [[40, 1]] }), TEMPLATES)).toEqual({ ok: true, value: 7 });
+    expect([v.cellTick(band), v.cellTick(40)]).toEqual([7, 6]);
+    expect(v.entities().get(9)!.q).toEqual(player(9, 7).q);
+    expect(v.entityCells().get(9)).toBe(band);
+    // Handed, then a snapshot from scratch (baseline 0): no handed entity.
+    const u = start();
+    apply(u, 6, [handed]);
+    expect(u.handed.size).toBe(1);
+    expect(u.apply(msg(7, 0, [{ key: band, entities: [goblin(3)] }]), TEMPLATES)).toEqual({ ok: true, value: 7 });
+    expect(u.handed.size).toBe(0);
+    expect(u.entities().has(9)).toBe(false);
+  });
+
+  it("a refused snapshot leaves handed as it was", () => {
+    const v = start();
+    apply(v, 6, [handed]);
+    const state = JSON.stringify([[...v.cells], [...v.ticks], v.tick, [...v.handed]]);
+    // Tick 7: 3 handed too, then a block of kind 2.
+    const bad = encodeSnapshot({ tick: 7, baseline: 6, cells: [{ key: band, ops: [3] }, { raw: new ByteWriter().varint(30 * 4 + 2).u8(0).toBytes() }] });
+    expect(v.apply(bad, TEMPLATES)).toEqual({ ok: false, error: "bad_block" });
+    expect(JSON.stringify([[...v.cells], [...v.ticks], v.tick, [...v.handed]])).toBe(state);
+    apply(v, 7, [{ key: band, ops: [3] }]);
+    expect([...v.handed.keys()].sort()).toEqual([3, 9]);
+    expect([v.handed.get(3)!.tick, v.handed.get(9)!.tick]).toEqual([7, 6]);
+    expect(v.cells.size).toBe(0);
+  });
+
+  /** A delta block of band cell 1040 (entities 3 and 9): 3 unchanged (00), 9 changed (01): x to 7 m. */
+  function deltaOf9(): Uint8Array {
+    // The player's mask (x changed), then x whole (flag 0: 5 to 7 m is 128 units, past diff_bits 5).
+    const bits = new BitWriter().uint(2, 0).uint(2, 1).uint(3, 0b100).uint(1, 0).uint(20, qm(7));
+    return new ByteWriter().varint(band * 4 + 1).bytes(bits.toBytes()).toBytes();
+  }
+});
+
 describe("WorldView: what a decoder refuses (docs/protocol.md), the view unchanged", () => {
   const goblin = (id: number, x = 5): TestEntity => ({ id, template: 0, q: [qm(x), qm(10), 0, 1, 0] });
   const player = (id: number, x = 5): TestEntity => ({ id, template: 1, q: [qm(x), qm(20), 7] });
-  const state = (v: WorldView) => JSON.stringify([[...v.cells], [...v.ticks], v.heldBack, v.tick, v.inputAck]);
+  const state = (v: WorldView) => JSON.stringify([[...v.cells], [...v.ticks], v.heldBack, v.tick, v.inputAck, [...v.handed]]);
   /** A view at tick 10 holding cell 30 (goblins 1, 2) and cell 31 (goblin 3). */
   const start = (templates: TemplateSchema[] = TEMPLATES) => {
     const view = new WorldView();
@@ -338,8 +447,14 @@ describe("WorldView: what a decoder refuses (docs/protocol.md), the view unchang
     expect(view.entities().get(2)!.template).toBe(1);
   });
 
-  it("bad_op, bad_block, bad_template_index", () => {
-    expect(next({ cells: [{ key: 30, ops: [0, 3] }] }).r).toEqual(refused("bad_op"));
+  it("op 11 is valid (handed to another zone); bad_block, bad_template_index", () => {
+    // Entity 2 leaves cell 30 with op 11: no cell holds it, it is handed (shown as it was).
+    const { r, view } = next({ cells: [{ key: 30, ops: [0, 3] }] });
+    expect(r).toEqual({ ok: true, value: 11 });
+    expect(view.cells.get(30)!.map((e) => e.id)).toEqual([1]);
+    expect([...view.handed]).toEqual([[2, { entry: { id: 2, template: 0, q: goblin(2).q }, tick: 11 }]]);
+    expect(view.entities().get(2)!.q).toEqual(goblin(2).q);
+    expect(view.entityCells().has(2)).toBe(false);
     expect(next({ cells: [{ raw: new ByteWriter().varint(30 * 4 + 2).u8(0).toBytes() }] }).r).toEqual(refused("bad_block"));
     // Three templates: 2-bit indexes, 3 is past the last.
     const three = [...TEMPLATES, MARKER];

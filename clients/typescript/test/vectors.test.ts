@@ -13,6 +13,7 @@ import {
   type InputValues,
   type TemplateSchema,
 } from "../src/protocol.js";
+import { WorldView } from "../src/index.js";
 
 // The byte-exact vectors the Elixir encoder produced (protocol/vectors, checked by its tests too).
 const path = fileURLToPath(new URL("../../../protocol/vectors/templates.json", import.meta.url));
@@ -355,5 +356,55 @@ describe("BitReader", () => {
     const wide = new BitReader(fromHex("ffffffffffffff"));
     expect(wide.uint(53)).toBe(2 ** 53 - 1);
     expect(new BitReader(fromHex("80")).int(8)).toBe(-128);
+  });
+});
+
+// A world of zones (docs/protocol.md, "A world of zones"): an observer at the corner of four zones.
+const worldPath = fileURLToPath(new URL("../../../protocol/vectors/world.json", import.meta.url));
+const world = JSON.parse(readFileSync(worldPath, "utf8")) as {
+  templates: number[];
+  grid: { width: number; height: number; cell_size: number; cols: number; rows: number };
+  frames: Array<{
+    tick: number;
+    hex: string;
+    cells: number[];
+    handed: number[];
+    both: number[];
+    entities: Array<{ id: number; template: number; q: number[] }>;
+  }>;
+};
+
+describe("world vectors (frames of four zones)", () => {
+  const templates = world.templates.map(template);
+  const space = (world.grid.cols + 2) * (world.grid.rows + 2);
+
+  it("cover band keys, both orders of a handoff (handed ids, ids in a band and a region cell)", () => {
+    expect(world.frames.length).toBeGreaterThanOrEqual(30);
+    expect(world.frames.some((f) => f.handed.length > 0)).toBe(true);
+    expect(world.frames.some((f) => f.both.length > 0)).toBe(true);
+    expect(world.frames.some((f) => f.cells.some((k) => k >= space))).toBe(true);
+  });
+
+  it("a view applying the frames in order holds exactly the expected cells, handed ids and entities", () => {
+    const view = new WorldView();
+    view.space = space;
+    for (const f of world.frames) {
+      expect(view.apply(fromHex(f.hex), templates)).toEqual({ ok: true, value: f.tick });
+      expect(view.tick).toBe(f.tick);
+      expect([...view.cells.keys()].sort((a, b) => a - b)).toEqual(f.cells);
+      expect([...view.handed.keys()].sort((a, b) => a - b)).toEqual(f.handed);
+      const { entities, cells } = view.resolve();
+      const got = [...entities.values()]
+        .sort((a, b) => a.id - b.id)
+        .map((e) => ({ id: e.id, template: templates[e.template]!.id, q: e.q }));
+      expect(got).toEqual(f.entities);
+      // The ids a band cell and a region cell both hold: the region cell's copy is the one shown.
+      const at = (band: boolean) => new Set([...view.cells].filter(([k]) => k >= space === band).flatMap(([, es]) => es.map((e) => e.id)));
+      const [inBand, inRegion] = [at(true), at(false)];
+      expect([...inBand].filter((id) => inRegion.has(id)).sort((a, b) => a - b)).toEqual(f.both);
+      for (const id of f.both) expect(cells.get(id)!).toBeLessThan(space);
+      // A handed entity has no cell.
+      for (const id of f.handed) expect(cells.has(id)).toBe(false);
+    }
   });
 });
