@@ -10,11 +10,35 @@ defmodule Overworld.Bots do
   snapshots and bytes received, the interval between a bot's consecutive snapshots (and its
   distance from the tick period: the jitter), and the input-to-acknowledgement latency (from
   sending INPUT `seq` to receiving the first snapshot whose `input_ack` ≥ `seq`).
+
+  With `:decode`, a bot also applies every snapshot to a client view
+  (`Overworld.Protocol.Snapshot.View`, as the SDK does; a world's band keys and handed entities
+  included) and counts: snapshots decoded and refused (`decode_errors`; it then asks for a
+  RESYNC), snapshots in which its own avatar is not shown (`self_missing`, after its first 10),
+  entities that stood within #{40} m of it in one snapshot and are shown nowhere in the next
+  (`vanished`: a blink, or a despawn), and its crossings of the world's centre lines (the
+  borders of a 2 × 2 world). Its input module gets the avatar's position
+  (`c:Overworld.Bots.Input.observe/2`).
   """
   alias Overworld.Client
   alias Overworld.Metrics.Histogram
+  alias Overworld.Protocol.Snapshot
+  alias Overworld.Template.Field
 
-  use Overworld.Metrics.Counters, [:connected, :failed, :snapshots, :bytes, :inputs, :closed]
+  use Overworld.Metrics.Counters, [
+    :connected,
+    :failed,
+    :snapshots,
+    :bytes,
+    :inputs,
+    :closed,
+    # With `:decode`:
+    :decoded,
+    :decode_errors,
+    :self_missing,
+    :vanished,
+    :crossings
+  ]
 
   @typedoc "Shared measurements of a swarm."
   @type t :: %{
@@ -54,7 +78,7 @@ defmodule Overworld.Bots do
   @doc """
   Starts one bot (linked to the caller). Options: `:host`, `:port`, `:path` (with its query),
   `:device` (device id), `:input_hz`, `:input` (an `Overworld.Bots.Input` module, default
-  `Overworld.Bots.Wander`), `:ip` (local address), `:seed`.
+  `Overworld.Bots.Wander`), `:ip` (local address), `:seed`, `:decode` (boolean, default false).
   """
   @spec start(t, keyword) :: pid
   def start(m, opts), do: spawn_link(fn -> run(m, opts) end)
@@ -79,6 +103,11 @@ defmodule Overworld.Bots do
       every = div(1000, Keyword.get(opts, :input_hz, 10))
       Process.send_after(self(), :input, :rand.uniform(every))
 
+      state =
+        if function_exported?(input, :init, 3),
+          do: input.init(seed, hs.input, hs),
+          else: input.init(seed, hs.input)
+
       loop(%{
         m: m,
         c: c,
@@ -89,7 +118,8 @@ defmodule Overworld.Bots do
         pending: :queue.new(),
         tick: 0,
         last: nil,
-        input: {input, input.init(seed, hs.input)}
+        input: {input, state},
+        decode: if(opts[:decode], do: decoder(hs))
       })
     else
       _ -> :counters.add(m.counters, counter(:failed), 1)
@@ -151,9 +181,89 @@ defmodule Overworld.Bots do
     with {:ok, tick, rest} <- Overworld.Protocol.Codec.read_varint(rest),
          {:ok, _baseline, rest} <- Overworld.Protocol.Codec.read_varint(rest),
          {:ok, ack, _} <- Overworld.Protocol.Codec.read_varint(rest) do
-      %{b | last: now, tick: tick, pending: acked(b.pending, ack, now, m.ack)}
+      decode(%{b | last: now, tick: tick, pending: acked(b.pending, ack, now, m.ack)}, snap)
     else
-      _ -> %{b | last: now}
+      _ -> decode(%{b | last: now}, snap)
+    end
+  end
+
+  ## Decoding bots
+
+  # Within this distance (units) of the bot, an entity shown in one snapshot must be shown in
+  # the next.
+  @near 40 * 1024
+
+  defp decoder(hs) do
+    templates = hs.templates
+
+    xy =
+      Enum.map(templates, fn t ->
+        names = Enum.map(t.fields, &to_string(&1.name))
+        {i, j} = {Enum.find_index(names, &(&1 == "x")), Enum.find_index(names, &(&1 == "y"))}
+        i && j && {i, Enum.at(t.fields, i), j, Enum.at(t.fields, j)}
+      end)
+      |> List.to_tuple()
+
+    %{
+      view: %Snapshot.View{space: (hs.cols + 2) * (hs.rows + 2)},
+      templates: templates,
+      xy: xy,
+      me: hs.entity_id,
+      mid: {div(hs.width, 2), div(hs.height, 2)},
+      quadrant: nil,
+      near: [],
+      frames: 0
+    }
+  end
+
+  defp decode(%{decode: nil} = b, _snap), do: b
+
+  defp decode(%{decode: d, m: m} = b, snap) do
+    case Snapshot.apply(d.view, snap, d.templates) do
+      {:ok, view} ->
+        :counters.add(m.counters, counter(:decoded), 1)
+        shown = Snapshot.View.entities(view)
+        d = %{d | view: view, frames: d.frames + 1}
+
+        case position(d, shown[d.me]) do
+          nil ->
+            if d.frames > 10, do: :counters.add(m.counters, counter(:self_missing), 1)
+            %{b | decode: d}
+
+          {x, y} = at ->
+            gone = Enum.count(d.near, &(not is_map_key(shown, &1)))
+            if gone > 0, do: :counters.add(m.counters, counter(:vanished), gone)
+            {mx, my} = d.mid
+            quadrant = {x > mx, y > my}
+
+            if d.quadrant && quadrant != d.quadrant,
+              do: :counters.add(m.counters, counter(:crossings), 1)
+
+            near =
+              for {id, e} <- shown,
+                  {ex, ey} <- [position(d, e)],
+                  (ex - x) * (ex - x) + (ey - y) * (ey - y) < @near * @near,
+                  do: id
+
+            {mod, st} = b.input
+            st = if function_exported?(mod, :observe, 2), do: mod.observe(st, at), else: st
+            %{b | decode: %{d | near: near, quadrant: quadrant}, input: {mod, st}}
+        end
+
+      {:error, _why} ->
+        :counters.add(m.counters, counter(:decode_errors), 1)
+        Client.send_msg(b.c, %{type: :resync, reason: 3, last_tick: d.view.tick})
+        %{b | decode: %{d | near: []}}
+    end
+  end
+
+  # An entity's position (units) from its template's x and y fields; nil without them.
+  defp position(_d, nil), do: nil
+
+  defp position(d, {ti, q}) do
+    case elem(d.xy, ti) do
+      nil -> nil
+      {i, fx, j, fy} -> {Field.dequantize(fx, elem(q, i)), Field.dequantize(fy, elem(q, j))}
     end
   end
 

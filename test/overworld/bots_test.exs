@@ -1,6 +1,7 @@
 defmodule Overworld.BotsTest do
   use ExUnit.Case, async: true
   doctest Overworld.Bots.Wander
+  doctest Overworld.Bots.BorderWalk
 
   alias Overworld.Bots.Wander
   alias Overworld.Template

@@ -10,13 +10,18 @@ defmodule Mix.Tasks.Overworld.Bots do
 
       mix overworld.bots --url ws://127.0.0.1:4000/ws --count N [--input-hz 10] [--seconds S]
                          [--ramp 200] [--warmup 3] [--ips 1] [--nice N] [--input MODULE]
-                         [--json PATH]
+                         [--decode] [--json PATH]
 
   Bots connect at `--ramp` per second, then after `--warmup` seconds the measured window of
   `--seconds` starts. `--ips K` spreads the bots over the source addresses 127.0.0.1 ..
   127.0.0.K (loopback servers only). `--nice N` lowers this OS process's scheduling priority
   (`renice`) so that, on a machine it shares with the server, the load generator yields the
-  CPU to the server instead of competing with it (as bots on other machines would). Printed (and written with `--json`): bots connected and
+  CPU to the server instead of competing with it (as bots on other machines would).
+  `--decode` has every bot apply every snapshot to a client view and count snapshots it could
+  not decode, snapshots without its own avatar, entities within 40 m that vanished from one
+  snapshot to the next, and its crossings of the world's centre lines (`Overworld.Bots`); with
+  `--input Overworld.Bots.BorderWalk` the bots walk back and forth across the borders of a
+  world of 2 × 2 zones. Printed (and written with `--json`): bots connected and
   failed, snapshots per second per bot, snapshot interval p50/p99 and its jitter p99 (distance
   from the tick period), input-to-acknowledgement latency p50/p99 (ms and ticks), bytes
   received per bot per second, and, from the server's `/api/v1/status`, the zone's tick
@@ -39,6 +44,7 @@ defmodule Mix.Tasks.Overworld.Bots do
     warmup: :integer,
     ips: :integer,
     nice: :integer,
+    decode: :boolean,
     json: :string
   ]
 
@@ -68,7 +74,8 @@ defmodule Mix.Tasks.Overworld.Bots do
       seconds: Keyword.get(opts, :seconds, 30),
       ramp: Keyword.get(opts, :ramp, 200),
       warmup: Keyword.get(opts, :warmup, 3),
-      ips: Keyword.get(opts, :ips, 1)
+      ips: Keyword.get(opts, :ips, 1),
+      decode: Keyword.get(opts, :decode, false)
     }
 
     Overworld.Bench.Args.at_least!(o, [:count, :input_hz, :seconds, :ramp, :ips])
@@ -107,7 +114,8 @@ defmodule Mix.Tasks.Overworld.Bots do
           input_hz: o.input_hz,
           input: Map.get(o, :input, Overworld.Bots.Wander),
           ip: source_ip(o, i),
-          seed: i
+          seed: i,
+          decode: Map.get(o, :decode, false)
         )
       end
 
@@ -203,7 +211,16 @@ defmodule Mix.Tasks.Overworld.Bots do
         ack_p99_ms: ms.(Histogram.percentile(ack, 99)),
         ack_p99_ticks:
           (p = Histogram.percentile(ack, 99)) && Float.round(p / 1000 / period_ms, 2),
-        bytes_per_bot_per_second: per_bot.(d.(:bytes))
+        bytes_per_bot_per_second: per_bot.(d.(:bytes)),
+        # With --decode (0 without), in the window.
+        decoded: d.(:decoded),
+        decode_errors: d.(:decode_errors),
+        self_missing: d.(:self_missing),
+        vanished: d.(:vanished),
+        crossings: d.(:crossings),
+        crossings_per_second: Float.round(d.(:crossings) / secs, 1),
+        # Over the whole run: bots the server closed (each would reconnect).
+        closed_total: later.counts.closed
       },
       zone
     )
@@ -225,6 +242,12 @@ defmodule Mix.Tasks.Overworld.Bots do
     )
 
     info("  received: #{r.bytes_per_bot_per_second} bytes/s per bot")
+
+    if r.decoded > 0 do
+      info(
+        "  decoded: #{r.decoded} snapshots, #{r.decode_errors} refused, #{r.self_missing} without the bot's avatar, #{r.vanished} entities within 40 m vanished from one snapshot to the next; #{r.crossings} centre-line crossings (#{r.crossings_per_second}/s)"
+      )
+    end
 
     if r.zone do
       info(

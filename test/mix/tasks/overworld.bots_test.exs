@@ -48,6 +48,48 @@ defmodule Mix.Tasks.Overworld.BotsTest do
     File.rm(path)
   end
 
+  test "decoding bots walking across the borders of a 2x2 world: every snapshot decodes, nothing vanishes, no reconnect" do
+    name = {__MODULE__, make_ref()}
+    opts = Game.zone_options(200, name: name, zones: {2, 2}, wire: Game.Wire, coins: false)
+    start_supervised!(Overworld.World.child_spec({Game, opts}), id: :bots_world)
+
+    start_supervised!(
+      {Overworld.Server,
+       name: :bots_world_server,
+       port: 0,
+       data_dir: Overworld.Test.DataDir.path(),
+       zones: %{"world" => {:world, name}},
+       default_zone: "world"},
+      id: :bots_world_server
+    )
+
+    port = Overworld.Server.port(:bots_world_server)
+    path = Path.join(System.tmp_dir!(), "bots-#{System.unique_integer([:positive])}.json")
+
+    out =
+      capture_io(fn ->
+        Mix.Tasks.Overworld.Bots.run(
+          ~w(--url ws://127.0.0.1:#{port}/ws?zone=world --count 8 --seconds 8 --warmup 5) ++
+            ~w(--decode --input Overworld.Bots.BorderWalk --json #{path})
+        )
+      end)
+
+    assert out =~ "Bots: 8 connected, 0 failed of 8"
+    r = path |> File.read!() |> :jiffy.decode([:return_maps])
+    assert r["decoded"] > 8 * 8 * 20
+    assert r["decode_errors"] == 0 and r["self_missing"] == 0 and r["vanished"] == 0
+    assert r["closed_total"] == 0
+    # They walked across the borders, and their avatars were handed between the zones.
+    assert r["crossings"] >= 4
+
+    handed =
+      for z <- Overworld.World.zones(name), do: Overworld.Zone.metrics(z).world.crossings_in
+
+    assert Enum.sum(handed) >= 4
+    assert r["ack_p50_ms"] > 0 and r["ack_p99_ms"] < 200
+    File.rm(path)
+  end
+
   test "bad options are refused" do
     assert_raise Mix.Error, ~r/--url must look like/, fn ->
       Mix.Tasks.Overworld.Bots.run(~w(--url http://x))
