@@ -125,13 +125,22 @@ defmodule Mix.Tasks.Overworld.Bots do
 
     before = Bots.snapshot(m)
     server_before = server_ticks(o)
+    cpu0 = Overworld.Metrics.CPU.sample()
     Process.sleep(o.seconds * 1000)
+    cpu = Overworld.Metrics.CPU.compare(cpu0, Overworld.Metrics.CPU.sample())
     later = Bots.snapshot(m)
     server_after = server_ticks(o)
 
     Enum.each(bots, &send(&1, :stop))
     Process.sleep(200)
-    result(o, ramp_s, before, later, server_before, server_after)
+
+    o
+    |> result(ramp_s, before, later, server_before, server_after)
+    |> Map.merge(%{
+      # The load generator's own CPU over the window (this OS process: it shares the machine).
+      bots_os_cpu: cpu.os_cpu && Float.round(cpu.os_cpu, 3),
+      bots_scheduler_utilization: Float.round(cpu.scheduler, 3)
+    })
   end
 
   defp source_ip(%{ips: 1}, _i), do: nil
@@ -243,6 +252,10 @@ defmodule Mix.Tasks.Overworld.Bots do
 
     info("  received: #{r.bytes_per_bot_per_second} bytes/s per bot")
 
+    info(
+      "  the bots' own OS process: CPU #{pct(r.bots_os_cpu)} of the machine (all cores), its schedulers #{pct(r.bots_scheduler_utilization)} busy"
+    )
+
     if r.decoded > 0 do
       info(
         "  decoded: #{r.decoded} snapshots, #{r.decode_errors} refused, #{r.self_missing} without the bot's avatar, #{r.vanished} entities within 40 m vanished from one snapshot to the next; #{r.crossings} centre-line crossings (#{r.crossings_per_second}/s)"
@@ -257,6 +270,9 @@ defmodule Mix.Tasks.Overworld.Bots do
   end
 
   defp info(line), do: Mix.shell().info(line)
+
+  defp pct(nil), do: "n/a"
+  defp pct(f), do: "#{Float.round(f * 100, 1)}%"
 
   defp renice(n) when is_integer(n) and n in 0..19 do
     case System.cmd("renice", ["-n", Integer.to_string(n), "-p", System.pid()],
