@@ -324,6 +324,7 @@ func (c *client) inputs() {
 	}
 	t := time.NewTicker(period)
 	defer t.Stop()
+	start := time.Now()
 	for {
 		select {
 		case <-c.stop:
@@ -333,8 +334,10 @@ func (c *client) inputs() {
 		if atomic.LoadInt32(&c.closed) == 1 {
 			return
 		}
-		// A random walk: a new direction one time in ten, as the Elixir bots do.
-		if rng.Intn(10) == 0 {
+		// A random walk: a new direction one time in ten, as the Elixir bots do; or a swing.
+		if c.cfg.swing > 0 {
+			payload = swingPayload(c.layout, swingSign(time.Since(start), c.cfg.swing))
+		} else if rng.Intn(10) == 0 {
 			payload = randomPayload(c.layout, rng)
 		}
 		seq++

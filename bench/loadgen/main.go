@@ -32,7 +32,8 @@ type config struct {
 	timeout                    time.Duration
 	run                        int64
 	retry                      bool
-	refusals                   int64 // atomic: connections refused as full, retries included
+	swing                      time.Duration // 0: a random walk; else the period of a swing (see swingPayload)
+	refusals                   int64         // atomic: connections refused as full, retries included
 }
 
 type result struct {
@@ -98,6 +99,7 @@ func main() {
 		procs   = flag.Int("procs", 1, "OS threads running Go code (GOMAXPROCS)")
 		jsonOut = flag.String("json", "", "write the result as JSON to this path")
 		retry   = flag.Bool("retry", true, "a client refused as full (ERROR 8) tries again after the retry_after it was told, until the run ends")
+		swing   = flag.Float64("swing", 0, "instead of a random walk, swing back and forth along the input layout's first field (the goblin world's mx: east, west) with this period in seconds, a quarter of it first (0: a random walk)")
 	)
 	flag.Parse()
 	die := func(format string, a ...interface{}) {
@@ -107,6 +109,9 @@ func main() {
 	u, err := url.Parse(*rawURL)
 	if err != nil || u.Scheme != "ws" || u.Host == "" || u.Port() == "" {
 		die("-url must look like ws://127.0.0.1:4000/ws")
+	}
+	if *swing < 0 {
+		die("-swing must be a period in seconds, or 0")
 	}
 	if *clients < 0 || *inputHz < 0 || *inputHz > 1000 || *ramp < 1 || *seconds <= 0 || *warmup < 0 || *procs < 1 || *ips < 1 || *ips > 254 {
 		die("-ramp, -seconds, -procs and -ips must be positive, -clients at least 0 (0: the server alone, its status read around the window), -input-hz in 0..1000, -warmup at least 0")
@@ -122,6 +127,7 @@ func main() {
 	cfg := &config{
 		addr: u.Host, host: u.Host, path: path, httpBase: "http://" + u.Host,
 		clients: *clients, inputHz: *inputHz, ramp: *ramp, ips: *ips, retry: *retry,
+		swing:  time.Duration(*swing * float64(time.Second)),
 		warmup: *warmup, seconds: *seconds, timeout: *timeout, run: time.Now().UnixNano(),
 	}
 	r := run(cfg)

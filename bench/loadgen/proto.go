@@ -9,6 +9,7 @@ package main
 import (
 	"errors"
 	"math/rand"
+	"time"
 )
 
 const (
@@ -308,6 +309,54 @@ func inputMessage(seq, ack uint64, payload []byte) []byte {
 
 func pingMessage(ms uint64) []byte {
 	return appendVarint([]byte{opPing}, ms)
+}
+
+// swingSign is +1 for the first quarter of each period of a swing and its last quarter, -1
+// between: a walk back and forth around where it started (a quarter period each side).
+func swingSign(elapsed, period time.Duration) int {
+	if (elapsed+period/4)%period < period/2 {
+		return 1
+	}
+	return -1
+}
+
+// swingPayload makes an input pushing the layout's first field to one end (sign +1: its
+// largest quantized value; -1: 0) with every other field at the middle of its range (an enum
+// and a bool at 0): the goblin world's stick at full speed east or west. Without a layout, two
+// signed bytes (127 or -127, then 0).
+func swingPayload(t *template, sign int) []byte {
+	if t == nil {
+		if sign > 0 {
+			return []byte{127, 0}
+		}
+		return []byte{0x81, 0}
+	}
+	total := 0
+	for _, f := range t.fields {
+		total += f.bits
+	}
+	out := make([]byte, (total+7)/8)
+	pos := 0
+	for i, f := range t.fields {
+		var v uint64
+		switch {
+		case i == 0 && sign > 0:
+			v = uint64(1)<<uint(f.bits) - 1
+		case i == 0:
+			v = 0
+		case f.kind == 4 || f.kind == 5:
+			v = 0
+		default:
+			v = uint64(1)<<uint(f.bits-1) - 1
+		}
+		for b := f.bits - 1; b >= 0; b-- {
+			if v>>uint(b)&1 == 1 {
+				out[pos/8] |= 0x80 >> uint(pos%8)
+			}
+			pos++
+		}
+	}
+	return out
 }
 
 // randomPayload makes an input: with a layout, each field a random quantized value (an enum

@@ -169,3 +169,27 @@ func TestErrorMessages(t *testing.T) {
 		t.Fatal("a cut code was read")
 	}
 }
+
+func TestSwing(t *testing.T) {
+	p := 12 * time.Second
+	// A quarter of the period one way, half the other, a quarter back: around where it began.
+	for _, c := range []struct {
+		at   time.Duration
+		sign int
+	}{{0, 1}, {2999 * time.Millisecond, 1}, {3 * time.Second, -1}, {8999 * time.Millisecond, -1}, {9 * time.Second, 1}, {15 * time.Second, -1}} {
+		if got := swingSign(c.at, p); got != c.sign {
+			t.Errorf("swingSign(%v) = %d, want %d", c.at, got, c.sign)
+		}
+	}
+	// The goblin world's layout: mx, my (int, 8 bits): mx at an end, my at its middle (0).
+	layout := &template{fields: []field{{kind: 1, bits: 8}, {kind: 1, bits: 8}}}
+	if got := swingPayload(layout, 1); got[0] != 255 || got[1] != 127 {
+		t.Errorf("east: %v", got)
+	}
+	if got := swingPayload(layout, -1); got[0] != 0 || got[1] != 127 {
+		t.Errorf("west: %v", got)
+	}
+	if got := swingPayload(nil, -1); int8(got[0]) != -127 || got[1] != 0 {
+		t.Errorf("no layout: %v", got)
+	}
+}

@@ -78,7 +78,9 @@ defmodule Goblins do
     migrate = Keyword.get(args, :migrate, 0)
     goblins = placement(n, seed, rate)
     goblins = if migrate > 0, do: migrants(goblins, migrate), else: goblins
-    {:ok, %{goblins: n}, [{:spawn, goblins}]}
+
+    {:ok, %{goblins: n, players: players!(Keyword.get(args, :players, :anywhere))},
+     [{:spawn, goblins}]}
   end
 
   # The benchmarks' migration load (`migrate: fraction`): that fraction of the goblins (picked
@@ -125,12 +127,27 @@ defmodule Goblins do
 
   @impl true
   def handle_join(player, _meta, %{goblins: n} = state) do
-    # Players appear at a spot of the world picked from their id (the same spot every time).
+    # Players appear at a spot of the world picked from their id (the same spot every time);
+    # with `players: :border` (a benchmark's), within 5 m of the world's vertical centre line
+    # (the border of a world of 2 x 2 zones).
     s = side(n)
-    x = :erlang.phash2({player, :x}, s)
     y = :erlang.phash2({player, :y}, s)
+
+    x =
+      case Map.get(state, :players, :anywhere) do
+        :border -> div(s, 2) - 5 * 1024 + :erlang.phash2({player, :x}, 10 * 1024)
+        :anywhere -> :erlang.phash2({player, :x}, s)
+      end
+
     {:ok, [kind: :player, x: x, y: y, data: 0], state}
   end
+
+  defp players!(where) when where in [:anywhere, :border], do: where
+  defp players!("border"), do: :border
+  defp players!("anywhere"), do: :anywhere
+
+  defp players!(other),
+    do: raise(ArgumentError, "players: must be :anywhere or :border, got: #{inspect(other)}")
 
   @impl true
   def handle_entity({:entity, _, kind, _, _, _, _, _, _, _, _, _, _} = e, view, ctx)

@@ -5,7 +5,8 @@ defmodule Mix.Tasks.Goblins.Server do
   and prints the zone's tick statistics every few seconds until stopped (Ctrl-C twice). This
   is what `make run` does (from the repository root).
 
-      mix goblins.server [--entities 10000] [--zones 1x1] [--workers N] [--tick-rate 30] [--port 4000]
+      mix goblins.server [--entities 10000] [--zones 1x1] [--players anywhere] [--workers N]
+                         [--tick-rate 30] [--port 4000]
                          [--data-dir ./data] [--no-persist] [--snapshot-ticks 300]
                          [--interval 5] [--seconds S] [--no-pace] [--max-players N]
 
@@ -13,6 +14,9 @@ defmodule Mix.Tasks.Goblins.Server do
   each, wandering across the borders (`make run` serves 2x2: 40,000 goblins); the world is
   named `goblins` too (one connection sees all of it) and keeps its files in
   `<data-dir>/worlds/goblins/zone-<i>/`.
+
+  `--players border` makes players appear within 5 m of the world's vertical centre line (the
+  border of a 2 x 2 world; for benchmarks of players crossing it) instead of anywhere.
 
   The zone is named `goblins` (clients connect to `/ws?zone=goblins`, the default zone) and
   keeps its snapshots and journal in `<data-dir>/zones/goblins/`: started again on its files
@@ -25,7 +29,13 @@ defmodule Mix.Tasks.Goblins.Server do
 
   alias Overworld.Bench.Args
 
-  @switches [entities: :integer, zones: :string, workers: :integer, tick_rate: :integer] ++
+  @switches [
+              entities: :integer,
+              zones: :string,
+              players: :string,
+              workers: :integer,
+              tick_rate: :integer
+            ] ++
               Mix.Tasks.Overworld.Server.server_switches()
 
   @impl true
@@ -38,14 +48,24 @@ defmodule Mix.Tasks.Goblins.Server do
       [tick_rate: o.tick_rate, wire: Goblins.Wire]
       |> then(&if opts[:workers], do: Keyword.put(&1, :workers, opts[:workers]), else: &1)
 
+    players =
+      case Keyword.get(opts, :players, "anywhere") do
+        p when p in ["anywhere", "border"] -> String.to_atom(p)
+        other -> Mix.raise("--players must be anywhere or border, got: #{inspect(other)}")
+      end
+
+    with_players = fn zone_opts ->
+      Keyword.update!(zone_opts, :args, &Keyword.put(&1, :players, players))
+    end
+
     served =
       case Mix.Tasks.Overworld.Server.zones!(opts[:zones] || "1x1") do
         {1, 1} ->
-          {Goblins, Goblins.zone_options(o.entities, [id: :goblins] ++ zone)}
+          {Goblins, with_players.(Goblins.zone_options(o.entities, [id: :goblins] ++ zone))}
 
         {c, r} ->
           world = [name: :goblins, zones: {c, r}] ++ zone
-          {:world, Goblins, Goblins.zone_options(o.entities * c * r, world)}
+          {:world, Goblins, with_players.(Goblins.zone_options(o.entities * c * r, world))}
       end
 
     Mix.Tasks.Overworld.Server.serve([served], opts)
