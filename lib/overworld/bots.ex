@@ -16,7 +16,9 @@ defmodule Overworld.Bots do
   included) and counts: snapshots decoded and refused (`decode_errors`; it then asks for a
   RESYNC), snapshots in which its own avatar is not shown (`self_missing`, after its first 10),
   entities that stood within #{40} m of it in one snapshot and are shown nowhere in the next
-  (`vanished`: a blink, or a despawn), and its crossings of the world's centre lines (the
+  (`vanished`: a blink, or a despawn; `vanished_held_back` instead when either snapshot held
+  cells back for the byte budget: an entity that moved from a cell sent into a cell held back
+  is shown again when that cell's blocks come, docs/protocol.md), and its crossings of the world's centre lines (the
   borders of a 2 × 2 world). Its input module gets the avatar's position
   (`c:Overworld.Bots.Input.observe/2`).
   """
@@ -37,6 +39,7 @@ defmodule Overworld.Bots do
     :decode_errors,
     :self_missing,
     :vanished,
+    :vanished_held_back,
     :crossings
   ]
 
@@ -212,6 +215,7 @@ defmodule Overworld.Bots do
       mid: {div(hs.width, 2), div(hs.height, 2)},
       quadrant: nil,
       near: [],
+      held_back?: false,
       frames: 0
     }
   end
@@ -232,7 +236,13 @@ defmodule Overworld.Bots do
 
           {x, y} = at ->
             gone = Enum.count(d.near, &(not is_map_key(shown, &1)))
-            if gone > 0, do: :counters.add(m.counters, counter(:vanished), gone)
+            held_back? = held_back?(view)
+
+            if gone > 0 do
+              kind = if held_back? or d.held_back?, do: :vanished_held_back, else: :vanished
+              :counters.add(m.counters, counter(kind), gone)
+            end
+
             {mx, my} = d.mid
             quadrant = {x > mx, y > my}
 
@@ -247,7 +257,8 @@ defmodule Overworld.Bots do
 
             {mod, st} = b.input
             st = if function_exported?(mod, :observe, 2), do: mod.observe(st, at), else: st
-            %{b | decode: %{d | near: near, quadrant: quadrant}, input: {mod, st}}
+            d = %{d | near: near, quadrant: quadrant, held_back?: held_back?}
+            %{b | decode: d, input: {mod, st}}
         end
 
       {:error, _why} ->
@@ -256,6 +267,10 @@ defmodule Overworld.Bots do
         %{b | decode: %{d | near: []}}
     end
   end
+
+  # Whether the snapshot held cells back (cells at an older tick than the view's).
+  defp held_back?(%Snapshot.View{ticks: ticks, tick: tick}),
+    do: Enum.any?(ticks, fn {_k, t} -> t < tick end)
 
   # An entity's position (units) from its template's x and y fields; nil without them.
   defp position(_d, nil), do: nil

@@ -226,6 +226,7 @@ defmodule Mix.Tasks.Overworld.Bots do
         decode_errors: d.(:decode_errors),
         self_missing: d.(:self_missing),
         vanished: d.(:vanished),
+        vanished_held_back: d.(:vanished_held_back),
         crossings: d.(:crossings),
         crossings_per_second: Float.round(d.(:crossings) / secs, 1),
         # Over the whole run: bots the server closed (each would reconnect).
@@ -258,7 +259,7 @@ defmodule Mix.Tasks.Overworld.Bots do
 
     if r.decoded > 0 do
       info(
-        "  decoded: #{r.decoded} snapshots, #{r.decode_errors} refused, #{r.self_missing} without the bot's avatar, #{r.vanished} entities within 40 m vanished from one snapshot to the next; #{r.crossings} centre-line crossings (#{r.crossings_per_second}/s)"
+        "  decoded: #{r.decoded} snapshots, #{r.decode_errors} refused, #{r.self_missing} without the bot's avatar, #{r.vanished} entities within 40 m vanished from one snapshot to the next (#{r.vanished_held_back} more while cells were held back for the byte budget); #{r.crossings} centre-line crossings (#{r.crossings_per_second}/s)"
       )
     end
 
