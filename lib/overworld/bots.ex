@@ -22,6 +22,7 @@ defmodule Overworld.Bots do
   borders of a 2 × 2 world). Its input module gets the avatar's position
   (`c:Overworld.Bots.Input.observe/2`).
   """
+  require Logger
   alias Overworld.Client
   alias Overworld.Metrics.Histogram
   alias Overworld.Protocol.Snapshot
@@ -261,7 +262,11 @@ defmodule Overworld.Bots do
             %{b | decode: d, input: {mod, st}}
         end
 
-      {:error, _why} ->
+      {:error, why} ->
+        Logger.warning(
+          "bot of entity #{d.me}: snapshot refused (#{inspect(why)}), asking a resync"
+        )
+
         :counters.add(m.counters, counter(:decode_errors), 1)
         Client.send_msg(b.c, %{type: :resync, reason: 3, last_tick: d.view.tick})
         %{b | decode: %{d | near: []}}
