@@ -20,7 +20,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # bucket workers of a zone really run in parallel from the first microsecond of a tick.
 export ELIXIR_ERL_OPTIONS ?= +sbt db
 
-.PHONY: help run test deps deps-elixir deps-rust deps-ts deps-go test-elixir test-example test-rust test-ts test-go bench bench-full clean
+.PHONY: owload help run test deps deps-elixir deps-rust deps-ts deps-go test-elixir test-example test-rust test-ts test-go bench bench-full clean
 
 help:
 	@echo "make run    start the goblin world (2 x 2 zones of 10,000 goblins) and print its tick statistics"
@@ -114,14 +114,32 @@ test-go:
 # must be free), runs COMMANDS once it accepts connections, and stops the server (SIGTERM to its
 # process group) however COMMANDS end.
 define with_server
+$(call with_server_args,$(1),,$(2))
+endef
+
+# The same with options for goblins.server: $(1) the port, $(2) the options, $(3) the command.
+define with_server_args
 if (exec 3<>/dev/tcp/127.0.0.1/$(1)) 2>/dev/null; then echo "port $(1) is in use: stop what listens there first" >&2; exit 1; fi; \
-set -m; (cd $(GAME) && mix goblins.server --port $(1)) & server=$$!; set +m; \
+set -m; (cd $(GAME) && mix goblins.server --port $(1) $(2)) & server=$$!; set +m; \
 trap 'kill -TERM -- -'$$server' 2>/dev/null; wait '$$server'' EXIT; \
 waited=0; until (exec 3<>/dev/tcp/127.0.0.1/$(1)) 2>/dev/null; do \
   kill -0 $$server 2>/dev/null || exit 1; \
   [ $$((waited += 1)) -le 180 ] || { echo "the goblin server did not listen on port $(1) within 180 s" >&2; exit 1; }; \
   sleep 1; done; \
-$(2)
+$(3)
+endef
+
+# The Go load generator, built for the runs that start it themselves.
+OWLOAD := _build/owload
+owload: deps-go
+	cd bench/loadgen && $(GO) build -o ../../$(OWLOAD) .
+
+# Players crossing borders: the goblin world of 2 x 2 zones with players appearing at its
+# vertical border; $(1) Go clients swinging across it (the rates), then $(2) decoding bots
+# walking across it (what clients see), whose window ends inside the clients'.
+define crossing
+nice -n 10 $(OWLOAD) -url ws://127.0.0.1:$(3)/ws -clients $(1) -ramp 30 -warmup 14 -seconds $(4) -swing 12 -json $(5)-loadgen-$(1).json & lg=$$!; \
+sleep 10; mix overworld.bots --url ws://127.0.0.1:$(3)/ws --count $(2) --ramp 10 --warmup 6 --seconds $(6) --decode --input Overworld.Bots.BorderWalk --nice 10 --json $(5)-bots-$(2).json; wait $$lg
 endef
 
 # `make bench`: every benchmark of docs/benchmarks.md once, short: the same tasks as bench-full
@@ -132,7 +150,7 @@ SHORT := bench/results/short
 # The short bots' server port (not 4000, which `make run` uses).
 BENCH_PORT ?= 4100
 
-bench: deps
+bench: deps owload
 	cd $(GAME) && mix goblins.bench --entities 10000 --seconds 10 --reference --json ../../$(SHORT)/goblins-10k.json
 	cd $(GAME) && mix goblins.bench --entities 100000 --seconds 5 --reference --json ../../$(SHORT)/goblins-100k.json
 	cd $(GAME) && mix goblins.bench.encode --entities 10000 --observers 100 --seconds 10 --json ../../$(SHORT)/encode-10k.json
@@ -144,11 +162,12 @@ bench: deps
 	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,50 --seconds 5 --warmup 2 --json ../../$(SHORT)/capacity.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 20 --warmup 1 --seconds 2 --eprof Overworld.Transport.Conn --eprof-seconds 1 --json ../../$(SHORT)/profile.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 2000 --seconds 3 --warmup 1 --rounds 1 --migrate 0.25 --observers 4 --json ../../$(SHORT)/world.json
+	$(call with_server_args,$(BENCH_PORT),--zones 2x2 --entities 1000 --players border --no-persist,$(call crossing,20,4,$(BENCH_PORT),10,$(SHORT)/world-crossing,5))
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
 # test/bench_commands_test.exs checks that these commands and the doc's are the same.
-bench-full: deps
+bench-full: deps owload
 	cd $(GAME) && mix goblins.bench --entities 10000 --seconds 340 --reference --json ../../bench/results/goblins-10k.json
 	cd $(GAME) && mix goblins.bench --entities 100000 --seconds 60 --reference --json ../../bench/results/goblins-100k.json
 	cd $(GAME) && mix goblins.bench.encode --entities 10000 --observers 500 --seconds 340 --json ../../bench/results/encode-10k.json
@@ -172,6 +191,7 @@ bench-full: deps
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.6 --json ../../bench/results/world-2x2-5k-migrate-60.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 1.0 --json ../../bench/results/world-2x2-5k-migrate-100.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 10 --warmup 3 --rounds 2 --observers 40 --json ../../bench/results/world-2x2-5k-observers.json
+	$(call with_server_args,4100,--zones 2x2 --entities 2500 --players border --no-persist,$(call crossing,180,20,4100,75,bench/results/world-crossing,60))
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist
