@@ -111,7 +111,13 @@ defmodule Overworld.Interest.World do
       do: {nil, nil, w}
 
   def frame(%__MODULE__{} = w, home, n, x, y) do
-    ticks = for {z, _} <- w.subs, into: %{}, do: {z, if(z == home, do: n, else: newest(z, w))}
+    # (A zone whose cells are all beyond the leave radius, of which the client holds nothing,
+    # is not read at all: most observers see one zone or two.)
+    ticks =
+      for {z, o} <- w.subs,
+          z == home or not idle?(o, x, y),
+          into: %{},
+          do: {z, if(z == home, do: n, else: newest(z, w))}
 
     if Enum.any?(w.subs, fn {z, o} -> is_integer(ticks[z]) and ticks[z] < o.tick end) do
       Logger.info(
@@ -183,7 +189,12 @@ defmodule Overworld.Interest.World do
   defp budget(%__MODULE__{budget: b, reset: false}, steps), do: b * min(steps, @accrue)
   defp budget(%__MODULE__{budget: b}, _steps), do: b
 
-  # Distance (units) from the observer to the cells the zone publishes.
+  defp idle?(%Interest{held: held, pending: pending, region: region, leave: leave} = o, x, y),
+    do:
+      map_size(held) == 0 and map_size(pending) == 0 and map_size(region) == 0 and
+        distance(o, x, y) > leave * leave
+
+  # Distance (units, squared) from the observer to the cells the zone publishes.
   defp distance(%Interest{grid: g, place: %{ring: {c0, r0, c1, r1}}}, x, y) do
     dx = max(max(c0 * g.cell - x, x - (c1 + 1) * g.cell), 0)
     dy = max(max(r0 * g.cell - y, y - (r1 + 1) * g.cell), 0)
