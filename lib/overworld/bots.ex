@@ -232,7 +232,16 @@ defmodule Overworld.Bots do
 
         case position(d, shown[d.me]) do
           nil ->
-            if d.frames > 10, do: :counters.add(m.counters, counter(:self_missing), 1)
+            if d.frames > 10 do
+              :counters.add(m.counters, counter(:self_missing), 1)
+
+              Logger.warning(
+                "bot of entity #{d.me}: its avatar is not in snapshot #{view.tick} " <>
+                  "(#{map_size(view.cells)} cells, cells held back: #{held_back?(view)}, " <>
+                  "#{map_size(view.handed)} handed)"
+              )
+            end
+
             %{b | decode: d}
 
           {x, y} = at ->
