@@ -106,6 +106,8 @@ interface ZoneRow {
   p99: string;
   /** The ticks of the "now" columns (the last 150 to 300). */
   recent: number;
+  /** A world's zone: its crossings per second (the text of the cell; "" for a lone zone). */
+  crossings: string;
 }
 
 /** The status page's zones table. */
@@ -119,6 +121,7 @@ async function zoneRows(page: Page): Promise<ZoneRow[]> {
     measured: Number(c[4]),
     p99: c[6] ?? "",
     recent: Number(c[9]),
+    crossings: c[12] ?? "",
   }));
 }
 
@@ -158,6 +161,8 @@ interface SdkRun {
 
 describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
   let game: RunningServer | undefined;
+  // A world of 2 x 2 zones (500 goblins each) for the status page of a world.
+  let world: RunningServer | undefined;
   let browser: Browser | undefined;
   let statics: Server | undefined;
   let staticUrl = "";
@@ -169,26 +174,29 @@ describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
       throw new Error(`${CHROMIUM} is missing: run \`make deps-ts\` (installs Debian's chromium), or set OVERWORLD_SKIP_BROWSER=1 to skip this file`);
     sdkDir = mkdtempSync(join(tmpdir(), "overworld-sdk-"));
     // The three at once; whatever started is stopped in afterAll even if another failed.
-    const [g, b, s, built] = await Promise.allSettled([
+    const [g, w, b, s, built] = await Promise.allSettled([
       startServer("overworld-browser-"),
+      startServer("overworld-browser-world-", ["--zones", "2x2", "--entities", "500"]),
       chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS }),
       serveStatic(sdkDir),
       buildSdk(sdkDir),
     ]);
     if (g.status === "fulfilled") game = g.value;
+    if (w.status === "fulfilled") world = w.value;
     if (b.status === "fulfilled") browser = b.value;
     if (s.status === "fulfilled") {
       statics = s.value;
       staticUrl = `http://127.0.0.1:${(statics.address() as AddressInfo).port}`;
     }
-    for (const r of [g, b, s, built]) if (r.status === "rejected") throw r.reason;
-  }, 2 * START_TIMEOUT + 10_000);
+    for (const r of [g, w, b, s, built]) if (r.status === "rejected") throw r.reason;
+  }, 3 * START_TIMEOUT + 10_000);
 
   afterAll(async () => {
     for (const c of open) c.close();
     await browser?.close().catch(() => undefined);
     await new Promise((r) => (statics ? statics.close(r) : r(undefined)));
     await game?.stop();
+    await world?.stop();
     if (sdkDir) rmSync(sdkDir, { recursive: true, force: true });
   }, 20_000);
 
@@ -227,6 +235,40 @@ describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
     await until("the page to show a player in goblins", async () => ((await goblins())?.players ?? 0) >= 1, 5_000, tail(log));
     await until("the page to show a session", async () => /^[1-9]\d* sessions/.test((await page.textContent("#server")) ?? ""), 5_000, tail(log));
     conn.close();
+    await page.close();
+  }, 30_000);
+
+  it("the status page of a world lists its four zones ticking, their entities and crossings per second", async () => {
+    const page = await browser!.newPage();
+    const log = record(page);
+    expect((await page.goto(`${world!.baseUrl}/`))?.status()).toBe(200);
+
+    const names = ["goblins/0,0", "goblins/0,1", "goblins/1,0", "goblins/1,1"];
+    const rows = () => zoneRows(page);
+    await until("the world's four zones in the zones table", async () => (await rows()).map((r) => r.zone).join() === names.join(), 10_000, tail(log));
+    const first = await rows();
+    for (const r of first) {
+      expect(r.entities).toBeGreaterThan(0);
+      expect(r.tick).toBeGreaterThan(0);
+    }
+    // Every zone ticks: the shown ticks go on.
+    await until(
+      "every zone's shown tick to go on",
+      async () => (await rows()).every((r, i) => r.tick > first[i]!.tick),
+      5_000,
+      tail(log),
+    );
+    // Crossings per second, from two polls: a number in every zone's row once the page has them.
+    await until("a crossings/s figure in every row", async () => (await rows()).every((r) => /^\d+\.\d$/.test(r.crossings)), 5_000, tail(log));
+    // The world's line: its zones, its 2,000 goblins (one may be on its way between two zones
+    // at a poll: read again) and its crossings per second.
+    await until(
+      "the world's line",
+      async () => /^world goblins: 4 zones, 2,000 entities, \d+\.\d crossings\/s$/.test((await page.textContent("#crossings")) ?? ""),
+      5_000,
+      tail(log),
+    );
+    expect(await page.textContent("#error")).toBe("");
     await page.close();
   }, 30_000);
 

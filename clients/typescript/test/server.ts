@@ -50,14 +50,17 @@ async function startLock(): Promise<() => void> {
   }
 }
 
-/** Starts the server with 2000 goblins and waits for its `listening on` line. */
-export async function startServer(prefix = "overworld-ts-"): Promise<RunningServer> {
+/**
+ * Starts the server (by default with 2000 goblins in one zone; `options`: goblins.server's own,
+ * e.g. `["--zones", "2x2", "--entities", "500"]`) and waits for its `listening on` line.
+ */
+export async function startServer(prefix = "overworld-ts-", options: string[] = ["--entities", "2000"]): Promise<RunningServer> {
   const unlock = await startLock();
   const dataDir = mkdtempSync(join(tmpdir(), prefix));
   let output = "";
   const child: ChildProcess = spawn(
     "mix",
-    ["goblins.server", "--port", "0", "--entities", "2000", "--data-dir", dataDir, "--interval", "3600"],
+    ["goblins.server", "--port", "0", ...options, "--data-dir", dataDir, "--interval", "3600"],
     { cwd: GAME, env: { ...process.env, MIX_ENV: "dev" }, detached: true, stdio: ["ignore", "pipe", "pipe"] },
   );
   const stop = async () => {

@@ -47,21 +47,23 @@ defmodule Overworld.Web.StatusPage do
       const res = await fetch("/api/v1/status", { cache: "no-store" });
       const s = await res.json();
       let rate = "–";
+      // (The previous poll, kept: last moves on before the rows below are built.)
+      const prev = last;
       const per_s = (now, was) => {
-        const v = last && s.now_ms > last.now_ms ? ((now - was) * 1000) / (s.now_ms - last.now_ms) : NaN;
+        const v = prev && s.now_ms > prev.now_ms ? ((now - was) * 1000) / (s.now_ms - prev.now_ms) : NaN;
         return Number.isFinite(v) ? v.toFixed(1) : "–";
       };
       if (last && s.now_ms > last.now_ms) {
         rate = Math.round((s.bytes_out - last.bytes_out) * 1000 / (s.now_ms - last.now_ms)).toLocaleString();
       }
-      const before = new Map(last ? last.zones.map((z) => [z.name, z]) : []);
+      const before = new Map(prev ? prev.zones.map((z) => [z.name, z]) : []);
       const crossings = (z) => (before.has(z.name) ? per_s(z.crossings_in, before.get(z.name).crossings_in) : "–");
       const worlds = [...new Set(s.zones.filter((z) => z.world).map((z) => z.world))];
       document.getElementById("crossings").textContent = worlds.map((w) => {
         const zs = s.zones.filter((z) => z.world === w);
         const total = zs.reduce((a, z) => a + (z.crossings_in || 0), 0);
         const was = zs.reduce((a, z) => a + (before.has(z.name) ? before.get(z.name).crossings_in || 0 : NaN), 0);
-        return `world ${w}: ${zs.length} zones, ${zs.reduce((a, z) => a + z.entities, 0).toLocaleString()} entities, ${last ? per_s(total, was) : "–"} crossings/s`;
+        return `world ${w}: ${zs.length} zones, ${zs.reduce((a, z) => a + z.entities, 0).toLocaleString()} entities, ${per_s(total, was)} crossings/s`;
       }).join("; ");
       last = s;
       document.getElementById("server").textContent =
