@@ -47,7 +47,7 @@ defmodule Overworld.Interest do
   require Logger
   require Overworld.Entity
   alias Overworld.Entity
-  alias Overworld.Interest.{Region, Runs}
+  alias Overworld.Interest.{Blocks, Region, Runs, Take}
   alias Overworld.Protocol.{Codec, Snapshot}
   alias Overworld.Spatial.Grid
   alias Overworld.Zone.Wire
@@ -318,67 +318,13 @@ defmodule Overworld.Interest do
          room
        )
        when is_integer(u) and u < n and n - u <= @accrue and map_size(p) == 0 do
-    case published_span(o, n, u, []) do
+    case Blocks.published_span(o, n, u, []) do
       nil -> :slow
-      ticks -> fast_rows(:maps.to_list(region), ticks, o, room, [], 0, 0)
+      ticks -> Blocks.fast_rows(:maps.to_list(region), ticks, o, room, [], 0, 0)
     end
   end
 
   defp fast(_o, _region, _n, _room), do: :slow
-
-  # Every worker's published ticks u+1..n, oldest first: one tuple per tick of
-  # {data, index, first key} per worker; nil when any is missing.
-  defp published_span(_o, u, u, acc), do: acc
-
-  defp published_span(o, t, u, acc) do
-    case published(o, t, o.workers - 1, []) do
-      nil -> nil
-      found -> published_span(o, t - 1, u, [List.to_tuple(found) | acc])
-    end
-  end
-
-  # Every worker's published tick n: [{data, index, first key}], or nil.
-  defp published(_o, _n, -1, acc), do: acc
-
-  defp published(%__MODULE__{table: table} = o, n, w, acc) do
-    case Wire.tick(table, w, n) do
-      nil -> nil
-      found -> published(o, n, w - 1, [found | acc])
-    end
-  end
-
-  defp fast_rows([], _ticks, _o, _room, io, count, bytes), do: {:ok, io, count, bytes}
-
-  defp fast_rows([{row, {a, b}} | rest], ticks, o, room, io, count, bytes) do
-    w = elem(o.owners, row)
-
-    case fast_row(ticks, w, (row + 1) * o.grid.stride + 1, a, b, io, count, bytes) do
-      {_io, _count, more} when more > room -> :slow
-      {io, count, bytes} -> fast_rows(rest, ticks, o, room, io, count, bytes)
-    end
-  end
-
-  # Cells a..b of a row (keys base + a .. base + b) at each tick, in tick order.
-  defp fast_row([], _w, _base, _a, _b, io, count, bytes), do: {io, count, bytes}
-
-  defp fast_row([tick | ticks], w, base, a, b, io, count, bytes) do
-    case slice(elem(tick, w), base + a, base + b) do
-      {_, 0, _} -> fast_row(ticks, w, base, a, b, io, count, bytes)
-      {s, cost, c} -> fast_row(ticks, w, base, a, b, [io | s], count + c, bytes + cost)
-    end
-  end
-
-  # The part of a worker's published tick holding the blocks of cells k0..k1 (consecutive
-  # keys): the slice, its bytes and its block count, from the tick's index of offsets.
-  defp slice({data, index, first}, k0, k1) do
-    <<_::binary-size((k0 - first) * 8), off0::32, count0::32, _::binary>> = index
-    <<_::binary-size((k1 + 1 - first) * 8), off1::32, count1::32, _::binary>> = index
-
-    case off1 - off0 do
-      0 -> {<<>>, 0, 0}
-      cost -> {binary_part(data, off0, cost), cost, count1 - count0}
-    end
-  end
 
   # The budget of the ticks since the last frame (at most #{@accrue}): a frame after ticks the
   # sender skipped (a client that lagged, coalesced) may carry what those ticks would have,
@@ -407,7 +353,7 @@ defmodule Overworld.Interest do
     room = room - left_bytes
 
     items = Enum.sort(items ++ kf_items)
-    {sent, deferred, again} = take(items, room, [], 0, {o, cache, n, room, []})
+    {sent, deferred, again} = Take.take(items, room, [], 0, {o, cache, n, room, []})
     o1 = o |> apply_sent(sent, n) |> refetch(again, n)
     behind1 = behind(o1, n)
     b = runs_bytes(behind1)
@@ -423,7 +369,7 @@ defmodule Overworld.Interest do
           {o1, sent, behind1, deferred}
 
         true ->
-          {sent, deferred, again} = take(items, room - b, [], 0, {o, cache, n, room - b, []})
+          {sent, deferred, again} = Take.take(items, room - b, [], 0, {o, cache, n, room - b, []})
           fit_behind(o, sent, again, deferred, n, room)
       end
 
@@ -631,7 +577,7 @@ defmodule Overworld.Interest do
               {items, [{row, a, b, t + 1} | stale], cache}
 
             true ->
-              case slices(o, cache, row, a, b, t + 1, n, [], 0, 0) do
+              case Blocks.slices(o, cache, row, a, b, t + 1, n, [], 0, 0) do
                 {:ok, io, cost, count, cache} ->
                   prio = distance(me, row, a, b) - (n - 1 - t)
                   {[{prio, cost, count, io, {:run, row, a, b, t}} | items], stale, cache}
@@ -681,21 +627,21 @@ defmodule Overworld.Interest do
         found =
           case kfs do
             %{^key => {m, _} = kf} when m > n - ring -> kf
-            _ -> lookup_keyframe(table, key, n, ring)
+            _ -> Blocks.lookup_keyframe(table, key, n, ring)
           end
 
         kfs = if found, do: Map.put(kfs, key, found), else: kfs
 
         case found do
           {m, block} ->
-            case slices(o, cache, row, col, col, m + 1, n, [], 0, 0) do
+            case Blocks.slices(o, cache, row, col, col, m + 1, n, [], 0, 0) do
               {:ok, io, cost, count, cache} ->
                 # An empty cell has no keyframe; a client that may hold an old state of it
                 # gets an empty one.
                 {kf, kf_cost, kf_count} =
                   cond do
                     block -> {block, byte_size(block), 1}
-                    stale -> (e = empty_keyframe(wire_key(o, key))) && {e, byte_size(e), 1}
+                    stale -> (e = Blocks.empty_keyframe(wire_key(o, key))) && {e, byte_size(e), 1}
                     true -> {[], 0, 0}
                   end
 
@@ -723,124 +669,8 @@ defmodule Overworld.Interest do
     {items, %{o | pending: pending, kfs: kfs}, cache}
   end
 
-  defp lookup_keyframe(table, key, n, ring) do
-    case Wire.keyframe(table, key) do
-      {m, _block} = found when m > n - ring and m <= n -> found
-      _ -> nil
-    end
-  end
-
-  defp empty_keyframe(key), do: IO.iodata_to_binary([Codec.varint(key * 4), 0])
-
-  # The slices of cells a..b of a row for ticks t..n, in tick order.
-  defp slices(_o, cache, _row, _a, _b, t, n, io, cost, count) when t > n,
-    do: {:ok, :lists.reverse(io), cost, count, cache}
-
-  defp slices(%__MODULE__{grid: g} = o, cache, row, a, b, t, n, io, cost, count) do
-    w = elem(o.owners, row)
-
-    case tick_row(o, cache, w, t) do
-      {nil, cache} ->
-        {:missing, cache}
-
-      {published, cache} ->
-        case slice(published, Grid.key_at(g, a, row), Grid.key_at(g, b, row)) do
-          {_, 0, _} ->
-            slices(o, cache, row, a, b, t + 1, n, io, cost, count)
-
-          {s, c, k} ->
-            slices(o, cache, row, a, b, t + 1, n, [s | io], cost + c, count + k)
-        end
-    end
-  end
-
-  # A worker's published tick (its data, index and first key), looked up once per frame.
-  defp tick_row(%__MODULE__{table: table}, cache, w, t) do
-    case cache do
-      %{{^w, ^t} => found} ->
-        {found, cache}
-
-      _ ->
-        found = Wire.tick(table, w, t)
-        {found, Map.put(cache, {w, t}, found)}
-    end
-  end
-
   # Distance in cells from the observer's cell to a run of a row.
   defp distance({r, c}, row, a, b), do: abs(row - r) + max(0, max(a - c, c - b))
-
-  ## Taking items by priority within the budget
-
-  # Items go in priority order while they fit. Of a run too big for what is left, the longest
-  # first part that fits goes (the rest waits as one run: runs do not crumble into cells). A cell whose blocks since the tick the client holds outgrew the whole
-  # budget is asked for a keyframe again (smaller than many ticks of deltas). A keyframe bigger
-  # than the whole budget goes alone when it is first in line, or it would never go.
-  # Answers {sent, deferred count, runs to fetch again}.
-  defp take([], _room, sent, deferred, {_o, _cache, _n, _full, again}),
-    do: {:lists.reverse(sent), deferred, again}
-
-  defp take([{_p, cost, _, _, _} = item | rest], room, sent, deferred, ctx) when cost <= room,
-    do: take(rest, room - cost, [item | sent], deferred, ctx)
-
-  defp take([{p, _, _, _, {:run, row, a, b, t}} | rest], room, sent, deferred, ctx) when b > a do
-    {o, cache, n, _, _} = ctx
-
-    part = fn c, d ->
-      {:ok, io, cost, count, _} = slices(o, cache, row, c, d, t + 1, n, [], 0, 0)
-      {p, cost, count, io, {:run, row, c, d, t}}
-    end
-
-    # The longest first part of the run that fits goes; the rest waits, as one run.
-    case fit(part, a, a, b - 1, room) do
-      nil ->
-        take([part.(a, a) | rest], room, sent, deferred + 1, ctx)
-
-      {_, cost, _, _, _} = item ->
-        take(rest, room - cost, [item | sent], deferred + 1, ctx)
-    end
-  end
-
-  defp take(
-         [{_, cost, _, _, {:run, row, col, col, t}} | rest],
-         room,
-         sent,
-         deferred,
-         {o, cache, n, full, again}
-       )
-       when cost > full do
-    take(rest, room, sent, deferred + 1, {o, cache, n, full, [{row, col, col, t + 1} | again]})
-  end
-
-  defp take([{_p, cost, _, _, {:key, _, _, _, n}} = item | rest], room, [], deferred, ctx)
-       when cost > elem(ctx, 3) and n == elem(ctx, 2),
-       do: take(rest, room - cost, [item], deferred, ctx)
-
-  defp take(
-         [{_, cost, _, _, {:key, row, col, _, _}} | rest],
-         room,
-         sent,
-         deferred,
-         {o, cache, n, full, again}
-       )
-       when cost > full do
-    take(rest, room, sent, deferred + 1, {o, cache, n, full, [{row, col, col, n} | again]})
-  end
-
-  defp take([_item | rest], room, sent, deferred, ctx),
-    do: take(rest, room, sent, deferred + 1, ctx)
-
-  # The item of cells a..k for the largest k in lo..hi whose cost fits in room (nil: none);
-  # the cost grows with k, so a binary search.
-  defp fit(_part, _a, lo, hi, _room) when lo > hi, do: nil
-
-  defp fit(part, a, lo, hi, room) do
-    mid = div(lo + hi, 2)
-    {_, cost, _, _, _} = item = part.(a, mid)
-
-    if cost <= room,
-      do: fit(part, a, mid + 1, hi, room) || item,
-      else: fit(part, a, lo, mid - 1, room)
-  end
 
   ## After the frame
 
