@@ -331,32 +331,16 @@ func swingPayload(t *template, sign int) []byte {
 		}
 		return []byte{0x81, 0}
 	}
-	total := 0
-	for _, f := range t.fields {
-		total += f.bits
-	}
-	out := make([]byte, (total+7)/8)
-	pos := 0
-	for i, f := range t.fields {
-		var v uint64
+	return pack(t, func(i int, f field) uint64 {
 		switch {
 		case i == 0 && sign > 0:
-			v = uint64(1)<<uint(f.bits) - 1
-		case i == 0:
-			v = 0
-		case f.kind == 4 || f.kind == 5:
-			v = 0
+			return uint64(1)<<uint(f.bits) - 1
+		case i == 0, f.kind == 4, f.kind == 5:
+			return 0
 		default:
-			v = uint64(1)<<uint(f.bits-1) - 1
+			return uint64(1)<<uint(f.bits-1) - 1
 		}
-		for b := f.bits - 1; b >= 0; b-- {
-			if v>>uint(b)&1 == 1 {
-				out[pos/8] |= 0x80 >> uint(pos%8)
-			}
-			pos++
-		}
-	}
-	return out
+	})
 }
 
 // randomPayload makes an input: with a layout, each field a random quantized value (an enum
@@ -367,24 +351,31 @@ func randomPayload(t *template, rng *rand.Rand) []byte {
 	if t == nil {
 		return []byte{byte(rng.Intn(256)), byte(rng.Intn(256))}
 	}
+	return pack(t, func(_ int, f field) uint64 {
+		switch {
+		case f.kind == 4:
+			return uint64(rng.Intn(f.values))
+		case f.bits >= 63:
+			return rng.Uint64()
+		default:
+			return uint64(rng.Int63n(int64(1) << uint(f.bits)))
+		}
+	})
+}
+
+// pack writes the layout's fields, field i's quantized value given by value(i, field) (called
+// in field order), each in its bits, most significant bit first, zero padding to the byte.
+func pack(t *template, value func(i int, f field) uint64) []byte {
 	total := 0
 	for _, f := range t.fields {
 		total += f.bits
 	}
 	out := make([]byte, (total+7)/8)
 	pos := 0
-	for _, f := range t.fields {
-		var v uint64
-		switch {
-		case f.kind == 4:
-			v = uint64(rng.Intn(f.values))
-		case f.bits >= 63:
-			v = rng.Uint64()
-		default:
-			v = uint64(rng.Int63n(int64(1) << uint(f.bits)))
-		}
-		for i := f.bits - 1; i >= 0; i-- {
-			if v>>uint(i)&1 == 1 {
+	for i, f := range t.fields {
+		v := value(i, f)
+		for b := f.bits - 1; b >= 0; b-- {
+			if v>>uint(b)&1 == 1 {
 				out[pos/8] |= 0x80 >> uint(pos%8)
 			}
 			pos++

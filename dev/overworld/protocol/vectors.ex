@@ -258,16 +258,23 @@ defmodule Overworld.Protocol.Vectors do
 
     @impl true
     def handle_entity(e, _view, ctx) do
-      {x, vx} = bounce(entity(e, :x) + div(entity(e, :vx), ctx.tick_rate), entity(e, :vx))
-      {y, vy} = bounce(entity(e, :y) + div(entity(e, :vy), ctx.tick_rate), entity(e, :vy))
+      e = move(e, ctx, 0, 120 * 1024)
       turn = if rem(ctx.tick + entity(e, :id), 5) == 0, do: 700, else: 0
-      heading = rem(entity(e, :heading) + turn, 65_536)
-      {:ok, entity(e, x: x, y: y, vx: vx, vy: vy, heading: heading)}
+      {:ok, entity(e, heading: rem(entity(e, :heading) + turn, 65_536))}
     end
 
-    defp bounce(p, v) when p < 0, do: {-p, -v}
-    defp bounce(p, v) when p > 120 * 1024, do: {240 * 1024 - p, -v}
-    defp bounce(p, v), do: {p, v}
+    @doc false
+    # A tick of straight walking, bouncing off the edges of the box [lo, hi] (units) both ways.
+    @spec move(Overworld.Entity.t(), map, integer, integer) :: Overworld.Entity.t()
+    def move(e, ctx, lo, hi) do
+      {x, vx} = bounce(entity(e, :x) + div(entity(e, :vx), ctx.tick_rate), entity(e, :vx), lo, hi)
+      {y, vy} = bounce(entity(e, :y) + div(entity(e, :vy), ctx.tick_rate), entity(e, :vy), lo, hi)
+      entity(e, x: x, y: y, vx: vx, vy: vy)
+    end
+
+    defp bounce(p, v, lo, _hi) when p < lo, do: {2 * lo - p, -v}
+    defp bounce(p, v, _lo, hi) when p > hi, do: {2 * hi - p, -v}
+    defp bounce(p, v, _lo, _hi), do: {p, v}
   end
 
   defmodule Crossers do
@@ -275,8 +282,6 @@ defmodule Overworld.Protocol.Vectors do
     # 24 walkers at 8 to 16 m/s bouncing in the box [40, 80] m x [40, 80] m around the corner of
     # the four zones of a 120 m world: the zone behind world.json.
     use Overworld.Zone
-    require Overworld.Entity
-    import Overworld.Entity, only: [entity: 2]
 
     @impl true
     def init(_args) do
@@ -299,15 +304,8 @@ defmodule Overworld.Protocol.Vectors do
     end
 
     @impl true
-    def handle_entity(e, _view, ctx) do
-      {x, vx} = bounce(entity(e, :x) + div(entity(e, :vx), ctx.tick_rate), entity(e, :vx))
-      {y, vy} = bounce(entity(e, :y) + div(entity(e, :vy), ctx.tick_rate), entity(e, :vy))
-      {:ok, entity(e, x: x, y: y, vx: vx, vy: vy)}
-    end
-
-    defp bounce(p, v) when p < 40 * 1024, do: {80 * 1024 - p, -v}
-    defp bounce(p, v) when p > 80 * 1024, do: {160 * 1024 - p, -v}
-    defp bounce(p, v), do: {p, v}
+    def handle_entity(e, _view, ctx),
+      do: {:ok, Overworld.Protocol.Vectors.Drifters.move(e, ctx, 40 * 1024, 80 * 1024)}
   end
 
   # Frames of a real observer (`Overworld.Interest`) of a real zone, tick after tick: the
@@ -333,13 +331,7 @@ defmodule Overworld.Protocol.Vectors do
       ts = Wire.__templates__()
       g = Zone.config(id).grid
 
-      grid = %{
-        "width" => g.width,
-        "height" => g.height,
-        "cell_size" => g.cell,
-        "cols" => g.cols,
-        "rows" => g.rows
-      }
+      grid = grid_json(g)
 
       {steps, _} =
         Enum.map_reduce(1..40, {obs, %Snapshot.View{}}, fn n, {obs, view} ->
@@ -351,9 +343,7 @@ defmodule Overworld.Protocol.Vectors do
           msg = IO.iodata_to_binary(frame)
           {:ok, view} = Snapshot.apply(view, msg, ts)
 
-          entities =
-            for {eid, {ti, q}} <- Enum.sort(Snapshot.View.entities(view)),
-                do: %{"id" => eid, "template" => Enum.at(ts, ti).id, "q" => Tuple.to_list(q)}
+          entities = entities_json(view, ts)
 
           step = %{
             "tick" => n,
@@ -421,13 +411,7 @@ defmodule Overworld.Protocol.Vectors do
       last = {name, {1, 0}}
       order = name |> World.zones() |> Enum.sort() |> Enum.reject(&(&1 == last))
 
-      grid = %{
-        "width" => g.width,
-        "height" => g.height,
-        "cell_size" => g.cell,
-        "cols" => g.cols,
-        "rows" => g.rows
-      }
+      grid = grid_json(g)
 
       {steps, _} =
         Enum.map_reduce(1..60, {obs, %Snapshot.View{space: space}}, fn n, {obs, view} ->
@@ -443,9 +427,7 @@ defmodule Overworld.Protocol.Vectors do
           msg = IO.iodata_to_binary(frame)
           {:ok, view} = Snapshot.apply(view, msg, ts)
 
-          entities =
-            for {eid, {ti, q}} <- Enum.sort(Snapshot.View.entities(view)),
-                do: %{"id" => eid, "template" => Enum.at(ts, ti).id, "q" => Tuple.to_list(q)}
+          entities = entities_json(view, ts)
 
           step = %{
             "tick" => view.tick,
@@ -478,6 +460,22 @@ defmodule Overworld.Protocol.Vectors do
     after
       Overworld.stop_world(name)
     end
+  end
+
+  # The HANDSHAKE's grid figures.
+  defp grid_json(g),
+    do: %{
+      "width" => g.width,
+      "height" => g.height,
+      "cell_size" => g.cell,
+      "cols" => g.cols,
+      "rows" => g.rows
+    }
+
+  # The entities a view shows, by id, as the vector files list them.
+  defp entities_json(view, ts) do
+    for {eid, {ti, q}} <- Enum.sort(Overworld.Protocol.Snapshot.View.entities(view)),
+        do: %{"id" => eid, "template" => Enum.at(ts, ti).id, "q" => Tuple.to_list(q)}
   end
 
   # The ids a band cell and a region cell both hold.

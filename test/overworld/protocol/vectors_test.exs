@@ -272,24 +272,31 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
            )
 
     Enum.reduce(frames, %Overworld.Protocol.Snapshot.View{}, fn f, view ->
-      assert {:ok, view} =
-               Overworld.Protocol.Snapshot.apply(
-                 view,
-                 Base.decode16!(f["hex"], case: :lower),
-                 templates
-               )
-
-      assert view.tick == f["tick"]
-      assert view.cells |> Map.keys() |> Enum.sort() == f["cells"]
+      view = apply_frame!(view, f, templates)
       assert Enum.sort(view.ticks) == Enum.map(f["ticks"], &List.to_tuple/1)
-
-      held =
-        for {id, {ti, q}} <- Enum.sort(Overworld.Protocol.Snapshot.View.entities(view)),
-            do: %{"id" => id, "template" => Enum.at(templates, ti).id, "q" => Tuple.to_list(q)}
-
-      assert held == f["entities"]
       view
     end)
+  end
+
+  # Applies a frame of frames.json or world.json to a view: it must decode, and leave the view
+  # at its tick with exactly its cells and its entities.
+  defp apply_frame!(view, f, templates) do
+    assert {:ok, view} =
+             Overworld.Protocol.Snapshot.apply(
+               view,
+               Base.decode16!(f["hex"], case: :lower),
+               templates
+             )
+
+    assert view.tick == f["tick"]
+    assert view.cells |> Map.keys() |> Enum.sort() == f["cells"]
+
+    held =
+      for {id, {ti, q}} <- Enum.sort(Overworld.Protocol.Snapshot.View.entities(view)),
+          do: %{"id" => id, "template" => Enum.at(templates, ti).id, "q" => Tuple.to_list(q)}
+
+    assert held == f["entities"]
+    view
   end
 
   test "world.json: a client view applying a corner observer's frames of four zones holds what the file says" do
@@ -313,22 +320,8 @@ defmodule Overworld.Protocol.SnapshotVectorsTest do
     assert length(quarters) == 4
 
     Enum.reduce(frames, %Overworld.Protocol.Snapshot.View{space: space}, fn f, view ->
-      assert {:ok, view} =
-               Overworld.Protocol.Snapshot.apply(
-                 view,
-                 Base.decode16!(f["hex"], case: :lower),
-                 templates
-               )
-
-      assert view.tick == f["tick"]
-      assert view.cells |> Map.keys() |> Enum.sort() == f["cells"]
+      view = apply_frame!(view, f, templates)
       assert view.handed |> Map.keys() |> Enum.sort() == f["handed"]
-
-      held =
-        for {id, {ti, q}} <- Enum.sort(Overworld.Protocol.Snapshot.View.entities(view)),
-            do: %{"id" => id, "template" => Enum.at(templates, ti).id, "q" => Tuple.to_list(q)}
-
-      assert held == f["entities"]
       view
     end)
   end
