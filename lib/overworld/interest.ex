@@ -50,6 +50,7 @@ defmodule Overworld.Interest do
   alias Overworld.Interest.{Blocks, Region, Runs, Take}
   alias Overworld.Protocol.{Codec, Snapshot}
   alias Overworld.Spatial.Grid
+  alias Overworld.World.Place
   alias Overworld.Zone.Wire
 
   # How far (metres) an observer moves before its region is computed again.
@@ -422,8 +423,7 @@ defmodule Overworld.Interest do
   end
 
   # The key the zone publishes a cell under (a world's zone: its ring's under band keys).
-  defp wire_key(%__MODULE__{place: nil}, key), do: key
-  defp wire_key(%__MODULE__{place: place}, key), do: Overworld.World.Place.wire_key(place, key)
+  defp wire_key(%__MODULE__{place: place}, key), do: Place.wire_key(place, key)
 
   defp runs_bytes([]), do: 0
   defp runs_bytes(runs), do: IO.iodata_length(Snapshot.runs(runs)) - 1

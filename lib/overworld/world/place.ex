@@ -76,7 +76,7 @@ defmodule Overworld.World.Place do
             "the shadows' lateness bound must be a number of ticks >= 0, got: #{inspect(late)}"
     end
 
-    %{cells: {c0, r0, c1, r1} = region} =
+    %{cells: {c0, r0, c1, r1} = region, index: index} =
       Layout.region(layout, id) ||
         raise ArgumentError, "no region #{inspect(id)} in the world's layout"
 
@@ -95,17 +95,14 @@ defmodule Overworld.World.Place do
       hysteresis: Entity.meters(h),
       late: late,
       zones: Map.new(layout.regions, &{&1.id, {name, &1.id}}),
-      band: band(layout, id)
+      # The keys of a grid of cols x rows cells are below (cols + 2) * (rows + 2), the key
+      # space; the k-th region's band cells are keyed in the (k + 1)-th copy of it.
+      band: (layout.cols + 2) * (layout.rows + 2) * (1 + index)
     }
   end
 
-  # The keys of a grid of cols x rows cells are below (cols + 2) * (rows + 2), the key space;
-  # the k-th region's band cells are keyed in the (k + 1)-th copy of it.
-  defp band(%Layout{cols: c, rows: r, regions: regions}, id),
-    do: (c + 2) * (r + 2) * (1 + Enum.find_index(regions, &(&1.id == id)))
-
   @doc """
-  The key under which the zone publishes a cell (docs/protocol.md, "A world of zones"): its
+  The key under which the zone publishes a cell (nil, not a world's zone: its key) (docs/protocol.md, "A world of zones"): its
   region's cells under their key; the cells of its ring outside its region, where its
   entities in the hysteresis band stand (the neighbour's region publishes its own entities
   there), under a **band key**: the key plus the zone's band offset, so every cell a client
@@ -125,11 +122,12 @@ defmodule Overworld.World.Place do
       iex> Overworld.World.Place.wire_key(p, k) == k + 2 * space
       true
   """
-  @spec wire_key(t, integer) :: integer
-  def wire_key(%__MODULE__{region: {c0, r0, c1, r1}, band: band, layout: l}, key) do
+  @spec wire_key(t | nil, integer) :: integer
+  def wire_key(nil, key), do: key
+
+  def wire_key(%__MODULE__{band: band, layout: l} = p, key) do
     stride = l.cols + 2
-    {col, row} = {rem(key, stride) - 1, div(key, stride) - 1}
-    if col >= c0 and col <= c1 and row >= r0 and row <= r1, do: key, else: key + band
+    if inside?(p, rem(key, stride) - 1, div(key, stride) - 1), do: key, else: key + band
   end
 
   @doc "The zone ids of the zone's neighbours (sides and corners), region id => zone id."

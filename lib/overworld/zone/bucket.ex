@@ -333,8 +333,7 @@ defmodule Overworld.Zone.Bucket do
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
     {out_world, departed} = world_out(st, own, simulate?)
-    {st, gone} = avatars(st, pass, migrants_in, despawns)
-    st = avatars_moved(st, out_world)
+    {st, gone} = avatars(st, pass, migrants_in, despawns, out_world)
     st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own, acks)
     # (After the publication: its acknowledgements of their last inputs go too.)
     for id <- gone, do: forget_avatar(st, id)
@@ -466,22 +465,6 @@ defmodule Overworld.Zone.Bucket do
     end)
   end
 
-  # Players' avatars handed to a neighbour zone: their inputs go there now (the player's
-  # session follows, see Overworld.Zone.Neighbours); a new one adopted here takes its inputs
-  # from this worker's slots.
-  defp avatars_moved(st, nil), do: st
-
-  defp avatars_moved(st, {_shadows, handoffs}) do
-    case for {_n, e} <- handoffs, entity(e, :owner) != nil, do: entity(e, :id) do
-      [] ->
-        st
-
-      ids ->
-        for id <- ids, do: forget_avatar(st, id)
-        %{st | avatars: Map.drop(st.avatars, ids)}
-    end
-  end
-
   # The first key of our stripe, from the first key past its first row.
   defp first_key(lo, %Grid{stride: stride}), do: lo - stride
 
@@ -505,16 +488,28 @@ defmodule Overworld.Zone.Bucket do
   # their player is still in the zone), came from one, or are gone (answered: their route,
   # input slot, position and acknowledgement are then forgotten, rows that may have been
   # written while their despawn was on its way).
-  defp avatars(st, pass, migrants_in, despawns) do
-    case {pass.moves, pass.gone, migrants_in, map_size(despawns)} do
-      {[], [], [], 0} ->
+  # Answers the avatars gone from this worker (despawned, or handed to a neighbour zone: their
+  # inputs go there now, their player's session follows, see Overworld.Zone.Neighbours), to
+  # forget once the tick's blocks are published.
+  defp avatars(st, pass, migrants_in, despawns, world) do
+    handed =
+      case world do
+        {_shadows, [_ | _] = handoffs} ->
+          for {_n, e} <- handoffs, entity(e, :owner) != nil, do: entity(e, :id)
+
+        _ ->
+          []
+      end
+
+    case {pass.moves, pass.gone, migrants_in, map_size(despawns), handed} do
+      {[], [], [], 0, []} ->
         {st, []}
 
       _ ->
         if pass.moves != [], do: Inputs.reroute(st.inputs, pass.moves)
         gone = for e <- pass.gone, entity(e, :owner) != nil, do: entity(e, :id)
         despawned = for {id, _} <- despawns, is_map_key(st.avatars, id), do: id
-        gone = Enum.uniq(gone ++ despawned)
+        gone = Enum.uniq(gone ++ despawned ++ handed)
         left = Enum.map(pass.moves, &elem(&1, 0)) ++ gone
         came = for e <- migrants_in, entity(e, :owner) != nil, do: {entity(e, :id), true}
         {%{st | avatars: st.avatars |> Map.drop(left) |> Map.merge(Map.new(came))}, gone}

@@ -210,23 +210,28 @@ defmodule Overworld.Zone.Neighbours do
         |> Enum.take(@keep)
       end)
 
+    # (A transfer sent again by a restarted neighbour may carry no session: the one it came
+    # with first is kept.)
     incoming =
       Enum.reduce(transfers, w.incoming, fn {tid, e, session}, acc ->
-        if is_map_key(w.adopted, tid),
-          do: acc,
-          else: Map.put(acc, tid, {from, tick, e, session})
+        cond do
+          is_map_key(w.adopted, tid) -> acc
+          session == nil and is_map_key(acc, tid) -> acc
+          true -> Map.put(acc, tid, {from, tick, e, session})
+        end
       end)
 
     # Adopted again (sent twice): acknowledged again, once its adoption is on disk (not while
     # its record waits for the journal, nor before a restarted server's journal synced).
-    waiting = for {_ref, l} <- w.ack_wait, {_, tid} <- l, into: MapSet.new(), do: tid
-
     again =
-      for {tid, _, _} <- transfers,
-          is_map_key(w.adopted, tid),
-          w.hold == nil,
-          not MapSet.member?(waiting, tid),
-          do: tid
+      case for {tid, _, _} <- transfers, is_map_key(w.adopted, tid), w.hold == nil, do: tid do
+        [] ->
+          []
+
+        adopted ->
+          waiting = for {_ref, l} <- w.ack_wait, {_, tid} <- l, into: MapSet.new(), do: tid
+          Enum.reject(adopted, &MapSet.member?(waiting, &1))
+      end
 
     # Ownership confirmed, for an entity handed at the end of our tick `at`: the ticks of ours
     # since (the one running counts).
@@ -407,24 +412,28 @@ defmodule Overworld.Zone.Neighbours do
   defp players_out(st, []), do: st
 
   defp players_out(st, avatars) do
-    Enum.reduce(avatars, st, fn e, st ->
-      player = entity(e, :owner)
-      Memory.delete_player(st.memory, player)
-      w = st.world
+    st =
+      Enum.reduce(avatars, st, fn e, st ->
+        player = entity(e, :owner)
+        Memory.delete_player(st.memory, player)
+        w = st.world
 
-      moved =
-        case st.sessions do
-          %{^player => pid} -> Map.put(w.moved, player, {pid, st.tick})
-          _ -> w.moved
-        end
+        moved =
+          case st.sessions do
+            %{^player => pid} -> Map.put(w.moved, player, {pid, st.tick})
+            _ -> w.moved
+          end
 
-      %{
-        st
-        | players: Players.remove(st.players, player),
-          sessions: Map.delete(st.sessions, player),
-          world: %{w | moved: Map.reject(moved, fn {_, {_, t}} -> t < st.tick - @remember end)}
-      }
-    end)
+        %{
+          st
+          | players: Players.remove(st.players, player),
+            sessions: Map.delete(st.sessions, player),
+            world: %{w | moved: moved}
+        }
+      end)
+
+    moved = Map.reject(st.world.moved, fn {_, {_, t}} -> t < st.tick - @remember end)
+    %{st | world: %{st.world | moved: moved}}
   end
 
   @doc """
@@ -568,10 +577,8 @@ defmodule Overworld.Zone.Neighbours do
         sessions_out: Map.take(sessions, Map.keys(pending))
     }
 
-    st =
-      players_out(%{st | world: w}, for({_, _, e} <- handoffs, entity(e, :owner) != nil, do: e))
-
-    if handoffs != [], do: remember(st), else: st
+    # (The in-memory copy has this tick's transfers already: written before any message.)
+    players_out(%{st | world: w}, for({_, _, e} <- handoffs, entity(e, :owner) != nil, do: e))
   end
 
   # Our last messages to a neighbour, newest first (sent again on its hello).

@@ -274,7 +274,8 @@ defmodule Overworld.Zone.Server do
     # history), then collect garbage.
     notice = {:overworld_tick, st.config.id, r.n, r.t0}
     # (Observers of a world read every zone's newest tick here: Overworld.Interest.World.)
-    if st.config.wire, do: Overworld.Zone.Wire.put_newest(st.config.shared.wire, r.n)
+    if st.config.wire && st.config.world,
+      do: Overworld.Zone.Wire.put_newest(st.config.shared.wire, r.n)
 
     for {pid, i} <- Enum.with_index(Tuple.to_list(st.workers)),
         do: send(pid, {:idle, st.epoch, notice, elem(st.shards, i), jobs})

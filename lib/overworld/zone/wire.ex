@@ -15,6 +15,7 @@ defmodule Overworld.Zone.Wire do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.Protocol.Snapshot
+  alias Overworld.World.Place
 
   # Ticks of delta blocks kept per worker: an observer that skipped a cell (byte budget, a slow
   # client) catches up with the blocks it missed, up to this many ticks back.
@@ -64,90 +65,64 @@ defmodule Overworld.Zone.Wire do
   # cell (entities that changed template)}. `handed`: ids handed to a neighbour zone this tick
   # (a world's zone): their op is 11, "handed", not 10 (docs/protocol.md, "A world of zones").
   @spec cell(funs, integer, [Overworld.Entity.t()], [Overworld.Entity.t()], map) :: cell
-  def cell(funs, k, old, new, handed \\ %{})
-
-  def cell(funs, k, old, new, handed) when map_size(handed) == 0 do
-    {ops, changed, arrivals} = walk(funs, old, new, [], false, [])
+  def cell(funs, k, old, new, handed \\ %{}) do
+    {ops, changed, arrivals} = walk(funs, old, new, [], false, [], handed)
     {k, ops, changed, :lists.reverse(arrivals)}
   end
 
-  def cell(funs, k, old, new, handed) do
-    {ops, changed, arrivals} = walk(funs, old, new, [], false, [])
-
-    case Enum.filter(old, &is_map_key(handed, entity(&1, :id))) do
-      [] -> {k, ops, changed, :lists.reverse(arrivals)}
-      _ -> {k, handed_ops(funs, old, new, handed, ops), changed, :lists.reverse(arrivals)}
-    end
-  end
-
-  # The ops again, with 11 for the entities handed away (the ops are one fragment per entity
-  # of `old` that has a template, deltas after their op: `walk/6` in reverse).
-  defp handed_ops({index, _, _, _}, old, new, handed, ops) do
-    ids = MapSet.new(new, &entity(&1, :id))
-
-    {out, []} =
-      retag(:lists.reverse(ops), Enum.filter(old, &index.(entity(&1, :kind))), ids, handed, [])
-
-    out
-  end
-
-  defp retag(frags, [], _ids, _handed, acc), do: {acc, frags}
-
-  defp retag([<<2::2>> | frags], [o | old], ids, handed, acc) do
-    id = entity(o, :id)
-
-    if is_map_key(handed, id) and not MapSet.member?(ids, id),
-      do: retag(frags, old, ids, handed, [<<3::2>> | acc]),
-      else: retag(frags, old, ids, handed, [<<2::2>> | acc])
-  end
-
-  defp retag([<<1::2>>, d | frags], [_ | old], ids, handed, acc),
-    do: retag(frags, old, ids, handed, [d, <<1::2>> | acc])
-
-  defp retag([op | frags], [_ | old], ids, handed, acc),
-    do: retag(frags, old, ids, handed, [op | acc])
-
   # `new` is a subset of `old` (the entities that stayed), both in id order.
-  defp walk(_funs, [], _new, ops, changed, arrivals), do: {ops, changed, arrivals}
+  defp walk(_funs, [], _new, ops, changed, arrivals, _handed), do: {ops, changed, arrivals}
 
-  defp walk({index, quantize, delta, same} = funs, [o | old], [n | rest] = new, ops, changed, arr) do
+  defp walk(
+         {index, quantize, delta, same} = funs,
+         [o | old],
+         [n | rest] = new,
+         ops,
+         changed,
+         arr,
+         h
+       ) do
     kind = entity(o, :kind)
 
     case index.(kind) do
       nil ->
         if entity(n, :id) === entity(o, :id) do
           # Not replicated before; replicated now (its kind changed): an arrival.
-          walk(funs, old, rest, ops, changed, arrival(funs, n, arr))
+          walk(funs, old, rest, ops, changed, arrival(funs, n, arr), h)
         else
-          walk(funs, old, new, ops, changed, arr)
+          walk(funs, old, new, ops, changed, arr, h)
         end
 
       ti ->
         cond do
           entity(n, :id) !== entity(o, :id) ->
-            walk(funs, old, new, [<<2::2>> | ops], true, arr)
+            walk(funs, old, new, [gone(o, h) | ops], true, arr, h)
 
           entity(n, :kind) === kind and same.(ti, o, n) ->
-            walk(funs, old, rest, [<<0::2>> | ops], changed, arr)
+            walk(funs, old, rest, [<<0::2>> | ops], changed, arr, h)
 
           entity(n, :kind) === kind or index.(entity(n, :kind)) === ti ->
             case delta.(ti, quantize.(ti, o), quantize.(ti, n)) do
-              nil -> walk(funs, old, rest, [<<0::2>> | ops], changed, arr)
-              d -> walk(funs, old, rest, [d, <<1::2>> | ops], true, arr)
+              nil -> walk(funs, old, rest, [<<0::2>> | ops], changed, arr, h)
+              d -> walk(funs, old, rest, [d, <<1::2>> | ops], true, arr, h)
             end
 
           true ->
-            walk(funs, old, rest, [<<2::2>> | ops], true, arrival(funs, n, arr))
+            walk(funs, old, rest, [<<2::2>> | ops], true, arrival(funs, n, arr), h)
         end
     end
   end
 
-  defp walk({index, _, _, _} = funs, [o | old], [], ops, changed, arrivals) do
+  defp walk({index, _, _, _} = funs, [o | old], [], ops, changed, arrivals, h) do
     case index.(entity(o, :kind)) do
-      nil -> walk(funs, old, [], ops, changed, arrivals)
-      _ -> walk(funs, old, [], [<<2::2>> | ops], true, arrivals)
+      nil -> walk(funs, old, [], ops, changed, arrivals, h)
+      _ -> walk(funs, old, [], [gone(o, h) | ops], true, arrivals, h)
     end
   end
+
+  # The op of an entity that left the cell: 11 when it was handed to a neighbour zone.
+  defp gone(_o, handed) when map_size(handed) == 0, do: <<2::2>>
+  defp gone(o, handed), do: if(is_map_key(handed, entity(o, :id)), do: <<3::2>>, else: <<2::2>>)
 
   defp arrival({index, quantize, _, _}, e, arrivals) do
     case index.(entity(e, :kind)) do
@@ -226,7 +201,7 @@ defmodule Overworld.Zone.Wire do
   defp block({_k, _ops, false, []}, [], _enc, at, data, idx), do: {data, idx, at}
 
   defp block({k, ops, _changed, local}, more, {enc, place}, {key, stop, off, count}, data, idx) do
-    wk = wire_key(place, k)
+    wk = Place.wire_key(place, k)
 
     b =
       case local ++ more do
@@ -263,13 +238,8 @@ defmodule Overworld.Zone.Wire do
         MapSet.member?(wanted, k),
         entries = es |> Enum.reduce([], &arrival(mod, &1, &2)) |> :lists.reverse(),
         entries != [],
-        do: {k, Snapshot.keyframe_block(wire_key(place, k), entries, enc)}
+        do: {k, Snapshot.keyframe_block(Place.wire_key(place, k), entries, enc)}
   end
-
-  # The key a cell is published under: a world zone's cells outside its region (its ring)
-  # under their band key (`Overworld.World.Place.wire_key/2`).
-  defp wire_key(nil, k), do: k
-  defp wire_key(place, k), do: Overworld.World.Place.wire_key(place, k)
 
   ## The wire table: this module owns its rows (the workers write them, observers and tools
   ## read them, through these functions only).
