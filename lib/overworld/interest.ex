@@ -62,8 +62,7 @@ defmodule Overworld.Interest do
   @enforce_keys [:zone, :table, :grid, :owners, :rows, :workers, :radius, :leave, :budget]
   defstruct @enforce_keys ++
               [
-                # A world's zone: the columns it publishes, and its place (band keys).
-                cols: nil,
+                # A world's zone: its place (the cells it publishes, band keys).
                 place: nil,
                 tick: 0,
                 input_ack: 0,
@@ -92,7 +91,6 @@ defmodule Overworld.Interest do
           grid: Grid.t(),
           owners: tuple,
           rows: {non_neg_integer, non_neg_integer} | nil,
-          cols: {non_neg_integer, non_neg_integer} | nil,
           place: Overworld.World.Place.t() | nil,
           workers: pos_integer,
           radius: non_neg_integer,
@@ -181,7 +179,6 @@ defmodule Overworld.Interest do
            elem(elem(config.stripes, tuple_size(config.stripes) - 1), 1) - 1},
       # A world's zone publishes its region and ring (`Overworld.World.Place`), the ring's
       # cells under band keys.
-      cols: config.world && {elem(config.world.ring, 0), elem(config.world.ring, 2)},
       place: config.world,
       workers: config.workers,
       radius: Entity.meters(o.radius),
@@ -278,7 +275,8 @@ defmodule Overworld.Interest do
 
   def frame(%__MODULE__{} = o, n, x, y) do
     baseline = if o.reset, do: 0, else: o.tick
-    {p, o2} = compose(o, n, x, y, frame_budget(o, n) - 16)
+    budget = frame_budget(o, n) - 16
+    {p, o2} = compose(o, n, x, y, budget, budget)
     head = Snapshot.head(n, baseline, o.input_ack, p.blocks)
     tail = Snapshot.tail(p.left_keys, p.behind, o.ext)
     info = %{p | bytes: byte_size(head) + p.block_bytes + IO.iodata_length(tail)}
@@ -287,14 +285,15 @@ defmodule Overworld.Interest do
 
   @doc false
   # A world observer's share of its frame (`Overworld.Interest.World`): what this zone's tick
-  # `n` adds within `room` bytes (blocks, cells left and held back, under the keys the zone
-  # publishes them by), as `frame/4`'s info plus `io` (the blocks), and the observer after it;
-  # nil for a tick not after the last.
-  @spec part(t, non_neg_integer, integer, integer, integer) :: {map | nil, t}
-  def part(%__MODULE__{tick: last} = o, n, _x, _y, _room) when n <= last, do: {nil, o}
-  def part(%__MODULE__{} = o, n, x, y, room), do: compose(o, n, x, y, room)
+  # `n` adds within `room` bytes, what the nearer zones left of the frame's `full` budget
+  # (blocks, cells left and held back, under the keys the zone publishes them by), as
+  # `frame/4`'s info plus `io` (the blocks; `bytes`: all it takes of the frame), and the
+  # observer after it; nil for a tick not after the last.
+  @spec part(t, non_neg_integer, integer, integer, integer, integer) :: {map | nil, t}
+  def part(%__MODULE__{tick: last} = o, n, _x, _y, _room, _full) when n <= last, do: {nil, o}
+  def part(%__MODULE__{} = o, n, x, y, room, full), do: compose(o, n, x, y, room, full)
 
-  defp compose(o, n, x, y, room) do
+  defp compose(o, n, x, y, room, full) do
     %Grid{width: w, height: h} = o.grid
     {x, y} = {x |> max(0) |> min(w), y |> max(0) |> min(h)}
     {region, at} = region(o, x, y)
@@ -304,7 +303,7 @@ defmodule Overworld.Interest do
         finish(%{o | uniform: n}, n, at, blocks, count, bytes, [], [], 0, true)
 
       :slow ->
-        slow(materialize(o), n, x, y, region, at, room)
+        slow(materialize(o), n, x, y, region, at, room, full)
     end
   end
 
@@ -332,9 +331,14 @@ defmodule Overworld.Interest do
   # so the client catches up with deltas instead of falling out of the ring of recent ticks.
   # The first frame and the first after a resync get one tick's budget.
   defp frame_budget(%__MODULE__{tick: last, reset: false, budget: b}, n) when last > 0,
-    do: b * min(n - last, @accrue)
+    do: accrued(b, n - last)
 
   defp frame_budget(%__MODULE__{budget: b}, _n), do: b
+
+  @doc false
+  # A frame's budget after `ticks` ticks of `budget` (per tick): at most #{@accrue} ticks' worth.
+  @spec accrued(pos_integer, pos_integer) :: pos_integer
+  def accrued(budget, ticks), do: budget * min(ticks, @accrue)
 
   # Runs held at the uniform tick (see `fast/3`) get it written in.
   defp materialize(%__MODULE__{uniform: nil} = o), do: o
@@ -344,17 +348,19 @@ defmodule Overworld.Interest do
     %{o | held: held, uniform: nil}
   end
 
-  defp slow(o, n, x, y, region, at, room) do
+  # (`full`: the whole frame's budget, which decides what is too big to ever fit; `room`: what
+  # is left of it for this zone, the same but in a world observer.)
+  defp slow(o, n, x, y, region, at, room, full) do
     {o, left} = leave(o, region)
     o = enter(o, region, n)
     me = {div(y, o.grid.cell), div(x, o.grid.cell)}
     {items, o, cache} = held_items(o, n, me)
     {kf_items, o, cache} = pending_items(o, n, me, cache)
     left_bytes = Enum.reduce(left, 0, &(&2 + byte_size(Codec.varint(&1))))
-    room = room - left_bytes
+    {room, full} = {room - left_bytes, full - left_bytes}
 
     items = Enum.sort(items ++ kf_items)
-    {sent, deferred, again} = Take.take(items, room, [], 0, {o, cache, n, room, []})
+    {sent, deferred, again} = Take.take(items, room, [], 0, {o, cache, n, full, []})
     o1 = o |> apply_sent(sent, n) |> refetch(again, n)
     behind1 = behind(o1, n)
     b = runs_bytes(behind1)
@@ -370,7 +376,7 @@ defmodule Overworld.Interest do
           {o1, sent, behind1, deferred}
 
         true ->
-          {sent, deferred, again} = Take.take(items, room - b, [], 0, {o, cache, n, room - b, []})
+          {sent, deferred, again} = Take.take(items, room - b, [], 0, {o, cache, n, full - b, []})
           fit_behind(o, sent, again, deferred, n, room)
       end
 
@@ -436,9 +442,11 @@ defmodule Overworld.Interest do
   defp uniform(_o, _n), do: nil
 
   defp finish(o, n, at, blocks, count, bytes, left, behind, deferred, fast?) do
+    left_bytes = Enum.reduce(left, 0, &(&2 + byte_size(Codec.varint(&1))))
+
     part = %{
       io: blocks,
-      bytes: bytes,
+      bytes: bytes + left_bytes + runs_bytes(behind),
       blocks: count,
       block_bytes: bytes,
       cells: o.cells,
@@ -458,16 +466,16 @@ defmodule Overworld.Interest do
        when (x - ax) * (x - ax) + (y - ay) * (y - ay) < @slack * @slack,
        do: {region, {ax, ay}}
 
-  defp region(%__MODULE__{rows: rows, cols: cols} = o, x, y) do
+  defp region(%__MODULE__{rows: rows, place: place} = o, x, y) do
     region = Region.next(o.region, o.grid, x, y, o.radius + @slack, o.leave - @slack)
     region = if rows, do: only_rows(region, rows), else: region
-    {if(cols, do: only_cols(region, cols), else: region), {x, y}}
+    {if(place, do: only_cols(region, place.ring), else: region), {x, y}}
   end
 
   defp only_rows(region, {r0, r1}),
     do: :maps.filter(fn row, _ -> row >= r0 and row <= r1 end, region)
 
-  defp only_cols(region, {c0, c1}) do
+  defp only_cols(region, {c0, _r0, c1, _r1}) do
     for {row, {a, b}} <- region,
         max(a, c0) <= min(b, c1),
         into: %{},

@@ -61,6 +61,8 @@ defmodule Overworld.Session do
     :user,
     :token_user,
     :zone_pid,
+    # The monitor of the zone server (one at a time: a crossing replaces it).
+    :zone_mon,
     :zone_was,
     :table,
     :entity,

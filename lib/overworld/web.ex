@@ -154,14 +154,14 @@ defmodule Overworld.Web do
     pace = Overworld.Server.Pace.stats(cfg)
 
     zones =
-      for {public, id} <- served_zones(cfg),
+      for {public, id, world} <- served_zones(cfg),
           m = Overworld.Zone.metrics(id),
           m != nil do
         %{
           name: public,
           # A world's zone: the world's name as clients give it, its crossings (entities
           # adopted from and handed to its neighbours, since it started).
-          world: world_of(cfg, id),
+          world: world,
           crossings_in: m[:world][:crossings_in],
           crossings_out: m[:world][:crossings_out],
           tick: m.tick,
@@ -212,29 +212,20 @@ defmodule Overworld.Web do
     }
   end
 
-  # The zones served: a world's (`{:world, name}`) one by one, named `public/region`.
+  # The zones served, {name, zone id, world name or nil}: a world's (`{:world, name}`) one by one, named `public/region`.
   defp served_zones(cfg) do
     Enum.flat_map(cfg.zones, fn
       {public, {:world, name}} ->
         for {_, rid} = z <- Enum.sort(Overworld.World.zones(name)),
-            do: {"#{public}/#{region(rid)}", z}
+            do: {"#{public}/#{region(rid)}", z, public}
 
       {public, id} ->
-        [{public, id}]
+        [{public, id, nil}]
     end)
   end
 
   defp region({c, r}), do: "#{c},#{r}"
   defp region(rid), do: to_string(rid)
-
-  defp world_of(cfg, {name, _rid}) do
-    Enum.find_value(cfg.zones, fn
-      {public, {:world, ^name}} -> public
-      _ -> nil
-    end)
-  end
-
-  defp world_of(_cfg, _id), do: nil
 
   defp histogram(id) do
     case Overworld.Zone.metrics_ref(id) do

@@ -27,8 +27,6 @@ defmodule Overworld.Interest.World do
   alias Overworld.Protocol.Snapshot
   alias Overworld.Zone.Wire
 
-  @accrue 8
-
   @enforce_keys [:world, :subs, :budget]
   defstruct @enforce_keys ++
               [tick: 0, home: nil, home_tick: nil, reset: true, input_ack: 0, ext: []]
@@ -87,7 +85,8 @@ defmodule Overworld.Interest.World do
 
   defp reset(w) do
     subs = Map.new(w.subs, fn {z, o} -> {z, Interest.restart(o)} end)
-    %{w | subs: subs, reset: true, tick: 0, home_tick: nil}
+    # (The frame ticks go on growing: the client starts over from baseline 0, not tick 0.)
+    %{w | subs: subs, reset: true, home_tick: nil}
   end
 
   @doc "See `Overworld.Interest.acknowledge/2`."
@@ -111,88 +110,80 @@ defmodule Overworld.Interest.World do
       do: {nil, nil, w}
 
   def frame(%__MODULE__{} = w, home, n, x, y) do
-    # (A zone whose cells are all beyond the leave radius, of which the client holds nothing,
-    # is not read at all: most observers see one zone or two.)
-    ticks =
+    # The zones read, nearest first: {distance, zone, its tick}. (A zone whose cells all lie
+    # beyond the leave radius, of which the client holds nothing, is not read at all: most
+    # observers see one zone or two.)
+    read =
       for {z, o} <- w.subs,
-          z == home or not idle?(o, x, y),
-          into: %{},
-          do: {z, if(z == home, do: n, else: newest(z, w))}
+          d <- [distance(o, x, y)],
+          z == home or not idle?(o, d),
+          t <- [if(z == home, do: n, else: newest(o))],
+          t != nil do
+        {d, z, t, t < o.tick}
+      end
+      |> Enum.sort()
 
-    if Enum.any?(w.subs, fn {z, o} -> is_integer(ticks[z]) and ticks[z] < o.tick end) do
+    if Enum.any?(read, &elem(&1, 3)) do
       Logger.info(
         "interest: a zone of world #{inspect(w.world)} went back in ticks: starting over"
       )
 
-      build(reset(w), home, n, x, y, ticks)
+      build(reset(w), home, n, x, y, read)
     else
-      build(w, home, n, x, y, ticks)
+      build(w, home, n, x, y, read)
     end
   end
 
-  defp build(w, home, n, x, y, ticks) do
+  defp build(w, home, n, x, y, read) do
     steps = if w.home == home and is_integer(w.home_tick), do: max(n - w.home_tick, 1), else: 1
     tick = w.tick + steps
     baseline = if w.reset, do: 0, else: w.tick
-    room = budget(w, steps) - 16
+    full = Interest.accrued(w.budget, if(w.reset, do: 1, else: steps)) - 16
 
     {parts, subs, _room} =
-      w.subs
-      |> Enum.sort_by(fn {_z, o} -> distance(o, x, y) end)
-      |> Enum.reduce({[], w.subs, room}, fn {z, o}, {parts, subs, room} ->
-        case ticks[z] && Interest.part(o, ticks[z], x, y, max(room, 0)) do
-          {nil, _} ->
-            {parts, subs, room}
-
-          {p, o} ->
-            used = p.block_bytes + keys_bytes(p.left_keys) + runs_bytes(p.behind)
-            {[p | parts], Map.put(subs, z, o), room - used}
-
-          nil ->
-            {parts, subs, room}
+      Enum.reduce(read, {[], w.subs, full}, fn {_d, z, t, _}, {parts, subs, room} ->
+        case Interest.part(Map.fetch!(subs, z), t, x, y, max(room, 0), full) do
+          {nil, _} -> {parts, subs, room}
+          {p, o} -> {[p | parts], Map.put(subs, z, o), room - p.bytes}
         end
       end)
 
-    count = Enum.reduce(parts, 0, &(&1.blocks + &2))
+    parts = :lists.reverse(parts)
     left = parts |> Enum.flat_map(& &1.left_keys) |> Enum.sort()
     behind = parts |> Enum.flat_map(& &1.behind) |> Enum.sort() |> Runs.join_keys()
-    head = Snapshot.head(tick, baseline, w.input_ack, count)
+    sum = fn key -> Enum.reduce(parts, 0, &(Map.fetch!(&1, key) + &2)) end
+    head = Snapshot.head(tick, baseline, w.input_ack, sum.(:blocks))
     tail = Snapshot.tail(left, behind, w.ext)
-    blocks = Enum.map(:lists.reverse(parts), & &1.io)
-    block_bytes = Enum.reduce(parts, 0, &(&1.block_bytes + &2))
 
     info = %{
-      bytes: byte_size(head) + block_bytes + IO.iodata_length(tail),
-      blocks: count,
-      block_bytes: block_bytes,
+      bytes: byte_size(head) + sum.(:block_bytes) + IO.iodata_length(tail),
+      blocks: sum.(:blocks),
+      block_bytes: sum.(:block_bytes),
       cells: Enum.reduce(Map.values(subs), 0, &(&1.cells + &2)),
-      pending: Enum.reduce(parts, 0, &(&1.pending + &2)),
-      deferred: Enum.reduce(parts, 0, &(&1.deferred + &2)),
+      pending: sum.(:pending),
+      deferred: sum.(:deferred),
       left: length(left),
       left_keys: left,
       behind: behind,
       fast: Enum.all?(parts, & &1.fast),
-      ticks: ticks
+      ticks: Map.new(read, fn {_, z, t, _} -> {z, t} end)
     }
 
-    w = %{w | subs: subs, tick: tick, home: home, home_tick: ticks[home], reset: false, ext: []}
-    {[head, blocks | tail], info, w}
+    w = %{w | subs: subs, tick: tick, home: home, home_tick: n, reset: false, ext: []}
+    {[head, Enum.map(parts, & &1.io) | tail], info, w}
   end
 
   # The zone's newest complete tick (nil: none yet, or not running).
-  defp newest(zone, w) do
-    Wire.newest(Map.fetch!(w.subs, zone).table)
+  defp newest(%Interest{table: table}) do
+    Wire.newest(table)
   rescue
     ArgumentError -> nil
   end
 
-  defp budget(%__MODULE__{budget: b, reset: false}, steps), do: b * min(steps, @accrue)
-  defp budget(%__MODULE__{budget: b}, _steps), do: b
-
-  defp idle?(%Interest{held: held, pending: pending, region: region, leave: leave} = o, x, y),
+  defp idle?(%Interest{held: held, pending: pending, region: region, leave: leave}, d),
     do:
       map_size(held) == 0 and map_size(pending) == 0 and map_size(region) == 0 and
-        distance(o, x, y) > leave * leave
+        d > leave * leave
 
   # Distance (units, squared) from the observer to the cells the zone publishes.
   defp distance(%Interest{grid: g, place: %{ring: {c0, r0, c1, r1}}}, x, y) do
@@ -202,10 +193,4 @@ defmodule Overworld.Interest.World do
   end
 
   defp distance(_o, _x, _y), do: 0
-
-  defp keys_bytes(keys),
-    do: Enum.reduce(keys, 0, &(&2 + byte_size(Overworld.Protocol.Codec.varint(&1))))
-
-  defp runs_bytes([]), do: 0
-  defp runs_bytes(runs), do: IO.iodata_length(Snapshot.runs(runs)) - 1
 end

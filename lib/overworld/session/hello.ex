@@ -92,7 +92,7 @@ defmodule Overworld.Session.Hello do
   defp enter_zone(st, handoff) do
     with {:ok, config} <- zone_config(st.zone),
          {:ok, entity} <- player_entity(st, handoff),
-         {:ok, pid, slot, obs} <- attach(st, st.zone, config) do
+         {:ok, pid, mon, slot, obs} <- attach(st, st.zone, config) do
       seq = if handoff, do: handoff.input_seq, else: 0
       Session.send_msg(st, handshake(config, entity))
       # Reliable messages the earlier connection never wrote: numbered on this one.
@@ -102,6 +102,7 @@ defmodule Overworld.Session.Hello do
        %{
          st
          | zone_pid: pid,
+           zone_mon: mon,
            table: config.shared.wire,
            entity: entity,
            slot: slot,
@@ -146,10 +147,10 @@ defmodule Overworld.Session.Hello do
     with :ok <- Overworld.Zone.claim_session(st.zone, st.user, self(), 10_000),
          true <- Overworld.Zone.player_entity(st.zone, st.user) == st.entity,
          :ok <- Overworld.Zone.subscribe(st.zone, self()) do
-      Process.monitor(pid)
+      mon = Process.monitor(pid)
       obs = st.obs && Interest.resync(st.obs, :zone_restarted)
       for p <- Enum.reverse(st.held_in), do: send(pid, {:overworld_event, st.user, p})
-      {:noreply, %{st | zone_pid: pid, obs: obs, held_in: []}}
+      {:noreply, %{st | zone_pid: pid, zone_mon: mon, obs: obs, held_in: []}}
     else
       {:error, :not_found} -> reattach_later(st, pid, tries)
       _ -> zone_lost(st)
@@ -179,9 +180,9 @@ defmodule Overworld.Session.Hello do
   @spec moved(Session.t(), term, pos_integer) :: tuple
   def moved(st, zone, entity) do
     with {:ok, config} <- zone_config(zone),
-         {:ok, pid, slot, obs} <- attach(st, zone, config) do
-      # Acknowledgements never go back: the new zone acknowledges our inputs from the next.
-      obs = if st.obs, do: Interest.acknowledge(obs, st.obs.input_ack), else: obs
+         {:ok, pid, mon, slot, obs} <- attach(st, zone, config) do
+      # (The observer is the one we had: its acknowledgements never go back.)
+      if st.zone_mon, do: Process.demonitor(st.zone_mon, [:flush])
       if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone_pid, self()) end)
 
       case st.last_input do
@@ -194,6 +195,7 @@ defmodule Overworld.Session.Hello do
          st
          | zone: zone,
            zone_pid: pid,
+           zone_mon: mon,
            zone_was: nil,
            table: config.shared.wire,
            entity: entity,
@@ -213,8 +215,7 @@ defmodule Overworld.Session.Hello do
          {:ok, obs} <- observer(st, zone, config),
          :ok <- Overworld.Zone.subscribe(zone, self()),
          pid when is_pid(pid) <- Overworld.Zone.whereis(zone) || {:error, :not_running} do
-      Process.monitor(pid)
-      {:ok, pid, slot, obs}
+      {:ok, pid, Process.monitor(pid), slot, obs}
     end
   end
 
