@@ -129,14 +129,16 @@ waited=0; until (exec 3<>/dev/tcp/127.0.0.1/$(1)) 2>/dev/null; do \
 $(3)
 endef
 
-# The Go load generator, built for the runs that start it themselves.
+# The Go load generator, built (when its sources changed) for the runs that start it
+# themselves, as the capacity bench builds it (Overworld.Bench.Loadgen.build!/0).
 OWLOAD := _build/owload
-owload: deps-go
-	cd bench/loadgen && $(GO) build -o ../../$(OWLOAD) .
+owload: deps-go deps-elixir
+	mix run --no-start -e 'Overworld.Bench.Loadgen.build!()'
 
-# Players crossing borders: the goblin world of 2 x 2 zones with players appearing at its
-# vertical border; $(1) Go clients swinging across it (the rates), then $(2) decoding bots
-# walking across it (what clients see), whose window ends inside the clients'.
+# Players crossing borders (the goblin server started beside it with --players border): $(1)
+# Go clients swinging across the border (the rates), then $(2) decoding bots walking across it
+# (what clients see), against port $(3); the clients' window lasts $(4) s, the bots' $(6) s,
+# ending inside the clients'; the JSON goes to $(5)-loadgen-$(1).json and $(5)-bots-$(2).json.
 define crossing
 nice -n 10 $(OWLOAD) -url ws://127.0.0.1:$(3)/ws -clients $(1) -ramp 30 -warmup 14 -seconds $(4) -swing 12 -json $(5)-loadgen-$(1).json & lg=$$!; \
 sleep 10; mix overworld.bots --url ws://127.0.0.1:$(3)/ws --count $(2) --ramp 10 --warmup 6 --seconds $(6) --decode --input Overworld.Bots.BorderWalk --nice 10 --json $(5)-bots-$(2).json; wait $$lg

@@ -325,6 +325,8 @@ func (c *client) inputs() {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	start := time.Now()
+	// The swing's two inputs, made once.
+	east, west := swingPayload(c.layout, 1), swingPayload(c.layout, -1)
 	for {
 		select {
 		case <-c.stop:
@@ -336,7 +338,10 @@ func (c *client) inputs() {
 		}
 		// A random walk: a new direction one time in ten, as the Elixir bots do; or a swing.
 		if c.cfg.swing > 0 {
-			payload = swingPayload(c.layout, swingSign(time.Since(start), c.cfg.swing))
+			payload = west
+			if swingSign(time.Since(start), c.cfg.swing) > 0 {
+				payload = east
+			}
 		} else if rng.Intn(10) == 0 {
 			payload = randomPayload(c.layout, rng)
 		}

@@ -107,6 +107,9 @@ defmodule Overworld.Bots do
       every = div(1000, Keyword.get(opts, :input_hz, 10))
       Process.send_after(self(), :input, :rand.uniform(every))
 
+      # (Loaded first: the optional callbacks are looked up on the loaded module.)
+      Code.ensure_loaded(input)
+
       state =
         if function_exported?(input, :init, 3),
           do: input.init(seed, hs.input, hs),
@@ -123,7 +126,7 @@ defmodule Overworld.Bots do
         tick: 0,
         last: nil,
         input: {input, state},
-        decode: if(opts[:decode], do: decoder(hs))
+        decode: if(opts[:decode], do: decoder(hs, input))
       })
     else
       _ -> :counters.add(m.counters, counter(:failed), 1)
@@ -197,7 +200,7 @@ defmodule Overworld.Bots do
   # the next.
   @near 40 * 1024
 
-  defp decoder(hs) do
+  defp decoder(hs, input) do
     templates = hs.templates
 
     xy =
@@ -209,10 +212,11 @@ defmodule Overworld.Bots do
       |> List.to_tuple()
 
     %{
-      view: %Snapshot.View{space: (hs.cols + 2) * (hs.rows + 2)},
+      view: Snapshot.View.new(hs.cols, hs.rows),
       templates: templates,
       xy: xy,
       me: hs.entity_id,
+      observe?: function_exported?(input, :observe, 2),
       mid: {div(hs.width, 2), div(hs.height, 2)},
       quadrant: nil,
       near: [],
@@ -266,7 +270,7 @@ defmodule Overworld.Bots do
                   do: id
 
             {mod, st} = b.input
-            st = if function_exported?(mod, :observe, 2), do: mod.observe(st, at), else: st
+            st = if d.observe?, do: mod.observe(st, at), else: st
             d = %{d | near: near, quadrant: quadrant, held_back?: held_back?}
             %{b | decode: d, input: {mod, st}}
         end

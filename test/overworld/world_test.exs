@@ -7,7 +7,7 @@ defmodule Overworld.WorldTest do
 
   alias Overworld.{Interest, World, Zone}
   alias Overworld.Protocol.Snapshot
-  alias Overworld.Test.{Crowd, Prop}
+  alias Overworld.Test.{Crowd, Prop, Restart}
 
   @crowd [clock: :manual, size: {240, 240}, cell_size: 12, args: [n: 600, side: 240]]
 
@@ -213,7 +213,7 @@ defmodule Overworld.WorldTest do
         victim = Enum.random(zones)
         old = Zone.whereis(victim)
         Process.exit(old, :kill)
-        wait_back(victim, old)
+        Restart.await_new_server(victim, old)
         # The zone recovered from its in-memory copy at the tick its workers finished: it
         # catches up with the others.
         left = target - Zone.info(victim).tick
@@ -241,7 +241,7 @@ defmodule Overworld.WorldTest do
 
     ExUnit.CaptureLog.capture_log(fn ->
       Process.exit(Overworld.Names.whereis(Overworld.Names.bucket(victim, 1)), :kill)
-      wait_back(victim, old)
+      Restart.await_new_server(victim, old)
     end)
 
     {:ok, _} = Zone.tick_now(victim)
@@ -330,17 +330,6 @@ defmodule Overworld.WorldTest do
     if Enum.any?(names, &Overworld.Names.whereis/1) do
       Process.sleep(5)
       wait_gone(name)
-    end
-  end
-
-  defp wait_back(zone, old) do
-    case Zone.whereis(zone) do
-      pid when is_pid(pid) and pid != old ->
-        :ok
-
-      _ ->
-        Process.sleep(2)
-        wait_back(zone, old)
     end
   end
 

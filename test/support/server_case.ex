@@ -104,7 +104,7 @@ defmodule Overworld.Test.ServerCase do
 
     %{
       conn: conn,
-      view: %Snapshot.View{},
+      view: Snapshot.View.new(hs.cols, hs.rows),
       templates: hs.templates,
       entity: hs.entity_id,
       handshake: hs,

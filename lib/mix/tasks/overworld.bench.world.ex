@@ -63,7 +63,14 @@ defmodule Mix.Tasks.Overworld.Bench.World do
     end
 
     wire = opts[:wire] && Args.module!(opts[:wire], "--wire", "a module using Overworld.Template")
-    zones = parse_zones(Keyword.get(opts, :zones, "2x2"))
+    zones = Mix.Tasks.Overworld.Server.zones!(Keyword.get(opts, :zones, "2x2"))
+
+    if opts[:observers] do
+      Args.at_least!(opts, [:observers], 0)
+
+      if opts[:observers] > 0 and (wire == nil or elem(zones, 0) < 2 or elem(zones, 1) < 2),
+        do: Mix.raise("--observers needs --wire and a world of at least 2x2 zones (its corners)")
+    end
 
     o =
       Args.positive!(opts,
@@ -125,18 +132,5 @@ defmodule Mix.Tasks.Overworld.Bench.World do
 
     Stats.write_result(opts[:json], Map.put(result, :args, inspect(args)), machine)
     result
-  end
-
-  defp parse_zones(text) do
-    case String.split(text, "x") do
-      [c, r] ->
-        case {Integer.parse(c), Integer.parse(r)} do
-          {{c, ""}, {r, ""}} when c > 0 and r > 0 -> {c, r}
-          _ -> Mix.raise("--zones must read COLSxROWS (e.g. 2x2), got: #{text}")
-        end
-
-      _ ->
-        Mix.raise("--zones must read COLSxROWS (e.g. 2x2), got: #{text}")
-    end
   end
 end

@@ -112,10 +112,10 @@ defmodule Mix.Tasks.Overworld.Bots do
           path: o.path,
           device: "overworld-bot-#{run}-#{i}",
           input_hz: o.input_hz,
-          input: Map.get(o, :input, Overworld.Bots.Wander),
+          input: o.input,
           ip: source_ip(o, i),
           seed: i,
-          decode: Map.get(o, :decode, false)
+          decode: o.decode
         )
       end
 

@@ -99,8 +99,13 @@ defmodule Mix.Tasks.Overworld.Server do
     serve([served(module, zone_opts, opts)], opts)
   end
 
-  # One zone, or with --zones a world of them (its options from the module's zone_options/2).
-  defp served(module, zone_opts, opts) do
+  @doc false
+  # What `serve/2` serves: one zone of `zone_opts` (with `:id` and `:args`), or with `opts`'
+  # `:zones` and `:entities_per_zone` a world of them named by the id, their options from the
+  # module's zone_options/2 (`1x1`: one zone of that many entities). A game's own server task
+  # calls it too.
+  @spec served(module, keyword, keyword) :: {module, keyword} | {:world, module, keyword}
+  def served(module, zone_opts, opts) do
     case {opts[:zones], opts[:entities_per_zone]} do
       {nil, nil} ->
         {module, zone_opts}
@@ -122,17 +127,19 @@ defmodule Mix.Tasks.Overworld.Server do
                 "options for that many entities): define it in your zone module"
             )
 
-        world_opts =
-          if {c, r} == {1, 1},
-            do: zone_opts,
-            else:
-              zone_opts
-              |> Keyword.delete(:id)
-              |> Keyword.merge(name: zone_opts[:id], zones: {c, r})
+        with_args = fn extra ->
+          base = module.zone_options(n * c * r, Keyword.delete(extra, :args))
+          Keyword.update(base, :args, zone_opts[:args], &Keyword.merge(&1, zone_opts[:args]))
+        end
 
-        base = module.zone_options(n * c * r, Keyword.delete(world_opts, :args))
-        opts = Keyword.update(base, :args, zone_opts[:args], &Keyword.merge(&1, zone_opts[:args]))
-        if {c, r} == {1, 1}, do: {module, opts}, else: {:world, module, opts}
+        case {c, r} do
+          {1, 1} ->
+            {module, with_args.(zone_opts)}
+
+          _ ->
+            world = Keyword.delete(zone_opts, :id) ++ [name: zone_opts[:id], zones: {c, r}]
+            {:world, module, with_args.(world)}
+        end
     end
   end
 

@@ -1,27 +1,35 @@
 defmodule Overworld.Bench.WorldObservers do
   @moduledoc false
   # Observers of a world for `mix overworld.bench.world --observers N`: half of them at the
-  # corners where four zones meet (or two, on the world's edge: at every inner corner of the
-  # zone grid, spread a few metres apart), half at the centres of the zones, far from any
-  # border. Each is a process that builds a world frame (`Overworld.Interest.World`) on every
-  # tick of its home zone, as a session does (nothing is sent). Per group: bytes per second
-  # per observer, cells in view; one observer of each group also decodes every frame (the
-  # entities it shows, and any frame that does not decode).
+  # corners where four zones meet (every inner corner of the zone grid: the world must be at
+  # least 2 x 2 zones; spread a few metres apart), half at the centres of the zones, far from
+  # any border. Each is a process that builds a world frame (`Overworld.Interest.World`) on
+  # every tick of its home zone, as a session does (nothing is sent). They start before the
+  # warm-up (their first frames carry every cell's keyframe) and count from `measure/1`: per
+  # group, bytes per second per observer, cells in view; one observer of each group also
+  # decodes every frame (the entities it shows, and any frame that does not decode).
 
   alias Overworld.Interest.World, as: WorldView
   alias Overworld.Protocol.Snapshot
   alias Overworld.World.Layout
 
-  @doc "Starts `n` observers of world `name` (templates: the wire's); answers their pids."
-  @spec start(term, non_neg_integer, module) :: [pid]
-  def start(_name, 0, _wire), do: []
+  @doc """
+  Starts `n` observers of world `name` (its zones started with `wire:`); answers their pids.
+  Raises `ArgumentError` for a world without a corner of four zones.
+  """
+  @spec start(term, non_neg_integer) :: [pid]
+  def start(_name, 0), do: []
 
-  def start(name, n, wire) do
-    zones = Overworld.World.zones(name)
-    place = Overworld.Zone.config(hd(zones)).world
-    l = place.layout
-    corners = corners(l)
+  def start(name, n) do
+    config = Overworld.Zone.config(hd(Overworld.World.zones(name)))
+    l = config.world.layout
+
+    corners =
+      with [] <- corners(l),
+           do: raise(ArgumentError, "observers need a world of at least 2 x 2 zones")
+
     centres = for r <- l.regions, do: centre(r.cells, l)
+    view = Snapshot.View.new(config.grid.cols, config.grid.rows)
     me = self()
 
     for i <- 0..(n - 1) do
@@ -29,12 +37,17 @@ defmodule Overworld.Bench.WorldObservers do
       {x, y} = Enum.at(spots, rem(div(i, 2), length(spots)))
       # A few metres apart, deterministic.
       {x, y} = {x + rem(i * 7, 11) * 512 - 2560, y + rem(i * 13, 11) * 512 - 2560}
-      home = {name, Layout.zone_of_cell(l, cell(x, l, l.cols), cell(y, l, l.rows))}
-      decoder = if i < 2, do: wire
+      home = {name, Layout.zone_at(l, x / 1024, y / 1024)}
+      # (The first of each group decodes.)
+      decoding = if i < 2, do: view
 
-      spawn_link(fn -> init(me, name, home, group, {x, y}, decoder) end)
+      spawn_link(fn -> init(me, name, home, group, {x, y}, decoding) end)
     end
   end
+
+  @doc "The measured window starts now."
+  @spec measure([pid]) :: :ok
+  def measure(pids), do: Enum.each(pids, &send(&1, :measure))
 
   @doc "Stops the observers; answers per group: observers, bytes/s each, cells, decoded figures."
   @spec stop([pid], number) :: map
@@ -77,10 +90,10 @@ defmodule Overworld.Bench.WorldObservers do
   defp visible([]), do: nil
   defp visible([d | _]), do: d.visible && Float.round(d.visible, 1)
 
-  defp init(parent, name, home, group, {x, y}, wire) do
+  defp init(parent, name, home, group, {x, y}, view) do
     {:ok, w} = WorldView.new(name, budget: 1_000_000_000)
     :ok = Overworld.Zone.subscribe(home, self())
-    templates = wire && wire.__templates__()
+    templates = view && Overworld.Zone.config(home).wire.__templates__()
 
     loop(%{
       parent: parent,
@@ -89,7 +102,8 @@ defmodule Overworld.Bench.WorldObservers do
       group: group,
       at: {x, y},
       templates: templates,
-      view: %Snapshot.View{space: space(name)},
+      view: view,
+      measuring: false,
       bytes: 0,
       frames: 0,
       cells: 0,
@@ -113,6 +127,9 @@ defmodule Overworld.Bench.WorldObservers do
       {:overworld_tick, _, _, _} ->
         loop(st)
 
+      :measure ->
+        loop(%{st | measuring: true})
+
       {:report, _from} ->
         send(st.parent, {:observer_report, report(st)})
     end
@@ -130,7 +147,15 @@ defmodule Overworld.Bench.WorldObservers do
     }
 
   defp decode(st, frame, info) do
-    st = %{st | bytes: st.bytes + info.bytes, frames: st.frames + 1, cells: st.cells + info.cells}
+    st =
+      if st.measuring,
+        do: %{
+          st
+          | bytes: st.bytes + info.bytes,
+            frames: st.frames + 1,
+            cells: st.cells + info.cells
+        },
+        else: st
 
     case st.templates do
       nil ->
@@ -139,8 +164,7 @@ defmodule Overworld.Bench.WorldObservers do
       ts ->
         case Snapshot.apply(st.view, IO.iodata_to_binary(frame), ts) do
           {:ok, view} ->
-            # (Counted once the view has filled: after the first second.)
-            if st.frames > 30,
+            if st.measuring,
               do: %{
                 st
                 | view: view,
@@ -163,11 +187,6 @@ defmodule Overworld.Bench.WorldObservers do
     end
   end
 
-  defp space(name) do
-    g = Overworld.Zone.config(hd(Overworld.World.zones(name))).grid
-    g.stride * (g.rows + 2)
-  end
-
   # The points (units) where zones' regions meet inside the world: every region's corner that
   # is not on the world's edge.
   defp corners(%Layout{} = l) do
@@ -184,7 +203,4 @@ defmodule Overworld.Bench.WorldObservers do
     cell = Overworld.Entity.meters(l.cell_size)
     {div((c0 + c1 + 1) * cell, 2), div((r0 + r1 + 1) * cell, 2)}
   end
-
-  defp cell(u, l, count),
-    do: u |> div(Overworld.Entity.meters(l.cell_size)) |> max(0) |> min(count - 1)
 end

@@ -104,8 +104,8 @@ defmodule Overworld.Bots.BorderWalk do
     Template.encode_input(layout, values)
   end
 
+  # (An enum's first value; a bool's values are false, true.)
   defp rest(%{values: [v | _]}), do: v
-  defp rest(%{type: :bool}), do: false
   defp rest(_field), do: 0
 end
 

@@ -271,6 +271,16 @@ defmodule Overworld.Protocol.Snapshot do
           }
 
     @doc """
+    An empty view of a grid of `cols` x `rows` cells (the HANDSHAKE's): its key space set,
+    so band keys are told from region keys.
+
+        iex> Overworld.Protocol.Snapshot.View.new(9, 9).space
+        121
+    """
+    @spec new(non_neg_integer, non_neg_integer) :: t
+    def new(cols, rows), do: %__MODULE__{space: (cols + 2) * (rows + 2)}
+
+    @doc """
     Every entity the client holds: id => {template index, values}. A cell held back may still
     hold an entity that has since moved into a newer cell: the copy in the cell at the newest
     tick is the current one; of two copies at the same tick, the one in a region cell (a key

@@ -434,21 +434,24 @@ defmodule Overworld.Zone.Bucket do
     grid = st.config.grid
     {stop, _, _} = st.bounds
 
+    # (Our cells, up to the end of our stripe: the halo after it is not ours.)
     {shadows, handoffs} =
-      own
-      |> Enum.take_while(fn {k, _} -> k < stop end)
-      |> Enum.reduce({%{}, []}, fn {k, l} = pair, {shadows, handoffs} ->
-        row = Grid.row(grid, k)
-        col = Grid.col(grid, k)
+      Enum.reduce_while(own, {%{}, []}, fn
+        {k, _}, acc when k >= stop ->
+          {:halt, acc}
 
-        shadows =
-          Enum.reduce(elem(rows, row), shadows, fn {n, c0, c1}, acc ->
-            if col >= c0 and col <= c1, do: Map.update(acc, n, [pair], &[pair | &1]), else: acc
-          end)
+        {k, l} = pair, {shadows, handoffs} ->
+          row = Grid.row(grid, k)
+          col = Grid.col(grid, k)
 
-        if simulate? and not Place.inside?(place, col, row),
-          do: {shadows, leaving(place, l, handoffs)},
-          else: {shadows, handoffs}
+          shadows =
+            Enum.reduce(elem(rows, row), shadows, fn {n, c0, c1}, acc ->
+              if col >= c0 and col <= c1, do: Map.update(acc, n, [pair], &[pair | &1]), else: acc
+            end)
+
+          if simulate? and not Place.inside?(place, col, row),
+            do: {:cont, {shadows, leaving(place, l, handoffs)}},
+            else: {:cont, {shadows, handoffs}}
       end)
 
     shadows = Map.new(shadows, fn {n, pairs} -> {n, :lists.reverse(pairs)} end)

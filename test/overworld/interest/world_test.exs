@@ -35,9 +35,9 @@ defmodule Overworld.Interest.WorldTest do
     name
   end
 
-  defp space(name) do
+  defp view(name) do
     g = Zone.config(hd(World.zones(name))).grid
-    g.stride * (g.rows + 2)
+    Snapshot.View.new(g.cols, g.rows)
   end
 
   defp quantized(entities) do
@@ -103,8 +103,7 @@ defmodule Overworld.Interest.WorldTest do
     home = {world, {0, 0}}
 
     {_obs, view, seen} =
-      Enum.reduce(1..240, {obs, %Snapshot.View{space: space(world)}, %{}}, fn n,
-                                                                              {obs, view, seen} ->
+      Enum.reduce(1..240, {obs, view(world), %{}}, fn n, {obs, view, seen} ->
         {:ok, ^n} = World.tick_now(world)
         {x, y} = path(n)
         {frame, info, obs} = WorldView.frame(obs, home, n, x, y)
@@ -144,10 +143,7 @@ defmodule Overworld.Interest.WorldTest do
     order = Enum.reject(zones, &(&1 == last))
 
     {_obs, _view, stats} =
-      Enum.reduce(1..240, {obs, %Snapshot.View{space: space(world)}, %{handed: 0, both: 0}}, fn n,
-                                                                                                {obs,
-                                                                                                 view,
-                                                                                                 stats} ->
+      Enum.reduce(1..240, {obs, view(world), %{handed: 0, both: 0}}, fn n, {obs, view, stats} ->
         for z <- order, do: {:ok, ^n} = Zone.tick_now(z)
         {x, y} = path(n)
         {frame, info, obs} = WorldView.frame(obs, home, n, x, y)

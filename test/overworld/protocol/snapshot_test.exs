@@ -3,6 +3,8 @@ defmodule Overworld.Protocol.SnapshotTest do
   use ExUnit.Case, async: true
   alias Overworld.Protocol.Snapshot
   alias Overworld.Protocol.Snapshot.View
+
+  doctest Overworld.Protocol.Snapshot.View
   alias Overworld.Protocol.Vectors.Wire
   alias Overworld.Test.Prop
 

@@ -45,9 +45,6 @@ defmodule Overworld.Session.CrossingTest do
     # Walk toward the other zone (the border lies in the middle of the world).
     mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
 
-    g = Zone.config(from).grid
-    player = %{player | view: %{player.view | space: g.stride * (g.rows + 2)}}
-
     result =
       walk(player, %{
         mx: mx,
@@ -125,8 +122,7 @@ defmodule Overworld.Session.CrossingTest do
             crossed: crossed,
             ticks: st.ticks ++ [view.tick],
             resets: st.resets + if(baseline == 0, do: 1, else: 0),
-            missing:
-              Map.get(st, :missing, []) ++ if(seen? or st.frames < 3, do: [], else: [st.frames])
+            missing: st.missing ++ if(seen? or st.frames < 3, do: [], else: [st.frames])
         }
 
         player = %{player | conn: conn, view: view}

@@ -54,19 +54,13 @@ defmodule Mix.Tasks.Goblins.Server do
         other -> Mix.raise("--players must be anywhere or border, got: #{inspect(other)}")
       end
 
-    with_players = fn zone_opts ->
-      Keyword.update!(zone_opts, :args, &Keyword.put(&1, :players, players))
-    end
-
     served =
-      case Mix.Tasks.Overworld.Server.zones!(opts[:zones] || "1x1") do
-        {1, 1} ->
-          {Goblins, with_players.(Goblins.zone_options(o.entities, [id: :goblins] ++ zone))}
-
-        {c, r} ->
-          world = [name: :goblins, zones: {c, r}] ++ zone
-          {:world, Goblins, with_players.(Goblins.zone_options(o.entities * c * r, world))}
-      end
+      Mix.Tasks.Overworld.Server.served(
+        Goblins,
+        [id: :goblins, args: [players: players]] ++ zone,
+        zones: opts[:zones] || "1x1",
+        entities_per_zone: o.entities
+      )
 
     Mix.Tasks.Overworld.Server.serve([served], opts)
   end
