@@ -407,14 +407,14 @@ defmodule Overworld.Protocol.Vectors do
       {:ok, obs} = WorldView.new(name, radius: 30, leave_radius: 50, budget: 1_000_000)
       ts = Wire.__templates__()
       g = Zone.config({name, {0, 0}}).grid
-      space = g.stride * (g.rows + 2)
+      space = Snapshot.View.new(g.cols, g.rows).space
       last = {name, {1, 0}}
       order = name |> World.zones() |> Enum.sort() |> Enum.reject(&(&1 == last))
 
       grid = grid_json(g)
 
       {steps, _} =
-        Enum.map_reduce(1..60, {obs, %Snapshot.View{space: space}}, fn n, {obs, view} ->
+        Enum.map_reduce(1..60, {obs, Snapshot.View.new(g.cols, g.rows)}, fn n, {obs, view} ->
           for z <- order, do: {:ok, ^n} = Zone.tick_now(z)
           # Around the corner (60, 60) m, 12 m away.
           a = 2 * :math.pi() * n / 60
