@@ -573,7 +573,8 @@ defmodule Overworld.Zone do
   state replayed from its keyframe, `state_at/2`) and goes on from there; players whose avatar
   did not exist then leave, observers start over from a keyframe, the history starts again.
   Answers `{:ok, tick}`, or `{:error, :not_debug | :no_keyframe | {:out_of_range, range} |
-  :not_found}`.
+  :not_found}`; a zone of a world answers `{:error, :in_world}` (its neighbours hold what it
+  handed them since: its history replays, see `state_at/2`, but it cannot go back alone).
   """
   @spec rewind(zone, non_neg_integer) :: {:ok, non_neg_integer} | {:error, term}
   def rewind(zone, tick) when is_integer(tick) and tick >= 0 do

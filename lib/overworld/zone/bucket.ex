@@ -381,9 +381,9 @@ defmodule Overworld.Zone.Bucket do
   # from this tick on) join our cells, and the neighbours' shadows of their last tick join the
   # view (read-only, with those we handed away at the end of ours). Answers the Pass's world.
   defp world_in(%{place: nil} = st, _world), do: {st, nil}
-  defp world_in(st, nil), do: world_in(st, {[], []})
+  defp world_in(st, nil), do: world_in(st, {[], [], {%{}, %{}}})
 
-  defp world_in(st, {shadows, adopt}) do
+  defp world_in(st, {shadows, adopt, marks}) do
     grid = st.config.grid
     adopted = Map.new(adopt, &{entity(&1, :id), true})
     # An entity handed to us is in its old zone's shadows of the same tick too: ours now.
@@ -408,7 +408,7 @@ defmodule Overworld.Zone.Bucket do
     # Avatars adopted: ours to take the inputs of (the server routed them here).
     came = for e <- adopt, entity(e, :owner) != nil, do: {entity(e, :id), true}
 
-    ids = for {_k, l} <- shadows, e <- l, into: departed, do: {entity(e, :id), true}
+    ids = flagged(shadows, departed, marks)
 
     st = %{
       st
@@ -421,6 +421,25 @@ defmodule Overworld.Zone.Bucket do
     }
 
     {st, {ids, adopted, departed}}
+  end
+
+  @doc false
+  # The ids game code sees as shadows (`Overworld.Spatial.View.shadow?/2`): the neighbours'
+  # shadows and what the zone handed away at the end of its last tick (`departed`, ours; the
+  # other workers' in `marks`, in our halo), but what any worker adopted this tick (another's
+  # adoption may be in our shadows). The same for every worker, and for the replay of the
+  # zone's history by one (`Overworld.Zone.History`).
+  @spec flagged(Sweep.pairs(), map, {map, map}) :: map
+  def flagged(shadows, departed, {adopted, handed}) do
+    marked = if map_size(handed) == 0, do: departed, else: Map.merge(handed, departed)
+
+    marked = if map_size(adopted) == 0, do: marked, else: Map.drop(marked, Map.keys(adopted))
+
+    for {_k, l} <- shadows,
+        e <- l,
+        not is_map_key(adopted, entity(e, :id)),
+        into: marked,
+        do: {entity(e, :id), true}
   end
 
   # At the end of a tick: our cells that each neighbour needs as shadows (neighbour => cells,

@@ -24,6 +24,12 @@ defmodule Overworld.Zone.History do
   Game code runs in the replaying process (`c:Overworld.Zone.handle_entity/3` only: the game
   state comes from the records), so a history can be replayed on any node that has the zone's
   module, without starting the zone.
+
+  A zone of a world (`Overworld.World`) records with each tick what its workers got from its
+  neighbours: their shadows as the tick read them (dead-reckoned when late, with the realtime
+  clock), the entities it adopted, and the ids it had handed away at the end of the tick
+  before. Its replay reads them from the records, not from the neighbours: exact with either
+  clock, for one zone of the world alone.
   """
 
   require Overworld.Entity
@@ -129,13 +135,40 @@ defmodule Overworld.Zone.History do
       # One worker: its stripe is every row, it has no border rows (lo = 0, hi = stop).
       stop = Grid.key_at(grid, 0, grid.rows)
       ctx = Dispatch.context(c, n)
-      pass = Pass.run(pairs, pairs, {stop, 0, stop}, c, 0, ctx, inputs, despawns)
+      {pairs, view, world} = world_in(c, pairs, Map.get(record, :world))
+      pass = Pass.run(pairs, view, {stop, 0, stop}, c, 0, ctx, inputs, despawns, world)
       Sweep.insert_desc(pass.desc, grid, spawns ++ pass.movers, [])
     else
       # Workers are empty before a load step (a fresh zone, or a recovery from disk), and
       # nothing is despawned from the spawns.
       Sweep.from_entities(grid, spawns)
     end
+  end
+
+  # A zone of a world: what its workers got with the tick (`Overworld.Zone.Neighbours.take/2`),
+  # as one worker takes it: every worker's shadows (a row may be in two parts) and
+  # adoptions; the entities handed away at the end of the last tick are still in the cells,
+  # not computed (those that came straight back go: their new copy is adopted).
+  defp world_in(%Config{world: nil}, pairs, _world), do: {pairs, pairs, nil}
+  defp world_in(_c, pairs, nil), do: {pairs, pairs, {%{}, %{}, %{}}}
+
+  defp world_in(%Config{grid: grid}, pairs, parts) do
+    parts = Tuple.to_list(parts)
+    {_, _, {adopted, handed} = marks} = hd(parts)
+    adopt = Enum.flat_map(parts, &elem(&1, 1))
+
+    shadows =
+      parts
+      |> Enum.flat_map(&elem(&1, 0))
+      |> Enum.uniq_by(&elem(&1, 0))
+      |> List.keysort(0)
+      |> Sweep.without(adopted)
+
+    back = Map.take(handed, Map.keys(adopted))
+    pairs = pairs |> Sweep.without(back) |> Sweep.insert(grid, adopt)
+    departed = Map.drop(handed, Map.keys(back))
+    ids = Overworld.Zone.Bucket.flagged(shadows, departed, marks)
+    {pairs, Sweep.merge(pairs, shadows), {ids, adopted, departed}}
   end
 
   @doc """

@@ -51,7 +51,8 @@ defmodule Overworld.Zone.Neighbours do
           sessions_out: %{optional(term) => pid},
           moved: %{optional(term) => {pid, non_neg_integer}},
           incarnation: term,
-          adopting: boolean
+          adopting: boolean,
+          handed: %{optional(pos_integer) => true}
         }
 
   @doc "The neighbour state of a zone's server (nil for a zone of its own)."
@@ -77,7 +78,9 @@ defmodule Overworld.Zone.Neighbours do
       # Transfer ids are `{entity id, {tick, incarnation}}`: unique across restarts (a zone
       # restarted from disk goes back in ticks and hands an entity over at a tick it used).
       incarnation: {System.os_time(), :erlang.unique_integer([:positive])},
-      adopting: false
+      adopting: false,
+      # The ids handed to neighbours at the end of our last tick (every worker's).
+      handed: %{}
     }
   end
 
@@ -291,8 +294,9 @@ defmodule Overworld.Zone.Neighbours do
     do: Enum.all?(w.inbox, fn {_, entries} -> List.keymember?(entries, n - 1, 0) end)
 
   @doc """
-  What the workers get with tick n: per worker `{shadow cells, adopted entities}` (nil for a
-  zone of its own). The transfers adopted are acknowledged with our next message.
+  What the workers get with tick n: per worker `{shadow cells, adopted entities, {ids adopted
+  by any worker, ids handed away at the end of the last tick}}` (nil for a zone of its own;
+  the zone's history keeps it: `Overworld.Zone.History` replays from it). The transfers adopted are acknowledged with our next message.
   """
   @spec take(State.t(), non_neg_integer) :: {State.t(), tuple | nil}
   def take(%State{world: nil} = st, _n), do: {st, nil}
@@ -354,12 +358,17 @@ defmodule Overworld.Zone.Neighbours do
     if now != [], do: Metrics.add(st.metrics, :crossings_in, length(now))
     by_worker = Enum.group_by(adopt, &Config.owner_of(c, entity(&1, :x), entity(&1, :y)))
 
+    # What is ours this tick, the same for every worker (a worker sees another's adoptions in
+    # the shadows and its handoffs in its halo): shadows but those adopted, and those handed
+    # away at the end of the last tick, are flagged as shadows to game code.
+    marks = {Map.new(adopt, &{entity(&1, :id), true}), w.handed}
+
     parts =
       for {{r0, r1}, i} <- Enum.with_index(Tuple.to_list(c.stripes)) do
         lo = Grid.key_at(c.grid, 0, r0 - 1)
         hi = Grid.key_at(c.grid, 0, r1 + 1)
         mine = for {k, _} = pair <- shadows, k >= lo and k < hi, do: pair
-        {mine, Map.get(by_worker, i, [])}
+        {mine, Map.get(by_worker, i, []), marks}
       end
 
     # An entity coming back proves our earlier transfers of it were adopted: not sent again.
@@ -574,7 +583,8 @@ defmodule Overworld.Zone.Neighbours do
         acks: %{},
         last: last,
         deferred: deferred,
-        sessions_out: Map.take(sessions, Map.keys(pending))
+        sessions_out: Map.take(sessions, Map.keys(pending)),
+        handed: Map.new(handoffs, fn {_to, {id, _}, _e} -> {id, true} end)
     }
 
     # (The in-memory copy has this tick's transfers already: written before any message.)

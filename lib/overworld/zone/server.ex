@@ -385,6 +385,10 @@ defmodule Overworld.Zone.Server do
     do: {:reply, {:error, :not_debug}, st}
 
   # A rewind waits for the tick running, if any (see finish_tick/2).
+  # A zone of a world cannot go back alone: its neighbours hold what it handed them since.
+  def handle_call({:rewind, _, _, _}, _from, %State{config: %Config{world: %{}}} = st),
+    do: {:reply, {:error, :in_world}, st}
+
   def handle_call({:rewind, tick, entities, game}, from, %State{running: nil} = st),
     do: {:noreply, Rewind.run(st, from, tick, entities, game)}
 
