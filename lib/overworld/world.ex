@@ -166,17 +166,35 @@ defmodule Overworld.World do
   @doc """
   The zone of a running world a player should be served by: the one that has it (read without
   a message to any zone), else the one its id hashes to (where it joins). nil when the world
-  is not running.
+  is not running. A player whose avatar is crossing a border (handed away by a zone within
+  the last `wait` ms, not yet adopted by its neighbour) is waited for, at most `wait` ms: a
+  client reconnecting then finds its avatar, not a second one.
   """
-  @spec zone_for(term, term) :: term | nil
-  def zone_for(name, player) do
+  @spec zone_for(term, term, non_neg_integer) :: term | nil
+  def zone_for(name, player, wait \\ 2_000) do
     case name |> zones() |> Enum.sort() do
-      [] ->
-        nil
+      [] -> nil
+      zones -> holder(zones, player, wait, System.monotonic_time(:millisecond) + wait)
+    end
+  end
 
-      zones ->
-        Enum.find(zones, &Overworld.Zone.player_entity(&1, player)) ||
-          Enum.at(zones, :erlang.phash2(player, length(zones)))
+  defp holder(zones, player, wait, until) do
+    now = System.monotonic_time(:millisecond)
+
+    cond do
+      zone = Enum.find(zones, &Overworld.Zone.player_entity(&1, player)) ->
+        zone
+
+      now < until and
+          Enum.any?(zones, fn z ->
+            at = Overworld.Zone.player_moved(z, player)
+            at != nil and now - at < wait
+          end) ->
+        Process.sleep(5)
+        holder(zones, player, wait, until)
+
+      true ->
+        Enum.at(zones, :erlang.phash2(player, length(zones)))
     end
   end
 

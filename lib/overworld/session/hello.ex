@@ -91,7 +91,7 @@ defmodule Overworld.Session.Hello do
 
   defp enter_zone(st, handoff) do
     with {:ok, config} <- zone_config(st.zone),
-         {:ok, entity} <- player_entity(st, handoff),
+         {:ok, entity} <- player_entity(st, handoff, config.world != nil),
          {:ok, pid, mon, slot, obs} <- attach(st, st.zone, config) do
       seq = if handoff, do: handoff.input_seq, else: 0
       Session.send_msg(st, handshake(config, entity))
@@ -285,15 +285,21 @@ defmodule Overworld.Session.Hello do
     end
   end
 
-  defp player_entity(st, %{zone: zone, entity: id}) when zone == st.zone do
-    if Overworld.Zone.player_entity(st.zone, st.user) == id,
-      do: take_player(st, id),
-      else: player_entity(st, nil)
+  # The avatar the earlier connection had, if the zone has it. (In a world, entity ids are the
+  # world's, and the avatar may have crossed into this zone since: `Overworld.World.zone_for/2`
+  # found it here.)
+  defp player_entity(st, %{zone: zone, entity: id} = handoff, world?)
+       when zone == st.zone or world? do
+    cond do
+      Overworld.Zone.player_entity(st.zone, st.user) == id -> take_player(st, id)
+      zone == st.zone -> player_entity(st, nil, world?)
+      true -> player_entity(st, handoff, false)
+    end
   end
 
   # A new avatar: only when the server admits a new player now (`Overworld.Server.Pace.admit/2`;
   # a player resuming its avatar, above, always is).
-  defp player_entity(st, handoff) do
+  defp player_entity(st, handoff, _world?) do
     case Overworld.Server.Pace.admit(st.cfg, st.zone) do
       :ok -> join(st, handoff)
       {:full, why} -> {:error, {:full, why}}
@@ -326,7 +332,7 @@ defmodule Overworld.Session.Hello do
     case Overworld.Zone.claim_session(st.zone, st.user, self()) do
       :ok -> {:ok, id}
       # It left in between: it joins again.
-      {:error, :not_joined} -> player_entity(st, nil)
+      {:error, :not_joined} -> player_entity(st, nil, false)
       {:error, why} -> {:error, why}
     end
   catch

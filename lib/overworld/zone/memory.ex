@@ -94,6 +94,25 @@ defmodule Overworld.Zone.Memory do
   @spec delete_player(t, term) :: true
   def delete_player(t, player), do: :ets.delete(t, {:player, player})
 
+  @doc """
+  A zone of a world handed a player's avatar to a neighbour (at monotonic millisecond `at`):
+  until the neighbour has it, a reconnecting client waits for it (`Overworld.World.zone_for/2`).
+  """
+  @spec put_moved(t, term, integer) :: true
+  def put_moved(t, player, at), do: :ets.insert(t, {{:moved, player}, at})
+
+  @doc "When the zone handed the player's avatar away (monotonic ms), or nil."
+  @spec moved(t, term) :: integer | nil
+  def moved(t, player) do
+    case :ets.lookup(t, {:moved, player}) do
+      [{_, at}] -> at
+      [] -> nil
+    end
+  end
+
+  @spec delete_moved(t, term) :: true
+  def delete_moved(t, player), do: :ets.delete(t, {:moved, player})
+
   @doc "Players as `{player, entity id, session pid | nil}`."
   @spec players(t) :: [{term, pos_integer, pid | nil}]
   def players(t),
@@ -149,6 +168,7 @@ defmodule Overworld.Zone.Memory do
     forget_history(t)
     :ets.delete(t, :world)
     :ets.match_delete(t, {{:player, :_}, :_, :_})
+    :ets.match_delete(t, {{:moved, :_}, :_})
     :ets.match_delete(t, {{:unsynced, :_}, :_, :_})
     :ets.delete(t, :orphans)
   end

@@ -13,6 +13,11 @@ defmodule Overworld.Zone.Neighbours do
   #   is the pid of the player's session (nil for others, or unknown), which follows it;
   # * `acks` — the transfer ids the sender adopted since its last message.
   #
+  # And, when it happens, `{:overworld_gone, from, [{entity id, player | nil, reason}]}`: what
+  # was despawned (or whose player left) after the sender handed it to the receiver, sent on
+  # to the zone that holds it (or will: it may come before the transfer, whose message waits
+  # for its journal record), which despawns it, or runs the player's leave, once it has it.
+  #
   # Tick n of a zone reads its neighbours' shadows of tick n - 1 and adopts the transfers of
   # ticks up to n - 1, as an entity reads its neighbours' previous state inside one zone:
   # with the manual clock the zone waits for them (`ready?/2`), so a world computes exactly
@@ -28,7 +33,7 @@ defmodule Overworld.Zone.Neighbours do
   alias Overworld.Persistence.Journal
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.World.{Place, Shadows}
-  alias Overworld.Zone.{Config, Memory, Metrics, Players, State}
+  alias Overworld.Zone.{Config, Joins, Memory, Metrics, Players, State}
 
   # Entries kept per neighbour (a neighbour runs at most a tick ahead with the manual clock).
   @keep 3
@@ -52,7 +57,9 @@ defmodule Overworld.Zone.Neighbours do
           moved: %{optional(term) => {pid, non_neg_integer}},
           incarnation: term,
           adopting: boolean,
-          handed: %{optional(pos_integer) => true}
+          handed: %{optional(pos_integer) => true},
+          away: %{optional(pos_integer) => {term, non_neg_integer, term}},
+          doomed: %{optional(pos_integer) => {term, term, non_neg_integer}}
         }
 
   @doc "The neighbour state of a zone's server (nil for a zone of its own)."
@@ -80,7 +87,11 @@ defmodule Overworld.Zone.Neighbours do
       incarnation: {System.os_time(), :erlang.unique_integer([:positive])},
       adopting: false,
       # The ids handed to neighbours at the end of our last tick (every worker's).
-      handed: %{}
+      handed: %{},
+      # Entities we handed away (`@remember` ticks): id => {neighbour, tick, player}; and
+      # those a neighbour despawned after handing them to us: id => {player, reason, tick}.
+      away: %{},
+      doomed: %{}
     }
   end
 
@@ -390,12 +401,100 @@ defmodule Overworld.Zone.Neighbours do
     }
 
     st =
-      players_in(
-        %{st | world: w},
-        for({_tid, {_, _, e, pid}} <- now, entity(e, :owner) != nil, do: {e, pid})
-      )
+      %{st | world: w}
+      |> players_in(for({_tid, {_, _, e, pid}} <- now, entity(e, :owner) != nil, do: {e, pid}))
+      |> arrived(back)
 
     {st, List.to_tuple(parts)}
+  end
+
+  # Entities adopted: ours now (no longer away); those despawned, or whose player left, after
+  # their old zone handed them to us go now (despawned this tick: never computed here).
+  defp arrived(st, ids) do
+    if MapSet.size(ids) == 0 do
+      st
+    else
+      w = st.world
+      w = %{w | away: Map.drop(w.away, MapSet.to_list(ids))}
+      {now, doomed} = Map.split(w.doomed, MapSet.to_list(ids))
+      Enum.reduce(now, %{st | world: %{w | doomed: doomed}}, &doom/2)
+    end
+  end
+
+  defp doom({id, {player, reason, _at}}, st) do
+    if player != nil and Players.entity(st.players, player) == id,
+      do: elem(Joins.leave(st, player, reason), 1),
+      else: State.remember(%{st | despawns: [id | st.despawns]})
+  end
+
+  @doc """
+  Before tick n's message to the workers: the despawns asked for entities we handed to a
+  neighbour (the workers no longer have them) go to it (`{:overworld_gone, ...}`).
+  """
+  @spec forward(State.t()) :: State.t()
+  def forward(%State{world: nil} = st), do: st
+  def forward(%State{world: %{away: away}} = st) when map_size(away) == 0, do: st
+  def forward(%State{despawns: []} = st), do: st
+
+  def forward(%State{world: w} = st) do
+    case Enum.split_with(st.despawns, &is_map_key(w.away, &1)) do
+      {[], _} ->
+        st
+
+      {gone, kept} ->
+        send_gone(st, for(id <- gone, do: {id, nil, nil}))
+        %{st | despawns: kept}
+    end
+  end
+
+  @doc """
+  A player that is not ours leaves: if we handed its avatar to a neighbour lately (it may be
+  in flight: the leave came before the session heard where it went), the leave goes on to
+  that neighbour. `{:ok | {:error, :not_joined}, st}`.
+  """
+  @spec leave(State.t(), term, term) :: {:ok | {:error, :not_joined}, State.t()}
+  def leave(%State{world: nil} = st, _player, _reason), do: {{:error, :not_joined}, st}
+
+  def leave(%State{world: w} = st, player, reason) do
+    case Enum.find(w.away, fn {_id, {_to, _at, p}} -> p == player end) do
+      nil ->
+        {{:error, :not_joined}, st}
+
+      {id, {to, at, _}} ->
+        send_gone(st, [{id, player, reason}])
+        # (Once: the player is leaving.)
+        {:ok, %{st | world: %{w | away: Map.put(w.away, id, {to, at, nil})}}}
+    end
+  end
+
+  @doc """
+  A neighbour's `{:overworld_gone, from, entries}`: what it despawned, or whose player left,
+  after it handed them to us. Ours: despawned (the player's leave runs here); handed on
+  again: sent on; not here yet: despawned when adopted.
+  """
+  @spec gone(State.t(), [{pos_integer, term, term}]) :: State.t()
+  def gone(%State{world: nil} = st, _entries), do: st
+
+  def gone(%State{world: w} = st, entries) do
+    {on, here} = Enum.split_with(entries, fn {id, _, _} -> is_map_key(w.away, id) end)
+    if on != [], do: send_gone(st, on)
+
+    Enum.reduce(here, st, fn {id, player, reason} = entry, st ->
+      if player != nil and Players.entity(st.players, player) == id do
+        elem(Joins.leave(st, player, reason), 1)
+      else
+        # (Despawned now if a worker has it; remembered for its adoption otherwise.)
+        w = st.world
+        doomed = Map.put(w.doomed, id, {elem(entry, 1), reason, st.tick})
+        State.remember(%{st | despawns: [id | st.despawns], world: %{w | doomed: doomed}})
+      end
+    end)
+  end
+
+  defp send_gone(%State{world: w, config: c}, entries) do
+    entries
+    |> Enum.group_by(fn {id, _, _} -> elem(Map.fetch!(w.away, id), 0) end)
+    |> Enum.each(fn {to, l} -> send_to(w, to, {:overworld_gone, c.world.id, l}) end)
   end
 
   # Players whose avatar we adopted are ours: their rows, and their sessions, told to follow
@@ -407,6 +506,9 @@ defmodule Overworld.Zone.Neighbours do
       player = entity(e, :owner)
       id = entity(e, :id)
       Memory.put_player(st.memory, player, id, pid)
+      # (Back with us: not away any more.)
+      Memory.delete_moved(st.memory, player)
+      st = %{st | world: %{st.world | moved: Map.delete(st.world.moved, player)}}
       # Routed before the session hears of it: its inputs find the worker at once.
       worker = Config.owner_of(st.config, entity(e, :x), entity(e, :y))
       Overworld.Zone.Inputs.route(st.config.shared.inputs, id, worker)
@@ -425,13 +527,9 @@ defmodule Overworld.Zone.Neighbours do
       Enum.reduce(avatars, st, fn e, st ->
         player = entity(e, :owner)
         Memory.delete_player(st.memory, player)
+        Memory.put_moved(st.memory, player, System.monotonic_time(:millisecond))
         w = st.world
-
-        moved =
-          case st.sessions do
-            %{^player => pid} -> Map.put(w.moved, player, {pid, st.tick})
-            _ -> w.moved
-          end
+        moved = Map.put(w.moved, player, {Map.get(st.sessions, player), st.tick})
 
         %{
           st
@@ -441,8 +539,9 @@ defmodule Overworld.Zone.Neighbours do
         }
       end)
 
-    moved = Map.reject(st.world.moved, fn {_, {_, t}} -> t < st.tick - @remember end)
-    %{st | world: %{st.world | moved: moved}}
+    {old, moved} = Enum.split_with(st.world.moved, fn {_, {_, t}} -> t < st.tick - @remember end)
+    for {player, _} <- old, do: Memory.delete_moved(st.memory, player)
+    %{st | world: %{st.world | moved: Map.new(moved)}}
   end
 
   @doc """
@@ -452,7 +551,7 @@ defmodule Overworld.Zone.Neighbours do
   @spec send_moved(State.t(), term, binary) :: :ok
   def send_moved(%State{world: %{moved: moved}}, player, payload) do
     case moved do
-      %{^player => {pid, _}} -> send(pid, {:overworld_send, payload})
+      %{^player => {pid, _}} when is_pid(pid) -> send(pid, {:overworld_send, payload})
       _ -> :ok
     end
 
@@ -584,12 +683,29 @@ defmodule Overworld.Zone.Neighbours do
         last: last,
         deferred: deferred,
         sessions_out: Map.take(sessions, Map.keys(pending)),
-        handed: Map.new(handoffs, fn {_to, {id, _}, _e} -> {id, true} end)
+        handed: Map.new(handoffs, fn {_to, {id, _}, _e} -> {id, true} end),
+        away: away(w, n, handoffs),
+        doomed: prune(w.doomed, n, 2)
     }
 
     # (The in-memory copy has this tick's transfers already: written before any message.)
     players_out(%{st | world: w}, for({_, _, e} <- handoffs, entity(e, :owner) != nil, do: e))
   end
+
+  # (Pruned once a second or so: not a walk of the map every tick.)
+  defp away(w, n, handoffs) do
+    away =
+      Enum.reduce(handoffs, w.away, fn {to, {id, _}, e}, acc ->
+        Map.put(acc, id, {to, n, entity(e, :owner)})
+      end)
+
+    prune(away, n, 1)
+  end
+
+  defp prune(map, n, at) when rem(n, 32) == 0 and map_size(map) > 0,
+    do: Map.reject(map, fn {_id, entry} -> elem(entry, at) < n - @remember end)
+
+  defp prune(map, _n, _at), do: map
 
   # Our last messages to a neighbour, newest first (sent again on its hello).
   defp keep_last(last, to, msg),

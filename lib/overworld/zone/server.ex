@@ -242,6 +242,7 @@ defmodule Overworld.Zone.Server do
       end
 
     {st, world} = Neighbours.take(st, n)
+    st = Neighbours.forward(st)
     st = Dispatch.tick(%{st | tick: n - 1}, n, true, world)
     %{st | running: %{st.running | t0: t0, lateness: lateness}}
   end
@@ -363,7 +364,13 @@ defmodule Overworld.Zone.Server do
   end
 
   def handle_call({:leave, player, reason}, _from, st) do
-    {reply, st} = Joins.leave(st, player, reason)
+    {reply, st} =
+      case Joins.leave(st, player, reason) do
+        # (A zone of a world may have handed the avatar on: the leave follows it.)
+        {{:error, :not_joined}, st} -> Neighbours.leave(st, player, reason)
+        done -> done
+      end
+
     {:reply, reply, st}
   end
 
@@ -413,6 +420,9 @@ defmodule Overworld.Zone.Server do
     st = Neighbours.received(st, msg)
     {:noreply, if(st.config.clock == :manual, do: maybe_manual_tick(st), else: st)}
   end
+
+  def handle_info({:overworld_gone, _from, entries}, st),
+    do: {:noreply, Neighbours.gone(st, entries)}
 
   # A reliable message of a player's client (its session's RELIABLE): game code gets it.
   def handle_info({:overworld_event, player, payload}, st) do

@@ -12,9 +12,19 @@ defmodule Overworld.Session.CrossingTest do
 
   @moduletag timeout: 120_000
 
-  setup do
+  setup ctx do
     name = {__MODULE__, make_ref()}
-    opts = Game.zone_options(400, name: name, zones: {2, 1}, wire: Game.Wire, coins: false)
+    clock = Map.get(ctx, :clock, :realtime)
+
+    opts =
+      Game.zone_options(400,
+        name: name,
+        zones: {2, 1},
+        wire: Game.Wire,
+        coins: false,
+        clock: clock
+      )
+
     start_supervised!(World.child_spec({Game, opts}))
 
     {:ok, _} =
@@ -78,6 +88,43 @@ defmodule Overworld.Session.CrossingTest do
     assert result.missing == []
     assert result.ticks == Enum.sort(Enum.uniq(result.ticks))
     assert result.resets == 1
+  end
+
+  # (Manual clock: between two ticks of the world, an avatar handed away at the end of the
+  # last one is in flight, adopted by the other zone at its next tick.)
+  @tag clock: :manual
+  test "a client reconnecting while its avatar crosses gets the same avatar in the new zone",
+       %{world: world} = ctx do
+    player = ServerCase.join(ctx.server)
+    user = player.user
+    from = World.zone_for(world, user)
+    mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
+
+    flight =
+      Enum.find(1..600, fn n ->
+        :ok = Client.send_msg(player.conn, %{type: :input, seq: n, ack: 0, payload: <<mx, 0>>})
+        # (The input reaches the zone before the tick: the session writes it on receipt.)
+        ServerCase.eventually(fn -> Zone.info(from).tick >= 0 end)
+        Process.sleep(2)
+        {:ok, _} = World.tick_now(world)
+        Zone.player_entity(from, user) == nil
+      end)
+
+    assert flight, "the avatar never left its zone"
+    assert World.zones(world) |> Enum.all?(&(Zone.player_entity(&1, user) == nil))
+
+    # The client connects again (the same user): its session waits for the crossing to end.
+    again = Task.async(fn -> ServerCase.join(ctx.server, auth: player.auth) end)
+    Process.sleep(100)
+    {:ok, _} = World.tick_now(world)
+    second = Task.await(again)
+    assert second.entity == player.entity
+    to = World.zone_for(world, user)
+    assert to != from
+    assert Zone.player_entity(to, user) == player.entity
+    {:ok, _} = World.tick_now(world, 3)
+    owned = for e <- World.entities(world), entity(e, :owner) == user, do: entity(e, :id)
+    assert owned == [player.entity]
   end
 
   # Sends an input every third frame, applies every frame (each must decode), until 60

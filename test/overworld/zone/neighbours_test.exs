@@ -1,0 +1,84 @@
+defmodule Overworld.Zone.NeighboursTest do
+  # What happens to an entity while it crosses between two zones of a world (handed away by
+  # one, not yet adopted by the other): a despawn, its player's leave and its player's
+  # reconnect reach it in the zone that adopts it. (Manual clock: between two ticks of the
+  # world, an entity handed away at the end of the last one is in flight.)
+  use ExUnit.Case, async: true
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+
+  alias Overworld.{World, Zone}
+  alias Overworld.Test.Game
+
+  setup do
+    name = {__MODULE__, make_ref()}
+    opts = Game.zone_options(100, name: name, zones: {2, 1}, clock: :manual, coins: false)
+    {:ok, _} = Overworld.start_world(Game, opts)
+    on_exit(fn -> Overworld.stop_world(name) end)
+    [west, east] = Enum.sort_by(World.zones(name), &Zone.config(&1).world.region)
+    {_, _, c1, _} = Zone.config(west).world.region
+    border = (c1 + 1) * Zone.config(west).grid.cell
+    %{world: name, west: west, east: east, border: border}
+  end
+
+  # A player joined in the west zone half a metre from the border, walking east; the world
+  # ticked until its avatar is in flight (no zone has its player).
+  defp in_flight(ctx, player) do
+    {:ok, id} = Zone.join(ctx.west, player, %{x: ctx.border - 512, y: 20 * 1024})
+    :ok = Zone.input(ctx.west, player, {127, 0})
+    {:ok, _} = World.tick_now(ctx.world)
+    assert Zone.player_entity(ctx.west, player) == id
+
+    Enum.reduce_while(1..60, nil, fn _, _ ->
+      {:ok, _} = World.tick_now(ctx.world)
+
+      if Zone.player_entity(ctx.west, player) == nil,
+        do: {:halt, :ok},
+        else: {:cont, nil}
+    end)
+
+    assert Zone.player_entity(ctx.east, player) == nil, "adopted already"
+    id
+  end
+
+  defp ids(ctx), do: ctx.world |> World.entities() |> Enum.map(&entity(&1, :id))
+
+  test "a player leaving while its avatar crosses leaves from the zone that adopts it", ctx do
+    id = in_flight(ctx, "leaver")
+    count = length(ids(ctx))
+    assert Zone.leave(ctx.west, "leaver", :left) == :ok
+    {:ok, _} = World.tick_now(ctx.world, 3)
+    assert Zone.player_entity(ctx.east, "leaver") == nil
+    assert Zone.player_entity(ctx.west, "leaver") == nil
+    refute id in ids(ctx)
+    assert length(ids(ctx)) == count - 1
+    # Not a player any more: a leave now is refused.
+    assert Zone.leave(ctx.west, "leaver", :left) == {:error, :not_joined}
+    assert Zone.leave(ctx.east, "leaver", :left) == {:error, :not_joined}
+  end
+
+  test "an entity despawned while it crosses is despawned by the zone that adopts it", ctx do
+    id = in_flight(ctx, "walker")
+    assert :ok = Zone.despawn(ctx.west, [id])
+    {:ok, _} = World.tick_now(ctx.world, 3)
+    refute id in ids(ctx)
+    # Its player goes with it.
+    assert Zone.player_entity(ctx.east, "walker") == nil
+  end
+
+  test "a player reconnecting while its avatar crosses finds it in the zone that adopts it",
+       ctx do
+    id = in_flight(ctx, "back")
+    # (A session looks the player's zone up; the world ticks meanwhile.)
+    lookup = Task.async(fn -> World.zone_for(ctx.world, "back") end)
+    Process.sleep(50)
+    assert Task.yield(lookup, 0) == nil, "it did not wait for the crossing"
+    {:ok, _} = World.tick_now(ctx.world)
+    assert Task.await(lookup) == ctx.east
+    assert Zone.player_entity(ctx.east, "back") == id
+
+    # A player that is nowhere is not waited for past the bound.
+    {t, _zone} = :timer.tc(fn -> World.zone_for(ctx.world, "nobody") end)
+    assert t < 100_000
+  end
+end
