@@ -23,9 +23,11 @@ defmodule Overworld.Server.Pace do
   its frame: the sessions as a whole are more than a tick behind), and at the schedulers'
   utilization:
 
-  * more than 5 % of the frames late in two windows in a row: the interval goes up by one (up
-    to `:max_send_interval`, default 3) at once (a single bad window, a pause of the machine,
-    does not count; a real overload is met within a second per step);
+  * more than 5 % of the frames late in two windows in a row, the schedulers 80 % busy or more
+    in both: the interval goes up by one (up to `:max_send_interval`, default 3) at once (a
+    single bad window, a pause of the machine, does not count, nor do frames late while the
+    schedulers had room: fewer frames would not make them earlier; a real overload is met
+    within a second per step);
   * none late for 6 windows in a row, and the schedulers would stay below 80 % busy at the
     shorter interval: the interval goes down by one. The utilization at the shorter interval
     is predicted from the window's: the zones' own work (their ticks' busy time, which does not
@@ -204,6 +206,9 @@ defmodule Overworld.Server.Pace do
       {2, {0, 0}}
       iex> Pace.next(3, 3, late, {0, 1})
       {3, {0, 2}}
+      iex> # late, but the schedulers had room: not an overload
+      iex> Pace.next(1, 3, %{late | utilization: 0.6}, {0, 1})
+      {1, {0, 0}}
       iex> # calm: at interval 1 the frames would take 2 x 0.2 beside the zones' 0.3
       iex> Pace.next(2, 3, %{built: 1000, late: 0, utilization: 0.5, base: 0.3}, {5, 0})
       {1, {0, 0}}
@@ -217,7 +222,9 @@ defmodule Overworld.Server.Pace do
   @spec next(pos_integer, pos_integer, map, {non_neg_integer, non_neg_integer}) ::
           {pos_integer, {non_neg_integer, non_neg_integer}}
   def next(k, max, window, {calm, lates}) do
-    lates = if late?(window), do: lates + 1, else: 0
+    # (Late while the schedulers had room is no overload: the machine paused, or another
+    # process had the cores; fewer frames would not bring them on time.)
+    lates = if late?(window) and window.utilization >= @busy_limit, do: lates + 1, else: 0
     calm = if window.late == 0, do: calm + 1, else: 0
 
     cond do
