@@ -84,8 +84,10 @@ defmodule Overworld.Session do
     event_seq: 0,
     # Reliable messages from the zone (EVENT), numbered; those the busy socket refused wait.
     outbox: %Outbox{},
-    # Reliable messages of the client that came while the zone restarted, newest first.
+    # Reliable messages of the client that came while the zone restarted, or while our old
+    # zone finished with those sent to it before a crossing (`fence`), newest first.
     held_in: [],
+    fence: nil,
     bucket: 0,
     refilled: 0,
     # The send interval this client was last told (SNAPSHOT extension 1; 1 until told).
@@ -193,6 +195,18 @@ defmodule Overworld.Session do
     do: Hello.moved(st, zone, entity)
 
   def handle_info({:overworld_moved, _zone, _entity}, st), do: {:noreply, st}
+
+  # The zone our avatar left has sent on what we sent it (or we waited long enough): the
+  # client's reliable messages held since go to the new zone.
+  def handle_info({:overworld_flushed, ref}, %{fence: ref} = st) do
+    if st.zone_pid,
+      do:
+        for(p <- Enum.reverse(st.held_in), do: send(st.zone_pid, {:overworld_event, st.user, p}))
+
+    {:noreply, %{st | fence: nil, held_in: if(st.zone_pid, do: [], else: st.held_in)}}
+  end
+
+  def handle_info({:overworld_flushed, _ref}, st), do: {:noreply, st}
 
   # A debug zone went back to a past tick: the client starts over from a keyframe.
   def handle_info({:overworld_rewound, _zone}, %{obs: obs} = st) when obs != nil,
@@ -348,8 +362,9 @@ defmodule Overworld.Session do
 
       true ->
         case take_token(st) do
-          {:ok, %{zone_pid: nil, zone_was: was} = st} when was != nil ->
-            # The zone is restarting: kept for it, in order (bounded like the outbox).
+          {:ok, st} when (st.zone_pid == nil and st.zone_was != nil) or st.fence != nil ->
+            # The zone is restarting, or our avatar just crossed and the zone it left has not
+            # yet sent on what we sent it: kept, in order (bounded like the outbox).
             if length(st.held_in) >= Outbox.max(),
               do: close(st, 4006, "zone unavailable", 6),
               else: {:ok, %{st | event_seq: seq, held_in: [p | st.held_in]}}

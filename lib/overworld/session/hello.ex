@@ -183,6 +183,10 @@ defmodule Overworld.Session.Hello do
          {:ok, pid, mon, slot, obs} <- attach(st, zone, config) do
       # (The observer is the one we had: its acknowledgements never go back.)
       if st.zone_mon, do: Process.demonitor(st.zone_mon, [:flush])
+      # The client's reliable messages wait until the zone we leave has sent on (after the
+      # avatar) those we sent it: in order, none lost, none twice. (At most a second: a zone
+      # that went down meanwhile lost them.)
+      fence = fence(st.zone_pid, st.user)
       if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone_pid, self()) end)
 
       case st.last_input do
@@ -200,11 +204,23 @@ defmodule Overworld.Session.Hello do
            table: config.shared.wire,
            entity: entity,
            slot: slot,
-           obs: obs
+           obs: obs,
+           fence: fence
        }}
     else
       _ -> zone_lost(st)
     end
+  end
+
+  @fence_wait 1_000
+
+  defp fence(nil, _user), do: nil
+
+  defp fence(old, user) do
+    ref = make_ref()
+    send(old, {:overworld_flush, user, self(), ref})
+    Process.send_after(self(), {:overworld_flushed, ref}, @fence_wait)
+    ref
   end
 
   # The session takes its place in a zone that has its player: the player's input slot, an

@@ -25,6 +25,7 @@ defmodule Overworld.Zone.Neighbours do
   # has: shadows late by a tick or more are dead-reckoned from their velocity, and dropped past
   # the place's lateness bound (`Overworld.World.Shadows`).
 
+  require Logger
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
 
@@ -41,6 +42,12 @@ defmodule Overworld.Zone.Neighbours do
   # remembered after its adoption (a transfer sent again is ignored).
   @resend 2
   @remember 300
+  # A player's reliable messages sent on from zone to zone at most this many times (an avatar
+  # handed on again before they caught up with it); kept for an avatar on its way to us, at
+  # most `@early` per player, for `@early_players` players.
+  @hops 4
+  @early 256
+  @early_players 1_024
 
   @type t :: %{
           neighbours: [{term, term}],
@@ -54,7 +61,8 @@ defmodule Overworld.Zone.Neighbours do
           ack_wait: %{optional(reference) => [{term, term}]},
           hold: reference | nil,
           sessions_out: %{optional(term) => pid},
-          moved: %{optional(term) => {pid, non_neg_integer}},
+          moved: %{optional(term) => {pid | nil, non_neg_integer, term}},
+          early: %{optional(term) => {non_neg_integer, [tuple]}},
           incarnation: term,
           adopting: boolean,
           handed: %{optional(pos_integer) => true},
@@ -81,7 +89,11 @@ defmodule Overworld.Zone.Neighbours do
       ack_wait: %{},
       hold: nil,
       sessions_out: %{},
+      # Players whose avatar we handed away (`@remember` ticks): player => {session, tick,
+      # neighbour}; and what came for players not ours yet, forwarded by the zone they left
+      # (their avatar in flight to us): player => {tick, [item]} (newest first, bounded).
       moved: %{},
+      early: %{},
       # Transfer ids are `{entity id, {tick, incarnation}}`: unique across restarts (a zone
       # restarted from disk goes back in ticks and hands an entity over at a tick it used).
       incarnation: {System.os_time(), :erlang.unique_integer([:positive])},
@@ -175,8 +187,6 @@ defmodule Overworld.Zone.Neighbours do
   """
   @spec failed(State.t(), reference, term) :: State.t()
   def failed(st, ref, reason) do
-    require Logger
-
     Logger.error(
       "zone #{inspect(st.config.id)}: a handoff record was not journaled (#{inspect(reason)}); " <>
         "the transfers go on without it"
@@ -512,6 +522,9 @@ defmodule Overworld.Zone.Neighbours do
       # Routed before the session hears of it: its inputs find the worker at once.
       worker = Config.owner_of(st.config, entity(e, :x), entity(e, :y))
       Overworld.Zone.Inputs.route(st.config.shared.inputs, id, worker)
+      # What its old zone sent on for it meanwhile is handled before what its session sends
+      # us once told (our mailbox has this first).
+      if is_map_key(st.world.early, player), do: send(self(), {:overworld_early, player})
       if is_pid(pid), do: send(pid, {:overworld_moved, st.config.id, id})
       sessions = if is_pid(pid), do: Map.put(st.sessions, player, pid), else: st.sessions
       %{st | players: Players.add(st.players, player, id), sessions: sessions}
@@ -524,12 +537,12 @@ defmodule Overworld.Zone.Neighbours do
 
   defp players_out(st, avatars) do
     st =
-      Enum.reduce(avatars, st, fn e, st ->
+      Enum.reduce(avatars, st, fn {to, e}, st ->
         player = entity(e, :owner)
         Memory.delete_player(st.memory, player)
         Memory.put_moved(st.memory, player, System.monotonic_time(:millisecond))
         w = st.world
-        moved = Map.put(w.moved, player, {Map.get(st.sessions, player), st.tick})
+        moved = Map.put(w.moved, player, {Map.get(st.sessions, player), st.tick, to})
 
         %{
           st
@@ -539,10 +552,67 @@ defmodule Overworld.Zone.Neighbours do
         }
       end)
 
-    {old, moved} = Enum.split_with(st.world.moved, fn {_, {_, t}} -> t < st.tick - @remember end)
+    {old, moved} =
+      Enum.split_with(st.world.moved, fn {_, {_, t, _}} -> t < st.tick - @remember end)
+
     for {player, _} <- old, do: Memory.delete_moved(st.memory, player)
     %{st | world: %{st.world | moved: Map.new(moved)}}
   end
+
+  @doc """
+  Something for a player that is not ours (`{:event, payload}`, a reliable message of its
+  client, or `{:flush, pid, ref}`, its session asking to be told once what it sent before
+  has been handled), `hops` zones after the one its session sent it to: sent on to the zone
+  we handed its avatar to lately; kept, if a zone sent it on to us (the avatar is on its way:
+  `early/2` gives it back once we adopted it); else dropped (a flush answered at once).
+  """
+  @spec event(State.t(), term, {:event, binary} | {:flush, pid, reference}, non_neg_integer) ::
+          State.t()
+  def event(%State{world: %{moved: moved}} = st, player, item, hops)
+      when is_map_key(moved, player) and hops < @hops do
+    {_, _, to} = Map.fetch!(moved, player)
+
+    unless send_to(st.world, to, {:overworld_event_on, player, item, hops + 1}),
+      do: answer(item)
+
+    st
+  end
+
+  def event(%State{world: %{early: early} = w} = st, player, item, hops) when hops > 0 do
+    {at, items} = Map.get(early, player, {st.tick, []})
+
+    if length(items) >= @early or (items == [] and map_size(early) >= @early_players) do
+      Logger.warning(
+        "zone #{inspect(st.config.id)}: too much waits for player #{inspect(player)} " <>
+          "(its avatar on its way here): dropped"
+      )
+
+      answer(item)
+      st
+    else
+      %{st | world: %{w | early: Map.put(early, player, {at, [item | items]})}}
+    end
+  end
+
+  def event(st, _player, item, _hops) do
+    answer(item)
+    st
+  end
+
+  # A session waiting on its flush goes on: nothing more of its comes this way.
+  defp answer({:flush, pid, ref}), do: send(pid, {:overworld_flushed, ref})
+  defp answer({:event, _payload}), do: :ok
+
+  @doc """
+  What was kept for `player` (`event/4`) now that its avatar is ours, oldest first.
+  """
+  @spec early(State.t(), term) :: {[tuple], State.t()}
+  def early(%State{world: %{early: early} = w} = st, player) when is_map_key(early, player) do
+    {{_at, items}, early} = Map.pop(early, player)
+    {Enum.reverse(items), %{st | world: %{w | early: early}}}
+  end
+
+  def early(st, _player), do: {[], st}
 
   @doc """
   A reliable message for a player whose avatar left us for a neighbour zone (a durable event
@@ -551,7 +621,7 @@ defmodule Overworld.Zone.Neighbours do
   @spec send_moved(State.t(), term, binary) :: :ok
   def send_moved(%State{world: %{moved: moved}}, player, payload) do
     case moved do
-      %{^player => {pid, _}} when is_pid(pid) -> send(pid, {:overworld_send, payload})
+      %{^player => {pid, _, _}} when is_pid(pid) -> send(pid, {:overworld_send, payload})
       _ -> :ok
     end
 
@@ -685,11 +755,15 @@ defmodule Overworld.Zone.Neighbours do
         sessions_out: Map.take(sessions, Map.keys(pending)),
         handed: Map.new(handoffs, fn {_to, {id, _}, _e} -> {id, true} end),
         away: away(w, n, handoffs),
-        doomed: prune(w.doomed, n, 2)
+        doomed: prune(w.doomed, n, 2),
+        early: prune_early(w.early, n, st.config.id)
     }
 
     # (The in-memory copy has this tick's transfers already: written before any message.)
-    players_out(%{st | world: w}, for({_, _, e} <- handoffs, entity(e, :owner) != nil, do: e))
+    players_out(
+      %{st | world: w},
+      for({to, _, e} <- handoffs, entity(e, :owner) != nil, do: {to, e})
+    )
   end
 
   # (Pruned once a second or so: not a walk of the map every tick.)
@@ -706,6 +780,24 @@ defmodule Overworld.Zone.Neighbours do
     do: Map.reject(map, fn {_id, entry} -> elem(entry, at) < n - @remember end)
 
   defp prune(map, _n, _at), do: map
+
+  # What waited in vain for an avatar (it never came): dropped, said.
+  defp prune_early(early, n, zone) when rem(n, 32) == 0 and map_size(early) > 0 do
+    {old, kept} = Enum.split_with(early, fn {_, {at, _}} -> at < n - @remember end)
+
+    for {player, {_, items}} <- old do
+      Logger.warning(
+        "zone #{inspect(zone)}: #{length(items)} message(s) for player #{inspect(player)} " <>
+          "waited #{@remember} ticks for its avatar, which never came: dropped"
+      )
+
+      Enum.each(items, &answer/1)
+    end
+
+    Map.new(kept)
+  end
+
+  defp prune_early(early, _n, _zone), do: early
 
   # Our last messages to a neighbour, newest first (sent again on its hello).
   defp keep_last(last, to, msg),

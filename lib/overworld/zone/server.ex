@@ -424,11 +424,24 @@ defmodule Overworld.Zone.Server do
   def handle_info({:overworld_gone, _from, entries}, st),
     do: {:noreply, Neighbours.gone(st, entries)}
 
-  # A reliable message of a player's client (its session's RELIABLE): game code gets it.
-  def handle_info({:overworld_event, player, payload}, st) do
-    if Players.joined?(st.players, player),
-      do: {:noreply, Actions.run(st, :handle_event, [player, payload, st.game])},
-      else: {:noreply, st}
+  # A reliable message of a player's client (its session's RELIABLE): game code gets it. In a
+  # world, one for a player whose avatar we handed away goes on after it (and one sent on to
+  # us waits for it), in order (`Neighbours.event/4`).
+  def handle_info({:overworld_event, player, payload}, st),
+    do: {:noreply, player_item(st, player, {:event, payload}, 0)}
+
+  def handle_info({:overworld_event_on, player, item, hops}, st),
+    do: {:noreply, player_item(st, player, item, hops)}
+
+  # The session of a player whose avatar crossed asks to be told once what it sent us before
+  # has been handled (wherever the avatar went): only then does it send to its new zone.
+  def handle_info({:overworld_flush, player, pid, ref}, st),
+    do: {:noreply, player_item(st, player, {:flush, pid, ref}, 0)}
+
+  # What waited for an avatar that is ours now.
+  def handle_info({:overworld_early, player}, st) do
+    {items, st} = Neighbours.early(st, player)
+    {:noreply, Enum.reduce(items, st, &player_item(&2, player, &1, 0))}
   end
 
   # A tick still running after :stall_timeout: said, and again every period while it lasts.
@@ -515,5 +528,19 @@ defmodule Overworld.Zone.Server do
       do: Callbacks.call(st, :terminate, [reason, st.game])
 
     :ok
+  end
+
+  defp player_item(st, player, item, hops) do
+    case {Players.joined?(st.players, player), item} do
+      {true, {:event, payload}} ->
+        Actions.run(st, :handle_event, [player, payload, st.game])
+
+      {true, {:flush, pid, ref}} ->
+        send(pid, {:overworld_flushed, ref})
+        st
+
+      {false, _} ->
+        Neighbours.event(st, player, item, hops)
+    end
   end
 end

@@ -1,7 +1,8 @@
 defmodule Overworld.Session.CrossingTest do
   # A player walking across the border of two zones of a world (Overworld.World) over a real
   # socket: its session follows its avatar into the other zone without a reconnect, its
-  # inputs keep reaching the avatar, acknowledgements never go back, every frame decodes.
+  # inputs keep reaching the avatar, acknowledgements never go back, every frame decodes, its
+  # reliable messages reach the zone that has the avatar in order, once.
   use ExUnit.Case, async: false
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
@@ -34,23 +35,24 @@ defmodule Overworld.Session.CrossingTest do
 
     server = :"crossing_#{System.unique_integer([:positive])}"
 
-    start_supervised!(
-      {Overworld.Server,
-       name: server,
-       port: 0,
-       acceptors: 2,
-       data_dir: DataDir.path(),
-       zones: %{"world" => {:world, name}},
-       default_zone: "world"}
-    )
+    start_supervised!({
+      Overworld.Server,
+      # (The manual-clock tests send an input per tick, as fast as the world ticks: no input
+      # or reliable message must be refused for the rate.)
+      name: server,
+      port: 0,
+      acceptors: 2,
+      input_rate: 10_000,
+      data_dir: DataDir.path(),
+      zones: %{"world" => {:world, name}},
+      default_zone: "world"
+    })
 
     %{world: name, server: %{port: Overworld.Server.port(server)}}
   end
 
   test "a player crosses into the other zone on the same connection", %{world: world} = ctx do
-    player = ServerCase.join(ctx.server)
-    user = player.user
-    from = World.zone_for(world, user)
+    {player, user, from} = join(ctx)
     assert Zone.info(from).players[user]
     # Walk toward the other zone (the border lies in the middle of the world).
     mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
@@ -88,6 +90,9 @@ defmodule Overworld.Session.CrossingTest do
     assert result.missing == []
     assert result.ticks == Enum.sort(Enum.uniq(result.ticks))
     assert result.resets == 1
+    # Every reliable message reached the zone that had the avatar, in order, once.
+    sent = for seq <- 1..result.seq, do: "e#{seq}"
+    ServerCase.eventually(fn -> events(from, user) ++ events(to, user) == sent end)
   end
 
   # (Manual clock: between two ticks of the world, an avatar handed away at the end of the
@@ -95,22 +100,8 @@ defmodule Overworld.Session.CrossingTest do
   @tag clock: :manual
   test "a client reconnecting while its avatar crosses gets the same avatar in the new zone",
        %{world: world} = ctx do
-    player = ServerCase.join(ctx.server)
-    user = player.user
-    from = World.zone_for(world, user)
-    mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
-
-    flight =
-      Enum.find(1..600, fn n ->
-        :ok = Client.send_msg(player.conn, %{type: :input, seq: n, ack: 0, payload: <<mx, 0>>})
-        # (The input reaches the zone before the tick: the session writes it on receipt.)
-        ServerCase.eventually(fn -> Zone.info(from).tick >= 0 end)
-        Process.sleep(2)
-        {:ok, _} = World.tick_now(world)
-        Zone.player_entity(from, user) == nil
-      end)
-
-    assert flight, "the avatar never left its zone"
+    {player, user, from} = join(ctx)
+    fly(player, world, from)
     assert World.zones(world) |> Enum.all?(&(Zone.player_entity(&1, user) == nil))
 
     # The client connects again (the same user): its session waits for the crossing to end.
@@ -125,6 +116,76 @@ defmodule Overworld.Session.CrossingTest do
     {:ok, _} = World.tick_now(world, 3)
     owned = for e <- World.entities(world), entity(e, :owner) == user, do: entity(e, :id)
     assert owned == [player.entity]
+  end
+
+  # (Manual clock: the avatar in flight between two ticks, its client's reliable messages go
+  # to the zone it left; then, told of the crossing, its session sends to the new zone.)
+  @tag clock: :manual
+  test "reliable messages sent while the avatar crosses reach the new zone, in order, once",
+       %{world: world} = ctx do
+    {player, user, from} = join(ctx)
+
+    send_event = fn seq ->
+      :ok = Client.send_msg(player.conn, %{type: :client_event, seq: seq, payload: "e#{seq}"})
+    end
+
+    # One before the walk: the old zone's.
+    send_event.(1)
+    ServerCase.eventually(fn -> events(from, user) == ["e1"] end)
+
+    fly(player, world, from)
+    [to] = World.zones(world) -- [from]
+
+    # In flight: sent to the zone it left, which sends them on; the new zone keeps them.
+    for seq <- 2..4, do: send_event.(seq)
+    ServerCase.eventually(fn -> early(to, user) == 3 end)
+
+    # The new zone adopts the avatar; the client goes on sending while its session follows.
+    {:ok, _} = World.tick_now(world)
+    for seq <- 5..9, do: send_event.(seq)
+    {:ok, _} = World.tick_now(world, 2)
+    expected = for seq <- 2..9, do: "e#{seq}"
+    ServerCase.eventually(fn -> events(to, user) == expected end)
+    assert events(from, user) == ["e1"]
+    assert Zone.player_entity(to, user) == player.entity
+  end
+
+  # A player joined over a real socket: it, its user, its zone.
+  defp join(ctx) do
+    player = ServerCase.join(ctx.server)
+    {player, player.user, World.zone_for(ctx.world, player.user)}
+  end
+
+  # (Manual clock) walks the player toward the other zone, a tick per input, until its zone
+  # has handed the avatar away: in flight until the world's next tick.
+  defp fly(player, world, from) do
+    mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
+
+    flight =
+      Enum.find(1..600, fn n ->
+        :ok = Client.send_msg(player.conn, %{type: :input, seq: n, ack: 0, payload: <<mx, 0>>})
+        # (The input reaches the zone before the tick: the session writes it on receipt.)
+        ServerCase.eventually(fn -> Zone.info(from).tick >= 0 end)
+        Process.sleep(2)
+        {:ok, _} = World.tick_now(world)
+        Zone.player_entity(from, player.user) == nil
+      end)
+
+    assert flight, "the avatar never left its zone"
+  end
+
+  # A zone's game state keeps its players' reliable messages (test game), oldest first here.
+  defp events(zone, user) do
+    for {^user, payload} <-
+          Enum.reverse(Map.get(:sys.get_state(Zone.whereis(zone)).game, :events, [])),
+        do: payload
+  end
+
+  defp early(zone, user) do
+    case :sys.get_state(Zone.whereis(zone)).world.early do
+      %{^user => {_at, items}} -> length(items)
+      _ -> 0
+    end
   end
 
   # Sends an input every third frame, applies every frame (each must decode), until 60
@@ -142,6 +203,8 @@ defmodule Overworld.Session.CrossingTest do
         }
 
         :ok = Client.send_msg(player.conn, input)
+        # And a reliable message (the zone's game state keeps them).
+        :ok = Client.send_msg(player.conn, %{type: :client_event, seq: seq, payload: "e#{seq}"})
         %{st | seq: seq}
       else
         st
