@@ -297,6 +297,44 @@ defmodule Overworld.WorldTest do
     assert Enum.sum(crossings) > 10, "only #{inspect(crossings)} crossings"
   end
 
+  test "a zone whose supervisor is killed mid-crossing starts again from its files while the world and its other zones carry on" do
+    dir = Path.join(Overworld.Test.DataDir.path(), "world-#{System.unique_integer([:positive])}")
+
+    opts =
+      [name: {__MODULE__, make_ref()}, zones: {2, 2}, workers: 2, data_dir: dir] ++
+        [snapshot_ticks: 15] ++ Keyword.delete(@crowd, :clock)
+
+    name = opts[:name]
+    start_supervised!(World.child_spec({Crowd, opts}))
+    world_sup = Overworld.Names.whereis(Overworld.Names.world(name))
+    zones = World.zones(name)
+    Process.sleep(500)
+
+    for round <- 1..3 do
+      victim = Enum.random(zones)
+      others = for z <- zones -- [victim], into: %{}, do: {z, Zone.whereis(z)}
+      old = Zone.whereis(victim)
+      Process.sleep(:rand.uniform(50))
+
+      ExUnit.CaptureLog.capture_log(fn ->
+        Process.exit(Overworld.Names.whereis(Overworld.Names.zone_sup(victim)), :kill)
+        Restart.await_new_server(victim, old)
+      end)
+
+      # The world's supervisor started the zone again (before, its restarts found the old
+      # server's name still taken, failed at once, and it gave up: the whole world stopped).
+      assert Overworld.Names.whereis(Overworld.Names.world(name)) == world_sup
+      assert Enum.all?(others, fn {z, pid} -> Zone.whereis(z) == pid end)
+      Process.sleep(200)
+      got = settled_ids(name)
+
+      assert got == Enum.to_list(1..600),
+             "round #{round}: missing #{inspect(Enum.to_list(1..600) -- got)}, twice #{inspect(got -- Enum.uniq(got))}"
+    end
+
+    assert Enum.sum(for z <- zones, do: Zone.metrics(z).world.crossings_in) > 0
+  end
+
   # The zones of a running world are read one after the other, so an entity handed over
   # between two reads shows in both zones or in neither: a loss or a duplicate that lasts shows
   # in every read, a crossing in a few. The first clean read of up to 20, 50 ms apart (or

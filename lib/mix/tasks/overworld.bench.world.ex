@@ -56,14 +56,7 @@ defmodule Mix.Tasks.Overworld.Bench.World do
   def run(argv) do
     opts = Args.parse!(argv, @switches, "overworld.bench.world")
     Mix.Task.run("compile")
-    module = Args.module!(opts[:zone], "--zone", "the zone module of your game")
-
-    unless function_exported?(module, :zone_options, 2) do
-      Mix.raise("--zone #{inspect(module)} must export zone_options(entities, extra)")
-    end
-
-    wire = opts[:wire] && Args.module!(opts[:wire], "--wire", "a module using Overworld.Template")
-    zones = Mix.Tasks.Overworld.Server.zones!(Keyword.get(opts, :zones, "2x2"))
+    {module, wire, zones, args} = game!(opts)
 
     if opts[:observers] do
       Args.at_least!(opts, [:observers], 0)
@@ -80,10 +73,6 @@ defmodule Mix.Tasks.Overworld.Bench.World do
         rounds: 2,
         workers: System.schedulers_online()
       )
-
-    args =
-      Mix.Tasks.Overworld.Server.parse_args(Keyword.get_values(opts, :arg)) ++
-        if(opts[:migrate], do: [migrate: opts[:migrate]], else: [])
 
     Mix.Task.run("app.start")
     Overworld.Bench.Stats.start_node()
@@ -132,5 +121,27 @@ defmodule Mix.Tasks.Overworld.Bench.World do
 
     Stats.write_result(opts[:json], Map.put(result, :args, inspect(args)), machine)
     result
+  end
+
+  @doc false
+  # The game a world task runs, from its options (`--zone`, `--wire`, `--zones`, `--arg`,
+  # `--migrate`): `{module, wire | nil, {cols, rows}, init args}`; raises `Mix.Error` on a
+  # module that is missing or offers no `zone_options/2`.
+  @spec game!(keyword) :: {module, module | nil, {pos_integer, pos_integer}, keyword}
+  def game!(opts) do
+    module = Args.module!(opts[:zone], "--zone", "the zone module of your game")
+
+    unless function_exported?(module, :zone_options, 2) do
+      Mix.raise("--zone #{inspect(module)} must export zone_options(entities, extra)")
+    end
+
+    wire = opts[:wire] && Args.module!(opts[:wire], "--wire", "a module using Overworld.Template")
+    zones = Mix.Tasks.Overworld.Server.zones!(Keyword.get(opts, :zones, "2x2"))
+
+    args =
+      Mix.Tasks.Overworld.Server.parse_args(Keyword.get_values(opts, :arg)) ++
+        if(opts[:migrate], do: [migrate: opts[:migrate]], else: [])
+
+    {module, wire, zones, args}
   end
 end

@@ -6,6 +6,7 @@ defmodule Overworld.Zone.Supervisor do
   # workers it finds. The server is significant: when it stops on purpose the zone shuts down.
 
   use Supervisor
+  alias Overworld.Names
   alias Overworld.Zone.{Buckets, Config, Server}
 
   @spec start_link(Config.t()) :: Supervisor.on_start()
@@ -15,8 +16,12 @@ defmodule Overworld.Zone.Supervisor do
     )
   end
 
+  # Milliseconds a new supervisor waits for the processes of the one it replaces.
+  @leftovers_wait 5_000
+
   @impl true
   def init(config) do
+    await_leftovers(config)
     # Made here, in the supervisor's process: it survives a server restart.
     config = %{config | shared: Overworld.Zone.Metrics.new(config.workers, config.wire != nil)}
     # The store (zones with a data directory) first: it outlives worker and server restarts.
@@ -31,5 +36,32 @@ defmodule Overworld.Zone.Supervisor do
     }
 
     {:ok, {flags, children}}
+  end
+
+  # A zone supervisor killed (or stopped by its own parent for too many restarts) leaves its
+  # children to stop by themselves: they trap exits, and the server's terminate/2 runs. Until
+  # they are gone their names are taken, and a new server (or store, with the journal's
+  # files) could not start: its supervisor's restarts would all fail at once, and take the
+  # world's supervisor down with them. So the new one waits for them (at most 5 s).
+  defp await_leftovers(%Config{id: id, workers: workers}) do
+    keys =
+      [Names.zone(id), Names.zone_store(id)] ++
+        for(i <- 0..(workers - 1), do: Names.bucket(id, i))
+
+    refs =
+      for key <- keys,
+          pid = Names.whereis(key),
+          pid != nil and pid != self(),
+          do: Process.monitor(pid)
+
+    deadline = System.monotonic_time(:millisecond) + @leftovers_wait
+
+    Enum.each(refs, fn ref ->
+      receive do
+        {:DOWN, ^ref, :process, _, _} -> :ok
+      after
+        max(deadline - System.monotonic_time(:millisecond), 0) -> Process.demonitor(ref, [:flush])
+      end
+    end)
   end
 end
