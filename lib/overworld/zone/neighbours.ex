@@ -195,10 +195,16 @@ defmodule Overworld.Zone.Neighbours do
     synced(st, ref)
   end
 
-  @doc "What a snapshot keeps of a world zone: the transfers not acknowledged, those adopted."
+  @doc """
+  What a snapshot keeps of a world zone: the transfers not acknowledged, those adopted, and
+  the ids handed over at the end of its tick (the snapshot still holds them: they are not
+  ours, acknowledged or not).
+  """
   @spec saved(State.t()) :: map | nil
   def saved(%State{world: nil}), do: nil
-  def saved(%State{world: w}), do: %{pending: w.pending, adopted: w.adopted}
+
+  def saved(%State{world: w}),
+    do: %{pending: w.pending, adopted: w.adopted, handed: Map.keys(w.handed)}
 
   # Written to the in-memory copy whenever they change: after the publication that hands over
   # or the message that acknowledges, and with the record of the tick that adopts (in the same
@@ -277,7 +283,7 @@ defmodule Overworld.Zone.Neighbours do
         }
     }
 
-    if acks != [], do: remember(st), else: st
+    if acks != [], do: st |> journal_acks(acks, w.pending) |> remember(), else: st
   end
 
   # A neighbour (re)started: it gets our last messages again (it may have lost them, and be a
@@ -288,6 +294,18 @@ defmodule Overworld.Zone.Neighbours do
   end
 
   def received(st, _msg), do: st
+
+  # Acknowledged transfers are journaled (not waited for): a zone started again from its
+  # files does not send them again. (A neighbour remembers the transfers it adopted only
+  # `@remember` ticks: one sent again after that would be adopted twice.)
+  defp journal_acks(%State{journal: nil} = st, _acks, _pending), do: st
+
+  defp journal_acks(st, acks, pending) do
+    case for tid <- acks, is_map_key(pending, tid), do: tid do
+      [] -> st
+      acked -> Journal.append_async(st.journal, {:handoff_acked, st.tick, acked}, nil) && st
+    end
+  end
 
   @doc "Tells the neighbours we (re)started: each sends its last message again."
   @spec hello(State.t()) :: :ok

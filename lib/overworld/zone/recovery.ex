@@ -261,7 +261,11 @@ defmodule Overworld.Zone.Recovery do
       base = Enum.reduce(records, base, &replay_record(st.config.module, &1, &2))
       # A zone of a world: the entities it handed over and saw no acknowledgement for are sent
       # again (the neighbour adopts a transfer once); they are not ours.
-      handed = for {_tid, {_to, _at, e}} <- base.world.pending, do: entity(e, :id)
+      # (And those handed over at the end of the snapshot's tick, which it still holds,
+      # whether acknowledged since or not; unless they came back.)
+      handed =
+        for({_tid, {_to, _at, e}} <- base.world.pending, do: entity(e, :id)) ++
+          MapSet.to_list(base.world.handed)
 
       entities =
         base.entities
@@ -338,13 +342,14 @@ defmodule Overworld.Zone.Recovery do
 
   # Transfers of a snapshot or the journal are sent again at once (marked with a tick before
   # any: see Overworld.Zone.Neighbours).
-  defp restored(nil), do: %{pending: %{}, adopted: %{}}
+  defp restored(nil), do: %{pending: %{}, adopted: %{}, handed: MapSet.new()}
 
   defp restored(w),
-    do: %{
-      w
-      | pending: Map.new(w.pending, fn {tid, {to, _at, e}} -> {tid, {to, @again, e}} end)
-    }
+    do:
+      Map.merge(w, %{
+        pending: Map.new(w.pending, fn {tid, {to, _at, e}} -> {tid, {to, @again, e}} end),
+        handed: MapSet.new(Map.get(w, :handed, []))
+      })
 
   # init/1's world, as a base for the journal when no snapshot was written yet.
   defp fresh_world(st) do
@@ -411,6 +416,10 @@ defmodule Overworld.Zone.Recovery do
             world: %{base.world | pending: pending}
         }
 
+      # ... which acknowledged them: not sent again ...
+      {:handoff_acked, _tick, tids} ->
+        %{base | world: %{base.world | pending: Map.drop(base.world.pending, tids)}}
+
       # ... and adopted entities from one (once per transfer; an entity coming back proves our
       # earlier transfers of it were adopted).
       {:handoff_in, tick, adopted} ->
@@ -420,7 +429,8 @@ defmodule Overworld.Zone.Recovery do
           else
             id = entity(e, :id)
             pending = Map.reject(base.world.pending, fn {{pid, _}, _} -> pid == id end)
-            base = %{base | world: %{base.world | pending: pending}}
+            handed = MapSet.delete(base.world.handed, id)
+            base = %{base | world: %{base.world | pending: pending, handed: handed}}
 
             players =
               if entity(e, :owner) != nil,
