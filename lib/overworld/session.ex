@@ -198,15 +198,25 @@ defmodule Overworld.Session do
 
   # The zone our avatar left has sent on what we sent it (or we waited long enough): the
   # client's reliable messages held since go to the new zone.
-  def handle_info({:overworld_flushed, ref}, %{fence: ref} = st) do
-    if st.zone_pid,
-      do:
-        for(p <- Enum.reverse(st.held_in), do: send(st.zone_pid, {:overworld_event, st.user, p}))
-
-    {:noreply, %{st | fence: nil, held_in: if(st.zone_pid, do: [], else: st.held_in)}}
-  end
+  def handle_info({:overworld_flushed, ref}, %{fence: ref} = st),
+    do: {:noreply, Hello.unfence(st)}
 
   def handle_info({:overworld_flushed, _ref}, st), do: {:noreply, st}
+
+  # ... or went down (what it had is lost with it), or is too slow to answer (said).
+  def handle_info({:DOWN, ref, :process, _, _}, %{fence: ref} = st),
+    do: {:noreply, Hello.unfence(st)}
+
+  def handle_info({:fence_timeout, ref}, %{fence: ref} = st) do
+    Logger.warning(
+      "session #{st.user}: the zone our avatar left did not answer within " <>
+        "#{Hello.fence_wait()} ms; our client's reliable messages go on to the new one"
+    )
+
+    {:noreply, Hello.unfence(st)}
+  end
+
+  def handle_info({:fence_timeout, _ref}, st), do: {:noreply, st}
 
   # A debug zone went back to a past tick: the client starts over from a keyframe.
   def handle_info({:overworld_rewound, _zone}, %{obs: obs} = st) when obs != nil,

@@ -115,6 +115,13 @@ defmodule Overworld.Test.Game do
   def handle_event(player, payload, state),
     do: {:ok, Map.update(state, :events, [{player, payload}], &[{player, payload} | &1])}
 
+  # A test asks the zone to send a player a reliable message (`{:send, player, payload}`).
+  @impl true
+  def handle_info({:send_to, player, payload}, state),
+    do: {:ok, state, [{:send, player, payload}]}
+
+  def handle_info(_msg, state), do: {:ok, state}
+
   @impl true
   def handle_durable({:loot, player, _entity_id, critter, amount, total}, state),
     do: {:ok, state, [{:send, player, <<"L", critter::32, amount::16, total::32>>}]}

@@ -3,10 +3,10 @@ defmodule Overworld.Bench.Soak do
   # The world soak (`mix overworld.soak.world`): a world of zones runs on the realtime clock
   # for a long while, its entities crossing borders, and a zone is killed at `kills` random
   # moments spread over the run. After every kill, once the zone runs again, the world's
-  # entity ids are read (settled: a read may catch an entity in flight between two zones, so
-  # reads 50 ms apart: see check/2) and compared with those at the start: an id missing, or
-  # twice, in every read is lost or duplicated. Printed per kill, and
-  # summed: kills by kind, recovery time, crossings, handoff latency, overruns.
+  # entity ids are read, six times 50 ms apart (a read may catch an entity in flight between
+  # two zones: see check/2), and compared with those at the start. Printed per kill, and
+  # summed (distinct ids lost, duplicated or extra over the run): kills by kind, recovery
+  # time, crossings, handoff latency, overruns (see tally/2).
   #
   # What is killed, in turn: the zone's server (it restarts from its in-memory copy); with a
   # data directory also one of its bucket workers (the zone restarts from its snapshot and
@@ -18,7 +18,7 @@ defmodule Overworld.Bench.Soak do
   alias Overworld.Bench.Stats
   alias Overworld.Metrics.Histogram
 
-  @settle_reads 20
+  @min_reads 6
   @settle_ms 50
   @recover_ms 30_000
 
@@ -37,50 +37,48 @@ defmodule Overworld.Bench.Soak do
     Process.sleep(opts[:warmup] * 1000)
     zones = World.zones(name)
     start = settled(name)
-    m0 = Map.new(zones, &{&1, Zone.metrics(&1)})
-    h0 = Map.new(zones, &{&1, Histogram.snapshot(Zone.metrics_ref(&1).handoff_ticks)})
+    tally = tally(zones, nil)
     kinds = if opts[:data_dir], do: [:server, :worker, :zone], else: [:server]
     t0 = System.monotonic_time(:millisecond)
     period = opts[:seconds] * 1000 / opts[:kills]
 
-    kills =
-      for k <- 0..(opts[:kills] - 1)//1 do
+    {kills, tally} =
+      Enum.map_reduce(0..(opts[:kills] - 1)//1, tally, fn k, tally ->
         # A random moment within the k-th slice of the run.
         at = t0 + round(period * (k + :rand.uniform()))
         Process.sleep(max(at - System.monotonic_time(:millisecond), 0))
         victim = Enum.random(zones)
         kind = Enum.at(kinds, rem(k, length(kinds)))
-        {recover_ms, crossings} = kill(name, victim, kind, opts)
+        # (The counters of a zone whose supervisor is killed start again: read just before.)
+        tally = tally(zones, tally)
+        recover_ms = kill(victim, kind, opts)
         check = check(name, start)
 
         print.(
           "kill #{k + 1}/#{opts[:kills]} at #{div(System.monotonic_time(:millisecond) - t0, 1000)} s: " <>
             "#{kind} of #{inspect(elem(victim, 1))}, running again in #{recover_ms} ms; " <>
-            "entities #{check.entities}, lost #{check.lost}, duplicated #{check.duplicated} " <>
-            "(#{check.reads} reads); #{crossings} crossings so far"
+            "entities #{check.entities}, lost #{check.lost}, duplicated #{check.duplicated}, " <>
+            "extra #{check.extra} " <>
+            "(#{check.reads} reads); #{tally.crossings} crossings so far"
         )
 
-        Map.merge(check, %{kind: kind, zone: inspect(elem(victim, 1)), recover_ms: recover_ms})
-      end
+        {Map.merge(check, %{kind: kind, zone: inspect(elem(victim, 1)), recover_ms: recover_ms}),
+         tally}
+      end)
 
     # The rest of the run, and a last check.
     Process.sleep(max(t0 + opts[:seconds] * 1000 - System.monotonic_time(:millisecond), 0))
     final = check(name, start)
     seconds = (System.monotonic_time(:millisecond) - t0) / 1000
-    m1 = Map.new(zones, &{&1, Zone.metrics(&1)})
-
-    handoff =
-      zones
-      |> Enum.map(&Histogram.diff(Histogram.snapshot(Zone.metrics_ref(&1).handoff_ticks), h0[&1]))
-      |> Enum.reduce(&Histogram.merge/2)
-
+    tally = tally(zones, tally)
     Overworld.stop_world(name)
-    # (A zone killed restarts its counters: the crossings of the zones that were never
-    # killed count from the start, the others from their last restart; a floor.)
-    crossings =
-      Enum.sum(for z <- zones, do: max(m1[z].world.crossings_in - m0[z].world.crossings_in, 0))
-
     recover = Stats.summary(for k <- kills, do: k.recover_ms)
+    # Distinct ids over every check (one lost early stays lost in every later check).
+    distinct = fn key ->
+      [final | kills]
+      |> Enum.reduce(MapSet.new(), &MapSet.union(&2, &1.ids[key]))
+      |> MapSet.size()
+    end
 
     %{
       zones: [zc, zr],
@@ -91,15 +89,16 @@ defmodule Overworld.Bench.Soak do
       kills: length(kills),
       kills_by_kind: kills |> Enum.frequencies_by(& &1.kind) |> Map.new(fn {k, v} -> {k, v} end),
       recover_ms: recover,
-      lost: Enum.sum(for k <- kills, do: k.lost) + final.lost,
-      duplicated: Enum.sum(for k <- kills, do: k.duplicated) + final.duplicated,
+      lost: distinct.(:lost),
+      duplicated: distinct.(:duplicated),
+      extra: distinct.(:extra),
       checks: length(kills) + 1,
-      final: final,
-      crossings_at_least: crossings,
-      crossings_per_s_at_least: Float.round(crossings / seconds, 1),
-      handoff_ticks: Histogram.summary(handoff),
-      overruns: Enum.sum(for z <- zones, do: max(m1[z].overruns - m0[z].overruns, 0)),
-      per_kill: kills
+      final: Map.delete(final, :ids),
+      crossings: tally.crossings,
+      crossings_per_s: Float.round(tally.crossings / seconds, 1),
+      handoff_ticks: Histogram.summary(tally.handoff),
+      overruns: tally.overruns,
+      per_kill: Enum.map(kills, &Map.delete(&1, :ids))
     }
   end
 
@@ -112,28 +111,80 @@ defmodule Overworld.Bench.Soak do
     Keyword.update(base, :args, opts[:args], &Keyword.merge(&1, opts[:args]))
   end
 
-  # Kills the victim's process of that kind and waits until the zone answers again; the ms
-  # it took, and the world's crossings so far (its zones' counters).
-  defp kill(name, zone, kind, _opts) do
+  # The zones' counters since the start: crossings (adoptions), overruns and handoff latency,
+  # added up from each zone's since the last reading (a zone whose supervisor was killed
+  # starts its counters again: what it counted between the last reading and the kill is
+  # missed, so the sums are floors).
+  defp tally(zones, nil) do
+    %{
+      last: Map.new(zones, &{&1, reading(&1)}),
+      crossings: 0,
+      overruns: 0,
+      handoff: Histogram.snapshot(Histogram.new())
+    }
+  end
+
+  defp tally(zones, t) do
+    Enum.reduce(zones, t, fn z, t ->
+      case {reading(z), t.last[z]} do
+        {nil, _} ->
+          t
+
+        {now, before} ->
+          again? =
+            before == nil or now.crossings < before.crossings or now.overruns < before.overruns
+
+          before = if again?, do: %{crossings: 0, overruns: 0, handoff: nil}, else: before
+
+          handoff =
+            if before.handoff, do: Histogram.diff(now.handoff, before.handoff), else: now.handoff
+
+          %{
+            t
+            | last: Map.put(t.last, z, now),
+              crossings: t.crossings + now.crossings - before.crossings,
+              overruns: t.overruns + now.overruns - before.overruns,
+              handoff: Histogram.merge(t.handoff, handoff)
+          }
+      end
+    end)
+  end
+
+  defp reading(zone) do
+    case Zone.metrics_ref(zone) do
+      nil ->
+        nil
+
+      ref ->
+        m = Overworld.Zone.Metrics.report(ref)
+
+        %{
+          crossings: m.world.crossings_in,
+          overruns: m.overruns,
+          handoff: Histogram.snapshot(ref.handoff_ticks)
+        }
+    end
+  end
+
+  # Kills the victim's process of that kind and waits until the zone answers again: the ms it
+  # took.
+  defp kill(zone, kind, opts) do
     old = Zone.whereis(zone)
     t = System.monotonic_time(:millisecond)
 
     case kind do
-      :server -> Process.exit(old, :kill)
-      :worker -> Process.exit(Names.whereis(Names.bucket(zone, :rand.uniform(2) - 1)), :kill)
-      :zone -> Process.exit(Names.whereis(Names.zone_sup(zone)), :kill)
+      :server ->
+        Process.exit(old, :kill)
+
+      :worker ->
+        Process.exit(Names.whereis(Names.bucket(zone, :rand.uniform(opts[:workers]) - 1)), :kill)
+
+      :zone ->
+        Process.exit(Names.whereis(Names.zone_sup(zone)), :kill)
     end
 
     :ok = running_again(zone, old, t + @recover_ms)
-    ms = System.monotonic_time(:millisecond) - t
-    crossings = Enum.sum(for z <- World.zones(name), do: crossings(z))
-    {ms, crossings}
-  end
-
-  defp crossings(zone) do
-    Zone.metrics(zone).world.crossings_in
-  catch
-    :exit, _ -> 0
+    System.monotonic_time(:millisecond) - t
   end
 
   defp running_again(zone, old, deadline) do
@@ -154,45 +205,75 @@ defmodule Overworld.Bench.Soak do
   end
 
   # The world's ids against those at the start. The zones are read one after the other while
-  # entities cross between them, so a read may miss one in flight or see it twice: an id is
-  # lost (or duplicated) only if every read, up to @settle_reads of them @settle_ms apart,
-  # misses it (has it twice). A read equal to the start's ends the check at once.
+  # entities cross between them, so a read may miss one in flight or see it twice (or, at 10K
+  # entities a zone and hundreds of crossings a second, nearly every read does): an id is lost
+  # (duplicated, or extra: not there at the start) when more than half of `@min_reads` reads,
+  # `@settle_ms` apart, miss it (have it twice, have it). One in flight is in one or two reads;
+  # a real loss or duplicate in all of them (but those where a copy was in flight). Two reads
+  # equal to the start's end the check sooner: nothing lost.
   defp check(name, start) do
+    reads = reads(name, start, [], 0)
+    n = length(reads)
     want = MapSet.new(start)
-    {lost, twice, last, reads} = reads(name, start, want, nil, nil, 1)
+
+    {lost, twice, extra} =
+      if Enum.count(reads, &(&1 == start)) >= 2 do
+        {MapSet.new(), MapSet.new(), MapSet.new()}
+      else
+        sets =
+          for got <- reads do
+            set = MapSet.new(got)
+
+            {MapSet.difference(want, set), MapSet.new(got -- MapSet.to_list(set)),
+             MapSet.difference(set, want)}
+          end
+
+        {majority(sets, 0, n), majority(sets, 1, n), majority(sets, 2, n)}
+      end
 
     %{
-      entities: length(last),
+      entities: length(hd(reads)),
       lost: MapSet.size(lost),
       duplicated: MapSet.size(twice),
-      reads: reads
+      extra: MapSet.size(extra),
+      ids: %{lost: lost, duplicated: twice, extra: extra},
+      reads: n
     }
   end
 
-  defp reads(name, start, want, lost, twice, n) do
-    got = ids(name)
-    set = MapSet.new(got)
-    missing = MapSet.difference(want, set)
-    doubled = MapSet.new(got -- MapSet.to_list(set))
-    lost = if lost, do: MapSet.intersection(lost, missing), else: missing
-    twice = if twice, do: MapSet.intersection(twice, doubled), else: doubled
+  # (Newest read first.)
+  defp reads(name, start, acc, exact) do
+    got = ids(name, System.monotonic_time(:millisecond) + @recover_ms)
+    acc = [got | acc]
+    exact = if got == start, do: exact + 1, else: exact
 
-    done? =
-      got == start or n == @settle_reads or
-        (MapSet.size(lost) == 0 and MapSet.size(twice) == 0 and n > 1)
+    if exact >= 2 or length(acc) >= @min_reads,
+      do: acc,
+      else: Process.sleep(@settle_ms) && reads(name, start, acc, exact)
+  end
 
-    if done?,
-      do: {lost, twice, got, n},
-      else: Process.sleep(@settle_ms) && reads(name, start, want, lost, twice, n + 1)
+  # The ids in element `i` of more than half of the `n` reads' sets.
+  defp majority(sets, i, n) do
+    sets
+    |> Enum.flat_map(&MapSet.to_list(elem(&1, i)))
+    |> Enum.frequencies()
+    |> Enum.filter(fn {_id, k} -> 2 * k > n end)
+    |> MapSet.new(&elem(&1, 0))
   end
 
   # The start's ids: two reads merged (an entity in flight during one is in the other).
-  defp settled(name), do: Enum.uniq(ids(name) ++ ids(name)) |> Enum.sort()
+  defp settled(name) do
+    deadline = System.monotonic_time(:millisecond) + @recover_ms
+    Enum.uniq(ids(name, deadline) ++ ids(name, deadline)) |> Enum.sort()
+  end
 
-  defp ids(name) do
+  defp ids(name, deadline) do
     name |> World.entities() |> Enum.map(&elem(&1, 1)) |> Enum.sort()
   catch
-    # (A zone restarting again meanwhile: read again.)
-    :exit, _ -> Process.sleep(@settle_ms) && ids(name)
+    # (A zone restarting again meanwhile: read again, for a while.)
+    :exit, reason ->
+      if System.monotonic_time(:millisecond) > deadline,
+        do: exit(reason),
+        else: Process.sleep(@settle_ms) && ids(name, deadline)
   end
 end

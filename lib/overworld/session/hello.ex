@@ -149,8 +149,10 @@ defmodule Overworld.Session.Hello do
          :ok <- Overworld.Zone.subscribe(st.zone, self()) do
       mon = Process.monitor(pid)
       obs = st.obs && Interest.resync(st.obs, :zone_restarted)
-      for p <- Enum.reverse(st.held_in), do: send(pid, {:overworld_event, st.user, p})
-      {:noreply, %{st | zone_pid: pid, zone_mon: mon, obs: obs, held_in: []}}
+      # (While the zone our avatar left still sends on what we sent it, they wait for that.)
+      if st.fence == nil, do: release(st.held_in, pid, st.user)
+      held = if st.fence == nil, do: [], else: st.held_in
+      {:noreply, %{st | zone_pid: pid, zone_mon: mon, obs: obs, held_in: held}}
     else
       {:error, :not_found} -> reattach_later(st, pid, tries)
       _ -> zone_lost(st)
@@ -184,9 +186,11 @@ defmodule Overworld.Session.Hello do
       # (The observer is the one we had: its acknowledgements never go back.)
       if st.zone_mon, do: Process.demonitor(st.zone_mon, [:flush])
       # The client's reliable messages wait until the zone we leave has sent on (after the
-      # avatar) those we sent it: in order, none lost, none twice. (At most a second: a zone
-      # that went down meanwhile lost them.)
+      # avatar) those we sent it: in order, none lost, none twice (until it answers, goes
+      # down, or `@fence_wait` ms pass). Without one (it was restarting), those held go now.
+      if st.fence, do: Process.demonitor(st.fence, [:flush])
       fence = fence(st.zone_pid, st.user)
+      if fence == nil, do: release(st.held_in, pid, st.user)
       if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone_pid, self()) end)
 
       case st.last_input do
@@ -205,23 +209,49 @@ defmodule Overworld.Session.Hello do
            entity: entity,
            slot: slot,
            obs: obs,
-           fence: fence
+           fence: fence,
+           held_in: if(fence, do: st.held_in, else: [])
        }}
     else
       _ -> zone_lost(st)
     end
   end
 
-  @fence_wait 1_000
+  @fence_wait 5_000
 
+  @doc false
+  def fence_wait, do: @fence_wait
+
+  # (The monitor's reference names the fence: the old zone's answer, its :DOWN and the
+  # timeout all carry it.)
   defp fence(nil, _user), do: nil
 
   defp fence(old, user) do
-    ref = make_ref()
+    ref = Process.monitor(old)
     send(old, {:overworld_flush, user, self(), ref})
-    Process.send_after(self(), {:overworld_flushed, ref}, @fence_wait)
+    Process.send_after(self(), {:fence_timeout, ref}, @fence_wait)
     ref
   end
+
+  @doc """
+  The zone our avatar left has sent on what we sent it (or went down, or took too long): the
+  client's reliable messages held since go to our zone now.
+  """
+  @spec unfence(Session.t()) :: Session.t()
+  def unfence(st) do
+    Process.demonitor(st.fence, [:flush])
+
+    if st.zone_pid do
+      release(st.held_in, st.zone_pid, st.user)
+      %{st | fence: nil, held_in: []}
+    else
+      # (Our zone is restarting: they wait for it, `reattach/3`.)
+      %{st | fence: nil}
+    end
+  end
+
+  defp release(held, pid, user),
+    do: for(p <- Enum.reverse(held), do: send(pid, {:overworld_event, user, p}))
 
   # The session takes its place in a zone that has its player: the player's input slot, an
   # observer of the zone (of a world's zone: of the whole world, kept across crossings), its

@@ -540,8 +540,8 @@ defmodule Overworld.Zone.Neighbours do
       # Routed before the session hears of it: its inputs find the worker at once.
       worker = Config.owner_of(st.config, entity(e, :x), entity(e, :y))
       Overworld.Zone.Inputs.route(st.config.shared.inputs, id, worker)
-      # What its old zone sent on for it meanwhile is handled before what its session sends
-      # us once told (our mailbox has this first).
+      # What its old zone sent on for it meanwhile is handled first: now, or before anything
+      # for the player that comes later (the server's `player_item/5`).
       if is_map_key(st.world.early, player), do: send(self(), {:overworld_early, player})
       if is_pid(pid), do: send(pid, {:overworld_moved, st.config.id, id})
       sessions = if is_pid(pid), do: Map.put(st.sessions, player, pid), else: st.sessions
@@ -580,23 +580,39 @@ defmodule Overworld.Zone.Neighbours do
   @doc """
   Something for a player that is not ours (`{:event, payload}`, a reliable message of its
   client, or `{:flush, pid, ref}`, its session asking to be told once what it sent before
-  has been handled), `hops` zones after the one its session sent it to: sent on to the zone
-  we handed its avatar to lately; kept, if a zone sent it on to us (the avatar is on its way:
-  `early/2` gives it back once we adopted it); else dropped (a flush answered at once).
+  has been handled), `hops` zones after the one its session sent it to, the last of them
+  `from` (nil: from the session): sent on to the zone we handed its avatar to lately, unless
+  that zone sent it (it handed the avatar back to us: it is on its way here); kept, if a zone
+  sent it on to us (the avatar is on its way: `early/2` gives it back once we adopted it);
+  else dropped (a flush answered at once).
   """
-  @spec event(State.t(), term, {:event, binary} | {:flush, pid, reference}, non_neg_integer) ::
+  @spec event(State.t(), term, {:event, binary} | {:flush, pid, reference}, non_neg_integer, term) ::
           State.t()
-  def event(%State{world: %{moved: moved}} = st, player, item, hops)
-      when is_map_key(moved, player) and hops < @hops do
-    {_, _, to} = Map.fetch!(moved, player)
+  def event(%State{world: nil} = st, _player, item, _hops, _from), do: answered(st, item)
 
-    unless send_to(st.world, to, {:overworld_event_on, player, item, hops + 1}),
-      do: answer(item)
+  def event(%State{world: w} = st, player, item, hops, from) do
+    case Map.get(w.moved, player) do
+      {_, _, to} when to != from and hops < @hops ->
+        msg = {:overworld_event_on, st.config.world.id, player, item, hops + 1}
+        if send_to(w, to, msg), do: st, else: answered(st, item)
 
-    st
+      {_, _, to} when to != from ->
+        Logger.warning(
+          "zone #{inspect(st.config.id)}: a message for player #{inspect(player)} went " <>
+            "#{hops} zones after its avatar without reaching it: dropped"
+        )
+
+        answered(st, item)
+
+      _ when hops > 0 ->
+        keep(st, player, item)
+
+      _ ->
+        answered(st, item)
+    end
   end
 
-  def event(%State{world: %{early: early} = w} = st, player, item, hops) when hops > 0 do
+  defp keep(%State{world: %{early: early} = w} = st, player, item) do
     {at, items} = Map.get(early, player, {st.tick, []})
 
     if length(items) >= @early or (items == [] and map_size(early) >= @early_players) do
@@ -605,14 +621,13 @@ defmodule Overworld.Zone.Neighbours do
           "(its avatar on its way here): dropped"
       )
 
-      answer(item)
-      st
+      answered(st, item)
     else
       %{st | world: %{w | early: Map.put(early, player, {at, [item | items]})}}
     end
   end
 
-  def event(st, _player, item, _hops) do
+  defp answered(st, item) do
     answer(item)
     st
   end
@@ -708,10 +723,14 @@ defmodule Overworld.Zone.Neighbours do
           into: w.sessions_out,
           do: {tid, Map.fetch!(st.sessions, player)}
 
-    if handoffs != [] do
-      Metrics.add(st.metrics, :crossings_out, length(handoffs))
+    # (A server restarted from memory publishes its last tick again: the transfers its
+    # predecessor remembered are counted once.)
+    fresh = Enum.count(handoffs, fn {_to, tid, _e} -> not is_map_key(w.pending, tid) end)
 
-      Telemetry.execute([:overworld, :zone, :handoff], %{count: length(handoffs)}, %{
+    if fresh > 0 do
+      Metrics.add(st.metrics, :crossings_out, fresh)
+
+      Telemetry.execute([:overworld, :zone, :handoff], %{count: fresh}, %{
         zone: c.id,
         tick: n
       })

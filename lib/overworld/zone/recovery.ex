@@ -336,20 +336,28 @@ defmodule Overworld.Zone.Recovery do
        players: s.players,
        entities: Map.new(s.entities ++ s.spawns, &{entity(&1, :id), &1}),
        despawns: s.despawns,
-       world: restored(s[:world])
+       world: restored(s[:world], s.tick)
      }}
   end
 
   # Transfers of a snapshot or the journal are sent again at once (marked with a tick before
   # any: see Overworld.Zone.Neighbours).
-  defp restored(nil), do: %{pending: %{}, adopted: %{}, handed: MapSet.new()}
+  defp restored(w, tick \\ nil)
+  defp restored(nil, _tick), do: %{pending: %{}, adopted: %{}, handed: MapSet.new()}
 
-  defp restored(w),
-    do:
-      Map.merge(w, %{
-        pending: Map.new(w.pending, fn {tid, {to, _at, e}} -> {tid, {to, @again, e}} end),
-        handed: MapSet.new(Map.get(w, :handed, []))
-      })
+  defp restored(w, tick) do
+    # (A snapshot of an older version has no `handed`: the ids handed at the end of its tick
+    # are those of its transfers made at that tick.)
+    handed =
+      Map.get_lazy(w, :handed, fn ->
+        for {_tid, {_to, ^tick, e}} <- w.pending, do: entity(e, :id)
+      end)
+
+    Map.merge(w, %{
+      pending: Map.new(w.pending, fn {tid, {to, _at, e}} -> {tid, {to, @again, e}} end),
+      handed: MapSet.new(handed)
+    })
+  end
 
   # init/1's world, as a base for the journal when no snapshot was written yet.
   defp fresh_world(st) do

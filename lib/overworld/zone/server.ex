@@ -428,20 +428,24 @@ defmodule Overworld.Zone.Server do
   # world, one for a player whose avatar we handed away goes on after it (and one sent on to
   # us waits for it), in order (`Neighbours.event/4`).
   def handle_info({:overworld_event, player, payload}, st),
-    do: {:noreply, player_item(st, player, {:event, payload}, 0)}
+    do: {:noreply, player_item(st, player, {:event, payload}, 0, nil)}
 
-  def handle_info({:overworld_event_on, player, item, hops}, st),
-    do: {:noreply, player_item(st, player, item, hops)}
+  def handle_info({:overworld_event_on, from, player, item, hops}, st),
+    do: {:noreply, player_item(st, player, item, hops, from)}
 
   # The session of a player whose avatar crossed asks to be told once what it sent us before
   # has been handled (wherever the avatar went): only then does it send to its new zone.
   def handle_info({:overworld_flush, player, pid, ref}, st),
-    do: {:noreply, player_item(st, player, {:flush, pid, ref}, 0)}
+    do: {:noreply, player_item(st, player, {:flush, pid, ref}, 0, nil)}
 
-  # What waited for an avatar that is ours now.
+  # What waited for an avatar that is ours now (if nothing for its player came since).
   def handle_info({:overworld_early, player}, st) do
-    {items, st} = Neighbours.early(st, player)
-    {:noreply, Enum.reduce(items, st, &player_item(&2, player, &1, 0))}
+    if Players.joined?(st.players, player) do
+      {items, st} = Neighbours.early(st, player)
+      {:noreply, Enum.reduce(items, st, &handle_item(&2, player, &1))}
+    else
+      {:noreply, st}
+    end
   end
 
   # A tick still running after :stall_timeout: said, and again every period while it lasts.
@@ -530,17 +534,21 @@ defmodule Overworld.Zone.Server do
     :ok
   end
 
-  defp player_item(st, player, item, hops) do
-    case {Players.joined?(st.players, player), item} do
-      {true, {:event, payload}} ->
-        Actions.run(st, :handle_event, [player, payload, st.game])
-
-      {true, {:flush, pid, ref}} ->
-        send(pid, {:overworld_flushed, ref})
-        st
-
-      {false, _} ->
-        Neighbours.event(st, player, item, hops)
+  defp player_item(st, player, item, hops, from) do
+    if Players.joined?(st.players, player) do
+      # What waited for its avatar is older: first.
+      {items, st} = Neighbours.early(st, player)
+      Enum.reduce(items ++ [item], st, &handle_item(&2, player, &1))
+    else
+      Neighbours.event(st, player, item, hops, from)
     end
+  end
+
+  defp handle_item(st, player, {:event, payload}),
+    do: Actions.run(st, :handle_event, [player, payload, st.game])
+
+  defp handle_item(st, _player, {:flush, pid, ref}) do
+    send(pid, {:overworld_flushed, ref})
+    st
   end
 end

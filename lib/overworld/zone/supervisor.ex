@@ -38,11 +38,13 @@ defmodule Overworld.Zone.Supervisor do
     {:ok, {flags, children}}
   end
 
-  # A zone supervisor killed (or stopped by its own parent for too many restarts) leaves its
-  # children to stop by themselves: they trap exits, and the server's terminate/2 runs. Until
-  # they are gone their names are taken, and a new server (or store, with the journal's
-  # files) could not start: its supervisor's restarts would all fail at once, and take the
-  # world's supervisor down with them. So the new one waits for them (at most 5 s).
+  # A zone supervisor killed leaves its children to stop by themselves: they trap exits, and
+  # the server's terminate/2 runs. Until they are gone their names are taken, and a new server
+  # (or store, with the journal's files) could not start: its supervisor's restarts would all
+  # fail at once, and take the world's supervisor down with them. So the new one waits for
+  # them (at most 5 s; usually milliseconds). The wait runs in the parent's restart, as the
+  # zone's recovery does (the server's init): calls to the parent (`Overworld.World.zones/1`)
+  # wait meanwhile.
   defp await_leftovers(%Config{id: id, workers: workers}) do
     keys =
       [Names.zone(id), Names.zone_store(id)] ++

@@ -23,8 +23,9 @@ defmodule Overworld.Zone.NeighboursTest do
 
   # A player joined in the west zone half a metre from the border, walking east; the world
   # ticked until its avatar is in flight (no zone has its player).
-  defp in_flight(ctx, player) do
-    {:ok, id} = Zone.join(ctx.west, player, %{x: ctx.border - 512, y: 20 * 1024})
+  defp in_flight(ctx, player, meta \\ %{}) do
+    meta = Map.merge(%{x: ctx.border - 512, y: 20 * 1024}, meta)
+    {:ok, id} = Zone.join(ctx.west, player, meta)
     :ok = Zone.input(ctx.west, player, {127, 0})
     {:ok, _} = World.tick_now(ctx.world)
     assert Zone.player_entity(ctx.west, player) == id
@@ -80,5 +81,50 @@ defmodule Overworld.Zone.NeighboursTest do
     # A player that is nowhere is not waited for past the bound.
     {t, _zone} = :timer.tc(fn -> World.zone_for(ctx.world, "nobody") end)
     assert t < 100_000
+  end
+
+  test "what the zone a player left sends it still reaches its session, in flight and after",
+       ctx do
+    # (The test process is the player's session.)
+    id = in_flight(ctx, "mover", %{session: self()})
+    west = Zone.whereis(ctx.west)
+    send(west, {:send_to, "mover", "in flight"})
+    assert_receive {:overworld_send, "in flight"}
+    {:ok, _} = World.tick_now(ctx.world)
+    assert_receive {:overworld_moved, east, ^id}
+    assert east == ctx.east
+    send(west, {:send_to, "mover", "after"})
+    assert_receive {:overworld_send, "after"}
+    # A player the zone never had gets nothing.
+    send(west, {:send_to, "stranger", "nothing"})
+    refute_receive {:overworld_send, "nothing"}, 100
+  end
+
+  test "a reliable message for a player whose avatar crosses back reaches the zone it goes back to",
+       ctx do
+    id = in_flight(ctx, "back_and_forth")
+    {:ok, _} = World.tick_now(ctx.world)
+    assert Zone.player_entity(ctx.east, "back_and_forth") == id
+    # Back west: the east zone hands the avatar to the west zone, which handed it east before.
+    :ok = Zone.input(ctx.east, "back_and_forth", {-127, 0})
+
+    assert Enum.find(1..60, fn _ ->
+             {:ok, _} = World.tick_now(ctx.world)
+             Zone.player_entity(ctx.east, "back_and_forth") == nil
+           end)
+
+    # In flight west: the client's message goes to the east zone (its session's), which sends
+    # it on to the west zone; the west zone must keep it, not send it back east.
+    send(Zone.whereis(ctx.east), {:overworld_event, "back_and_forth", "hello"})
+    {:ok, _} = World.tick_now(ctx.world)
+    assert Zone.player_entity(ctx.west, "back_and_forth") == id
+    assert events(ctx.west, "back_and_forth") == ["hello"]
+    assert events(ctx.east, "back_and_forth") == []
+  end
+
+  defp events(zone, player) do
+    for {^player, payload} <-
+          Enum.reverse(Map.get(:sys.get_state(Zone.whereis(zone)).game, :events, [])),
+        do: payload
   end
 end
