@@ -48,8 +48,14 @@ defmodule Overworld.World do
     zone's: `{1000, 1000}`, 12)
   * `:hysteresis` — metres past its region an entity stays with its zone (default 2; less
     than a cell)
+  * `:shadow_every` — shadows go to the neighbours on every that many ticks (default 1, every
+    tick; with the manual clock a world of zones computes exactly what one zone does only
+    then). Between two updates a neighbour dead-reckons them, and their margin grows by what
+    an entity moves in that time at `:max_speed` (metres per second, the fastest an entity
+    moves; required with `:shadow_every` above 1). The message of every tick still goes (its
+    handoffs and acknowledgements), without shadows between updates.
   * `:shadow_late` — ticks a neighbour's shadows may be late (realtime clock) before they are
-    dropped rather than drawn wrong (default 3)
+    dropped rather than drawn wrong (default 3, or `:shadow_every` if more; at least it)
   * `:data_dir` — each zone persists into a directory of its own under it
   * any other option of `Overworld.Zone` (`:tick_rate`, `:clock`, `:workers`, `:wire`,
     `:args`, ...), the same for every zone; not `:id`, `:region`, `:id_space`, `:world`
@@ -71,7 +77,17 @@ defmodule Overworld.World do
   alias Overworld.Names
   alias Overworld.World.{Layout, Place}
 
-  @world_keys [:name, :zones, :regions, :size, :cell_size, :hysteresis, :shadow_late]
+  @world_keys [
+    :name,
+    :zones,
+    :regions,
+    :size,
+    :cell_size,
+    :hysteresis,
+    :shadow_every,
+    :max_speed,
+    :shadow_late
+  ]
   @zone_only [:id, :region, :id_space, :world]
 
   @doc false
@@ -114,9 +130,14 @@ defmodule Overworld.World do
         regions: opts[:regions]
       )
 
+    every = Keyword.get(opts, :shadow_every, 1)
+
     place_opts = [
       hysteresis: Keyword.get(opts, :hysteresis, 2),
-      late: Keyword.get(opts, :shadow_late, 3)
+      every: every,
+      late: Keyword.get(opts, :shadow_late, if(is_integer(every), do: max(3, every), else: 3)),
+      max_speed: opts[:max_speed],
+      tick_rate: Keyword.get(opts, :tick_rate, 30)
     ]
 
     zone_opts = Keyword.drop(opts, @world_keys ++ [:data_dir])

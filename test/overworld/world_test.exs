@@ -91,6 +91,135 @@ defmodule Overworld.WorldTest do
     )
   end
 
+  # Walkers in straight lines at 6-10 m/s (bouncing off the world's edges, far from the zones'
+  # borders): dead reckoning is exact for them but for rounding.
+  defmodule Straight do
+    use Overworld.Zone
+    require Overworld.Entity
+    import Overworld.Entity, only: [entity: 2]
+
+    @impl true
+    def init(args) do
+      side = Keyword.fetch!(args, :side) * 1024
+
+      walkers =
+        for i <- 1..Keyword.fetch!(args, :n) do
+          angle = :erlang.phash2({:a, i}, 3600) * :math.pi() / 1800
+          speed = (6 + :erlang.phash2({:s, i}, 5)) * 1024
+
+          [
+            kind: :walker,
+            x: :erlang.phash2({:x, i}, side),
+            y: :erlang.phash2({:y, i}, side),
+            vx: trunc(speed * :math.cos(angle)),
+            vy: trunc(speed * :math.sin(angle))
+          ]
+        end
+
+      {:ok, %{}, [{:spawn, walkers}]}
+    end
+
+    @impl true
+    def handle_entity(e, _view, ctx) do
+      {x, vx} = step(entity(e, :x), entity(e, :vx), ctx.tick_rate, ctx.width)
+      {y, vy} = step(entity(e, :y), entity(e, :vy), ctx.tick_rate, ctx.height)
+      {:ok, entity(e, x: x, y: y, vx: vx, vy: vy)}
+    end
+
+    defp step(p, v, rate, max) do
+      p2 = p + div(v, rate)
+      if p2 < 0 or p2 > max, do: {p, -v}, else: {p2, v}
+    end
+  end
+
+  # A lower shadow rate: shadows every 10 ticks (walkers at most 10 m/s: 3.3 m between two
+  # updates, a margin of one cell more), dead-reckoned in between. Every tick a zone's workers
+  # read, of every entity of its neighbours within its reach (its region grown by two cells) at
+  # the previous tick, a shadow where the entity was (but for rounding), and none is missing:
+  # the wider margin sent those that walk into the reach before the next update.
+  test "shadows every 10 ticks: each zone sees its neighbours' entities near the border, dead-reckoned, none missing" do
+    world =
+      start_world(
+        Straight,
+        [zones: {2, 2}, workers: 2, shadow_every: 10, max_speed: 10] ++
+          [history: 60, keyframe_ticks: 30] ++ @crowd
+      )
+
+    assert Overworld.World.Place.reach(Zone.config(hd(World.zones(world))).world) != nil
+    assert Zone.config(hd(World.zones(world))).world.margin == 3
+
+    for _ <- 1..12 do
+      {:ok, _} = World.tick_now(world, 10)
+      assert ids(World.entities(world)) == Enum.to_list(1..600)
+    end
+
+    zones = World.zones(world)
+    dumps = Map.new(zones, &{&1, elem(Overworld.Zone.History.dump(&1), 1)})
+    # (A message every tick; shadow entities in one in ten.)
+    assert Zone.metrics(hd(zones)).world.shadow_messages >= 120 * 3
+    # Rounding: a unit per tick reckoned.
+    bound = 16
+
+    {checked, reckoned} =
+      for zone <- zones, n <- 95..120, reduce: {0, 0} do
+        {acc, reckoned} ->
+          {seen, adopted} = read(dumps[zone], n)
+          truth = others(dumps, zone, n - 1)
+
+          for {id, s} <- seen do
+            e = Map.fetch!(truth, id)
+
+            assert abs(entity(s, :x) - entity(e, :x)) <= bound and
+                     abs(entity(s, :y) - entity(e, :y)) <= bound,
+                   "tick #{n}, #{inspect(zone)}: shadow #{id} at #{inspect({entity(s, :x), entity(s, :y)})}, " <>
+                     "its entity at #{inspect({entity(e, :x), entity(e, :y)})}"
+          end
+
+          # Every entity within the zone's reach is seen (or adopted at this tick).
+          cell = Zone.config(zone).grid.cell
+          {c0, r0, c1, r1} = Overworld.World.Place.reach(Zone.config(zone).world)
+          {x0, x1} = {c0 * cell + bound, (c1 + 1) * cell - 1 - bound}
+          {y0, y1} = {r0 * cell + bound, (r1 + 1) * cell - 1 - bound}
+
+          missing =
+            for {id, e} <- truth,
+                entity(e, :x) in x0..x1 and entity(e, :y) in y0..y1,
+                not is_map_key(seen, id) and not MapSet.member?(adopted, id),
+                do: id
+
+          assert missing == [], "tick #{n}, #{inspect(zone)}: #{length(missing)} not seen"
+          {acc + map_size(seen), reckoned + if(rem(n - 1, 10) != 0, do: map_size(seen), else: 0)}
+      end
+
+    assert checked > 1000 and reckoned > 900
+  end
+
+  # The shadows a zone's workers read at tick n (by id), and the entities it adopted then.
+  defp read(dump, n) do
+    parts = Enum.find(dump.ticks, &(&1.n == n)).world |> Tuple.to_list()
+
+    seen =
+      for {shadows, _, _} <- parts, {_k, l} <- shadows, e <- l, into: %{}, do: {entity(e, :id), e}
+
+    {seen, for({_, adopt, _} <- parts, e <- adopt, into: MapSet.new(), do: entity(e, :id))}
+  end
+
+  # The entities of the other zones at the end of tick t (not those the zone held then).
+  defp others(dumps, zone, t) do
+    held = fn z ->
+      {:ok, cells, _} = Overworld.Zone.History.state_at(dumps[z], t)
+      Overworld.Spatial.Sweep.entities(cells)
+    end
+
+    own = MapSet.new(held.(zone), &entity(&1, :id))
+
+    for other <- Map.keys(dumps) -- [zone],
+        e <- held.(other),
+        not MapSet.member?(own, entity(e, :id)),
+        into: %{},
+        do: {entity(e, :id), e}
+  end
+
   test "hysteresis: an entity pacing within the margin of a border never changes zone" do
     # The border between the two zones of a 240 m world of 12 m cells lies at 132 m (cells
     # 0..10 and 11..20).
@@ -394,6 +523,10 @@ defmodule Overworld.WorldTest do
 
     assert_raise ArgumentError, ~r/cell border/, fn ->
       start_world(Crowd, [regions: [a: {0, 0, 100, 240}, b: {100, 0, 240, 240}]] ++ @crowd)
+    end
+
+    assert_raise ArgumentError, ~r/need :max_speed/, fn ->
+      start_world(Crowd, [zones: {2, 2}, shadow_every: 2] ++ @crowd)
     end
   end
 end

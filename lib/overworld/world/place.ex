@@ -13,6 +13,10 @@ defmodule Overworld.World.Place do
     within two cells of the neighbour's region. The neighbour simulates its region and ring;
     the 3x3 blocks of those cells reach one cell further: with these shadows every entity of
     the neighbour sees exactly the cells it would see in one zone covering the whole map.
+    With shadows sent every `every` ticks (a lower shadow rate), the margin grows by what an
+    entity may move in that time at `max_speed` (`margin`, in cells): the neighbour
+    dead-reckons them between updates, and an entity that walks into its reach meanwhile
+    was already sent.
 
       iex> l = Overworld.World.Layout.new!(size: {120, 120}, cell_size: 12, zones: {2, 2})
       iex> p = Overworld.World.Place.new!(:w, l, {0, 0}, hysteresis: 2)
@@ -30,7 +34,7 @@ defmodule Overworld.World.Place do
   alias Overworld.World.Layout
 
   @enforce_keys [:name, :id, :layout, :region, :ring, :box, :hysteresis, :late, :zones, :band]
-  defstruct @enforce_keys
+  defstruct @enforce_keys ++ [every: 1, margin: 2]
 
   @typedoc """
   * `name` — the world's name; `id` — the zone's region id; the zone's own id is
@@ -41,6 +45,8 @@ defmodule Overworld.World.Place do
     dropped
   * `band` — what the zone adds to the key of a cell of its ring outside its region when it
     publishes the cell (`wire_key/2`)
+  * `every` — shadows are sent on the ticks that are multiples of it (1: every tick);
+    `margin` — cells around a neighbour's region whose entities it gets as shadows
   """
   @type t :: %__MODULE__{
           name: term,
@@ -52,28 +58,43 @@ defmodule Overworld.World.Place do
           hysteresis: non_neg_integer,
           late: non_neg_integer,
           zones: %{optional(term) => term},
-          band: pos_integer
+          band: pos_integer,
+          every: pos_integer,
+          margin: pos_integer
         }
 
   @doc """
   The place of region `id` of `layout` in world `name`. Options: `:hysteresis` (metres,
-  default 2, less than a cell), `:late` (ticks, default 3).
+  default 2, less than a cell), `:every` (shadows every that many ticks, default 1), `:late`
+  (ticks, default 3, and at least `:every`), `:max_speed` (metres per second, the fastest an
+  entity moves; needed with `:every` above 1) and `:tick_rate` (default 30).
+
+      iex> l = Overworld.World.Layout.new!(size: {240, 240}, cell_size: 12, zones: {2, 2})
+      iex> Overworld.World.Place.new!(:w, l, {0, 0}).margin
+      2
+      iex> # 4 ticks at 30 Hz and 20 m/s: 2.7 m, one cell more
+      iex> p = Overworld.World.Place.new!(:w, l, {0, 0}, every: 4, late: 4, max_speed: 20)
+      iex> {p.every, p.margin}
+      {4, 3}
   """
   @spec new!(term, Layout.t(), term, keyword) :: t
   def new!(name, %Layout{} = layout, id, opts \\ []) do
     h = Keyword.get(opts, :hysteresis, 2)
-    late = Keyword.get(opts, :late, 3)
+    every = Keyword.get(opts, :every, 1)
+    late = Keyword.get(opts, :late, max(3, every))
+    margin = margin!(layout, every, opts)
+
+    unless is_integer(late) and late >= every do
+      raise ArgumentError,
+            "the shadows' lateness bound must be a number of ticks at least the shadow " <>
+              "period (shadows are sent every #{every} ticks), got: #{inspect(late)}"
+    end
 
     unless is_number(h) and h >= 0 and h < layout.cell_size do
       raise ArgumentError,
             "the hysteresis margin must be a number of metres in [0, #{layout.cell_size}) (less " <>
               "than a cell: an entity of a zone stands at most one cell outside its region), " <>
               "got: #{inspect(h)}"
-    end
-
-    unless is_integer(late) and late >= 0 do
-      raise ArgumentError,
-            "the shadows' lateness bound must be a number of ticks >= 0, got: #{inspect(late)}"
     end
 
     %{cells: {c0, r0, c1, r1} = region, index: index} =
@@ -97,8 +118,45 @@ defmodule Overworld.World.Place do
       zones: Map.new(layout.regions, &{&1.id, {name, &1.id}}),
       # The keys of a grid of cols x rows cells are below (cols + 2) * (rows + 2), the key
       # space; the k-th region's band cells are keyed in the (k + 1)-th copy of it.
-      band: (layout.cols + 2) * (layout.rows + 2) * (1 + index)
+      band: (layout.cols + 2) * (layout.rows + 2) * (1 + index),
+      every: every,
+      margin: margin
     }
+  end
+
+  # Two cells (the neighbour's ring and the reach of its 3x3 blocks), and, with shadows every
+  # `every` ticks, the cells an entity at `max_speed` crosses in that time.
+  defp margin!(_layout, 1, _opts), do: 2
+
+  defp margin!(layout, every, opts) when is_integer(every) and every > 1 do
+    speed = opts[:max_speed]
+    rate = Keyword.get(opts, :tick_rate, 30)
+
+    unless is_number(speed) and speed > 0 do
+      raise ArgumentError,
+            "shadows every #{every} ticks need :max_speed, the fastest an entity moves in " <>
+              "metres per second (the shadows' margin covers where it may go between two " <>
+              "updates), got: #{inspect(speed)}"
+    end
+
+    margin = 2 + ceil(speed * every / rate / layout.cell_size)
+
+    thinnest =
+      Enum.min(for %{cells: {c0, r0, c1, r1}} <- layout.regions, do: min(c1 - c0, r1 - r0) + 1)
+
+    if margin > thinnest do
+      raise ArgumentError,
+            "shadows every #{every} ticks at #{speed} m/s need a margin of #{margin} cells, " <>
+              "more than the thinnest region (#{thinnest} cells): a zone would need the " <>
+              "shadows of zones that are not its neighbours; send them more often"
+    end
+
+    margin
+  end
+
+  defp margin!(_layout, every, _opts) do
+    raise ArgumentError,
+          "the shadow period must be a positive number of ticks, got: #{inspect(every)}"
   end
 
   @doc """
@@ -137,18 +195,26 @@ defmodule Overworld.World.Place do
 
   @doc """
   For every row of the grid, the neighbours that need the cells of that row as shadows:
-  `{region id, first col, last col}` (the neighbour's region grown by two cells), as a tuple
-  indexed by row.
+  `{region id, first col, last col}` (the neighbour's region grown by `margin` cells, two
+  with shadows every tick), as a tuple indexed by row.
   """
   @spec shadow_rows(t) :: tuple
   def shadow_rows(%__MODULE__{layout: l} = p) do
-    rects = for {n, _} <- neighbours(p), do: {n, grow(l, Layout.region(l, n).cells, 2)}
+    rects = for {n, _} <- neighbours(p), do: {n, grow(l, Layout.region(l, n).cells, p.margin)}
 
     for row <- 0..(l.rows - 1) do
       for {n, {c0, r0, c1, r1}} <- rects, row >= r0 and row <= r1, do: {n, c0, c1}
     end
     |> List.to_tuple()
   end
+
+  @doc """
+  The cells whose entities the zone's workers read (`{c0, r0, c1, r1}`): its region grown by
+  two cells (its ring, and the reach of the ring's 3x3 blocks). Shadows beyond them (a lower
+  shadow rate sends a wider margin) are not read.
+  """
+  @spec reach(t) :: {integer, integer, integer, integer}
+  def reach(%__MODULE__{layout: l, region: region}), do: grow(l, region, 2)
 
   @doc "The zone owning an entity of this zone at `(x, y)` (units) after a tick (see above)."
   @spec owner(t, integer, integer) :: term

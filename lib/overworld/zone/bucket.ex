@@ -332,7 +332,8 @@ defmodule Overworld.Zone.Bucket do
       Enum.split_while(halo, fn {k, _} -> k < st.bounds |> elem(1) |> first_key(grid) end)
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
-    {out_world, departed} = world_out(st, own, simulate?)
+    shadows? = st.place == nil or rem(n, st.place.every) == 0
+    {out_world, departed} = world_out(st, own, simulate?, shadows?)
     {st, gone} = avatars(st, pass, migrants_in, despawns, out_world)
     st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own, acks)
     # (After the publication: its acknowledgements of their last inputs go too.)
@@ -446,10 +447,12 @@ defmodule Overworld.Zone.Bucket do
   # sorted), and the entities that now belong to a neighbour (standing past the hysteresis
   # margin outside our region), players' avatars too. Answers
   # `{nil | {shadows, handoffs}, departed}`.
-  defp world_out(%{place: nil}, _own, _simulate?), do: {nil, %{}}
+  defp world_out(%{place: nil}, _own, _simulate?, _shadows?), do: {nil, %{}}
 
-  defp world_out(st, own, simulate?) do
-    %{place: place, shadow_rows: rows} = st
+  # (`shadows?` false: not a tick the zone sends shadows on, a lower shadow rate.)
+  defp world_out(st, own, simulate?, shadows?) do
+    %{place: place} = st
+    rows = if shadows?, do: st.shadow_rows, else: nil
     grid = st.config.grid
     {stop, _, _} = st.bounds
 
@@ -464,9 +467,14 @@ defmodule Overworld.Zone.Bucket do
           col = Grid.col(grid, k)
 
           shadows =
-            Enum.reduce(elem(rows, row), shadows, fn {n, c0, c1}, acc ->
-              if col >= c0 and col <= c1, do: Map.update(acc, n, [pair], &[pair | &1]), else: acc
-            end)
+            if rows,
+              do:
+                Enum.reduce(elem(rows, row), shadows, fn {n, c0, c1}, acc ->
+                  if col >= c0 and col <= c1,
+                    do: Map.update(acc, n, [pair], &[pair | &1]),
+                    else: acc
+                end),
+              else: shadows
 
           if simulate? and not Place.inside?(place, col, row),
             do: {:cont, {shadows, leaving(place, l, handoffs)}},

@@ -63,6 +63,7 @@ defmodule Overworld.Zone.Neighbours do
           sessions_out: %{optional(term) => pid},
           moved: %{optional(term) => {pid | nil, non_neg_integer, term}},
           early: %{optional(term) => {non_neg_integer, [tuple]}},
+          recent: %{optional(pos_integer) => tuple},
           incarnation: term,
           adopting: boolean,
           handed: %{optional(pos_integer) => true},
@@ -94,6 +95,8 @@ defmodule Overworld.Zone.Neighbours do
       # (their avatar in flight to us): player => {tick, [item]} (newest first, bounded).
       moved: %{},
       early: %{},
+      # With a lower shadow rate: what we adopted and handed lately (`since/4`).
+      recent: %{},
       # Transfer ids are `{entity id, {tick, incarnation}}`: unique across restarts (a zone
       # restarted from disk goes back in ticks and hands an entity over at a tick it used).
       incarnation: {System.os_time(), :erlang.unique_integer([:positive])},
@@ -232,12 +235,23 @@ defmodule Overworld.Zone.Neighbours do
 
   def received(%State{world: w} = st, {:overworld_shadows, from, tick, cells, transfers, acks})
       when is_map_key(w.inbox, from) do
-    # Newest first (a message sent again on a hello may come after a newer one).
+    # Newest first (a message sent again on a hello may come after a newer one). `cells` nil:
+    # no shadows that tick (a lower shadow rate): the newest entry with some is kept too.
     inbox =
       Map.update!(w.inbox, from, fn entries ->
-        [{tick, cells, st.tick} | List.keydelete(entries, tick, 0)]
-        |> Enum.sort_by(&elem(&1, 0), :desc)
-        |> Enum.take(@keep)
+        all =
+          Enum.sort_by(
+            [{tick, cells, st.tick} | List.keydelete(entries, tick, 0)],
+            &elem(&1, 0),
+            :desc
+          )
+
+        kept = Enum.take(all, @keep)
+
+        case {Enum.any?(kept, &(elem(&1, 1) != nil)), Enum.find(all, &(elem(&1, 1) != nil))} do
+          {false, entry} when entry != nil -> kept ++ [entry]
+          _ -> kept
+        end
       end)
 
     # (A transfer sent again by a restarted neighbour may carry no session: the one it came
@@ -347,14 +361,16 @@ defmodule Overworld.Zone.Neighbours do
 
     shadows =
       w.inbox
-      |> Enum.flat_map(fn {_, entries} ->
+      |> Enum.flat_map(fn {from, entries} ->
         case newest(entries, n, manual?) do
-          {cells, 0} -> [cells]
-          {cells, age} when age <= late -> [reckon(c, cells, age)]
+          {cells, 0, as_of} -> [{from, cells, as_of}]
+          {cells, age, as_of} when age <= late -> [{from, reckon(c, cells, age), as_of}]
           _ -> []
         end
       end)
+      |> since(w.recent, n, c)
       |> merge_all()
+      |> within_reach(c)
 
     {now, later} =
       if manual?,
@@ -362,6 +378,7 @@ defmodule Overworld.Zone.Neighbours do
         else: {Map.to_list(w.incoming), []}
 
     adopt = for {_tid, {_, _, e, _}} <- now, do: e
+    recent = recent(c.world, w.recent, n, for(e <- adopt, do: {entity(e, :id), {:adopted, n}}))
 
     # With a journal, an adoption is acknowledged once its record is on disk (until then the
     # old zone keeps the transfer and sends it again after a crash of ours).
@@ -421,6 +438,7 @@ defmodule Overworld.Zone.Neighbours do
     w = %{
       w
       | incoming: Map.new(later),
+        recent: recent,
         acks: acks,
         ack_wait: ack_wait,
         adopted: adopted,
@@ -667,21 +685,83 @@ defmodule Overworld.Zone.Neighbours do
   # manual clock, exactly its tick n - 1 (the zones tick in lockstep). With the realtime clock
   # the zones' tick numbers drift apart (each skips the deadlines it overran), so the newest
   # message: late by the ticks of ours that ran since it came.
+  # (And the tick of ours the cells stand for: the sender's tick with the manual clock, the
+  # one before they came with the realtime clock.)
   defp newest(entries, n, true = _manual?) do
-    case Enum.find(entries, &(elem(&1, 0) <= n - 1)) do
-      {t, cells, _} -> {cells, n - 1 - t}
+    case Enum.find(entries, &(elem(&1, 0) <= n - 1 and elem(&1, 1) != nil)) do
+      {t, cells, _} -> {cells, n - 1 - t, t}
       nil -> nil
     end
   end
 
-  defp newest([], _n, false), do: nil
-  defp newest([{_t, cells, came} | _], n, false), do: {cells, max(n - 1 - came, 0)}
+  defp newest(entries, n, false) do
+    case Enum.find(entries, &(elem(&1, 1) != nil)) do
+      {_t, cells, came} -> {cells, max(n - 1 - came, 0), came - 1}
+      nil -> nil
+    end
+  end
+
+  # A lower shadow rate: a neighbour's cells may be older than what we did since. An entity we
+  # adopted since is ours (its shadow goes); one we handed to a neighbour after the tick that
+  # neighbour's cells stand for is not in them yet: our last copy of it stands in, reckoned
+  # (and another neighbour's older copy goes). With shadows every tick, nothing to do.
+  defp since(sources, recent, _n, _c) when map_size(recent) == 0,
+    do: for({_from, cells, _as_of} <- sources, do: cells)
+
+  defp since(sources, recent, n, c) do
+    as_of = Map.new(sources, fn {from, _, t} -> {from, t} end)
+
+    kept =
+      for {from, cells, t} <- sources do
+        for {k, l} <- cells,
+            l = Enum.reject(l, &stale?(Map.get(recent, entity(&1, :id)), from, t)),
+            l != [],
+            do: {k, l}
+      end
+
+    # (One handed at the end of our last tick is in our workers' view still: `departed`.)
+    ours =
+      for {_id, {:handed, h, to, e}} <- recent,
+          h < n - 1 and Map.get(as_of, to, -1) <= h,
+          do: inside(c, Shadows.reckon(e, n - 1 - h, c.tick_rate))
+
+    [Sweep.from_entities(c.grid, ours) | kept]
+  end
+
+  defp stale?(nil, _from, _t), do: false
+  defp stale?({:adopted, _at}, _from, _t), do: true
+  defp stale?({:handed, h, to, _e}, from, t), do: from != to or t <= h
+
+  # What we adopted and handed lately (a lower shadow rate only): id => the latest of
+  # `{:adopted, tick}` and `{:handed, tick, neighbour, entity}`, for the ticks a neighbour's
+  # shadows may be older than ours.
+  defp recent(%Place{every: 1}, recent, _n, _events), do: recent
+
+  defp recent(%Place{every: every, late: late}, recent, n, events) do
+    recent
+    |> Map.reject(fn {_id, event} -> elem(event, 1) < n - every - late - 1 end)
+    |> Map.merge(Map.new(events))
+  end
 
   # A neighbour's cells `ticks` ticks older than wanted: each entity moved on by its velocity
   # (into the cell it reaches).
   defp reckon(c, cells, ticks) do
     entities = for {_k, l} <- cells, e <- l, do: Shadows.reckon(e, ticks, c.tick_rate)
     Sweep.from_entities(c.grid, Enum.map(entities, &inside(c, &1)))
+  end
+
+  # With a lower shadow rate the neighbours send a wider margin (where an entity may come
+  # from before the next update): once reckoned, what lies beyond our reach is not read.
+  defp within_reach(pairs, %Config{world: %Place{margin: 2}}), do: pairs
+
+  defp within_reach(pairs, %Config{world: place, grid: g}) do
+    {c0, r0, c1, r1} = Place.reach(place)
+
+    for {k, _} = pair <- pairs,
+        col = Grid.col(g, k),
+        row = Grid.row(g, k),
+        col >= c0 and col <= c1 and row >= r0 and row <= r1,
+        do: pair
   end
 
   defp inside(%Config{grid: g}, e) do
@@ -760,7 +840,10 @@ defmodule Overworld.Zone.Neighbours do
 
     {last, deferred} =
       Enum.reduce(w.neighbours, {w.last, []}, fn {to, _zone}, {last, deferred} ->
-        cells = Enum.flat_map(parts, fn {_w, {shadows, _}} -> Map.get(shadows, to, []) end)
+        # (With a lower shadow rate, none between two updates: nil, not an empty list.)
+        cells =
+          if rem(n, c.world.every) == 0,
+            do: Enum.flat_map(parts, fn {_w, {shadows, _}} -> Map.get(shadows, to, []) end)
 
         # (A transfer goes again only once its record is on disk: never ahead of its fsync.)
         transfers =
@@ -792,6 +875,13 @@ defmodule Overworld.Zone.Neighbours do
         sessions_out: Map.take(sessions, Map.keys(pending)),
         handed: Map.new(handoffs, fn {_to, {id, _}, _e} -> {id, true} end),
         away: away(w, n, handoffs),
+        recent:
+          recent(
+            c.world,
+            w.recent,
+            n,
+            for({to, {id, _}, e} <- handoffs, do: {id, {:handed, n, to, e}})
+          ),
         doomed: prune(w.doomed, n, 2),
         early: prune_early(w.early, n, st.config.id)
     }
@@ -846,7 +936,8 @@ defmodule Overworld.Zone.Neighbours do
   defp sent(st, w, to, {:overworld_shadows, _, _, cells, _, _} = msg) do
     if send_to(w, to, msg) do
       Metrics.add(st.metrics, :shadow_messages, 1)
-      Metrics.add(st.metrics, :shadow_entities, Enum.sum(for {_, l} <- cells, do: length(l)))
+      n = if cells, do: Enum.sum(for {_, l} <- cells, do: length(l)), else: 0
+      Metrics.add(st.metrics, :shadow_entities, n)
     end
   end
 end

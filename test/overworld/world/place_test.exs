@@ -100,5 +100,23 @@ defmodule Overworld.World.PlaceTest do
     end
 
     assert_raise ArgumentError, ~r/no region/, fn -> Place.new!(:w, @layout, {5, 5}) end
+
+    # A lower shadow rate: the fastest an entity moves is needed, the lateness bound must
+    # cover the period, and the margin must fit in every region.
+    assert_raise ArgumentError, ~r/need :max_speed/, fn ->
+      Place.new!(:w, @layout, {0, 0}, every: 3)
+    end
+
+    assert_raise ArgumentError, ~r/at least the shadow period/, fn ->
+      Place.new!(:w, @layout, {0, 0}, every: 5, late: 3, max_speed: 10)
+    end
+
+    assert_raise ArgumentError, ~r/shadow period must be a positive/, fn ->
+      Place.new!(:w, @layout, {0, 0}, every: 0)
+    end
+
+    assert_raise ArgumentError, ~r/more than the thinnest region/, fn ->
+      Place.new!(:w, @layout, {0, 0}, every: 30, late: 30, max_speed: 200)
+    end
   end
 end
