@@ -55,7 +55,10 @@ defmodule Overworld.World do
     moves; required with `:shadow_every` above 1). The message of every tick still goes (its
     handoffs and acknowledgements), without shadows between updates.
   * `:shadow_late` — ticks a neighbour's shadows may be late (realtime clock) before they are
-    dropped rather than drawn wrong (default 3, or `:shadow_every` if more; at least it)
+    dropped rather than drawn wrong (default 3; with `:shadow_every` k above 1, k + 2; at
+    least k - 1). With the realtime clock and k above 1 the zones send their cells out of
+    phase: an entity handed between two neighbours may be missing from (or shown twice in)
+    a third's shadows for up to k ticks.
   * `:data_dir` — each zone persists into a directory of its own under it
   * any other option of `Overworld.Zone` (`:tick_rate`, `:clock`, `:workers`, `:wire`,
     `:args`, ...), the same for every zone; not `:id`, `:region`, `:id_space`, `:world`
@@ -135,7 +138,7 @@ defmodule Overworld.World do
     place_opts = [
       hysteresis: Keyword.get(opts, :hysteresis, 2),
       every: every,
-      late: Keyword.get(opts, :shadow_late, if(is_integer(every), do: max(3, every), else: 3)),
+      late: Keyword.get(opts, :shadow_late, Place.default_late(every)),
       max_speed: opts[:max_speed],
       tick_rate: Keyword.get(opts, :tick_rate, 30)
     ]

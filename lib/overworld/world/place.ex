@@ -66,7 +66,7 @@ defmodule Overworld.World.Place do
   @doc """
   The place of region `id` of `layout` in world `name`. Options: `:hysteresis` (metres,
   default 2, less than a cell), `:every` (shadows every that many ticks, default 1), `:late`
-  (ticks, default 3, and at least `:every`), `:max_speed` (metres per second, the fastest an
+  (ticks, default `default_late/1`, at least `:every` - 1), `:max_speed` (metres per second, the fastest an
   entity moves; needed with `:every` above 1) and `:tick_rate` (default 30).
 
       iex> l = Overworld.World.Layout.new!(size: {240, 240}, cell_size: 12, zones: {2, 2})
@@ -81,13 +81,14 @@ defmodule Overworld.World.Place do
   def new!(name, %Layout{} = layout, id, opts \\ []) do
     h = Keyword.get(opts, :hysteresis, 2)
     every = Keyword.get(opts, :every, 1)
-    late = Keyword.get(opts, :late, max(3, every))
+    late = Keyword.get(opts, :late, default_late(every))
     margin = margin!(layout, every, opts)
 
-    unless is_integer(late) and late >= every do
+    # (Between two updates shadows are up to every - 1 ticks old: that much is not late.)
+    unless is_integer(late) and late >= every - 1 do
       raise ArgumentError,
-            "the shadows' lateness bound must be a number of ticks at least the shadow " <>
-              "period (shadows are sent every #{every} ticks), got: #{inspect(late)}"
+            "the shadows' lateness bound must be a number of ticks, at least #{every - 1} " <>
+              "(shadows are sent every #{every} ticks), got: #{inspect(late)}"
     end
 
     unless is_number(h) and h >= 0 and h < layout.cell_size do
@@ -124,13 +125,37 @@ defmodule Overworld.World.Place do
     }
   end
 
+  @doc """
+  The default lateness bound (ticks) of shadows sent every `every` ticks: 3, or the period
+  plus 2 (the same slack as every tick's).
+
+      iex> {Overworld.World.Place.default_late(1), Overworld.World.Place.default_late(10)}
+      {3, 12}
+  """
+  @spec default_late(term) :: term
+  def default_late(every) when is_integer(every) and every > 1, do: every + 2
+  def default_late(_every), do: 3
+
   # Two cells (the neighbour's ring and the reach of its 3x3 blocks), and, with shadows every
   # `every` ticks, the cells an entity at `max_speed` crosses in that time.
-  defp margin!(_layout, 1, _opts), do: 2
+  defp margin!(_layout, 1, opts) do
+    speed = opts[:max_speed]
+
+    unless speed == nil or (is_number(speed) and speed > 0) do
+      raise ArgumentError,
+            ":max_speed must be a positive number of metres per second, got: #{inspect(speed)}"
+    end
+
+    2
+  end
 
   defp margin!(layout, every, opts) when is_integer(every) and every > 1 do
     speed = opts[:max_speed]
     rate = Keyword.get(opts, :tick_rate, 30)
+
+    unless is_integer(rate) and rate > 0 do
+      raise ArgumentError, "the tick rate must be a positive integer, got: #{inspect(rate)}"
+    end
 
     unless is_number(speed) and speed > 0 do
       raise ArgumentError,

@@ -97,18 +97,24 @@ defmodule Overworld.Zone.Memory do
   @doc """
   A zone of a world handed a player's avatar to a neighbour (at monotonic millisecond `at`):
   until the neighbour has it, a reconnecting client waits for it (`Overworld.World.zone_for/2`).
+  `where` is `{session pid | nil, tick, neighbour}`: a restarted server still sends on what
+  comes for the player (`Overworld.Zone.Neighbours`).
   """
-  @spec put_moved(t, term, integer) :: true
-  def put_moved(t, player, at), do: :ets.insert(t, {{:moved, player}, at})
+  @spec put_moved(t, term, integer, tuple) :: true
+  def put_moved(t, player, at, where), do: :ets.insert(t, {{:moved, player}, at, where})
 
   @doc "When the zone handed the player's avatar away (monotonic ms), or nil."
   @spec moved(t, term) :: integer | nil
   def moved(t, player) do
     case :ets.lookup(t, {:moved, player}) do
-      [{_, at}] -> at
+      [{_, at, _}] -> at
       [] -> nil
     end
   end
+
+  @doc "Every player whose avatar the zone handed away: `{player, where}` (see `put_moved/4`)."
+  @spec moved_all(t) :: [{term, tuple}]
+  def moved_all(t), do: :ets.select(t, [{{{:moved, :"$1"}, :_, :"$2"}, [], [{{:"$1", :"$2"}}]}])
 
   @spec delete_moved(t, term) :: true
   def delete_moved(t, player), do: :ets.delete(t, {:moved, player})
@@ -168,7 +174,7 @@ defmodule Overworld.Zone.Memory do
     forget_history(t)
     :ets.delete(t, :world)
     :ets.match_delete(t, {{:player, :_}, :_, :_})
-    :ets.match_delete(t, {{:moved, :_}, :_})
+    :ets.match_delete(t, {{:moved, :_}, :_, :_})
     :ets.match_delete(t, {{:unsynced, :_}, :_, :_})
     :ets.delete(t, :orphans)
   end

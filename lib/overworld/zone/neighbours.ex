@@ -130,6 +130,14 @@ defmodule Overworld.Zone.Neighbours do
   end
 
   @doc """
+  After a server restart from memory: the players whose avatars we handed away lately (what
+  comes for them goes on after them, `event/5`; what we send them reaches their session).
+  """
+  @spec restore_moved(t | nil, [{term, tuple}]) :: t | nil
+  def restore_moved(nil, _moved), do: nil
+  def restore_moved(w, moved), do: %{w | moved: Map.new(moved)}
+
+  @doc """
   A restarted server with a journal: the transfers its predecessor handed to the journal are
   sent again only once the journal has synced everything appended so far (never before their
   `:handoff_out` record is on disk).
@@ -246,12 +254,10 @@ defmodule Overworld.Zone.Neighbours do
             :desc
           )
 
-        kept = Enum.take(all, @keep)
-
-        case {Enum.any?(kept, &(elem(&1, 1) != nil)), Enum.find(all, &(elem(&1, 1) != nil))} do
-          {false, entry} when entry != nil -> kept ++ [entry]
-          _ -> kept
-        end
+        # (And the two newest with cells: a neighbour a tick ahead may have sent the next
+        # ones already, with the manual clock; we read the older until our tick reaches it.)
+        with_cells = all |> Enum.filter(&(elem(&1, 1) != nil)) |> Enum.take(2)
+        Enum.uniq(Enum.take(all, @keep) ++ with_cells) |> Enum.sort_by(&elem(&1, 0), :desc)
       end)
 
     # (A transfer sent again by a restarted neighbour may carry no session: the one it came
@@ -576,9 +582,10 @@ defmodule Overworld.Zone.Neighbours do
       Enum.reduce(avatars, st, fn {to, e}, st ->
         player = entity(e, :owner)
         Memory.delete_player(st.memory, player)
-        Memory.put_moved(st.memory, player, System.monotonic_time(:millisecond))
         w = st.world
-        moved = Map.put(w.moved, player, {Map.get(st.sessions, player), st.tick, to})
+        where = {Map.get(st.sessions, player), st.tick, to}
+        Memory.put_moved(st.memory, player, System.monotonic_time(:millisecond), where)
+        moved = Map.put(w.moved, player, where)
 
         %{
           st
@@ -730,7 +737,9 @@ defmodule Overworld.Zone.Neighbours do
 
   defp stale?(nil, _from, _t), do: false
   defp stale?({:adopted, _at}, _from, _t), do: true
-  defp stale?({:handed, h, to, _e}, from, t), do: from != to or t <= h
+  # (One handed on since by the zone we handed it to: the cells newer than our handoff have
+  # it where it is, whichever neighbour's they are.)
+  defp stale?({:handed, h, _to, _e}, _from, t), do: t <= h
 
   # What we adopted and handed lately (a lower shadow rate only): id => the latest of
   # `{:adopted, tick}` and `{:handed, tick, neighbour, entity}`, for the ticks a neighbour's
@@ -927,8 +936,14 @@ defmodule Overworld.Zone.Neighbours do
   defp prune_early(early, _n, _zone), do: early
 
   # Our last messages to a neighbour, newest first (sent again on its hello).
-  defp keep_last(last, to, msg),
-    do: Map.put(last, to, Enum.take([msg | Map.get(last, to, [])], @keep))
+  # (And the newest with cells: with a lower shadow rate, the last few may have none.)
+  defp keep_last(last, to, msg) do
+    all = [msg | Map.get(last, to, [])]
+    with_cells = Enum.find(all, &(elem(&1, 3) != nil))
+    kept = Enum.take(all, @keep)
+    kept = if with_cells in kept or with_cells == nil, do: kept, else: kept ++ [with_cells]
+    Map.put(last, to, kept)
+  end
 
   # A transfer adopted, to acknowledge in our next message to `from`.
   defp ack(acks, from, tid), do: Map.update(acks, from, [tid], &[tid | &1])

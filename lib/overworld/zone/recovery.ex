@@ -181,7 +181,10 @@ defmodule Overworld.Zone.Recovery do
     st = %{
       st
       | tick: t,
-        world: Neighbours.restore(st.world, Memory.world(mem)),
+        world:
+          st.world
+          |> Neighbours.restore(Memory.world(mem))
+          |> Neighbours.restore_moved(Memory.moved_all(mem)),
         game: pending.game || last.game,
         next_id: Ids.from(st.config.id_space, max(last.next_id, pending.next_id)),
         players: players,

@@ -107,7 +107,7 @@ defmodule Overworld.World.PlaceTest do
       Place.new!(:w, @layout, {0, 0}, every: 3)
     end
 
-    assert_raise ArgumentError, ~r/at least the shadow period/, fn ->
+    assert_raise ArgumentError, ~r/lateness bound must be a number of ticks, at least 4/, fn ->
       Place.new!(:w, @layout, {0, 0}, every: 5, late: 3, max_speed: 10)
     end
 

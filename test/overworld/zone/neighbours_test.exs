@@ -98,6 +98,16 @@ defmodule Overworld.Zone.NeighboursTest do
     # A player the zone never had gets nothing.
     send(west, {:send_to, "stranger", "nothing"})
     refute_receive {:overworld_send, "nothing"}, 100
+
+    # The west zone's server restarts (from memory): it still knows where the player went.
+    west = Overworld.Test.Restart.kill_server(ctx.west)
+    send(west, {:send_to, "mover", "after a restart"})
+    assert_receive {:overworld_send, "after a restart"}
+    send(west, {:overworld_event, "mover", "sent on"})
+
+    Overworld.Test.ServerCase.eventually(fn ->
+      events(ctx.east, "mover") == ["sent on"]
+    end)
   end
 
   test "a reliable message for a player whose avatar crosses back reaches the zone it goes back to",
