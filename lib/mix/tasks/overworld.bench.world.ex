@@ -7,6 +7,7 @@ defmodule Mix.Tasks.Overworld.Bench.World do
       mix overworld.bench.world --zone MODULE [--wire MODULE] [--zones 2x2]
                                 [--entities-per-zone 10000] [--seconds 30] [--warmup 3]
                                 [--rounds 2] [--workers N] [--migrate FRACTION]
+                                [--shadow-every K --max-speed M]
                                 [--observers 0]
                                 [--arg KEY=VALUE ...] [--json PATH]
 
@@ -15,6 +16,9 @@ defmodule Mix.Tasks.Overworld.Bench.World do
     has one): the world gets the options of `entities-per-zone × zones` entities (its map
     grows with them), split into `--zones` regions.
   * `--wire` the templates module: every zone encodes its wire, as a served world does.
+  * `--shadow-every K --max-speed M` a lower shadow rate for the world (`Overworld.World`'s
+    `:shadow_every` and `:max_speed`: cells to the neighbours every K ticks, their margin
+    grown by what an entity at M m/s walks in that time).
   * `--migrate FRACTION` passed to `init/1` as `migrate:`, for a game that offers a migration
     load (in the goblin example, that fraction of its entities ride long straight paths across
     the world); `--arg KEY=VALUE` adds any other.
@@ -47,6 +51,8 @@ defmodule Mix.Tasks.Overworld.Bench.World do
     rounds: :integer,
     workers: :integer,
     migrate: :float,
+    shadow_every: :integer,
+    max_speed: :float,
     observers: :integer,
     arg: :keep,
     json: :string
@@ -71,8 +77,25 @@ defmodule Mix.Tasks.Overworld.Bench.World do
         seconds: 30,
         warmup: 3,
         rounds: 2,
-        workers: System.schedulers_online()
+        workers: System.schedulers_online(),
+        shadow_every: 1
       )
+
+    speed = opts[:max_speed]
+
+    cond do
+      o.shadow_every > 1 and not (is_number(speed) and speed > 0) ->
+        Mix.raise("--shadow-every above 1 needs --max-speed M (metres per second, > 0)")
+
+      speed != nil and speed <= 0 ->
+        Mix.raise("--max-speed must be a positive number of metres per second")
+
+      true ->
+        :ok
+    end
+
+    shadows =
+      if o.shadow_every > 1, do: [shadow_every: o.shadow_every, max_speed: speed], else: []
 
     Mix.Task.run("app.start")
     Overworld.Bench.Stats.start_node()
@@ -82,7 +105,8 @@ defmodule Mix.Tasks.Overworld.Bench.World do
     Mix.shell().info(
       "World benchmark: #{zc}x#{zr} zones of #{o[:entities_per_zone]} entities " <>
         "(#{inspect(module)}#{if wire, do: ", wire on", else: ""}, #{o[:workers]} workers each" <>
-        "#{if args != [], do: ", args #{inspect(args)}", else: ""}) against a lone zone, " <>
+        "#{if args != [], do: ", args #{inspect(args)}", else: ""}" <>
+        "#{if shadows != [], do: ", shadows every #{o.shadow_every} ticks", else: ""}) against a lone zone, " <>
         "#{o[:rounds]} alternating rounds of #{o[:warmup]} s + #{o[:seconds]} s\n" <>
         Stats.machine_line(machine)
     )
@@ -98,6 +122,7 @@ defmodule Mix.Tasks.Overworld.Bench.World do
         rounds: o[:rounds],
         workers: o[:workers],
         args: args,
+        world: shadows,
         observers: opts[:observers] || 0,
         print: &Mix.shell().info/1
       )
@@ -119,7 +144,10 @@ defmodule Mix.Tasks.Overworld.Bench.World do
         "#{result.duplicated}#{corner}"
     )
 
-    Stats.write_result(opts[:json], Map.put(result, :args, inspect(args)), machine)
+    result =
+      Map.merge(result, %{args: inspect(args), shadow_every: o.shadow_every, max_speed: speed})
+
+    Stats.write_result(opts[:json], result, machine)
     result
   end
 

@@ -15,7 +15,8 @@ defmodule Overworld.Bench.World do
   Runs the rounds. `opts`: `:module` (a zone module exporting `zone_options(entities,
   extra)`, the options of a world or zone of that many entities), `:zones` `{cols, rows}`,
   `:entities` per zone, `:seconds` per round, `:warmup` seconds, `:rounds`, `:workers`,
-  `:wire`, `:args` (merged into the zone options' `:args`), `:print` (a fun of a line).
+  `:wire`, `:args` (merged into the zone options' `:args`), `:world` (options of the world
+  only, such as `:shadow_every`), `:print` (a fun of a line).
   """
   @spec run(keyword) :: map
   def run(opts) do
@@ -77,7 +78,14 @@ defmodule Overworld.Bench.World do
   defp measure_world(opts) do
     name = {__MODULE__, make_ref()}
     {zc, zr} = opts[:zones]
-    zone_opts = options(opts, opts[:entities] * zc * zr, name: name, zones: {zc, zr})
+
+    zone_opts =
+      options(
+        opts,
+        opts[:entities] * zc * zr,
+        [name: name, zones: {zc, zr}] ++ Keyword.get(opts, :world, [])
+      )
+
     {:ok, _} = Overworld.start_world(opts[:module], zone_opts)
     # (Observers start with the warm-up: their first frames carry every cell's keyframe.)
     observers = Overworld.Bench.WorldObservers.start(name, opts[:observers] || 0)
