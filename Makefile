@@ -193,6 +193,8 @@ bench-full: deps owload
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.6 --json ../../bench/results/world-2x2-5k-migrate-60.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 1.0 --json ../../bench/results/world-2x2-5k-migrate-100.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 10 --warmup 3 --rounds 2 --observers 40 --json ../../bench/results/world-2x2-5k-observers.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.25 --json ../../bench/results/world-2x2-5k-migrate-shadows1.json
+	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.25 --shadow-every 3 --max-speed 21 --json ../../bench/results/world-2x2-5k-migrate-shadows3.json
 	$(call with_server_args,4100,--zones 2x2 --entities 2500 --players border --no-persist,$(call crossing,180,20,4100,75,bench/results/world-crossing,60))
 
 clean:
