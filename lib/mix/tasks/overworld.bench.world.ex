@@ -41,22 +41,27 @@ defmodule Mix.Tasks.Overworld.Bench.World do
 
   alias Overworld.Bench.{Args, Stats}
 
-  @switches [
+  # The options of a task running a game's world (`game!/1`, and this task's and
+  # `mix overworld.soak.world`'s common ones).
+  @world_switches [
     zone: :string,
     wire: :string,
     zones: :string,
     entities_per_zone: :integer,
     seconds: :integer,
     warmup: :integer,
-    rounds: :integer,
     workers: :integer,
     migrate: :float,
-    shadow_every: :integer,
-    max_speed: :float,
-    observers: :integer,
     arg: :keep,
     json: :string
   ]
+
+  @switches @world_switches ++
+              [rounds: :integer, shadow_every: :integer, max_speed: :float, observers: :integer]
+
+  @doc false
+  @spec world_switches() :: keyword
+  def world_switches, do: @world_switches
 
   @impl true
   def run(argv) do

@@ -31,21 +31,8 @@ defmodule Mix.Tasks.Overworld.Soak.World do
 
   alias Overworld.Bench.{Args, Stats}
 
-  @switches [
-    zone: :string,
-    wire: :string,
-    zones: :string,
-    entities_per_zone: :integer,
-    seconds: :integer,
-    kills: :integer,
-    warmup: :integer,
-    workers: :integer,
-    migrate: :float,
-    data_dir: :string,
-    seed: :integer,
-    arg: :keep,
-    json: :string
-  ]
+  @switches Mix.Tasks.Overworld.Bench.World.world_switches() ++
+              [kills: :integer, data_dir: :string, seed: :integer]
 
   @impl true
   def run(argv) do

@@ -53,7 +53,7 @@ defmodule Overworld.Zone.Actions do
         # a durable event acknowledged after it left, say.)
         case st.sessions do
           %{^player => pid} -> send(pid, {:overworld_send, payload})
-          _ -> Overworld.Zone.Neighbours.send_moved(st, player, payload)
+          _ -> Overworld.Zone.Crossings.send_moved(st, player, payload)
         end
 
         st

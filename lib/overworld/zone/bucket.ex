@@ -237,7 +237,7 @@ defmodule Overworld.Zone.Bucket do
       )
       when n > st.tick or not st.loaded do
     st = if st.collect_due, do: collect_garbage(st), else: st
-    {st, world} = world_in(st, world)
+    {st, world} = Overworld.Zone.Bucket.World.world_in(st, world)
     {:noreply, run_tick(st, n, simulate?, ctx, spawns, despawns, world, sent_at)}
   end
 
@@ -333,7 +333,7 @@ defmodule Overworld.Zone.Bucket do
 
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
     shadows? = st.place == nil or rem(n, st.place.every) == 0
-    {out_world, departed} = world_out(st, own, simulate?, shadows?)
+    {out_world, departed} = Overworld.Zone.Bucket.World.world_out(st, own, simulate?, shadows?)
     {st, gone} = avatars(st, pass, migrants_in, despawns, out_world)
     st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own, acks)
     # (After the publication: its acknowledgements of their last inputs go too.)
@@ -374,125 +374,6 @@ defmodule Overworld.Zone.Bucket do
         departed: departed,
         world: out_world
     }
-  end
-
-  ## A world of zones (see Overworld.World and Overworld.World.Place)
-
-  # At the start of a tick: the entities a neighbour handed to us (`adopt`, computed by us
-  # from this tick on) join our cells, and the neighbours' shadows of their last tick join the
-  # view (read-only, with those we handed away at the end of ours). Answers the Pass's world.
-  defp world_in(%{place: nil} = st, _world), do: {st, nil}
-  defp world_in(st, nil), do: world_in(st, {[], [], {%{}, %{}}})
-
-  defp world_in(st, {shadows, adopt, marks}) do
-    grid = st.config.grid
-    adopted = Map.new(adopt, &{entity(&1, :id), true})
-    # An entity handed to us is in its old zone's shadows of the same tick too: ours now.
-    shadows = if adopt == [], do: shadows, else: Sweep.without(shadows, adopted)
-
-    # (An entity we handed away at the end of our last tick that comes straight back: its old
-    # copy goes first.)
-    back =
-      for e <- adopt,
-          is_map_key(st.departed, entity(e, :id)),
-          into: %{},
-          do: {entity(e, :id), true}
-
-    {own, view} =
-      if map_size(back) == 0,
-        do: {st.own, st.view},
-        else: {Sweep.without(st.own, back), Sweep.without(st.view, back)}
-
-    departed = Map.drop(st.departed, Map.keys(back))
-    # (Sweep.insert/3 of nothing is nothing.)
-    {own, view} = {Sweep.insert(own, grid, adopt), Sweep.insert(view, grid, adopt)}
-    # Avatars adopted: ours to take the inputs of (the server routed them here).
-    came = for e <- adopt, entity(e, :owner) != nil, do: {entity(e, :id), true}
-
-    ids = flagged(shadows, departed, marks)
-
-    st = %{
-      st
-      | own: own,
-        view: Sweep.merge(view, shadows),
-        # (One that came straight back is still counted: it left at the end of our last tick.)
-        count: st.count + length(adopt) - map_size(back),
-        avatars: Map.merge(st.avatars, Map.new(came)),
-        departed: departed
-    }
-
-    {st, {ids, adopted, departed}}
-  end
-
-  @doc false
-  # The ids game code sees as shadows (`Overworld.Spatial.View.shadow?/2`): the neighbours'
-  # shadows and what the zone handed away at the end of its last tick (`departed`, ours; the
-  # other workers' in `marks`, in our halo), but what any worker adopted this tick (another's
-  # adoption may be in our shadows). The same for every worker, and for the replay of the
-  # zone's history by one (`Overworld.Zone.History`).
-  @spec flagged(Sweep.pairs(), map, {map, map}) :: map
-  def flagged(shadows, departed, {adopted, handed}) do
-    marked = if map_size(handed) == 0, do: departed, else: Map.merge(handed, departed)
-
-    marked = if map_size(adopted) == 0, do: marked, else: Map.drop(marked, Map.keys(adopted))
-
-    for {_k, l} <- shadows,
-        e <- l,
-        not is_map_key(adopted, entity(e, :id)),
-        into: marked,
-        do: {entity(e, :id), true}
-  end
-
-  # At the end of a tick: our cells that each neighbour needs as shadows (neighbour => cells,
-  # sorted), and the entities that now belong to a neighbour (standing past the hysteresis
-  # margin outside our region), players' avatars too. Answers
-  # `{nil | {shadows, handoffs}, departed}`.
-  defp world_out(%{place: nil}, _own, _simulate?, _shadows?), do: {nil, %{}}
-
-  # (`shadows?` false: not a tick the zone sends shadows on, a lower shadow rate.)
-  defp world_out(st, own, simulate?, shadows?) do
-    %{place: place} = st
-    rows = if shadows?, do: st.shadow_rows, else: nil
-    grid = st.config.grid
-    {stop, _, _} = st.bounds
-
-    # (Our cells, up to the end of our stripe: the halo after it is not ours.)
-    {shadows, handoffs} =
-      Enum.reduce_while(own, {%{}, []}, fn
-        {k, _}, acc when k >= stop ->
-          {:halt, acc}
-
-        {k, l} = pair, {shadows, handoffs} ->
-          row = Grid.row(grid, k)
-          col = Grid.col(grid, k)
-
-          shadows =
-            if rows,
-              do:
-                Enum.reduce(elem(rows, row), shadows, fn {n, c0, c1}, acc ->
-                  if col >= c0 and col <= c1,
-                    do: Map.update(acc, n, [pair], &[pair | &1]),
-                    else: acc
-                end),
-              else: shadows
-
-          if simulate? and not Place.inside?(place, col, row),
-            do: {:cont, {shadows, leaving(place, l, handoffs)}},
-            else: {:cont, {shadows, handoffs}}
-      end)
-
-    shadows = Map.new(shadows, fn {n, pairs} -> {n, :lists.reverse(pairs)} end)
-    departed = Map.new(handoffs, fn {_n, e} -> {entity(e, :id), true} end)
-    {{shadows, handoffs}, departed}
-  end
-
-  defp leaving(place, l, handoffs) do
-    Enum.reduce(l, handoffs, fn e, acc ->
-      case Place.owner(place, entity(e, :x), entity(e, :y)) do
-        n when n != place.id -> [{n, e} | acc]
-        _ -> acc
-      end
-    end)
   end
 
   # The first key of our stripe, from the first key past its first row.

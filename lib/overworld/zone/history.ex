@@ -167,7 +167,7 @@ defmodule Overworld.Zone.History do
     back = Map.take(handed, Map.keys(adopted))
     pairs = pairs |> Sweep.without(back) |> Sweep.insert(grid, adopt)
     departed = Map.drop(handed, Map.keys(back))
-    ids = Overworld.Zone.Bucket.flagged(shadows, departed, marks)
+    ids = Overworld.Zone.Bucket.World.flagged(shadows, departed, marks)
     {pairs, Sweep.merge(pairs, shadows), {ids, adopted, departed}}
   end
 

@@ -27,6 +27,7 @@ defmodule Overworld.Zone.Server do
     Callbacks,
     Clock,
     Config,
+    Crossings,
     Dispatch,
     Durable,
     Joins,
@@ -242,7 +243,7 @@ defmodule Overworld.Zone.Server do
       end
 
     {st, world} = Neighbours.take(st, n)
-    st = Neighbours.forward(st)
+    st = Crossings.forward(st)
     st = Dispatch.tick(%{st | tick: n - 1}, n, true, world)
     %{st | running: %{st.running | t0: t0, lateness: lateness}}
   end
@@ -367,7 +368,7 @@ defmodule Overworld.Zone.Server do
     {reply, st} =
       case Joins.leave(st, player, reason) do
         # (A zone of a world may have handed the avatar on: the leave follows it.)
-        {{:error, :not_joined}, st} -> Neighbours.leave(st, player, reason)
+        {{:error, :not_joined}, st} -> Crossings.leave(st, player, reason)
         done -> done
       end
 
@@ -422,11 +423,11 @@ defmodule Overworld.Zone.Server do
   end
 
   def handle_info({:overworld_gone, _from, entries}, st),
-    do: {:noreply, Neighbours.gone(st, entries)}
+    do: {:noreply, Crossings.gone(st, entries)}
 
   # A reliable message of a player's client (its session's RELIABLE): game code gets it. In a
   # world, one for a player whose avatar we handed away goes on after it (and one sent on to
-  # us waits for it), in order (`Neighbours.event/4`).
+  # us waits for it), in order (`Crossings.event/5`).
   def handle_info({:overworld_event, player, payload}, st),
     do: {:noreply, player_item(st, player, {:event, payload}, 0, nil)}
 
@@ -441,7 +442,7 @@ defmodule Overworld.Zone.Server do
   # What waited for an avatar that is ours now (if nothing for its player came since).
   def handle_info({:overworld_early, player}, st) do
     if Players.joined?(st.players, player) do
-      {items, st} = Neighbours.early(st, player)
+      {items, st} = Crossings.early(st, player)
       {:noreply, Enum.reduce(items, st, &handle_item(&2, player, &1))}
     else
       {:noreply, st}
@@ -537,10 +538,10 @@ defmodule Overworld.Zone.Server do
   defp player_item(st, player, item, hops, from) do
     if Players.joined?(st.players, player) do
       # What waited for its avatar is older: first.
-      {items, st} = Neighbours.early(st, player)
+      {items, st} = Crossings.early(st, player)
       Enum.reduce(items ++ [item], st, &handle_item(&2, player, &1))
     else
-      Neighbours.event(st, player, item, hops, from)
+      Crossings.event(st, player, item, hops, from)
     end
   end
 
