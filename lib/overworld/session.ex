@@ -196,6 +196,15 @@ defmodule Overworld.Session do
 
   def handle_info({:overworld_moved, _zone, _entity}, st), do: {:noreply, st}
 
+  # Our avatar is on its way into another zone of the world, which has its transfer: our
+  # inputs go to that zone's slot from now (applied on the tick that adopts it); the rest
+  # follows with `:overworld_moved`.
+  def handle_info({:overworld_arriving, _zone, entity, slot}, %{entity: entity} = st)
+      when entity != nil,
+      do: {:noreply, Hello.arriving(st, slot)}
+
+  def handle_info({:overworld_arriving, _zone, _entity, _slot}, st), do: {:noreply, st}
+
   # The zone our avatar left has sent on what we sent it (or we waited long enough): the
   # client's reliable messages held since go to the new zone.
   def handle_info({:overworld_flushed, ref}, %{fence: ref} = st),

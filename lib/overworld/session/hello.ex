@@ -193,10 +193,8 @@ defmodule Overworld.Session.Hello do
       if fence == nil, do: release(st.held_in, pid, st.user)
       if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone_pid, self()) end)
 
-      case st.last_input do
-        {input, seq} -> Overworld.Zone.put_input(slot, input, seq)
-        nil -> :ok
-      end
+      # (Written there already if the new zone told us the avatar was coming.)
+      if slot != st.slot, do: put_last_input(st, slot)
 
       {:noreply,
        %{
@@ -216,6 +214,22 @@ defmodule Overworld.Session.Hello do
       _ -> zone_lost(st)
     end
   end
+
+  @doc """
+  Our avatar is on its way into another zone of the world: the client's inputs go to its slot
+  from now, the newest one sent (maybe to the zone it left, after it left) written there at
+  once, so the tick that adopts the avatar applies it.
+  """
+  @spec arriving(Session.t(), Overworld.Zone.input_slot()) :: Session.t()
+  def arriving(st, slot) do
+    put_last_input(st, slot)
+    %{st | slot: slot}
+  end
+
+  defp put_last_input(%{last_input: {input, seq}}, slot),
+    do: Overworld.Zone.put_input(slot, input, seq)
+
+  defp put_last_input(_st, _slot), do: :ok
 
   @fence_wait 5_000
 

@@ -131,6 +131,9 @@ defmodule Overworld.Zone.Bucket do
        place: config.world,
        shadow_rows: config.world && Place.shadow_rows(config.world),
        departed: %{},
+       # The wire rows of the avatars we handed to a neighbour at the end of the last tick
+       # (their acknowledgement and position), deleted after our next publication.
+       unwire: [],
        # Our last tick's shadows and handoffs, for a server that restarts before it heard of
        # them (it publishes them again).
        world: nil
@@ -334,10 +337,9 @@ defmodule Overworld.Zone.Bucket do
     own = Sweep.insert_desc(desc, grid, arrivals ++ migrants_in, behind)
     shadows? = st.place == nil or rem(n, st.place.every) == 0
     {out_world, departed} = Overworld.Zone.Bucket.World.world_out(st, own, simulate?, shadows?)
-    {st, gone} = avatars(st, pass, migrants_in, despawns, out_world)
+    {st, gone, handed} = avatars(st, pass, migrants_in, despawns, out_world)
     st = publish_wire(%{st | tick: n}, n, pass.wire, arrivals ++ migrants_in, own, acks)
-    # (After the publication: its acknowledgements of their last inputs go too.)
-    for id <- gone, do: forget_avatar(st, id)
+    st = forget_avatars(st, gone, handed)
 
     count =
       st.count + length(migrants_in) - length(pass.out) - length(pass.gone) - removed +
@@ -399,9 +401,9 @@ defmodule Overworld.Zone.Bucket do
   # their player is still in the zone), came from one, or are gone (answered: their route,
   # input slot, position and acknowledgement are then forgotten, rows that may have been
   # written while their despawn was on its way).
-  # Answers the avatars gone from this worker (despawned, or handed to a neighbour zone: their
-  # inputs go there now, their player's session follows, see Overworld.Zone.Neighbours), to
-  # forget once the tick's blocks are published.
+  # Answers the avatars gone from this worker, to forget once the tick's blocks are published:
+  # those despawned, and those handed to a neighbour zone (their inputs go there now, their
+  # player's session follows, see Overworld.Zone.Neighbours).
   defp avatars(st, pass, migrants_in, despawns, world) do
     handed =
       case world do
@@ -414,22 +416,41 @@ defmodule Overworld.Zone.Bucket do
 
     case {pass.moves, pass.gone, migrants_in, map_size(despawns), handed} do
       {[], [], [], 0, []} ->
-        {st, []}
+        {st, [], []}
 
       _ ->
         if pass.moves != [], do: Inputs.reroute(st.inputs, pass.moves)
         gone = for e <- pass.gone, entity(e, :owner) != nil, do: entity(e, :id)
         despawned = for {id, _} <- despawns, is_map_key(st.avatars, id), do: id
-        gone = Enum.uniq(gone ++ despawned ++ handed)
-        left = Enum.map(pass.moves, &elem(&1, 0)) ++ gone
+        gone = Enum.uniq(gone ++ despawned)
+        left = Enum.map(pass.moves, &elem(&1, 0)) ++ gone ++ handed
         came = for e <- migrants_in, entity(e, :owner) != nil, do: {entity(e, :id), true}
-        {%{st | avatars: st.avatars |> Map.drop(left) |> Map.merge(Map.new(came))}, gone}
+        avatars = st.avatars |> Map.drop(left) |> Map.merge(Map.new(came))
+        {%{st | avatars: avatars}, gone, handed -- gone}
     end
   end
 
-  defp forget_avatar(st, id) do
-    Inputs.forget(st.inputs, id)
-    if st.encoder, do: Wire.forget_player(st.config.shared.wire, id)
+  # Avatars gone forget their input route and slot at once, and their wire rows (the
+  # acknowledgement of their player's last input, their position): at once for those
+  # despawned; for those handed to a neighbour zone after our next publication (rows written
+  # since, by an avatar that came back, stay), so that the frame of this tick still
+  # acknowledges the input it applied (their sessions follow them only once adopted).
+  defp forget_avatars(%{unwire: [], encoder: enc} = st, [], []) when enc != nil, do: st
+  defp forget_avatars(%{encoder: nil} = st, [], []), do: st
+
+  defp forget_avatars(st, gone, handed) do
+    for id <- gone ++ handed, do: Inputs.forget(st.inputs, id)
+
+    case st.encoder do
+      nil ->
+        st
+
+      _ ->
+        table = st.config.shared.wire
+        for row <- st.unwire, do: :ets.delete_object(table, row)
+        for id <- gone, do: Wire.forget_player(table, id)
+        %{st | unwire: Wire.player_rows(table, handed)}
+    end
   end
 
   # The inputs a tick applied, for the zone's time-travel history (Overworld.Zone.History).

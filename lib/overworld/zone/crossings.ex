@@ -113,6 +113,31 @@ defmodule Overworld.Zone.Crossings do
     |> Enum.each(fn {to, l} -> Neighbours.send_to(w, to, {:overworld_gone, c.world.id, l}) end)
   end
 
+  # A player's avatar on its way to us (its transfer came; we adopt it at our next tick): its
+  # inputs are routed to the worker that will hold it, and its session told to write them
+  # into our slot from now (`{:overworld_arriving, zone, entity, slot}`), so the input its
+  # client sent while the avatar was in flight applies on the tick that adopts it (the
+  # worker's take comes after the adoption), not a tick later. The session follows in full
+  # (subscription, home zone, reliable messages) when we adopt it (`players_in/2`).
+  @doc false
+  @spec arriving(State.t(), [{Overworld.Entity.t(), pid}]) :: :ok
+  def arriving(st, avatars) do
+    for {e, pid} <- avatars do
+      id = route_in(st, e)
+      send(pid, {:overworld_arriving, st.config.id, id, {st.config.shared.inputs, id}})
+    end
+
+    :ok
+  end
+
+  # The inputs of avatar `e`, coming to us, go to the worker that will hold it.
+  defp route_in(st, e) do
+    id = entity(e, :id)
+    worker = Config.owner_of(st.config, entity(e, :x), entity(e, :y))
+    Overworld.Zone.Inputs.route(st.config.shared.inputs, id, worker)
+    id
+  end
+
   # Players whose avatar we adopted are ours: their rows, and their sessions, told to follow
   # (`{:overworld_moved, zone}`: they subscribe to us, and write their inputs to our slots).
   @doc false
@@ -122,14 +147,12 @@ defmodule Overworld.Zone.Crossings do
   def players_in(st, arrived) do
     Enum.reduce(arrived, st, fn {e, pid}, st ->
       player = entity(e, :owner)
-      id = entity(e, :id)
+      # Routed before the session hears of it: its inputs find the worker at once.
+      id = route_in(st, e)
       Memory.put_player(st.memory, player, id, pid)
       # (Back with us: not away any more.)
       Memory.delete_moved(st.memory, player)
       st = %{st | world: %{st.world | moved: Map.delete(st.world.moved, player)}}
-      # Routed before the session hears of it: its inputs find the worker at once.
-      worker = Config.owner_of(st.config, entity(e, :x), entity(e, :y))
-      Overworld.Zone.Inputs.route(st.config.shared.inputs, id, worker)
       # What its old zone sent on for it meanwhile is handled first: now, or before anything
       # for the player that comes later (the server's `player_item/5`).
       if is_map_key(st.world.early, player), do: send(self(), {:overworld_early, player})

@@ -277,6 +277,17 @@ defmodule Overworld.Zone.Neighbours do
           Enum.reject(adopted, &MapSet.member?(waiting, &1))
       end
 
+    # Players' avatars on their way to us: their inputs come to our slots from now.
+    Crossings.arriving(
+      st,
+      for(
+        {tid, e, pid} <- transfers,
+        is_pid(pid) and entity(e, :owner) != nil,
+        not is_map_key(w.adopted, tid) and not is_map_key(w.incoming, tid),
+        do: {e, pid}
+      )
+    )
+
     # Ownership confirmed, for an entity handed at the end of our tick `at`: the ticks of ours
     # since (the one running counts).
     for tid <- acks,

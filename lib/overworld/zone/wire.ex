@@ -354,6 +354,12 @@ defmodule Overworld.Zone.Wire do
   end
 
   @doc false
+  # The rows of avatars (acknowledgement, position), to delete later if unchanged.
+  @spec player_rows(:ets.tid(), [pos_integer]) :: [tuple]
+  def player_rows(table, ids),
+    do: for(id <- ids, key <- [{:ack, id}, {:pos, id}], row <- :ets.lookup(table, key), do: row)
+
+  @doc false
   # Forgets every avatar's position and acknowledgement (a zone that starts a new world:
   # entity ids start over) or only the positions (`acks: false`: a zone recovered from its
   # store, whose avatars keep their ids; their positions come again with the next tick).

@@ -12,7 +12,16 @@ defmodule Overworld.Zone.NeighboursTest do
 
   setup do
     name = {__MODULE__, make_ref()}
-    opts = Game.zone_options(100, name: name, zones: {2, 1}, clock: :manual, coins: false)
+
+    opts =
+      Game.zone_options(100,
+        name: name,
+        zones: {2, 1},
+        clock: :manual,
+        coins: false,
+        wire: Game.Wire
+      )
+
     {:ok, _} = Overworld.start_world(Game, opts)
     on_exit(fn -> Overworld.stop_world(name) end)
     [west, east] = Enum.sort_by(World.zones(name), &Zone.config(&1).world.region)
@@ -108,6 +117,49 @@ defmodule Overworld.Zone.NeighboursTest do
     Overworld.Test.ServerCase.eventually(fn ->
       events(ctx.east, "mover") == ["sent on"]
     end)
+  end
+
+  test "an input sent while the avatar crosses applies on the tick that adopts it", ctx do
+    # (The test process is the player's session.)
+    id = in_flight(ctx, "turner", %{session: self()})
+    # The adopting zone has the transfer: it says where the inputs go now, before it adopts.
+    assert_receive {:overworld_arriving, east, ^id, slot}
+    assert east == ctx.east
+    refute_received {:overworld_moved, _, _}
+    :ok = Zone.put_input(slot, {-127, 0}, 7)
+    {:ok, _} = World.tick_now(ctx.world)
+    assert_receive {:overworld_moved, ^east, ^id}
+    assert Zone.player_entity(ctx.east, "turner") == id
+    # Applied by the adopting tick, not the next one.
+    [e] = for e <- World.entities(ctx.world), entity(e, :id) == id, do: e
+    assert entity(e, :input) == {-127, 0}
+  end
+
+  test "the zone an avatar left acknowledges the input its last tick applied, then forgets it",
+       ctx do
+    {:ok, id} = Zone.join(ctx.west, "acked", %{x: ctx.border - 512, y: 20 * 1024})
+    table = Zone.config(ctx.west).shared.wire
+
+    # A new input every tick, until the west zone hands the avatar over.
+    seq =
+      Enum.reduce_while(1..60, 0, fn seq, _ ->
+        :ok = Zone.input(ctx.west, "acked", {127, 0}, seq)
+        {:ok, _} = World.tick_now(ctx.world)
+
+        if Zone.player_entity(ctx.west, "acked") == nil,
+          do: {:halt, seq},
+          else: {:cont, seq}
+      end)
+
+    # The frame of the tick that handed it over (its session reads the west zone's table until
+    # it follows the avatar) acknowledges the input that tick applied.
+    assert Overworld.Zone.Wire.input_ack(table, id) == seq
+    assert Overworld.Zone.Wire.position(table, id) != nil
+    # Once the east zone has it, the west zone's rows of it are gone.
+    {:ok, _} = World.tick_now(ctx.world)
+    assert Zone.player_entity(ctx.east, "acked") == id
+    assert Overworld.Zone.Wire.input_ack(table, id) == 0
+    assert Overworld.Zone.Wire.position(table, id) == nil
   end
 
   test "a reliable message for a player whose avatar crosses back reaches the zone it goes back to",
