@@ -26,7 +26,9 @@ defmodule Overworld.World do
     tick they describe; the neighbour's workers see them in `Overworld.Spatial.View` like any
     entity of the previous tick, flagged by `Overworld.Spatial.View.shadow?/2` and never
     updated by its game code. Tick n reads the neighbours' tick n - 1: with the manual clock
-    a zone waits for them, so a world computes exactly what one zone covering the map does.
+    a zone waits for them, so a world computes exactly what one zone covering the map does
+    (a zone restarted from its files, back at its last durable tick, catches up on the
+    oldest shadows its neighbours still have: `tick_now/2` brings it to their tick first).
     With the realtime clock a zone reads the newest it has, dead-reckoned, and drops shadows
     late by more than `:shadow_late` ticks.
   * **Handoff with hysteresis**: an entity stays with its zone while it stands within
@@ -171,13 +173,17 @@ defmodule Overworld.World do
 
   @doc """
   Ticks every zone of a world on the manual clock `count` times (each zone's tick n waits for
-  its neighbours' tick n - 1). Answers `{:ok, tick}` once all are done.
+  its neighbours' tick n - 1). Answers `{:ok, tick}` once all are done. Zones behind the
+  others (one restarted from its files went back to its last durable tick) tick until they
+  reach them first: all end at the same tick, `count` past the newest.
   """
   @spec tick_now(term, pos_integer) :: {:ok, non_neg_integer} | {:error, term}
   def tick_now(name, count \\ 1) when is_integer(count) and count > 0 do
-    name
-    |> zones()
-    |> Enum.map(&Task.async(fn -> Overworld.Zone.tick_now(&1, count) end))
+    at = for z <- zones(name), do: {z, Overworld.Zone.info(z).tick}
+    target = Enum.max(Enum.map(at, &elem(&1, 1)), fn -> 0 end) + count
+
+    at
+    |> Enum.map(fn {z, t} -> Task.async(fn -> Overworld.Zone.tick_now(z, target - t) end) end)
     |> Task.await_many(:infinity)
     |> Enum.uniq()
     |> case do

@@ -353,12 +353,22 @@ defmodule Overworld.Zone.Neighbours do
     end
   end
 
-  @doc "Whether every neighbour's shadows of tick n - 1 are here (the manual clock waits)."
+  @doc """
+  Whether every neighbour's shadows of tick n - 1 are here (the manual clock waits), or the
+  neighbour is past them: every message it sent us since it (re)started is of a later tick
+  (we went back in ticks, restarted from our files: we catch up on its oldest).
+  """
   @spec ready?(State.t(), non_neg_integer) :: boolean
   def ready?(%State{world: nil}, _n), do: true
 
   def ready?(%State{world: w}, n),
-    do: Enum.all?(w.inbox, fn {_, entries} -> List.keymember?(entries, n - 1, 0) end)
+    do:
+      Enum.all?(w.inbox, fn {_, entries} ->
+        List.keymember?(entries, n - 1, 0) or ahead?(entries, n)
+      end)
+
+  defp ahead?([], _n), do: false
+  defp ahead?(entries, n), do: entries |> List.last() |> elem(0) > n - 1
 
   @doc """
   What the workers get with tick n: per worker `{shadow cells, adopted entities, {ids adopted
@@ -476,10 +486,16 @@ defmodule Overworld.Zone.Neighbours do
   # message: late by the ticks of ours that ran since it came.
   # (And the tick of ours the cells stand for: the sender's tick with the manual clock, the
   # one before they came with the realtime clock.)
+  # (Or, catching up with a neighbour past our tick n - 1, its oldest, as it is.)
   defp newest(entries, n, true = _manual?) do
     case Enum.find(entries, &(elem(&1, 0) <= n - 1 and elem(&1, 1) != nil)) do
-      {t, cells, _} -> {cells, n - 1 - t, t}
-      nil -> nil
+      {t, cells, _} ->
+        {cells, n - 1 - t, t}
+
+      nil ->
+        if ahead?(entries, n),
+          do: entries |> Enum.filter(&(elem(&1, 1) != nil)) |> List.last() |> oldest(),
+          else: nil
     end
   end
 
@@ -489,6 +505,9 @@ defmodule Overworld.Zone.Neighbours do
       nil -> nil
     end
   end
+
+  defp oldest(nil), do: nil
+  defp oldest({t, cells, _}), do: {cells, 0, t}
 
   # A lower shadow rate: a neighbour's cells may be older than what we did since. An entity we
   # adopted since is ours (its shadow goes); one we handed to a neighbour after the tick that

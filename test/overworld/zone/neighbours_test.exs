@@ -184,6 +184,56 @@ defmodule Overworld.Zone.NeighboursTest do
     assert events(ctx.east, "back_and_forth") == []
   end
 
+  test "a zone restarted from its files behind its neighbours catches up, then the world ticks in lockstep again" do
+    dir =
+      Path.join(Overworld.Test.DataDir.path(), "lockstep-#{System.unique_integer([:positive])}")
+
+    name = {__MODULE__, make_ref()}
+
+    opts =
+      Game.zone_options(200,
+        name: name,
+        zones: {2, 1},
+        clock: :manual,
+        coins: false,
+        data_dir: dir,
+        snapshot_ticks: 10
+      )
+
+    {:ok, _} = Overworld.start_world(Game, opts)
+    on_exit(fn -> Overworld.stop_world(name) end)
+    [west, east] = Enum.sort_by(World.zones(name), &Zone.config(&1).world.region)
+    ids = Enum.sort(Enum.map(World.entities(name), &entity(&1, :id)))
+    {:ok, 25} = World.tick_now(name, 25)
+
+    # Its supervisor killed: the west zone starts again from its snapshot and journal, at
+    # its last durable tick (until one is behind the east zone's: the journal is written
+    # asynchronously, so it may have it all).
+    behind =
+      Enum.find_value(1..5, fn _ ->
+        old = Zone.whereis(west)
+
+        ExUnit.CaptureLog.capture_log(fn ->
+          Process.exit(Overworld.Names.whereis(Overworld.Names.zone_sup(west)), :kill)
+          Overworld.Test.Restart.await_new_server(west, old)
+        end)
+
+        {w, e} = {Zone.info(west).tick, Zone.info(east).tick}
+        if w < e, do: e - w, else: elem(World.tick_now(name, 3), 0) == :ok && nil
+      end)
+
+    assert behind, "the restarted zone was never behind"
+    ahead = Zone.info(east).tick
+    # One call: the west zone catches up (its neighbour's shadows of the ticks it replays
+    # may be gone), then both tick 5 times more in lockstep.
+    ticking = Task.async(fn -> World.tick_now(name, 5) end)
+    assert {:ok, {:ok, tick}} = Task.yield(ticking, 5_000), "the world did not tick"
+    assert tick == ahead + 5
+    assert {Zone.info(west).tick, Zone.info(east).tick} == {tick, tick}
+    assert {:ok, _} = World.tick_now(name, 2)
+    assert Enum.sort(Enum.map(World.entities(name), &entity(&1, :id))) == ids
+  end
+
   defp events(zone, player) do
     for {^player, payload} <-
           Enum.reverse(Map.get(:sys.get_state(Zone.whereis(zone)).game, :events, [])),
