@@ -13,14 +13,7 @@ defmodule Overworld.Zone.NeighboursTest do
   setup do
     name = {__MODULE__, make_ref()}
 
-    opts =
-      Game.zone_options(100,
-        name: name,
-        zones: {2, 1},
-        clock: :manual,
-        coins: false,
-        wire: Game.Wire
-      )
+    opts = two_zones(100, name, wire: Game.Wire)
 
     {:ok, _} = Overworld.start_world(Game, opts)
     on_exit(fn -> Overworld.stop_world(name) end)
@@ -190,15 +183,7 @@ defmodule Overworld.Zone.NeighboursTest do
 
     name = {__MODULE__, make_ref()}
 
-    opts =
-      Game.zone_options(200,
-        name: name,
-        zones: {2, 1},
-        clock: :manual,
-        coins: false,
-        data_dir: dir,
-        snapshot_ticks: 10
-      )
+    opts = two_zones(200, name, data_dir: dir, snapshot_ticks: 10)
 
     {:ok, _} = Overworld.start_world(Game, opts)
     on_exit(fn -> Overworld.stop_world(name) end)
@@ -233,6 +218,10 @@ defmodule Overworld.Zone.NeighboursTest do
     assert {:ok, _} = World.tick_now(name, 2)
     assert Enum.sort(Enum.map(World.entities(name), &entity(&1, :id))) == ids
   end
+
+  # A world of two zones side by side, of n critters, on the manual clock.
+  defp two_zones(n, name, extra),
+    do: Game.zone_options(n, [name: name, zones: {2, 1}, clock: :manual, coins: false] ++ extra)
 
   defp events(zone, player) do
     for {^player, payload} <-
