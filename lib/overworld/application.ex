@@ -4,10 +4,12 @@ defmodule Overworld.Application do
 
   @impl true
   def start(_type, _args) do
-    children = [
-      {Registry, keys: :unique, name: Overworld.Registry, partitions: System.schedulers_online()},
-      {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Zones}
-    ]
+    children =
+      [
+        {Registry,
+         keys: :unique, name: Overworld.Registry, partitions: System.schedulers_online()},
+        {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Zones}
+      ] ++ Overworld.Cluster.child_specs()
 
     Supervisor.start_link(children, strategy: :one_for_one, name: Overworld.Supervisor)
   end

@@ -1,0 +1,50 @@
+defmodule Overworld.Cluster.Members do
+  @moduledoc false
+  # This node's member process (see Overworld.Cluster): it joins the `:members` group of the
+  # cluster's `:pg` scope, and, once the node joined a cluster (`join/2`), connects to the
+  # configured nodes that are not connected, now and every `retry` ms. Not on any hot path:
+  # it only keeps connections up.
+  use GenServer
+
+  alias Overworld.Cluster.Config
+
+  @doc false
+  def start_link(_opts), do: GenServer.start_link(__MODULE__, nil, name: __MODULE__)
+
+  @doc false
+  @spec join(Config.t(), pos_integer) :: [node]
+  def join(config, retry), do: GenServer.call(__MODULE__, {:join, config, retry}, 30_000)
+
+  @impl true
+  def init(nil) do
+    :ok = :pg.join(Overworld.Cluster.scope(), :members, self())
+    {:ok, %{config: nil, retry: nil, timer: nil}}
+  end
+
+  @impl true
+  def handle_call({:join, config, retry}, _from, st) do
+    if st.timer, do: Process.cancel_timer(st.timer)
+    connected = connect(config)
+    {:reply, connected, %{st | config: config, retry: retry, timer: arm(retry)}}
+  end
+
+  @impl true
+  def handle_info(:connect, %{config: config} = st) when config != nil do
+    connect(config)
+    {:noreply, %{st | timer: arm(st.retry)}}
+  end
+
+  def handle_info(_msg, st), do: {:noreply, st}
+
+  defp arm(retry), do: Process.send_after(self(), :connect, retry)
+
+  # The configured nodes connected after this attempt (this one left out).
+  defp connect(config) do
+    up = MapSet.new(Node.list())
+
+    for n <- Config.nodes(config), n != node() do
+      if MapSet.member?(up, n) or Node.connect(n) == true, do: n
+    end
+    |> Enum.reject(&is_nil/1)
+  end
+end

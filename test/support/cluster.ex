@@ -1,0 +1,31 @@
+defmodule Overworld.Test.Cluster do
+  @moduledoc false
+  # Peer nodes for multi-node tests (`:peer`): each a BEAM of its own on this machine, with
+  # this node's code paths and cookie, the :overworld application started.
+
+  @doc """
+  Starts `n` peers; answers `[{pid, node}]` (they stop with the test process). `extra`: more
+  emulator arguments.
+  """
+  def start_peers(n, extra \\ []) do
+    for _ <- 1..n, do: start_peer(:"peer#{System.unique_integer([:positive])}", extra)
+  end
+
+  @doc "Starts a peer named `name` (on 127.0.0.1): `{pid, node}`."
+  def start_peer(name, extra \\ []) do
+    paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
+    cookie = Atom.to_charlist(Node.get_cookie())
+
+    {:ok, pid, node} =
+      :peer.start_link(%{
+        name: name,
+        host: ~c"127.0.0.1",
+        longnames: true,
+        args: [~c"-setcookie", cookie | extra ++ paths],
+        connection: :standard_io
+      })
+
+    {:ok, _} = :erpc.call(node, Application, :ensure_all_started, [:overworld])
+    {pid, node}
+  end
+end
