@@ -47,6 +47,25 @@ defmodule Overworld.Cluster do
   def home(zone), do: Placement.home(zone, nodes())
 
   @doc """
+  The server of zone `id` wherever it runs in the cluster (nil when none runs): read from the
+  `:pg` group every zone server joins, without a message to any process. (Two only while a
+  zone moves between nodes, or in a partition: the one on the lowest node is answered.)
+  """
+  @spec zone(term) :: pid | nil
+  def zone(id) do
+    case :pg.get_members(@scope, {:zone, id}) do
+      [] -> nil
+      [pid] -> pid
+      pids -> Enum.min_by(pids, &node/1)
+    end
+  end
+
+  @doc false
+  # A zone's server makes itself found (`zone/1`); it leaves the group when it exits.
+  @spec register_zone(term) :: :ok
+  def register_zone(id), do: :pg.join(@scope, {:zone, id}, self())
+
+  @doc """
   Joins the cluster of `config`: sets the cookie (if the configuration has one) and connects
   to its nodes, now and every `:retry` ms to those not connected. Answers the nodes connected
   now. A node that is not alive (started without a name) cannot join: `{:error, :not_alive}`.

@@ -47,6 +47,21 @@ defmodule Overworld.ClusterTest do
     end
   end
 
+  test "a zone running on one node is found from every other, and not once it stopped" do
+    [{_, a}, {_, b}] = Overworld.Test.Cluster.start_peers(2)
+    id = {__MODULE__, :remote_zone}
+    opts = Overworld.Test.Game.zone_options(50, id: id, clock: :manual)
+    {:ok, _} = :erpc.call(a, Overworld, :start_zone, [Overworld.Test.Game, opts])
+    pid = :erpc.call(a, Overworld.Zone, :whereis, [id])
+    assert node(pid) == a
+    eventually(fn -> Cluster.zone(id) == pid and :erpc.call(b, Cluster, :zone, [id]) == pid end)
+    # What a node finds is the zone itself: it answers from there.
+    assert {:ok, 1} = Overworld.Zone.tick_now(pid)
+
+    :ok = :erpc.call(a, Overworld, :stop_zone, [id])
+    eventually(fn -> Cluster.zone(id) == nil and :erpc.call(b, Cluster, :zone, [id]) == nil end)
+  end
+
   test "a node that is not alive cannot join" do
     # A peer without distribution (driven over its standard input and output).
     {:ok, peer, :nonode@nohost} =

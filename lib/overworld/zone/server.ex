@@ -75,6 +75,8 @@ defmodule Overworld.Zone.Server do
     # The clock and the per-tick bookkeeping are small; run them ahead of ordinary work so
     # ticks start on time.
     Process.flag(:priority, :high)
+    # Found from any node of the cluster (Overworld.Cluster.zone/1).
+    :ok = Overworld.Cluster.register_zone(config.id)
 
     workers =
       for i <- 0..(config.workers - 1) do
