@@ -38,13 +38,30 @@ defmodule Overworld.Cluster.Members do
 
   defp arm(retry), do: Process.send_after(self(), :connect, retry)
 
-  # The configured nodes connected after this attempt (this one left out).
+  # The configured nodes connected after this attempt (this one left out). The connections
+  # are tried side by side: one to an unreachable host takes the distribution's set-up time
+  # (7 s by default), and the others do not wait for it.
   defp connect(config) do
     up = MapSet.new(Node.list())
 
-    for n <- Config.nodes(config), n != node() do
-      if MapSet.member?(up, n) or Node.connect(n) == true, do: n
-    end
-    |> Enum.reject(&is_nil/1)
+    {connected, down} =
+      config
+      |> Config.nodes()
+      |> Enum.reject(&(&1 == node()))
+      |> Enum.split_with(&MapSet.member?(up, &1))
+
+    tried =
+      down
+      |> Task.async_stream(&{&1, Node.connect(&1)},
+        timeout: 15_000,
+        on_timeout: :kill_task,
+        ordered: false
+      )
+      |> Enum.flat_map(fn
+        {:ok, {n, true}} -> [n]
+        _ -> []
+      end)
+
+    connected ++ tried
   end
 end
