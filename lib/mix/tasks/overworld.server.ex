@@ -45,6 +45,10 @@ defmodule Mix.Tasks.Overworld.Server do
   lines come from a process of their own at high priority on absolute timers, written
   straight to standard output: on a saturated node they still come every interval.
 
+  With `OVERWORLD_NODES` or `OVERWORLD_DNS` in the environment the node joins that cluster
+  before its zones start (it must run with a name: `elixir --name NAME@HOST -S mix ...`; see
+  docs/cluster.md, where a bad setting is a one-line error naming the variable).
+
   A game's own task can start its zones itself and call `serve/2` for the server and the
   statistics (the goblin example's `mix goblins.server` does).
   """
@@ -97,6 +101,33 @@ defmodule Mix.Tasks.Overworld.Server do
       |> then(&if opts[:size], do: Keyword.put(&1, :size, size!(opts[:size])), else: &1)
 
     serve([served(module, zone_opts, opts)], opts)
+  end
+
+  # A cluster configured in the environment (Overworld.Cluster.Config; docs/cluster.md): the
+  # node joins it before its zones start, and says with whom.
+  defp join_cluster! do
+    case Overworld.Cluster.Config.from_env() do
+      {:error, message} ->
+        Mix.raise(message)
+
+      {:ok, %{nodes: [], dns: nil}} ->
+        :ok
+
+      {:ok, config} ->
+        case Overworld.Cluster.join(config) do
+          {:ok, connected} ->
+            Mix.shell().info(
+              "cluster: #{node()} joined; connected to #{length(connected)} of the configured " <>
+                "nodes#{if connected != [], do: " (#{Enum.join(Enum.sort(connected), ", ")})", else: ""}"
+            )
+
+          {:error, :not_alive} ->
+            Mix.raise(
+              "a cluster is configured (OVERWORLD_NODES or OVERWORLD_DNS) but this node has no " <>
+                "name: start it with elixir --name NAME@HOST -S mix ..."
+            )
+        end
+    end
   end
 
   @doc false
@@ -179,6 +210,7 @@ defmodule Mix.Tasks.Overworld.Server do
     if opts[:max_players], do: Args.at_least!(opts, [:max_players])
     if opts[:snapshot_ticks], do: Args.at_least!(opts, [:snapshot_ticks])
     data_dir = Keyword.get(opts, :data_dir, "./data")
+    join_cluster!()
     Overworld.Bench.Stats.start_node()
 
     persist? = Keyword.get(opts, :persist, true)

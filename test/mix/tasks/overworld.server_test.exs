@@ -111,6 +111,41 @@ defmodule Mix.Tasks.Overworld.ServerTest do
     ])
   end
 
+  test "a cluster in the environment: joined before the zones start; a bad setting is one line" do
+    # (This test node runs distributed: it joins a cluster of itself and a peer.)
+    [{_, peer}] = Overworld.Test.Cluster.start_peers(1)
+
+    with_env(%{"OVERWORLD_NODES" => "#{node()},#{peer}"}, fn ->
+      out =
+        capture_io(fn ->
+          Task.run(
+            @zone ++
+              ~w(--name clustered --seconds 1 --port 0 --no-persist --data-dir #{DataDir.path()})
+          )
+        end)
+
+      assert out =~ "cluster: #{node()} joined; connected to 1 of the configured nodes (#{peer})"
+      assert out =~ "listening on http://127.0.0.1:"
+    end)
+
+    with_env(%{"OVERWORLD_NODES" => "#{node()},nohost"}, fn ->
+      Overworld.Test.TaskCase.assert_one_line_errors(&Task.run/1, [
+        {@zone ++ ~w(--port 0 --seconds 1),
+         "OVERWORLD_NODES: expected node names name@host separated by commas, got: \"nohost\""}
+      ])
+    end)
+  end
+
+  defp with_env(env, fun) do
+    for {k, v} <- env, do: System.put_env(k, v)
+
+    try do
+      fun.()
+    after
+      for {k, _} <- env, do: System.delete_env(k)
+    end
+  end
+
   test "a port in use is said so, with what to do" do
     {:ok, lsock} = :gen_tcp.listen(0, [])
     {:ok, port} = :inet.port(lsock)
