@@ -72,14 +72,13 @@ defmodule Overworld.Cluster do
   """
   @spec join(Config.t(), keyword) :: {:ok, [node]} | {:error, :not_alive}
   def join(%Config{} = config, opts \\ []) do
+    retry = Keyword.get(opts, :retry, 1_000)
+
+    unless is_integer(retry) and retry > 0,
+      do: raise(ArgumentError, "expected :retry to be a positive integer, got: #{inspect(retry)}")
+
     if Node.alive?() do
       if config.cookie, do: Node.set_cookie(config.cookie)
-      retry = Keyword.get(opts, :retry, 1_000)
-
-      unless is_integer(retry) and retry > 0,
-        do:
-          raise(ArgumentError, "expected :retry to be a positive integer, got: #{inspect(retry)}")
-
       {:ok, Members.join(config, retry)}
     else
       {:error, :not_alive}

@@ -435,8 +435,8 @@ defmodule Overworld.Zone.Bucket do
   # despawned; for those handed to a neighbour zone after our next publication (rows written
   # since, by an avatar that came back, stay), so that the frame of this tick still
   # acknowledges the input it applied (their sessions follow them only once adopted).
-  defp forget_avatars(%{unwire: [], encoder: enc} = st, [], []) when enc != nil, do: st
-  defp forget_avatars(%{encoder: nil} = st, [], []), do: st
+  # (Without a wire, `unwire` stays empty.)
+  defp forget_avatars(%{unwire: []} = st, [], []), do: st
 
   defp forget_avatars(st, gone, handed) do
     for id <- gone ++ handed, do: Inputs.forget(st.inputs, id)
@@ -447,7 +447,7 @@ defmodule Overworld.Zone.Bucket do
 
       _ ->
         table = st.config.shared.wire
-        for row <- st.unwire, do: :ets.delete_object(table, row)
+        Wire.forget_rows(table, st.unwire)
         for id <- gone, do: Wire.forget_player(table, id)
         %{st | unwire: Wire.player_rows(table, handed)}
     end

@@ -354,10 +354,16 @@ defmodule Overworld.Zone.Wire do
   end
 
   @doc false
-  # The rows of avatars (acknowledgement, position), to delete later if unchanged.
+  # The rows of avatars (acknowledgement, position), to delete later if unchanged
+  # (`forget_rows/2`).
   @spec player_rows(:ets.tid(), [pos_integer]) :: [tuple]
   def player_rows(table, ids),
     do: for(id <- ids, key <- [{:ack, id}, {:pos, id}], row <- :ets.lookup(table, key), do: row)
+
+  @doc false
+  # Deletes rows of `player_rows/2` that are still as they were (one written since stays).
+  @spec forget_rows(:ets.tid(), [tuple]) :: :ok
+  def forget_rows(table, rows), do: Enum.each(rows, &:ets.delete_object(table, &1))
 
   @doc false
   # Forgets every avatar's position and acknowledgement (a zone that starts a new world:
