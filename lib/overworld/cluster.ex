@@ -32,15 +32,32 @@ defmodule Overworld.Cluster do
     ]
   end
 
-  @doc "The live member nodes, this one included, sorted."
+  @doc """
+  The live member nodes, this one included, sorted: the nodes zones are placed on. A node
+  that drains (`drain/0`) is not one of them any more.
+  """
   @spec nodes() :: [node]
-  def nodes do
-    @scope
-    |> :pg.get_members(:members)
+  def nodes, do: group_nodes([:members])
+
+  @doc "The live nodes of the cluster: the members and those draining (`drain/0`), sorted."
+  @spec live() :: [node]
+  def live, do: group_nodes([:members, :draining])
+
+  defp group_nodes(groups) do
+    groups
+    |> Enum.flat_map(&:pg.get_members(@scope, &1))
     |> Enum.map(&node/1)
     |> Enum.uniq()
     |> Enum.sort()
   end
+
+  @doc """
+  Drains this node: it stays in the cluster (it counts for the majority) but no zone is
+  placed on it any more, so its zones move to their new homes (with their state, players
+  staying connected) and none comes back. For a node about to be stopped.
+  """
+  @spec drain() :: :ok
+  def drain, do: Members.drain()
 
   @doc "The home node of a zone among the live members (see `Overworld.Cluster.Placement`)."
   @spec home(term) :: node | nil
@@ -58,6 +75,39 @@ defmodule Overworld.Cluster do
       [pid] -> pid
       pids -> Enum.min_by(pids, &node/1)
     end
+  end
+
+  @doc """
+  Whether `live` (default: the live members) holds a majority of the cluster's configured
+  nodes (those of the configuration `join/2` was given; for a DNS name, as last resolved).
+  A node that has not joined a configured cluster is always quorate (a cluster of its own).
+
+      iex> Overworld.Cluster.quorate?([:a@h, :b@h], [:a@h, :b@h, :c@h])
+      true
+      iex> Overworld.Cluster.quorate?([:a@h, :x@h], [:a@h, :b@h, :c@h])
+      false
+      iex> Overworld.Cluster.quorate?([:a@h], nil)
+      true
+  """
+  @spec quorate?([node], [node] | nil) :: boolean
+  def quorate?(live \\ live(), configured \\ configured())
+  def quorate?(_live, nil), do: true
+
+  def quorate?(live, configured) do
+    seen = Enum.count(Enum.uniq(configured), &(&1 in live))
+    seen * 2 > length(Enum.uniq(configured))
+  end
+
+  @doc "The cluster's configured nodes (nil before `join/2`, and for a node of its own)."
+  @spec configured() :: [node] | nil
+  def configured, do: :persistent_term.get({__MODULE__, :configured}, nil)
+
+  @doc false
+  # (Written by the member process at each attempt to connect; only when it changed.)
+  @spec put_configured([node]) :: :ok
+  def put_configured(nodes) do
+    if configured() != nodes, do: :persistent_term.put({__MODULE__, :configured}, nodes)
+    :ok
   end
 
   @doc false

@@ -8,6 +8,8 @@ defmodule Overworld.Names do
   #                            shared tables and counters: `Overworld.Zone.Config`)
   #   {:zone_sup, id}          a zone's supervisor
   #   {:world, name}           a world's supervisor (Overworld.World)
+  #   {:world_zones, name}     a world's zone supervisor (a world spread over a cluster)
+  #   {:placer, name}          a world's placer (a world spread over a cluster)
   #   {:zone_store, id}        a zone's store (zones with a data directory)
   #   {:bucket, id, index}     a zone's bucket worker
   #   {:session, server, user} a user's session on a server
@@ -20,6 +22,8 @@ defmodule Overworld.Names do
           {:zone, term}
           | {:zone_sup, term}
           | {:world, term}
+          | {:world_zones, term}
+          | {:placer, term}
           | {:zone_store, term}
           | {:bucket, term, non_neg_integer}
           | {:session, atom, term}
@@ -34,6 +38,12 @@ defmodule Overworld.Names do
 
   @spec world(term) :: key
   def world(name), do: {:world, name}
+
+  @spec world_zones(term) :: key
+  def world_zones(name), do: {:world_zones, name}
+
+  @spec placer(term) :: key
+  def placer(name), do: {:placer, name}
 
   @spec zone_store(term) :: key
   def zone_store(id), do: {:zone_store, id}

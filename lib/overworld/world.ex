@@ -62,6 +62,13 @@ defmodule Overworld.World do
     phase: an entity handed between two neighbours may be missing from (or shown twice in)
     a third's shadows for up to k ticks.
   * `:data_dir` — each zone persists into a directory of its own under it
+  * `:cluster` — `true`: the world is spread over the nodes of the cluster
+    (`Overworld.Cluster`; docs/cluster.md). Every node starts the world with the same options
+    (its own `:data_dir`, required), and runs the zones whose home is that node
+    (`Overworld.Cluster.Placement`); when a node joins or drains (`Overworld.Cluster.drain/0`),
+    the zones whose home changes move with their state (a snapshot of their last tick and
+    their journal), and a node that sees no majority of the configured nodes runs none. The
+    zones find their neighbours on any node. Default `false`: every zone on this node.
   * any other option of `Overworld.Zone` (`:tick_rate`, `:clock`, `:workers`, `:wire`,
     `:args`, ...), the same for every zone; not `:id`, `:region`, `:id_space`, `:world`
 
@@ -91,7 +98,8 @@ defmodule Overworld.World do
     :hysteresis,
     :shadow_every,
     :max_speed,
-    :shadow_late
+    :shadow_late,
+    :cluster
   ]
   @zone_only [:id, :region, :id_space, :world]
 
@@ -100,9 +108,26 @@ defmodule Overworld.World do
   def child_spec({module, opts}) do
     {name, specs} = zone_specs(module, opts)
 
+    placed =
+      case Keyword.get(opts, :cluster, false) do
+        false ->
+          nil
+
+        true ->
+          unless opts[:data_dir],
+            do: raise(ArgumentError, "Overworld.World: :cluster needs a :data_dir")
+
+          for %{start: {_, _, [config]}} = spec <- specs,
+              do: {config.id, spec, Overworld.Zone.Store.dir(config)}
+
+        other ->
+          raise ArgumentError,
+                "Overworld.World: expected :cluster to be a boolean, got: #{inspect(other)}"
+      end
+
     %{
       id: {__MODULE__, name},
-      start: {Overworld.World.Supervisor, :start_link, [name, specs]},
+      start: {Overworld.World.Supervisor, :start_link, [name, specs, placed]},
       type: :supervisor,
       restart: :transient
     }
@@ -165,9 +190,16 @@ defmodule Overworld.World do
   @doc "The zone ids of a running world (`{name, region id}`), or [] when it is not running."
   @spec zones(term) :: [term]
   def zones(name) do
-    case Names.whereis(Names.world(name)) do
-      nil -> []
-      pid -> for {{:zone, rid}, _, _, _} <- Supervisor.which_children(pid), do: {name, rid}
+    case Names.whereis(Names.placer(name)) do
+      nil ->
+        case Names.whereis(Names.world(name)) do
+          nil -> []
+          pid -> for {{:zone, rid}, _, _, _} <- Supervisor.which_children(pid), do: {name, rid}
+        end
+
+      # Spread over a cluster: those that run, wherever.
+      placer ->
+        for id <- Overworld.World.Placer.zones(placer), Overworld.Zone.whereis(id), do: id
     end
   end
 

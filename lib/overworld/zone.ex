@@ -333,11 +333,14 @@ defmodule Overworld.Zone do
     }
   end
 
-  @doc "The pid of the zone's server, or nil."
+  @doc "The pid of the zone's server (on this node, else on any node of the cluster), or nil."
   @spec whereis(zone) :: pid | nil
-  def whereis(pid) when is_pid(pid), do: if(Process.alive?(pid), do: pid, else: nil)
+  def whereis(pid) when is_pid(pid) and node(pid) == node(),
+    do: if(Process.alive?(pid), do: pid, else: nil)
 
-  def whereis(id), do: Names.whereis(Names.zone(id))
+  def whereis(pid) when is_pid(pid), do: pid
+
+  def whereis(id), do: Names.whereis(Names.zone(id)) || Overworld.Cluster.zone(id)
 
   @doc """
   The zone's configuration (`Overworld.Zone.Config`: the validated options and what follows
@@ -371,6 +374,14 @@ defmodule Overworld.Zone do
       nil -> nil
     end
   end
+
+  @doc false
+  # Lets go of the zone's state so that another node can run it: stops the clock, writes a
+  # snapshot of the last tick and syncs the journal, then answers `{:ok, tick}`; the zone is
+  # no longer found by its id and changes no more (`Overworld.Zone.Release`). Only a zone
+  # with a data directory can (`{:error, :no_data_dir}`).
+  @spec release(zone) :: {:ok, non_neg_integer} | {:error, term}
+  def release(zone), do: tagged_call(zone, :release, 60_000)
 
   @doc false
   # A zone of a world: when it handed the player's avatar to a neighbour (monotonic ms), or
@@ -617,5 +628,6 @@ defmodule Overworld.Zone do
   defp call(zone, msg, timeout \\ 30_000), do: GenServer.call(server(zone), msg, timeout)
 
   defp server(pid) when is_pid(pid), do: pid
-  defp server(id), do: Server.via(id)
+  # On this node, else wherever it runs in the cluster (else the name: :noproc).
+  defp server(id), do: whereis(id) || Server.via(id)
 end

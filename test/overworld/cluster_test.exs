@@ -1,6 +1,8 @@
 defmodule Overworld.ClusterTest do
   use ExUnit.Case
+  import Overworld.Test.Cluster, only: [eventually: 1]
   @moduletag :cluster
+  doctest Overworld.Cluster
 
   alias Overworld.Cluster
   alias Overworld.Cluster.Config
@@ -74,13 +76,5 @@ defmodule Overworld.ClusterTest do
     assert :peer.call(peer, Cluster, :join, [%Config{nodes: [node()]}]) == {:error, :not_alive}
     assert :peer.call(peer, Cluster, :nodes, []) == [:nonode@nohost]
     :peer.stop(peer)
-  end
-
-  defp eventually(fun, tries \\ 100) do
-    cond do
-      fun.() -> :ok
-      tries == 0 -> flunk("not within 5 s")
-      true -> Process.sleep(50) && eventually(fun, tries - 1)
-    end
   end
 end

@@ -28,4 +28,13 @@ defmodule Overworld.Test.Cluster do
     {:ok, _} = :erpc.call(node, Application, :ensure_all_started, [:overworld])
     {pid, node}
   end
+
+  @doc "Waits until `fun` answers true (every 50 ms, at most 10 s), else fails the test."
+  def eventually(fun, tries \\ 200) do
+    cond do
+      fun.() -> :ok
+      tries == 0 -> ExUnit.Assertions.flunk("not within 10 s")
+      true -> Process.sleep(50) && eventually(fun, tries - 1)
+    end
+  end
 end

@@ -15,6 +15,10 @@ defmodule Overworld.Cluster.Members do
   @spec join(Config.t(), pos_integer) :: [node]
   def join(config, retry), do: GenServer.call(__MODULE__, {:join, config, retry}, 30_000)
 
+  @doc false
+  @spec drain() :: :ok
+  def drain, do: GenServer.call(__MODULE__, :drain)
+
   @impl true
   def init(nil) do
     :ok = :pg.join(Overworld.Cluster.scope(), :members, self())
@@ -22,6 +26,13 @@ defmodule Overworld.Cluster.Members do
   end
 
   @impl true
+  def handle_call(:drain, _from, st) do
+    scope = Overworld.Cluster.scope()
+    :ok = :pg.join(scope, :draining, self())
+    _ = :pg.leave(scope, :members, self())
+    {:reply, :ok, st}
+  end
+
   def handle_call({:join, config, retry}, _from, st) do
     if st.timer, do: Process.cancel_timer(st.timer)
     connected = connect(config)
@@ -43,10 +54,11 @@ defmodule Overworld.Cluster.Members do
   # (7 s by default), and the others do not wait for it.
   defp connect(config) do
     up = MapSet.new(Node.list())
+    configured = Config.nodes(config)
+    Overworld.Cluster.put_configured(configured)
 
     {connected, down} =
-      config
-      |> Config.nodes()
+      configured
       |> Enum.reject(&(&1 == node()))
       |> Enum.split_with(&MapSet.member?(up, &1))
 

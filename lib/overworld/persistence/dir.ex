@@ -54,4 +54,19 @@ defmodule Overworld.Persistence.Dir do
       other -> other
     end
   end
+
+  @doc """
+  Writes `bytes` to the file `path` (created or truncated) and fsyncs it. (Its name is durable
+  once its directory is synced: `sync/1`.)
+  """
+  @spec write_synced(Path.t(), iodata) :: :ok | {:error, term}
+  def write_synced(path, bytes) do
+    with {:ok, io} <- :file.open(path, [:write, :raw, :binary]) do
+      try do
+        with :ok <- :file.write(io, bytes), do: :file.sync(io)
+      after
+        :file.close(io)
+      end
+    end
+  end
 end

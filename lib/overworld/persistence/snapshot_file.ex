@@ -80,7 +80,7 @@ defmodule Overworld.Persistence.SnapshotFile do
     dir = Path.dirname(path)
 
     with :ok <- Dir.make(dir),
-         :ok <- write_synced(tmp, bytes),
+         :ok <- Dir.write_synced(tmp, bytes),
          # Read back: the bytes on disk are the bytes written (they carry their checksum; decoding
          # them again would only prove that term_to_binary/1 works, at a cost).
          {:ok, ^bytes} <- File.read(tmp),
@@ -92,16 +92,6 @@ defmodule Overworld.Persistence.SnapshotFile do
     else
       {:ok, _other} -> {:error, :verify_failed}
       {:error, reason} -> {:error, reason}
-    end
-  end
-
-  defp write_synced(path, bytes) do
-    with {:ok, io} <- :file.open(path, [:write, :raw, :binary]) do
-      try do
-        with :ok <- :file.write(io, bytes), do: :file.sync(io)
-      after
-        :file.close(io)
-      end
     end
   end
 

@@ -270,6 +270,12 @@ defmodule Overworld.Zone.Bucket do
     {:noreply, st}
   end
 
+  # Jobs asked for between ticks (a snapshot of a zone being released: Overworld.Zone.Release).
+  def handle_info({:jobs_now, epoch, jobs}, %{epoch: epoch} = st) do
+    run_jobs(%{st | jobs: jobs})
+    {:noreply, st}
+  end
+
   # An observer wants the keyframes of cells entering its view (see publish_wire/5).
   def handle_info({:wire_want, keys}, st), do: {:noreply, %{st | wants: want(st.wants, keys)}}
 

@@ -131,30 +131,39 @@ defmodule Overworld.Zone.Durable do
 
     # One snapshot at a time: the next waits until the store has written (or dropped) this
     # one, so copies of the world never pile up in its mailbox.
-    if due and not st.snapshotting do
-      # A new journal segment: the records after this snapshot start there.
-      segment = st.segment + 1
-      # Remembered before the roll: a server killed in between never rolls to it again.
-      Memory.put_segment(st.memory, segment)
-      Journal.roll(st.journal, Store.segment_path(Store.dir(c), segment))
+    if due and not st.snapshotting, do: take(st, n, now), else: {st, nil}
+  end
 
-      part = %{
-        game: st.game,
-        next_id: st.next_id,
-        players: Players.to_map(st.players),
-        spawns: st.spawns,
-        despawns: st.despawns,
-        segment: segment,
-        # A zone of a world: transfers not acknowledged, transfers adopted.
-        world: Overworld.Zone.Neighbours.saved(st)
-      }
+  @doc """
+  A snapshot of the last tick now, whether due or not (a zone released to another node:
+  `Overworld.Zone.Release`); none may be under way. Answers the workers' job.
+  """
+  @spec snapshot_now(State.t()) :: {State.t(), {:snapshot, pid, non_neg_integer}}
+  def snapshot_now(%State{snapshotting: false} = st),
+    do: take(st, st.tick, System.monotonic_time(:millisecond))
 
-      send(st.store, {:snapshot_begin, n, part, c.workers, self()})
+  defp take(st, n, now) do
+    c = st.config
+    # A new journal segment: the records after this snapshot start there.
+    segment = st.segment + 1
+    # Remembered before the roll: a server killed in between never rolls to it again.
+    Memory.put_segment(st.memory, segment)
+    Journal.roll(st.journal, Store.segment_path(Store.dir(c), segment))
 
-      {%{st | segment: segment, snap_tick: n, snap_at: now, snapshotting: true},
-       {:snapshot, st.store, n}}
-    else
-      {st, nil}
-    end
+    part = %{
+      game: st.game,
+      next_id: st.next_id,
+      players: Players.to_map(st.players),
+      spawns: st.spawns,
+      despawns: st.despawns,
+      segment: segment,
+      # A zone of a world: transfers not acknowledged, transfers adopted.
+      world: Overworld.Zone.Neighbours.saved(st)
+    }
+
+    send(st.store, {:snapshot_begin, n, part, c.workers, self()})
+
+    {%{st | segment: segment, snap_tick: n, snap_at: now, snapshotting: true},
+     {:snapshot, st.store, n}}
   end
 end

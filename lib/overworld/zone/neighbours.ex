@@ -29,7 +29,7 @@ defmodule Overworld.Zone.Neighbours do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
 
-  alias Overworld.{Names, Telemetry}
+  alias Overworld.Telemetry
   alias Overworld.Metrics.Histogram
   alias Overworld.Persistence.Journal
   alias Overworld.Spatial.{Grid, Sweep}
@@ -313,8 +313,11 @@ defmodule Overworld.Zone.Neighbours do
 
   # A neighbour (re)started: it gets our last messages again (it may have lost them, and be a
   # tick behind us).
-  def received(%State{world: w} = st, {:overworld_hello, from}) when is_map_key(w.inbox, from) do
-    for msg <- Enum.reverse(Map.get(w.last, from, [])), do: send_to(w, from, msg)
+  # (Answered to the pid that asked: on another node, the cluster's registry may not show it
+  # yet.)
+  def received(%State{world: w} = st, {:overworld_hello, from, pid})
+      when is_map_key(w.inbox, from) do
+    for msg <- Enum.reverse(Map.get(w.last, from, [])), do: send(pid, msg)
     st
   end
 
@@ -337,7 +340,7 @@ defmodule Overworld.Zone.Neighbours do
   def hello(%State{world: nil}), do: :ok
 
   def hello(%State{world: w, config: c}) do
-    for {to, _} <- w.neighbours, do: send_to(w, to, {:overworld_hello, c.world.id})
+    for {to, _} <- w.neighbours, do: send_to(w, to, {:overworld_hello, c.world.id, self()})
     :ok
   end
 
@@ -347,7 +350,8 @@ defmodule Overworld.Zone.Neighbours do
   def send_to(w, to, msg) do
     {_, zone} = List.keyfind(w.neighbours, to, 0)
 
-    case Names.whereis(Names.zone(zone)) do
+    # On this node, else wherever it runs in the cluster.
+    case Overworld.Zone.whereis(zone) do
       nil -> false
       pid -> send(pid, msg)
     end

@@ -36,6 +36,7 @@ defmodule Overworld.Zone.Server do
     Neighbours,
     Players,
     Recovery,
+    Release,
     Rewind,
     State,
     Store,
@@ -262,7 +263,8 @@ defmodule Overworld.Zone.Server do
     # Avatars despawned by game code: their players leave.
     st = Joins.gone(st, st.running.n, stats.gone)
     st = %{st | running: Dispatch.collect(st.running, w, stats)}
-    if st.running.pending == 0, do: finish_tick(st, simulated?), else: st
+    # (A zone being released goes on once its last tick is done.)
+    if st.running.pending == 0, do: Release.step(finish_tick(st, simulated?)), else: st
   end
 
   defp finish_tick(st, simulated?) do
@@ -299,7 +301,7 @@ defmodule Overworld.Zone.Server do
   end
 
   # (In a world, a tick waits for the neighbours' shadows of the previous one.)
-  defp maybe_manual_tick(%State{running: nil} = st) do
+  defp maybe_manual_tick(%State{running: nil, release: nil} = st) do
     if :queue.is_empty(st.manual) or not Neighbours.ready?(st, st.tick + 1),
       do: st,
       else: begin_tick(st, 0)
@@ -332,6 +334,16 @@ defmodule Overworld.Zone.Server do
   ## Calls
 
   @impl true
+  def handle_call(:release, from, st), do: Release.begin(st, from)
+
+  # A released zone's state went to its next incarnation: it changes no more.
+  def handle_call({:tick_now, _}, _from, %State{release: r} = st) when r != nil,
+    do: {:reply, {:error, :released}, st}
+
+  def handle_call(msg, _from, %State{release: :released} = st)
+      when msg != :info and not (is_tuple(msg) and elem(msg, 0) == :query),
+      do: {:reply, {:error, :moved}, st}
+
   def handle_call({:tick_now, _count}, _from, %State{config: %Config{clock: :realtime}} = st),
     do: {:reply, {:error, :realtime_clock}, st}
 
@@ -417,7 +429,8 @@ defmodule Overworld.Zone.Server do
   end
 
   # A neighbour zone's shadows and transfers (a world of zones).
-  def handle_info({:overworld_hello, _} = msg, st), do: {:noreply, Neighbours.received(st, msg)}
+  def handle_info({:overworld_hello, _, _} = msg, st),
+    do: {:noreply, Neighbours.received(st, msg)}
 
   def handle_info({:overworld_shadows, _, _, _, _, _} = msg, st) do
     st = Neighbours.received(st, msg)
@@ -517,7 +530,8 @@ defmodule Overworld.Zone.Server do
     end
   end
 
-  def handle_info({:snapshot_done, _tick}, st), do: {:noreply, %{st | snapshotting: false}}
+  def handle_info({:snapshot_done, tick}, st),
+    do: {:noreply, Release.snapshot_done(%{st | snapshotting: false}, tick)}
 
   # Players recovered from disk whose session never came back leave.
   def handle_info(:orphans, st), do: {:noreply, Joins.orphans_expired(st)}

@@ -40,7 +40,8 @@ defmodule Overworld.Zone.State do
                 snap_at: 0,
                 snapshotting: false,
                 rewinds: [],
-                world: nil
+                world: nil,
+                release: nil
               ]
 
   @typedoc """
@@ -74,6 +75,8 @@ defmodule Overworld.Zone.State do
   * `rewinds` — rewinds asked for during a tick (debug zones), newest first.
   * `world` — in a world of zones, the neighbours' messages and our transfers
     (`Overworld.Zone.Neighbours`); nil for a zone of its own.
+  * `release` — nil, or how far the zone is in letting another node run it
+    (`Overworld.Zone.Release`).
   * `started` — when this server's `init/1` began (native time: recovery durations).
   """
   @type t :: %__MODULE__{

@@ -1,0 +1,236 @@
+defmodule Overworld.World.Placer do
+  @moduledoc false
+  # A world spread over a cluster (`Overworld.World`, option `cluster: true`): one placer per
+  # world on every node runs the world's zones whose home is this node
+  # (`Overworld.Cluster.Placement` over the live members, `Overworld.Cluster.nodes/0`), and
+  # follows the members (`:pg.monitor/2` of the `:members` group, and a look every second):
+  #
+  #   * a zone homed here that runs nowhere (and is not on its way here) starts from its
+  #     directory (empty the first time: init/1's share of the world);
+  #   * a zone that runs here and is homed elsewhere now moves there, with its state: the
+  #     placer tells the new home it is coming (that placer then starts nothing for it), the
+  #     zone is released (`Overworld.Zone.release/1`: a snapshot of its last tick, the journal
+  #     synced), its files travel in chunks (`Overworld.World.Handover`), the new home installs
+  #     them and starts the zone from them, and only then is the zone stopped here and its
+  #     directory removed. A hand-over that fails on the way starts the zone here again from
+  #     its own files (released: they hold everything it did);
+  #   * a node that does not see a majority of the cluster's configured nodes
+  #     (`Overworld.Cluster.quorum/0`) runs none of the world's zones: it stops those it ran.
+  #
+  # Not on any hot path: zones and their neighbours talk directly (by pid, found through the
+  # cluster's `:pg` groups); the placer only starts, stops and moves them.
+
+  use GenServer
+  require Logger
+
+  alias Overworld.{Cluster, Names}
+  alias Overworld.Cluster.Placement
+  alias Overworld.World.Handover
+
+  @look_ms 1_000
+
+  @typedoc "A zone of the world: its id, its child spec and its directory."
+  @type zone :: {term, Supervisor.child_spec(), Path.t()}
+
+  @doc false
+  @spec start_link({term, [zone]}) :: GenServer.on_start()
+  def start_link({name, zones}),
+    do: GenServer.start_link(__MODULE__, {name, zones}, name: Names.via(Names.placer(name)))
+
+  @doc "The ids of the world's zones (wherever they run)."
+  @spec zones(pid) :: [term]
+  def zones(placer), do: GenServer.call(placer, :zones)
+
+  @doc "The placer of world `name` on node `node`, or nil."
+  @spec on(term, node) :: pid | nil
+  def on(name, node) do
+    Enum.find(:pg.get_members(Cluster.scope(), {:placer, name}), &(node(&1) == node))
+  end
+
+  @impl true
+  def init({name, zones}) do
+    Process.flag(:trap_exit, true)
+    :ok = :pg.join(Cluster.scope(), {:placer, name}, self())
+    {ref, _} = :pg.monitor(Cluster.scope(), :members)
+    send(self(), :place)
+
+    {:ok,
+     %{
+       name: name,
+       zones: zones,
+       sup: Names.whereis(Names.world_zones(name)),
+       ref: ref,
+       # id => zone supervisor pid (zones running here)
+       running: %{},
+       # id => the pid of the process handing it over (out, from here; in, to here)
+       out: %{},
+       in: %{},
+       # id => chunks received so far
+       files: %{},
+       # zones that stopped by themselves: not started again until their home changes
+       ended: %{}
+     }}
+  end
+
+  @impl true
+  def handle_call(:zones, _from, st), do: {:reply, Enum.map(st.zones, &elem(&1, 0)), st}
+
+  # Another node hands us a zone: first it says so (we start nothing for it meanwhile), then
+  # the chunks of its files, then the adoption.
+  def handle_call({:incoming, id, from}, _from, st) do
+    Process.monitor(from)
+    {:reply, :ok, %{st | in: Map.put(st.in, id, from), files: Map.put(st.files, id, %{})}}
+  end
+
+  def handle_call({:chunk, id, chunk}, _from, st) when is_map_key(st.files, id) do
+    {:reply, :ok, %{st | files: Map.update!(st.files, id, &Handover.add(&1, chunk))}}
+  end
+
+  def handle_call({:adopt, id, tick}, _from, st) when is_map_key(st.files, id) do
+    {_, spec, dir} = List.keyfind(st.zones, id, 0)
+
+    {files, st} =
+      {st.files[id], %{st | files: Map.delete(st.files, id), in: Map.delete(st.in, id)}}
+
+    with :ok <- Handover.install(dir, files),
+         {:ok, st} <- start(st, id, spec) do
+      Logger.info("zone #{inspect(id)} moved here at tick #{tick}")
+      {:reply, :ok, st}
+    else
+      error -> {:reply, error, st}
+    end
+  end
+
+  def handle_call(_msg, _from, st), do: {:reply, {:error, :unknown}, st}
+
+  @impl true
+  def handle_info({ref, _join_or_leave, :members, _pids}, %{ref: ref} = st),
+    do: {:noreply, place(st)}
+
+  def handle_info(:place, st) do
+    Process.send_after(self(), :place, @look_ms)
+    {:noreply, place(st)}
+  end
+
+  # A hand-over of ours is over.
+  def handle_info({:handed, id, result}, st) do
+    {pid, st} = {st.running[id], %{st | out: Map.delete(st.out, id)}}
+
+    case result do
+      :ok ->
+        st = stop(st, id)
+        {_, _, dir} = List.keyfind(st.zones, id, 0)
+        _ = File.rm_rf(dir)
+        {:noreply, st}
+
+      {:error, reason} ->
+        Logger.error("zone #{inspect(id)} not handed over (#{inspect(reason)}): runs here again")
+        _ = pid && DynamicSupervisor.terminate_child(st.sup, pid)
+        {_, spec, _} = List.keyfind(st.zones, id, 0)
+
+        case start(%{st | running: Map.delete(st.running, id)}, id, spec) do
+          {:ok, st} -> {:noreply, st}
+          {:error, _} -> {:noreply, st}
+        end
+    end
+  end
+
+  def handle_info({:DOWN, _ref, :process, pid, _reason}, st) do
+    case Enum.find(st.running, fn {_, p} -> p == pid end) do
+      {id, _} ->
+        {:noreply,
+         %{st | running: Map.delete(st.running, id), ended: Map.put(st.ended, id, true)}}
+
+      nil ->
+        # A node that was handing us a zone went away: we may start it from what we have.
+        gone = for {id, ^pid} <- st.in, do: id
+        {:noreply, %{st | in: Map.drop(st.in, gone), files: Map.drop(st.files, gone)}}
+    end
+  end
+
+  def handle_info({:EXIT, _pid, _reason}, st), do: {:noreply, st}
+  def handle_info(_msg, st), do: {:noreply, st}
+
+  ## Placing
+
+  defp place(st) do
+    nodes = Cluster.nodes()
+
+    if Cluster.quorate?(Cluster.live()) do
+      Enum.reduce(st.zones, st, fn {id, spec, dir}, st ->
+        place_zone(st, id, spec, dir, Placement.home(id, nodes))
+      end)
+    else
+      for {id, _} <- st.running, not is_map_key(st.out, id) do
+        Logger.warning("zone #{inspect(id)} stops: this node sees no majority of the cluster")
+      end
+
+      Enum.reduce(Map.keys(st.running), st, &stop(&2, &1))
+    end
+  end
+
+  defp place_zone(st, id, spec, _dir, home) when home == node() do
+    cond do
+      is_map_key(st.running, id) or is_map_key(st.in, id) or is_map_key(st.ended, id) -> st
+      Overworld.Zone.whereis(id) != nil -> st
+      true -> elem(start(st, id, spec), 1)
+    end
+  end
+
+  defp place_zone(st, id, _spec, dir, home) do
+    st = %{st | ended: Map.delete(st.ended, id)}
+
+    with true <- is_map_key(st.running, id) and not is_map_key(st.out, id),
+         to when is_pid(to) <- on(st.name, home) do
+      me = self()
+      pid = spawn_link(fn -> send(me, {:handed, id, hand_over(id, dir, to)}) end)
+      %{st | out: Map.put(st.out, id, pid)}
+    else
+      _ -> st
+    end
+  end
+
+  defp start(st, id, spec) do
+    case DynamicSupervisor.start_child(st.sup, spec) do
+      {:ok, pid} ->
+        Process.monitor(pid)
+        {:ok, %{st | running: Map.put(st.running, id, pid), ended: Map.delete(st.ended, id)}}
+
+      {:error, reason} = error ->
+        Logger.error("zone #{inspect(id)} did not start: #{inspect(reason)}")
+        {error, st}
+    end
+  end
+
+  defp stop(st, id) do
+    case Map.pop(st.running, id) do
+      {nil, _} ->
+        st
+
+      {pid, running} ->
+        _ = DynamicSupervisor.terminate_child(st.sup, pid)
+        %{st | running: running}
+    end
+  end
+
+  # (In a process of its own: the placer goes on answering meanwhile.)
+  defp hand_over(id, dir, to) do
+    with :ok <- GenServer.call(to, {:incoming, id, self()}, 15_000),
+         {:ok, tick} <- Overworld.Zone.release(id),
+         {:ok, chunks} <- Handover.chunks(dir),
+         :ok <- send_chunks(to, id, chunks) do
+      GenServer.call(to, {:adopt, id, tick}, 60_000)
+    end
+  catch
+    :exit, reason -> {:error, {:exit, reason}}
+  end
+
+  defp send_chunks(to, id, chunks) do
+    Enum.reduce_while(chunks, :ok, fn chunk, :ok ->
+      case GenServer.call(to, {:chunk, id, chunk}, 30_000) do
+        :ok -> {:cont, :ok}
+        error -> {:halt, error}
+      end
+    end)
+  end
+end

@@ -1,0 +1,88 @@
+defmodule Overworld.World.PlacerTest do
+  # A world of zones spread over a cluster of :peer nodes (Overworld.World, cluster: true):
+  # each zone on its home node, neighbours talking across nodes, zones moving with their state
+  # when a node joins or drains.
+  use ExUnit.Case
+  import Overworld.Test.Cluster, only: [eventually: 1]
+  @moduletag :cluster
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 2]
+
+  alias Overworld.{Cluster, World, Zone}
+  alias Overworld.Cluster.Config
+  alias Overworld.Test.Crowd
+
+  @crowd [clock: :manual, size: {240, 240}, cell_size: 12, args: [n: 600, side: 240]]
+
+  @moduletag :tmp_dir
+
+  defp state(entities),
+    do: entities |> Enum.map(&entity(&1, data: elem(entity(&1, :data), 0))) |> Enum.sort()
+
+  defp homes_kept?(zones) do
+    Enum.all?(zones, fn z ->
+      pid = Zone.whereis(z)
+      pid != nil and node(pid) == Cluster.home(z)
+    end)
+  end
+
+  test "a world over three nodes computes what one zone does; zones move with their state when a node joins and when it drains",
+       %{tmp_dir: tmp} do
+    late = :"late#{System.unique_integer([:positive])}"
+    b = :"#{late}@127.0.0.1"
+    [{_, a}] = Overworld.Test.Cluster.start_peers(1)
+    config = %Config{nodes: [node(), a, b]}
+    for n <- [node(), a], do: {:ok, _} = :erpc.call(n, Cluster, :join, [config, [retry: 200]])
+
+    one = {__MODULE__, :one}
+    {:ok, _} = Overworld.start_zone(Crowd, [id: one, workers: 2] ++ @crowd)
+    on_exit(fn -> Overworld.stop_zone(one) end)
+
+    name = {__MODULE__, :world}
+    opts = [name: name, zones: {2, 2}, workers: 1, cluster: true] ++ @crowd
+
+    start = fn n ->
+      {:ok, _} =
+        :erpc.call(n, Overworld, :start_world, [Crowd, opts ++ [data_dir: Path.join(tmp, "#{n}")]])
+    end
+
+    start.(node())
+    start.(a)
+    on_exit(fn -> Overworld.stop_world(name) end)
+
+    zones = for c <- 0..1, r <- 0..1, do: {name, {c, r}}
+    eventually(fn -> length(World.zones(name)) == 4 and homes_kept?(zones) end)
+
+    assert Enum.sort(Enum.uniq(for z <- zones, do: node(Zone.whereis(z)))) ==
+             Enum.sort([node(), a])
+
+    check = fn range ->
+      for n <- range do
+        {:ok, ^n} = Zone.tick_now(one)
+        {:ok, ^n} = World.tick_now(name)
+        assert state(World.entities(name)) == state(Zone.entities(one)), "tick #{n}"
+      end
+    end
+
+    check.(1..60)
+
+    # A third node joins: the zones whose home it is now move to it, with their state.
+    {_, ^b} = Overworld.Test.Cluster.start_peer(late)
+    {:ok, _} = :erpc.call(b, Cluster, :join, [config, [retry: 200]])
+    start.(b)
+    eventually(fn -> Cluster.nodes() == Enum.sort([node(), a, b]) and homes_kept?(zones) end)
+    moved = for z <- zones, node(Zone.whereis(z)) == b, do: z
+
+    assert moved != [],
+           "no zone is homed on the new node (placement: #{inspect(Enum.map(zones, &Cluster.home/1))})"
+
+    assert length(World.zones(name)) == 4
+    check.(61..120)
+
+    # It drains: its zones go back, with their state.
+    :ok = :erpc.call(b, Cluster, :drain, [])
+    eventually(fn -> Cluster.nodes() == Enum.sort([node(), a]) and homes_kept?(zones) end)
+    assert Enum.all?(zones, &(node(Zone.whereis(&1)) != b))
+    check.(121..180)
+  end
+end
