@@ -8,7 +8,9 @@ defmodule Overworld.Application do
       [
         {Registry,
          keys: :unique, name: Overworld.Registry, partitions: System.schedulers_online()},
-        {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Zones}
+        {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Zones},
+        # This node's mirrors of zones running on other nodes (Overworld.Zone.Mirror).
+        {DynamicSupervisor, name: Overworld.Mirrors, strategy: :one_for_one}
       ] ++ Overworld.Cluster.child_specs()
 
     Supervisor.start_link(children, strategy: :one_for_one, name: Overworld.Supervisor)

@@ -62,6 +62,8 @@ defmodule Overworld.Interest do
   @enforce_keys [:zone, :table, :grid, :owners, :rows, :workers, :radius, :leave, :budget]
   defstruct @enforce_keys ++
               [
+                # A zone on another node: this node's mirror of it (keyframes are asked there).
+                mirror: nil,
                 # A world's zone: its place (the cells it publishes, band keys).
                 place: nil,
                 tick: 0,
@@ -88,6 +90,7 @@ defmodule Overworld.Interest do
   @type t :: %__MODULE__{
           zone: term,
           table: :ets.tid(),
+          mirror: pid | nil,
           grid: Grid.t(),
           owners: tuple,
           rows: {non_neg_integer, non_neg_integer} | nil,
@@ -169,6 +172,7 @@ defmodule Overworld.Interest do
     %__MODULE__{
       zone: config.id,
       table: config.shared.wire,
+      mirror: config.shared.mirror,
       grid: config.grid,
       owners: config.owners,
       # A zone owning a region of the grid publishes the rows its workers hold only (its
@@ -554,13 +558,20 @@ defmodule Overworld.Interest do
 
   defp ask(_o, []), do: :ok
 
-  defp ask(%__MODULE__{grid: g, owners: owners, zone: zone}, keys) do
+  defp ask(%__MODULE__{grid: g, owners: owners, zone: zone, mirror: mirror}, keys) do
     keys
     |> Enum.group_by(fn k -> elem(owners, div(k, g.stride) - 1) end)
     |> Enum.each(fn {w, ks} ->
-      case Overworld.Names.whereis(Overworld.Names.bucket(zone, w)) do
-        nil -> :ok
-        pid -> send(pid, {:wire_want, ks})
+      cond do
+        # A zone on another node: its workers are asked through this node's mirror.
+        mirror != nil ->
+          send(mirror, {:wire_want, w, ks})
+
+        pid = Overworld.Names.whereis(Overworld.Names.bucket(zone, w)) ->
+          send(pid, {:wire_want, ks})
+
+        true ->
+          :ok
       end
     end)
   end

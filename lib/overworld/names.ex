@@ -11,6 +11,8 @@ defmodule Overworld.Names do
   #   {:world_zones, name}     a world's zone supervisor (a world spread over a cluster)
   #   {:placer, name}          a world's placer (a world spread over a cluster)
   #   {:zone_store, id}        a zone's store (zones with a data directory)
+  #   {:mirror, id}            this node's mirror of a zone on another node; its value: the
+  #                            config sessions here use (Overworld.Zone.Mirror)
   #   {:bucket, id, index}     a zone's bucket worker
   #   {:session, server, user} a user's session on a server
   #   {:connections, server}   a server's connection supervisor
@@ -25,6 +27,7 @@ defmodule Overworld.Names do
           | {:world_zones, term}
           | {:placer, term}
           | {:zone_store, term}
+          | {:mirror, term}
           | {:bucket, term, non_neg_integer}
           | {:session, atom, term}
           | {:connections, atom}
@@ -44,6 +47,9 @@ defmodule Overworld.Names do
 
   @spec placer(term) :: key
   def placer(name), do: {:placer, name}
+
+  @spec mirror(term) :: key
+  def mirror(id), do: {:mirror, id}
 
   @spec zone_store(term) :: key
   def zone_store(id), do: {:zone_store, id}

@@ -359,7 +359,8 @@ defmodule Overworld.Zone do
   def config(id) do
     case Names.lookup(Names.zone(id)) do
       {_pid, config} -> config
-      nil -> nil
+      # On another node of the cluster: this node's mirror of it.
+      nil -> Overworld.Zone.Mirror.config(id)
     end
   end
 
@@ -370,8 +371,14 @@ defmodule Overworld.Zone do
   @spec player_entity(zone, player) :: pos_integer | nil
   def player_entity(zone, player) do
     case config(zone) do
-      %Config{shared: %{memory: table}} -> Overworld.Zone.Memory.player_entity(table, player)
-      nil -> nil
+      %Config{shared: %{mirror: m}} when m != nil ->
+        Overworld.Zone.Mirror.player_entity(m, player)
+
+      %Config{shared: %{memory: table}} ->
+        Overworld.Zone.Memory.player_entity(table, player)
+
+      nil ->
+        nil
     end
   end
 
@@ -389,6 +396,7 @@ defmodule Overworld.Zone do
   @spec player_moved(zone, player) :: integer | nil
   def player_moved(zone, player) do
     case config(zone) do
+      %Config{shared: %{mirror: m}} when m != nil -> Overworld.Zone.Mirror.player_moved(m, player)
       %Config{shared: %{memory: table}} -> Overworld.Zone.Memory.moved(table, player)
       nil -> nil
     end
@@ -444,9 +452,14 @@ defmodule Overworld.Zone do
         {:error, :not_found}
 
       %Config{shared: shared} ->
-        case Overworld.Zone.Memory.player_entity(shared.memory, player) do
-          nil -> {:error, :not_joined}
-          id -> {:ok, {shared.inputs, id}}
+        case player_entity(zone, player) do
+          nil ->
+            {:error, :not_joined}
+
+          id ->
+            # (A zone on another node: the slot is its mirror's, which sends the inputs on.)
+            if shared.mirror, do: Inputs.route(shared.inputs, id, 0)
+            {:ok, {shared.inputs, id}}
         end
     end
   end
@@ -474,12 +487,32 @@ defmodule Overworld.Zone do
   removed; subscribing twice is one subscription.
   """
   @spec subscribe(zone, pid) :: :ok | {:error, :not_found}
-  def subscribe(zone, pid \\ self()) when is_pid(pid), do: tagged_call(zone, {:subscribe, pid})
+  def subscribe(zone, pid \\ self()) when is_pid(pid) do
+    case mirror(zone) do
+      nil -> tagged_call(zone, {:subscribe, pid})
+      m -> Overworld.Zone.Mirror.subscribe(m, pid)
+    end
+  end
 
   @doc "Stops the notices of `subscribe/2`."
   @spec unsubscribe(zone, pid) :: :ok | {:error, :not_found}
-  def unsubscribe(zone, pid \\ self()) when is_pid(pid),
-    do: tagged_call(zone, {:unsubscribe, pid})
+  def unsubscribe(zone, pid \\ self()) when is_pid(pid) do
+    case mirror(zone) do
+      nil -> tagged_call(zone, {:unsubscribe, pid})
+      m -> Overworld.Zone.Mirror.unsubscribe(m, pid)
+    end
+  end
+
+  # A zone on another node is subscribed to through this node's mirror of it (its ticks come
+  # once to this node; `Overworld.Zone.Mirror`).
+  defp mirror(pid) when is_pid(pid), do: nil
+
+  defp mirror(id) do
+    case config(id) do
+      %Config{shared: %{mirror: m}} -> m
+      nil -> nil
+    end
+  end
 
   @doc """
   Runs `count` ticks now and returns the number of the last one. Only for zones started with

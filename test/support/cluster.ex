@@ -37,4 +37,29 @@ defmodule Overworld.Test.Cluster do
       true -> Process.sleep(50) && eventually(fun, tries - 1)
     end
   end
+
+  @doc """
+  An observer of `zone` (`Overworld.Interest` with `opts`) in a process of its own on this
+  node (call it through `:erpc` to place it on a peer): it answers `{:frame, n, pos, from}`
+  with `{:frame, n, bytes}`. It stops with `owner`.
+  """
+  def observer(zone, opts, owner) do
+    spawn(fn ->
+      Process.monitor(owner)
+      {:ok, obs} = Overworld.Interest.new(zone, opts)
+      observe(obs)
+    end)
+  end
+
+  defp observe(obs) do
+    receive do
+      {:frame, n, pos, from} ->
+        {frame, _info, obs} = Overworld.Interest.frame(obs, n, pos)
+        send(from, {:frame, n, IO.iodata_to_binary(frame)})
+        observe(obs)
+
+      {:DOWN, _, :process, _, _} ->
+        :ok
+    end
+  end
 end

@@ -481,20 +481,38 @@ defmodule Overworld.Zone.Bucket do
       Wire.publish(funs, st.encoder, cells || [], arrivals, grid, first, stop, st.place)
 
     Wire.put_tick(table, st.index, n, data, index, first)
-    Wire.put_positions(table, own, stop, n)
+    positions = Wire.put_positions(table, own, stop, n)
     if acks != [], do: Wire.put_acks(table, acks)
 
-    case drain_wants(st.wants) do
-      wants when map_size(wants) == 0 ->
-        st
+    {st, kfs} =
+      case drain_wants(st.wants) do
+        wants when map_size(wants) == 0 ->
+          {st, []}
 
-      wants ->
-        keys = for {k, _} <- wants, k >= first and k < stop, do: k
-        own = Enum.take_while(own, fn {k, _} -> k < stop end)
-        blocks = Map.new(Wire.keyframes(funs, st.encoder, own, keys, st.place))
-        Wire.put_keyframes(table, n, for(k <- keys, do: {k, Map.get(blocks, k)}))
-        %{st | wants: %{}}
+        wants ->
+          keys = for {k, _} <- wants, k >= first and k < stop, do: k
+          own = Enum.take_while(own, fn {k, _} -> k < stop end)
+          blocks = Map.new(Wire.keyframes(funs, st.encoder, own, keys, st.place))
+          kfs = for k <- keys, do: {k, Map.get(blocks, k)}
+          Wire.put_keyframes(table, n, kfs)
+          {%{st | wants: %{}}, kfs}
+      end
+
+    # The zone's mirrors on other nodes get what we wrote (Overworld.Zone.Mirror). A
+    # congested link never suspends the worker: the part is dropped (the mirror's observers
+    # skip that tick, and catch up from the next).
+    case Wire.mirrors(table) do
+      [] ->
+        :ok
+
+      mirrors ->
+        part =
+          {:overworld_wire, st.config.id, st.index, n, data, index, first, positions, acks, kfs}
+
+        for pid <- mirrors, do: :erlang.send(pid, part, [:nosuspend])
     end
+
+    st
   end
 
   # Keyframe requests that came during the tick are served with it.

@@ -40,7 +40,7 @@ defmodule Overworld.Zone.Metrics do
   # `handoff_ticks`: per entity handed to a neighbour, the ticks until the neighbour confirmed
   # it owns it (a world of zones).
   @enforce_keys [:counters, :ticks_us, :recent_us, :cpu, :memory, :inputs, :handoff_ticks]
-  defstruct [:wire | @enforce_keys]
+  defstruct [:wire, :mirror | @enforce_keys]
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
@@ -49,7 +49,8 @@ defmodule Overworld.Zone.Metrics do
           handoff_ticks: Histogram.t(),
           cpu: Overworld.Metrics.CPU.t(),
           wire: :ets.tid() | nil,
-          memory: :ets.tid(),
+          mirror: pid | nil,
+          memory: :ets.tid() | nil,
           inputs: Overworld.Zone.Inputs.t()
         }
 

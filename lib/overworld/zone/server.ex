@@ -21,6 +21,7 @@ defmodule Overworld.Zone.Server do
   require Overworld.Entity
 
   alias Overworld.{Names, Telemetry}
+  alias Overworld.Zone.Wire
 
   alias Overworld.Zone.{
     Actions,
@@ -360,6 +361,20 @@ defmodule Overworld.Zone.Server do
     do: {:noreply, %{st | held_queries: [{from, q} | st.held_queries]}}
 
   def handle_call({:subscribe, pid}, _from, st), do: {:reply, :ok, Subscribers.add(st, pid)}
+
+  # Another node's mirror of this zone (Overworld.Zone.Mirror): the workers send it their
+  # part of every tick they publish.
+  def handle_call({:mirror, pid}, _from, %State{config: %Config{wire: w}} = st) when w != nil do
+    table = st.config.shared.wire
+    mirrors = Wire.mirrors(table)
+
+    # (A server that replaced a dead one watches the mirrors that subscribe again.)
+    Process.monitor(pid)
+    unless pid in mirrors, do: Wire.put_mirrors(table, [pid | mirrors])
+
+    {:reply, {:ok, st.workers}, st}
+  end
+
   def handle_call({:unsubscribe, pid}, _from, st), do: {:reply, :ok, Subscribers.remove(st, pid)}
 
   def handle_call(:info, _from, st) do
@@ -495,6 +510,14 @@ defmodule Overworld.Zone.Server do
 
       Subscribers.member?(st, pid) ->
         {:noreply, Subscribers.remove(st, pid)}
+
+      st.config.wire != nil and pid in Wire.mirrors(st.config.shared.wire) ->
+        Wire.put_mirrors(
+          st.config.shared.wire,
+          List.delete(Wire.mirrors(st.config.shared.wire), pid)
+        )
+
+        {:noreply, st}
 
       true ->
         {:noreply, Actions.run(st, :handle_info, [msg, st.game])}

@@ -249,6 +249,7 @@ defmodule Overworld.Zone.Wire do
   ##   {{:pos, entity id}, x, y, n}                         an avatar's position after tick n
   ##   {{:ack, entity id}, seq}                             the newest input seq a tick consumed
   ##   {:newest, n}                                         the zone's last complete tick
+  ##   {:mirrors, [pid]}                                    mirrors on other nodes (below)
 
   @doc false
   # The zone's last tick whose blocks every worker published (the server, once the tick is done).
@@ -302,9 +303,14 @@ defmodule Overworld.Zone.Wire do
   @doc false
   # The positions of the owned entities (players' avatars) among a worker's cells (those before
   # `stop`: its stripe), at tick n.
+  # (Answers the rows written: a zone's mirrors get them too.)
   @spec put_positions(:ets.tid(), [{integer, [Overworld.Entity.t()]}], integer, non_neg_integer) ::
-          true
-  def put_positions(table, own, stop, n), do: :ets.insert(table, positions(own, stop, n, []))
+          [tuple]
+  def put_positions(table, own, stop, n) do
+    rows = positions(own, stop, n, [])
+    :ets.insert(table, rows)
+    rows
+  end
 
   defp positions([{k, es} | rest], stop, n, acc) when k < stop,
     do: positions(rest, stop, n, owned(es, n, acc))
@@ -373,6 +379,21 @@ defmodule Overworld.Zone.Wire do
   def forget_players(table, acks? \\ true) do
     :ets.match_delete(table, {{:pos, :_}, :_, :_, :_})
     if acks?, do: :ets.match_delete(table, {{:ack, :_}, :_}), else: true
+  end
+
+  @doc false
+  # The zone's mirrors on other nodes (`Overworld.Zone.Mirror`): each bucket worker sends
+  # them its part of every tick it publishes. Written by the zone server only.
+  @spec put_mirrors(:ets.tid(), [pid]) :: true
+  def put_mirrors(table, pids), do: :ets.insert(table, {:mirrors, pids})
+
+  @doc false
+  @spec mirrors(:ets.tid()) :: [pid]
+  def mirrors(table) do
+    case :ets.lookup(table, :mirrors) do
+      [{:mirrors, pids}] -> pids
+      [] -> []
+    end
   end
 
   @doc """
