@@ -199,9 +199,9 @@ defmodule Overworld.Session do
   # Our avatar is on its way into another zone of the world, which has its transfer: our
   # inputs go to that zone's slot from now (applied on the tick that adopts it); the rest
   # follows with `:overworld_moved`.
-  def handle_info({:overworld_arriving, _zone, entity, slot}, %{entity: entity} = st)
+  def handle_info({:overworld_arriving, zone, entity, slot}, %{entity: entity} = st)
       when entity != nil,
-      do: {:noreply, Hello.arriving(st, slot)}
+      do: {:noreply, Hello.arriving(st, Overworld.Zone.slot_here(zone, slot))}
 
   def handle_info({:overworld_arriving, _zone, _entity, _slot}, st), do: {:noreply, st}
 

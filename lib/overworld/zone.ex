@@ -464,6 +464,21 @@ defmodule Overworld.Zone do
     end
   end
 
+  @doc false
+  # A slot a zone gave (its own tables), as a session on this node writes it: on another node,
+  # through this node's mirror of the zone.
+  @spec slot_here(zone, input_slot) :: input_slot
+  def slot_here(zone, {_, id} = slot) do
+    case config(zone) do
+      %Config{shared: %{mirror: m, inputs: inputs}} when m != nil ->
+        Inputs.route(inputs, id, 0)
+        {inputs, id}
+
+      _ ->
+        slot
+    end
+  end
+
   @doc "Writes an input into a player's slot (see `input/4`): two ETS writes at most."
   @spec put_input(input_slot, term, non_neg_integer | nil) :: :ok
   def put_input({inputs, id}, input, seq \\ nil) do

@@ -270,6 +270,17 @@ defmodule Overworld.Zone.Bucket do
     {:noreply, st}
   end
 
+  # After a load step: those of the ids loaded here are ours read-only for one more tick
+  # (handed to a neighbour at the end of the loaded tick: Overworld.Zone.Recovery).
+  def handle_info({:departed, epoch, ids}, %{epoch: epoch} = st) do
+    wanted = Map.new(ids, &{&1, true})
+
+    mine =
+      for {_k, l} <- own_pairs(st), e <- l, is_map_key(wanted, entity(e, :id)), do: entity(e, :id)
+
+    {:noreply, %{st | departed: Map.merge(st.departed, Map.new(mine, &{&1, true}))}}
+  end
+
   # Jobs asked for between ticks (a snapshot of a zone being released: Overworld.Zone.Release).
   def handle_info({:jobs_now, epoch, jobs}, %{epoch: epoch} = st) do
     run_jobs(%{st | jobs: jobs})

@@ -77,6 +77,18 @@ defmodule Overworld.Zone.Dispatch do
     %{st | spawns: [], despawns: [], running: running}
   end
 
+  @doc """
+  After a load step (a recovery from the store): the entities the zone handed to a neighbour
+  at the end of the loaded tick, which its workers hold read-only for one more tick.
+  """
+  @spec departed(State.t(), [pos_integer]) :: :ok
+  def departed(_st, []), do: :ok
+
+  def departed(st, ids) do
+    for pid <- Tuple.to_list(st.workers), do: send(pid, {:departed, st.epoch, ids})
+    :ok
+  end
+
   # An entity spawned and despawned before the same tick (a player that joined and left)
   # never appears.
   defp unborn(spawns, []), do: spawns

@@ -266,17 +266,18 @@ defmodule Overworld.Zone.Recovery do
       # again (the neighbour adopts a transfer once); they are not ours.
       # (And those handed over at the end of the snapshot's tick, which it still holds,
       # whether acknowledged since or not; unless they came back.)
-      handed =
-        for({_tid, {_to, _at, e}} <- base.world.pending, do: entity(e, :id)) ++
-          MapSet.to_list(base.world.handed)
+      # Those handed at the end of the snapshot's tick are still in its cells at that tick:
+      # loaded, read-only (`departed` in their worker: shown to game code as shadows, never
+      # computed again), as the zone had them then; so a zone released to another node
+      # (`Overworld.Zone.Release`) goes on exactly where it stopped.
+      departing = MapSet.to_list(base.world.handed)
 
-      entities =
-        base.entities
-        |> Map.drop(base.despawns ++ handed)
-        |> Map.values()
-        |> Enum.sort_by(&entity(&1, :id))
+      handed = for({_tid, {_to, _at, e}} <- base.world.pending, do: entity(e, :id)) -- departing
 
-      held = MapSet.new(entities, &entity(&1, :id))
+      kept = Map.drop(base.entities, base.despawns ++ handed)
+      departed = Enum.filter(departing, &is_map_key(kept, &1))
+      entities = kept |> Map.values() |> Enum.sort_by(&entity(&1, :id))
+      held = MapSet.new(entities, &entity(&1, :id)) |> MapSet.difference(MapSet.new(departed))
 
       players =
         for {p, id} <- base.players, MapSet.member?(held, id), reduce: %Players{} do
@@ -324,6 +325,7 @@ defmodule Overworld.Zone.Recovery do
       arm_orphans(st)
       st = Subscribers.restore(st)
       st = st |> Dispatch.tick(base.tick, false) |> Server.await_load()
+      Dispatch.departed(st, departed)
       {:ok, st, :store}
     end
   end

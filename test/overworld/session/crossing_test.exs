@@ -14,7 +14,7 @@ defmodule Overworld.Session.CrossingTest do
   @moduletag timeout: 120_000
 
   setup ctx do
-    name = {__MODULE__, make_ref()}
+    {name, peer} = if ctx[:cluster], do: cluster_name(), else: {{__MODULE__, make_ref()}, nil}
     clock = Map.get(ctx, :clock, :realtime)
 
     opts =
@@ -26,7 +26,7 @@ defmodule Overworld.Session.CrossingTest do
         clock: clock
       )
 
-    start_supervised!(World.child_spec({Game, opts}))
+    if peer, do: spread(peer, name, opts), else: start_supervised!(World.child_spec({Game, opts}))
 
     {:ok, _} =
       :global.trans({ServerCase, :secret}, fn ->
@@ -51,48 +51,53 @@ defmodule Overworld.Session.CrossingTest do
     %{world: name, server: %{port: Overworld.Server.port(server)}}
   end
 
-  test "a player crosses into the other zone on the same connection", %{world: world} = ctx do
-    {player, user, from} = join(ctx)
-    assert Zone.info(from).players[user]
-    # Walk toward the other zone (the border lies in the middle of the world).
-    mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
+  for cluster <- [false, true] do
+    @tag cluster: cluster
+    test "a player crosses into the other zone on the same connection#{if cluster, do: ", the zones on two nodes"}",
+         %{world: world} = ctx do
+      {player, user, from} = join(ctx)
+      assert Zone.info(from).players[user]
+      # Walk toward the other zone (the border lies in the middle of the world).
+      mx = if elem(from, 1) == {0, 0}, do: 127, else: -127
 
-    result =
-      walk(player, %{
-        mx: mx,
-        seq: 0,
-        acks: [],
-        frames: 0,
-        crossed: nil,
-        world: world,
-        from: from,
-        ticks: [],
-        resets: 0,
-        missing: []
-      })
+      result =
+        walk(player, %{
+          mx: mx,
+          seq: 0,
+          acks: [],
+          frames: 0,
+          crossed: nil,
+          world: world,
+          from: from,
+          ticks: [],
+          resets: 0,
+          missing: []
+        })
 
-    assert result.crossed, "the avatar never crossed (#{result.frames} frames)"
-    to = World.zone_for(world, user)
-    assert to != from
-    # The player is the other zone's now, once in the world; its entity kept its id.
-    assert Zone.info(to).players[user] == player.entity
-    refute Zone.info(from).players[user]
-    ids = World.entities(world) |> Enum.map(&entity(&1, :id))
-    assert Enum.count(ids, &(&1 == player.entity)) == 1
-    # Acknowledgements only went up, and kept coming after the crossing.
-    assert result.acks == Enum.sort(result.acks)
-    {_frame, seq_at_crossing} = result.crossed
-    assert Enum.max(result.acks) > seq_at_crossing
-    # The client still sees itself, in the new zone's frames; it saw itself in every frame
-    # since the third, across the crossing; the frames' ticks only went up, and none started
-    # the view over (baseline 0) after the first.
-    assert Map.has_key?(Snapshot.View.entities(result.view), player.entity)
-    assert result.missing == []
-    assert result.ticks == Enum.sort(Enum.uniq(result.ticks))
-    assert result.resets == 1
-    # Every reliable message reached the zone that had the avatar, in order, once.
-    sent = for seq <- 1..result.seq, do: "e#{seq}"
-    ServerCase.eventually(fn -> events(from, user) ++ events(to, user) == sent end)
+      assert result.crossed, "the avatar never crossed (#{result.frames} frames)"
+      to = World.zone_for(world, user)
+      assert to != from
+      if ctx[:cluster], do: assert(node(Zone.whereis(from)) != node(Zone.whereis(to)))
+      # The player is the other zone's now, once in the world; its entity kept its id.
+      assert Zone.info(to).players[user] == player.entity
+      refute Zone.info(from).players[user]
+      ids = World.entities(world) |> Enum.map(&entity(&1, :id))
+      assert Enum.count(ids, &(&1 == player.entity)) == 1
+      # Acknowledgements only went up, and kept coming after the crossing.
+      assert result.acks == Enum.sort(result.acks)
+      {_frame, seq_at_crossing} = result.crossed
+      assert Enum.max(result.acks) > seq_at_crossing
+      # The client still sees itself, in the new zone's frames; it saw itself in every frame
+      # since the third, across the crossing; the frames' ticks only went up, and none started
+      # the view over (baseline 0) after the first.
+      assert Map.has_key?(Snapshot.View.entities(result.view), player.entity)
+      assert result.missing == []
+      assert result.ticks == Enum.sort(Enum.uniq(result.ticks))
+      assert result.resets == 1
+      # Every reliable message reached the zone that had the avatar, in order, once.
+      sent = for seq <- 1..result.seq, do: "e#{seq}"
+      ServerCase.eventually(fn -> events(from, user) ++ events(to, user) == sent end)
+    end
   end
 
   # (Manual clock: between two ticks of the world, an avatar handed away at the end of the
@@ -148,6 +153,33 @@ defmodule Overworld.Session.CrossingTest do
     ServerCase.eventually(fn -> events(to, user) == expected end)
     assert events(from, user) == ["e1"]
     assert Zone.player_entity(to, user) == player.entity
+  end
+
+  # (Tagged :cluster) this node and a peer in a cluster, and a world name that puts one of its
+  # two zones on each (a zone's home follows from its id).
+  defp cluster_name do
+    [{_, a}] = Overworld.Test.Cluster.start_peers(1)
+    config = %Overworld.Cluster.Config{nodes: [node(), a]}
+    for n <- [node(), a], do: {:ok, _} = :erpc.call(n, Overworld.Cluster, :join, [config])
+    two = Enum.sort([node(), a])
+    Overworld.Test.Cluster.eventually(fn -> Overworld.Cluster.nodes() == two end)
+
+    name =
+      Stream.repeatedly(fn -> {__MODULE__, make_ref()} end)
+      |> Enum.find(fn name ->
+        homes = for z <- [{0, 0}, {1, 0}], do: Overworld.Cluster.home({name, z})
+        Enum.sort(homes) == two
+      end)
+
+    {name, a}
+  end
+
+  defp spread(a, name, opts) do
+    dir = fn n -> Path.join(DataDir.path(), "crossing-#{:erlang.phash2(name)}-#{n}") end
+    opts = opts ++ [cluster: true]
+    start_supervised!(World.child_spec({Game, opts ++ [data_dir: dir.(node())]}))
+    {:ok, _} = :erpc.call(a, Overworld, :start_world, [Game, opts ++ [data_dir: dir.(a)]])
+    Overworld.Test.Cluster.eventually(fn -> length(World.zones(name)) == 2 end)
   end
 
   # A player joined over a real socket: it, its user, its zone.

@@ -9,7 +9,7 @@ defmodule Overworld.World.PlacerTest do
   import Overworld.Entity, only: [entity: 2]
 
   alias Overworld.{Cluster, World, Zone}
-  alias Overworld.Cluster.Config
+  alias Overworld.Cluster.{Config, Placement}
   alias Overworld.Test.Crowd
 
   @crowd [clock: :manual, size: {240, 240}, cell_size: 12, args: [n: 600, side: 240]]
@@ -38,7 +38,18 @@ defmodule Overworld.World.PlacerTest do
     {:ok, _} = Overworld.start_zone(Crowd, [id: one, workers: 2] ++ @crowd)
     on_exit(fn -> Overworld.stop_zone(one) end)
 
-    name = {__MODULE__, :world}
+    # A world whose zones go to both nodes, and some of them to the third when it comes (a
+    # zone's home follows from its id and the nodes' names).
+    zones = fn name -> for c <- 0..1, r <- 0..1, do: {name, {c, r}} end
+
+    spread? = fn name, nodes ->
+      MapSet.new(zones.(name), &Placement.home(&1, nodes)) == MapSet.new(nodes)
+    end
+
+    name =
+      Stream.repeatedly(fn -> {__MODULE__, make_ref()} end)
+      |> Enum.find(&(spread?.(&1, [node(), a]) and spread?.(&1, [node(), a, b])))
+
     opts = [name: name, zones: {2, 2}, workers: 1, cluster: true] ++ @crowd
 
     start = fn n ->
@@ -50,7 +61,7 @@ defmodule Overworld.World.PlacerTest do
     start.(a)
     on_exit(fn -> Overworld.stop_world(name) end)
 
-    zones = for c <- 0..1, r <- 0..1, do: {name, {c, r}}
+    zones = zones.(name)
     eventually(fn -> length(World.zones(name)) == 4 and homes_kept?(zones) end)
 
     assert Enum.sort(Enum.uniq(for z <- zones, do: node(Zone.whereis(z)))) ==
