@@ -10,7 +10,19 @@ defmodule Overworld.Accounts do
     * `:overworld_users` — `{:overworld_users, user_id, device_id, created_at}`, `created_at` in
       unix seconds
 
-  A user id is 16 random bytes written as 32 lowercase hex characters.
+  A user id is 16 random bytes written as 32 lowercase hex characters. A third table,
+  `:overworld_shared` (`{:overworld_shared, key, value}`), holds what every node of a cluster
+  shares: the token signing secret (`shared_secret/1`).
+
+  **In a cluster** (`Overworld.Cluster.join/2`) the tables are replicated to every node, each
+  a `disc_copies` replica: a node whose data directory has no Mnesia schema yet, and whose
+  configured cluster already runs the accounts, joins them (`extra_db_nodes`, its schema and
+  every table copied to its disc) instead of making a database of its own; a node that
+  already has one opens it, and Mnesia reconnects it to the nodes of its schema. Starts are
+  serialized across the cluster (`:global.trans/3` over the configured nodes), so two fresh
+  nodes never make two databases. A token issued by one node is accepted by all: they sign
+  with the secret the first node put in `:overworld_shared`. When a partition heals, the
+  majority's copy wins (`Overworld.Accounts.Heal`).
 
   Mnesia is an included application of `:overworld`: it is loaded but not started with it.
   `start/1` starts it in a data directory and makes the tables; call it before the other
@@ -18,10 +30,17 @@ defmodule Overworld.Accounts do
   one.
   """
 
+  require Logger
+
   @devices :overworld_devices
   @users :overworld_users
-  @tables [@devices, @users]
-  @attributes %{@devices => [:device_id, :user_id], @users => [:user_id, :device_id, :created_at]}
+  @shared :overworld_shared
+  @tables [@devices, @users, @shared]
+  @attributes %{
+    @devices => [:device_id, :user_id],
+    @users => [:user_id, :device_id, :created_at],
+    @shared => [:key, :value]
+  }
   @wait_timeout 10_000
 
   @typedoc "A user id: 32 lowercase hex characters."
@@ -44,24 +63,115 @@ defmodule Overworld.Accounts do
   @spec start(Path.t()) :: :ok | {:error, term}
   def start(dir) do
     dir = Path.expand(dir)
-    :global.trans({{__MODULE__, :start}, self()}, fn -> start_locked(dir) end, [node()])
+    peers = cluster_peers()
+    # (Serialized over this node and its connected configured peers: of two fresh nodes
+    # starting at once, the second finds the first's accounts running and joins them.)
+    :global.trans({{__MODULE__, :start}, self()}, fn -> start_locked(dir, peers) end, [
+      node() | peers
+    ])
   end
 
-  defp start_locked(dir) do
+  defp start_locked(dir, peers) do
     if :mnesia.system_info(:is_running) == :yes do
       current = :mnesia.system_info(:directory) |> to_string() |> Path.expand()
       if current == dir, do: ensure_tables(), else: {:error, {:data_dir_in_use, current}}
     else
+      running = Enum.filter(peers, &running?/1)
+      # A data directory without a schema joins the cluster's accounts when they run.
+      join? = not File.exists?(Path.join(dir, "schema.DAT")) and running != []
+
       with :ok <- File.mkdir_p(dir),
            :ok <- load_mnesia(),
            :ok <- Application.put_env(:mnesia, :dir, String.to_charlist(dir)),
            # Bursts of first authentications (thousands per second) write the transaction
            # log faster than the default threshold of 1,000 records dumps it.
            :ok <- Application.put_env(:mnesia, :dump_log_write_threshold, 50_000),
-           :ok <- create_schema(),
-           :ok <- start_mnesia() do
+           :ok <- if(join?, do: :ok, else: create_schema()),
+           :ok <- start_mnesia(),
+           :ok <- if(join?, do: join(running), else: :ok) do
+        apart(running)
+        Overworld.Accounts.Heal.watch()
         ensure_tables()
       end
+    end
+  end
+
+  # The configured nodes of this node's cluster that are connected (none for a node of its
+  # own).
+  defp cluster_peers do
+    case Overworld.Cluster.configured() do
+      nil -> []
+      nodes -> Enum.filter(nodes, &(&1 in Node.list()))
+    end
+  end
+
+  @doc false
+  # Whether the accounts run on `node` (Mnesia started and the tables made).
+  @spec running?(node) :: boolean
+  def running?(node \\ node()) do
+    :erpc.call(
+      node,
+      fn ->
+        :mnesia.system_info(:is_running) == :yes and @users in :mnesia.system_info(:tables)
+      end,
+      5_000
+    )
+  catch
+    _, _ -> false
+  end
+
+  # Mnesia started on an empty schema: it connects to the running nodes, which hand it the
+  # schema, and keeps the schema on its disc (the tables follow in ensure_tables/0).
+  defp join(running) do
+    with {:ok, [_ | _]} <- :mnesia.change_config(:extra_db_nodes, running),
+         {:atomic, :ok} <- :mnesia.change_table_copy_type(:schema, node(), :disc_copies) do
+      :ok
+    else
+      {:ok, []} -> {:error, {:cannot_join_accounts, running}}
+      {:aborted, {:already_exists, :schema, _, :disc_copies}} -> :ok
+      {:aborted, reason} -> {:error, {:join_accounts, reason}}
+      {:error, reason} -> {:error, {:join_accounts, reason}}
+    end
+  end
+
+  # A node with a database of its own that Mnesia did not connect to the cluster's (it was
+  # made apart, for example before the node was configured into the cluster) keeps it, and
+  # says so: an operator merges by starting it on an empty data directory.
+  defp apart([]), do: :ok
+
+  defp apart(running) do
+    unless Enum.any?(running, &(&1 in :mnesia.system_info(:running_db_nodes))) do
+      Logger.warning(
+        "accounts: this node has a database of its own, apart from the cluster's on " <>
+          "#{inspect(running)}: start it with an empty data directory to join theirs"
+      )
+    end
+
+    :ok
+  end
+
+  @doc """
+  The token signing secret every node of the cluster uses: the one already shared, or, the
+  first time, `local` (this node's own, from its data directory), which becomes the shared one
+  (one transaction: of nodes starting at once, one secret wins). A single node shares it with
+  nobody and keeps its own.
+  """
+  @spec shared_secret(binary) :: {:ok, binary} | {:error, term}
+  def shared_secret(local) when is_binary(local) do
+    fun = fn ->
+      case :mnesia.read(@shared, :token_secret, :write) do
+        [{@shared, :token_secret, secret}] ->
+          secret
+
+        [] ->
+          :ok = :mnesia.write({@shared, :token_secret, local})
+          local
+      end
+    end
+
+    case :mnesia.transaction(fun) do
+      {:atomic, secret} -> {:ok, secret}
+      {:aborted, reason} -> {:error, {:shared_secret, reason}}
     end
   end
 
@@ -108,7 +218,7 @@ defmodule Overworld.Accounts do
 
       {:aborted, {:already_exists, ^table}} ->
         case :mnesia.table_info(table, :attributes) do
-          ^attributes -> {:cont, :ok}
+          ^attributes -> local_copy(table)
           other -> {:halt, {:error, {:table_attributes, table, other}}}
         end
 
@@ -117,24 +227,45 @@ defmodule Overworld.Accounts do
     end
   end
 
+  # A table made by another node of the cluster: this node keeps a copy on its disc too.
+  defp local_copy(table) do
+    if node() in :mnesia.table_info(table, :disc_copies) do
+      {:cont, :ok}
+    else
+      case :mnesia.add_table_copy(table, node(), :disc_copies) do
+        {:atomic, :ok} -> {:cont, :ok}
+        {:aborted, {:already_exists, ^table, _}} -> {:cont, :ok}
+        {:aborted, reason} -> {:halt, {:error, {:add_table_copy, table, reason}}}
+      end
+    end
+  end
+
   @doc """
   Finds the user of a device id, or creates one the first time the device id is seen.
 
   The lookup and the creation are one transaction: concurrent first calls for a device id make
   one account, and all of them answer its user id (`created: true` for exactly one of them).
-  `{:error, {:aborted, reason}}` reports a failed transaction (for example, Mnesia not started).
+  `{:error, {:aborted, reason}}` reports a failed transaction (for example, Mnesia not started);
+  `{:error, :no_quorum}` a node of a cluster that sees no majority of it (`Overworld.Cluster.quorate?/2`).
   """
   @spec authenticate_device(term) ::
           {:ok, %{user_id: user_id, created: boolean}}
-          | {:error, :invalid_device_id | {:aborted, term}}
+          | {:error, :invalid_device_id | :no_quorum | {:aborted, term}}
   def authenticate_device(device_id) do
-    if valid_device_id?(device_id) do
-      case :mnesia.transaction(fn -> find_or_create(device_id) end) do
-        {:atomic, {user_id, created}} -> {:ok, %{user_id: user_id, created: created}}
-        {:aborted, reason} -> {:error, {:aborted, reason}}
-      end
-    else
-      {:error, :invalid_device_id}
+    cond do
+      not valid_device_id?(device_id) ->
+        {:error, :invalid_device_id}
+
+      # (A node cut off from the majority of its cluster makes no account: the majority's
+      # copy wins when the partition heals, and one made here would be lost.)
+      not Overworld.Cluster.quorate?() ->
+        {:error, :no_quorum}
+
+      true ->
+        case :mnesia.transaction(fn -> find_or_create(device_id) end) do
+          {:atomic, {user_id, created}} -> {:ok, %{user_id: user_id, created: created}}
+          {:aborted, reason} -> {:error, {:aborted, reason}}
+        end
     end
   end
 

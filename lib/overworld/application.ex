@@ -10,7 +10,9 @@ defmodule Overworld.Application do
          keys: :unique, name: Overworld.Registry, partitions: System.schedulers_online()},
         {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Zones},
         # This node's mirrors of zones running on other nodes (Overworld.Zone.Mirror).
-        {DynamicSupervisor, name: Overworld.Mirrors, strategy: :one_for_one}
+        {DynamicSupervisor, name: Overworld.Mirrors, strategy: :one_for_one},
+        # The accounts' partition policy (idle until Overworld.Accounts.start/1).
+        Overworld.Accounts.Heal
       ] ++ Overworld.Cluster.child_specs()
 
     Supervisor.start_link(children, strategy: :one_for_one, name: Overworld.Supervisor)

@@ -103,8 +103,14 @@ defmodule Overworld.Cluster do
   def configured, do: :persistent_term.get({__MODULE__, :configured}, nil)
 
   @doc false
-  # (Written by the member process at each attempt to connect; only when it changed.)
-  @spec put_configured([node]) :: :ok
+  # (Written by the member process at each attempt to connect, only when it changed; nil
+  # when it leaves the cluster.)
+  @spec put_configured([node] | nil) :: :ok
+  def put_configured(nil) do
+    _ = :persistent_term.erase({__MODULE__, :configured})
+    :ok
+  end
+
   def put_configured(nodes) do
     if configured() != nodes, do: :persistent_term.put({__MODULE__, :configured}, nodes)
     :ok
@@ -134,4 +140,12 @@ defmodule Overworld.Cluster do
       {:error, :not_alive}
     end
   end
+
+  @doc """
+  Leaves the configured cluster: this node stops connecting to the configured nodes and
+  forgets them, so it is a cluster of its own again (always quorate). Connections already
+  up stay up. For a node taken out of a cluster's configuration, and for tests.
+  """
+  @spec leave() :: :ok
+  def leave, do: Members.leave()
 end

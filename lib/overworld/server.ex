@@ -10,7 +10,9 @@ defmodule Overworld.Server do
 
   1. On start, accounts open in Mnesia (`disc_copies` under `:data_dir`, created on first
      boot; `Overworld.Accounts`) and the token signing secret is read from
-     `<data_dir>/secret` (made on first boot, mode 0600) unless `:secret` is given.
+     `<data_dir>/secret` (made on first boot, mode 0600) unless `:secret` is given; in a
+     cluster, every node signs with the secret the first one shared
+     (`Overworld.Accounts.shared_secret/1`).
   2. `:acceptors` processes accept connections on the listening socket; each connection gets
      its own process under a partitioned supervisor (no single supervisor or registry on the
      accept path). When `:max_connections` are open, or the process runs out of file
@@ -186,14 +188,14 @@ defmodule Overworld.Server do
   @impl true
   def init(o) do
     with :ok <- Overworld.Accounts.start(o.data_dir),
-         {:ok, secret} <- secret(o) do
+         {:ok, keys} <- keys(o) do
       config = %Config{
         name: o.name,
         ip: o.ip,
         acceptors: o.acceptors,
         max_connections: o.max_connections || default_max_connections(),
         data_dir: o.data_dir,
-        keys: [Overworld.Auth.Token.key(secret)],
+        keys: keys,
         zones: o.zones,
         default_zone: o.default_zone,
         max_message_size: o.max_message_size,
@@ -235,8 +237,18 @@ defmodule Overworld.Server do
     end
   end
 
-  defp secret(%{secret: s}) when is_binary(s), do: {:ok, s}
-  defp secret(%{data_dir: dir}), do: Overworld.Auth.Token.load_or_create_secret(dir)
+  # Tokens are signed with the first key. Without a `:secret`, the cluster's shared secret
+  # (`Overworld.Accounts.shared_secret/1`: a single node's own); this node's own one still
+  # verifies the tokens it issued before it joined a cluster.
+  defp keys(%{secret: s}) when is_binary(s), do: {:ok, [Overworld.Auth.Token.key(s)]}
+
+  defp keys(%{data_dir: dir}) do
+    with {:ok, local} <- Overworld.Auth.Token.load_or_create_secret(dir),
+         {:ok, shared} <- Overworld.Accounts.shared_secret(local) do
+      keys = Enum.uniq([shared, local])
+      {:ok, Enum.map(keys, &Overworld.Auth.Token.key/1)}
+    end
+  end
 
   defp default_max_connections do
     fds =

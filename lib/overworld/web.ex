@@ -108,6 +108,13 @@ defmodule Overworld.Web do
           "device_id must be 10 to 128 printable ASCII characters without spaces"
         )
 
+      {:error, :no_quorum} ->
+        error(
+          503,
+          "no_quorum",
+          "this node sees no majority of its cluster: try another node, or again shortly"
+        )
+
       {:error, other} ->
         Logger.error("accounts: device authentication failed: #{inspect(other)}")
         error(500, "internal", "account storage failed")

@@ -3,6 +3,7 @@ defmodule Overworld.AccountsTest do
   use ExUnit.Case, async: false
   doctest Overworld.Accounts
 
+  import Overworld.Test.Cluster, only: [eventually: 1]
   alias Overworld.Accounts
   alias Overworld.Test.DataDir
 
@@ -173,6 +174,130 @@ defmodule Overworld.AccountsTest do
 
       assert :mnesia.table_info(:overworld_users, :attributes) ==
                [:user_id, :device_id, :created_at]
+    end
+  end
+
+  describe "a cluster's accounts" do
+    @describetag :cluster
+    @describetag :tmp_dir
+
+    test "a node joining gets every table on its disc and the accounts made before; a token issued by one node is accepted by another",
+         %{tmp_dir: tmp} do
+      [{_, a}, {_, b}] = Overworld.Test.Cluster.start_peers(2)
+      config = %Overworld.Cluster.Config{nodes: [a, b]}
+      for n <- [a, b], do: {:ok, _} = :erpc.call(n, Overworld.Cluster, :join, [config])
+      dir = fn n -> Path.join(tmp, "#{n}") end
+
+      assert :erpc.call(a, Accounts, :start, [dir.(a)]) == :ok
+      {:ok, %{user_id: before}} = :erpc.call(a, Accounts, :authenticate_device, [device_id()])
+
+      # b starts with an empty directory: it joins a's accounts.
+      assert :erpc.call(b, Accounts, :start, [dir.(b)]) == :ok
+
+      for t <- [:overworld_devices, :overworld_users, :overworld_shared] do
+        copies = :erpc.call(b, :mnesia, :table_info, [t, :disc_copies])
+        assert Enum.sort(copies) == Enum.sort([a, b]), "#{t}: #{inspect(copies)}"
+      end
+
+      assert {:ok, %{user_id: ^before}} = :erpc.call(b, Accounts, :get_user, [before])
+      id = device_id()
+
+      {:ok, %{user_id: made_on_b, created: true}} =
+        :erpc.call(b, Accounts, :authenticate_device, [id])
+
+      assert :erpc.call(a, Accounts, :authenticate_device, [id]) ==
+               {:ok, %{user_id: made_on_b, created: false}}
+
+      # On b's disc too (its own copy, not only a's).
+      assert File.exists?(Path.join(dir.(b), "schema.DAT"))
+
+      # Each node's server: a's token opens a session on b.
+      ports =
+        for n <- [a, b] do
+          opts = [
+            name: :accounts_cluster_server,
+            port: 0,
+            acceptors: 1,
+            data_dir: dir.(n),
+            zones: %{}
+          ]
+
+          {n, :erpc.call(n, Overworld.Test.Cluster, :start_server, [opts])}
+        end
+        |> Map.new()
+
+      {:ok, %{"token" => token}} =
+        Overworld.Client.authenticate_device("127.0.0.1", ports[a], device_id())
+
+      {:ok, conn} = Overworld.Client.connect("127.0.0.1", ports[b], "/ws")
+
+      :ok =
+        Overworld.Client.send_msg(conn, %{
+          type: :hello,
+          version: Overworld.Protocol.version(),
+          token: token
+        })
+
+      assert {%{type: :handshake}, _} = Overworld.Test.ServerCase.recv_msg(conn)
+    end
+
+    test "a partition heals with the majority's copy: the minority makes no account meanwhile, and reloads",
+         %{tmp_dir: tmp} do
+      # No connection but those asked for (a partition stays one until it is healed here).
+      never = [~c"-connect_all", ~c"false", ~c"-kernel", ~c"dist_auto_connect", ~c"never"]
+      [{_, a}, {_, b}, {_, c}] = Overworld.Test.Cluster.start_peers(3, never)
+      config = %Overworld.Cluster.Config{nodes: [a, b, c]}
+
+      for n <- [a, b, c],
+          do: {:ok, _} = :erpc.call(n, Overworld.Cluster, :join, [config, [retry: 600_000]])
+
+      for n <- [a, b, c], do: :ok = :erpc.call(n, Accounts, :start, [Path.join(tmp, "#{n}")])
+      {:ok, %{user_id: u0}} = :erpc.call(c, Accounts, :authenticate_device, [d0 = device_id()])
+
+      # c is cut off from a and b.
+      for n <- [a, b], do: true = :erpc.call(c, Node, :disconnect, [n])
+
+      eventually(fn ->
+        :erpc.call(c, :mnesia, :system_info, [:running_db_nodes]) == [c] and
+          length(:erpc.call(a, :mnesia, :system_info, [:running_db_nodes])) == 2
+      end)
+
+      eventually(fn -> not :erpc.call(c, Overworld.Cluster, :quorate?, []) end)
+      assert :erpc.call(c, Accounts, :authenticate_device, [device_id()]) == {:error, :no_quorum}
+      {:ok, %{user_id: u1}} = :erpc.call(a, Accounts, :authenticate_device, [d1 = device_id()])
+      # (What c wrote in the moment before it saw the partition: a write of its own copy.)
+      :ok = :erpc.call(c, :mnesia, :dirty_write, [{:overworld_devices, d2 = device_id(), "lost"}])
+
+      # Healed: c takes the majority's copy.
+      for n <- [a, b], do: true = :erpc.call(c, Node, :connect, [n])
+      eventually(fn -> :erpc.call(c, Overworld.Accounts.Heal, :reloads, []) == 1 end)
+
+      :ok =
+        :erpc.call(c, :mnesia, :wait_for_tables, [[:overworld_devices, :overworld_users], 10_000])
+
+      for n <- [a, b, c] do
+        assert :erpc.call(n, :mnesia, :dirty_read, [:overworld_devices, d0]) == [
+                 {:overworld_devices, d0, u0}
+               ]
+
+        assert :erpc.call(n, :mnesia, :dirty_read, [:overworld_devices, d1]) == [
+                 {:overworld_devices, d1, u1}
+               ]
+
+        assert :erpc.call(n, :mnesia, :dirty_read, [:overworld_devices, d2]) == []
+      end
+
+      # The majority kept its copy; one cluster again, every node writing.
+      assert :erpc.call(a, Overworld.Accounts.Heal, :reloads, []) == 0
+
+      assert Enum.sort(:erpc.call(c, :mnesia, :system_info, [:running_db_nodes])) ==
+               Enum.sort([a, b, c])
+
+      {:ok, %{user_id: u3}} = :erpc.call(c, Accounts, :authenticate_device, [d3 = device_id()])
+
+      assert :erpc.call(a, :mnesia, :dirty_read, [:overworld_devices, d3]) == [
+               {:overworld_devices, d3, u3}
+             ]
     end
   end
 end

@@ -18,6 +18,7 @@ defmodule Overworld.ClusterTest do
     assert Enum.sort(connected) == Enum.sort([node(), b])
     assert b in :erpc.call(a, Node, :list, [])
     for n <- [b, node()], do: {:ok, _} = :erpc.call(n, Cluster, :join, [config])
+    on_exit(&Cluster.leave/0)
 
     all = Enum.sort([node(), a, b])
     eventually(fn -> Enum.all?([node(), a, b], &(:erpc.call(&1, Cluster, :nodes, []) == all)) end)
@@ -43,6 +44,12 @@ defmodule Overworld.ClusterTest do
     {_, ^late_node} = Overworld.Test.Cluster.start_peer(late, no_transitive)
     eventually(fn -> late_node in :erpc.call(a, Cluster, :nodes, []) end)
     assert late_node in :erpc.call(a, Node, :list, [])
+
+    # Leaving: the configured nodes are forgotten, a node of its own is quorate.
+    assert :erpc.call(a, Cluster, :configured, []) == [a, late_node]
+    assert :ok = :erpc.call(a, Cluster, :leave, [])
+    assert :erpc.call(a, Cluster, :configured, []) == nil
+    assert :erpc.call(a, Cluster, :quorate?, [[a]]) == true
 
     assert_raise ArgumentError, ~r/expected :retry to be a positive integer/, fn ->
       Cluster.join(config, retry: 0)

@@ -19,6 +19,10 @@ defmodule Overworld.Cluster.Members do
   @spec drain() :: :ok
   def drain, do: GenServer.call(__MODULE__, :drain)
 
+  @doc false
+  @spec leave() :: :ok
+  def leave, do: GenServer.call(__MODULE__, :leave)
+
   @impl true
   def init(nil) do
     :ok = :pg.join(Overworld.Cluster.scope(), :members, self())
@@ -31,6 +35,12 @@ defmodule Overworld.Cluster.Members do
     :ok = :pg.join(scope, :draining, self())
     _ = :pg.leave(scope, :members, self())
     {:reply, :ok, st}
+  end
+
+  def handle_call(:leave, _from, st) do
+    if st.timer, do: Process.cancel_timer(st.timer)
+    Overworld.Cluster.put_configured(nil)
+    {:reply, :ok, %{st | config: nil, retry: nil, timer: nil}}
   end
 
   def handle_call({:join, config, retry}, _from, st) do

@@ -114,6 +114,9 @@ defmodule Mix.Tasks.Overworld.ServerTest do
   test "a cluster in the environment: joined before the zones start; a bad setting is one line" do
     # (This test node runs distributed: it joins a cluster of itself and a peer.)
     [{_, peer}] = Overworld.Test.Cluster.start_peers(1)
+    # (It leaves that cluster afterwards: the peer stops, and a node of a two-node cluster
+    # that sees only itself has no majority.)
+    on_exit(&Overworld.Cluster.leave/0)
 
     with_env(%{"OVERWORLD_NODES" => "#{node()},#{peer}"}, fn ->
       out =

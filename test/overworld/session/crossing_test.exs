@@ -161,6 +161,7 @@ defmodule Overworld.Session.CrossingTest do
     [{_, a}] = Overworld.Test.Cluster.start_peers(1)
     config = %Overworld.Cluster.Config{nodes: [node(), a]}
     for n <- [node(), a], do: {:ok, _} = :erpc.call(n, Overworld.Cluster, :join, [config])
+    on_exit(&Overworld.Cluster.leave/0)
     two = Enum.sort([node(), a])
     Overworld.Test.Cluster.eventually(fn -> Overworld.Cluster.nodes() == two end)
 

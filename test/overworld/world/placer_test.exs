@@ -33,6 +33,7 @@ defmodule Overworld.World.PlacerTest do
     [{_, a}] = Overworld.Test.Cluster.start_peers(1)
     config = %Config{nodes: [node(), a, b]}
     for n <- [node(), a], do: {:ok, _} = :erpc.call(n, Cluster, :join, [config, [retry: 200]])
+    on_exit(&Cluster.leave/0)
 
     one = {__MODULE__, :one}
     {:ok, _} = Overworld.start_zone(Crowd, [id: one, workers: 2] ++ @crowd)
