@@ -54,6 +54,9 @@ defmodule Overworld.Names do
   @spec zone_store(term) :: key
   def zone_store(id), do: {:zone_store, id}
 
+  @spec replica(term) :: key
+  def replica(id), do: {:replica, id}
+
   @spec bucket(term, non_neg_integer) :: key
   def bucket(id, index), do: {:bucket, id, index}
 

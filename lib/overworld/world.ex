@@ -68,7 +68,10 @@ defmodule Overworld.World do
     (`Overworld.Cluster.Placement`); when a node joins or drains (`Overworld.Cluster.drain/0`),
     the zones whose home changes move with their state (a snapshot of their last tick and
     their journal), and a node that sees no majority of the configured nodes runs none. The
-    zones find their neighbours on any node. Default `false`: every zone on this node.
+    zones find their neighbours on any node. Default `false`: every zone on this node. With
+    more than one configured node the zones' `:durability` is `:replicated` unless given:
+    each zone's files are copied as they are written to its replica node, where it restarts
+    when its node dies (docs/cluster.md).
   * any other option of `Overworld.Zone` (`:tick_rate`, `:clock`, `:workers`, `:wire`,
     `:args`, ...), the same for every zone; not `:id`, `:region`, `:id_space`, `:world`
 
@@ -106,7 +109,7 @@ defmodule Overworld.World do
   @doc false
   @spec child_spec({module, keyword}) :: Supervisor.child_spec()
   def child_spec({module, opts}) do
-    {name, specs} = zone_specs(module, opts)
+    {name, specs} = zone_specs(module, durability(opts))
 
     placed =
       case Keyword.get(opts, :cluster, false) do
@@ -131,6 +134,14 @@ defmodule Overworld.World do
       type: :supervisor,
       restart: :transient
     }
+  end
+
+  # A world over a cluster of more than one configured node replicates its zones' files.
+  defp durability(opts) do
+    if Keyword.get(opts, :cluster) == true and not Keyword.has_key?(opts, :durability) and
+         length(Overworld.Cluster.configured() || []) > 1,
+       do: Keyword.put(opts, :durability, :replicated),
+       else: opts
   end
 
   @doc """

@@ -116,6 +116,14 @@ defmodule Overworld.Zone do
   * `:snapshot_ticks` — a snapshot every this many ticks (default 300)
   * `:snapshot_ms` — and at least every this many milliseconds (default nil: ticks only)
   * `:commit_ms` — the journal's group commit interval (default 2)
+  * `:durability` — `:local` (default): a durable event is acknowledged once fsynced here;
+    `:replicated` (the zones of a world spread over a cluster, where it is the default with
+    more than one configured node): once fsynced here **and** on the zone's replica node, the
+    next in its rendezvous order, which keeps a copy of its files and is where it restarts if
+    this node dies (docs/cluster.md, "Surviving a node's loss")
+  * `:replica_timeout` — replicated: a durable event that no replica has acknowledged within
+    this many milliseconds never is (logged; `c:handle_durable/2` is not called) (default
+    5_000)
   * `:history` — ticks kept for time travel (default 300; 0 keeps none)
   * `:keyframe_ticks` — a keyframe of the history every this many ticks (default 30)
   * `:debug` — hashes every tick's state for replay checks and allows `rewind/2` (default false)

@@ -25,6 +25,21 @@ defmodule Overworld.Persistence.Journal do
   error is logged, and the writer exits with `{:shutdown, {:journal_failed, reason}}` (its
   owner opens a new file; a zone's store restarts).
 
+  ## Replication
+
+  With the option `:replica` every group commit also goes to a replica process (on another
+  node) before anyone hears of it: a waiter gets `{:journal_synced, ref, seq}` only once the
+  record is fsynced here **and** the replica answered that it fsynced it too. The writer asks
+  `replica.(current)` every 200 ms (`current`: the replica process, or nil) and the function
+  answers `:keep`, `{:ok, pid}` (a new replica, already seeded by the function with every
+  file of the journal's directory as it is: it is called in the writer with nothing pending,
+  so everything appended so far is in the seed) or `{:error, reason}` (none for now). Each
+  commit then goes as `{:journal_append, writer, file_name, offset, bytes, last_seq}`; the
+  replica answers `{:journal_replicated, replica, seq}`, or `{:journal_replica_refused,
+  replica, reason}` (the writer drops it and seeds one again). While no replica answers,
+  acknowledgements wait; a waiter still waiting after `:replica_timeout` ms gets
+  `{:journal_failed, ref, :no_replica}`: nothing is ever acknowledged on one copy.
+
   ## Reading
 
   `read/1` never raises: it answers the events of every valid record in order, and how the
@@ -56,6 +71,7 @@ defmodule Overworld.Persistence.Journal do
   alias Overworld.Persistence.Dir
 
   @header <<"OWJ", 1, 0, 0, 0, 0>>
+  @replica_check_ms 200
   @max_record 16 * 1024 * 1024
 
   @type t :: pid
@@ -85,14 +101,17 @@ defmodule Overworld.Persistence.Journal do
   @spec open(Path.t(), keyword) :: {:ok, t} | {:error, term}
   def open(path, opts \\ []) do
     o = Overworld.Options.validate!(opts, schema(), inspect(__MODULE__))
-    GenServer.start_link(__MODULE__, {path, o.commit_ms, o.sync})
+    GenServer.start_link(__MODULE__, {path, o})
   end
 
   defp schema do
     [
       commit_ms: {:non_neg_integer, 2},
       sync:
-        {{:custom, &(is_nil(&1) or is_function(&1, 1)), "nil or a function of one argument"}, nil}
+        {{:custom, &(is_nil(&1) or is_function(&1, 1)), "nil or a function of one argument"}, nil},
+      replica:
+        {{:custom, &(is_nil(&1) or is_function(&1, 1)), "nil or a function of one argument"}, nil},
+      replica_timeout: {:pos_integer, 5_000}
     ]
   end
 
@@ -152,6 +171,10 @@ defmodule Overworld.Persistence.Journal do
       timeout -> {:error, :timeout}
     end
   end
+
+  @doc "The replica process the commits go to (option `:replica`), or nil."
+  @spec replica(t) :: pid | nil
+  def replica(j), do: GenServer.call(j, :replica, 30_000)
 
   @doc "Writes and syncs what is pending now (every append made before the call)."
   @spec sync(t) :: :ok
@@ -236,24 +259,39 @@ defmodule Overworld.Persistence.Journal do
   ## Writer
 
   @impl true
-  def init({path, commit, sync}) do
+  def init({path, o}) do
     Process.flag(:trap_exit, true)
 
     case open_file(path) do
-      {:ok, io, seq} ->
+      {:ok, io, seq, size, _fresh} ->
+        if o.replica, do: send(self(), :replica_check)
+
         {:ok,
          %{
            io: io,
            path: path,
-           commit: commit,
-           sync: sync,
+           commit: o.commit_ms,
+           sync: o.sync,
            seq: seq,
+           size: size,
            pending: [],
            pending_n: 0,
            waiters: [],
            timer: nil,
            records: 0,
-           syncs: 0
+           syncs: 0,
+           # Replication (option :replica): the replica process and its monitor, the last
+           # seq it fsynced, the waiters synced here that wait for it (oldest first, with the
+           # time they were synced here), the bytes of the current file it holds, and those
+           # it still lacks (a new file's header).
+           replica: o.replica,
+           replica_timeout: o.replica_timeout,
+           rep: nil,
+           rep_mon: nil,
+           acked: 0,
+           held: [],
+           shipped: 0,
+           unshipped: []
          }}
 
       {:error, reason} ->
@@ -268,7 +306,7 @@ defmodule Overworld.Persistence.Journal do
          {:ok, _} <- :file.position(io, size),
          :ok <- :file.truncate(io),
          :ok <- header(io, path, size) do
-      {:ok, io, seq}
+      {:ok, io, seq, max(size, byte_size(@header)), size == 0}
     end
   end
 
@@ -317,6 +355,7 @@ defmodule Overworld.Persistence.Journal do
 
   def handle_call(:stats, _from, st), do: {:reply, %{records: st.records, syncs: st.syncs}, st}
   def handle_call(:sync, _from, st), do: {:reply, :ok, commit(st)}
+  def handle_call(:replica, _from, st), do: {:reply, st.rep, st}
 
   defp add(st, payload, pid, notify) do
     seq = st.seq + 1
@@ -340,10 +379,8 @@ defmodule Overworld.Persistence.Journal do
     {:noreply, arm(st)}
   end
 
-  def handle_info({:notify, pid, ref}, %{pending: []} = st) do
-    send(pid, {:journal_synced, ref, st.seq})
-    {:noreply, st}
-  end
+  def handle_info({:notify, pid, ref}, %{pending: []} = st),
+    do: {:noreply, synced(st, [{pid, ref, st.seq}])}
 
   def handle_info({:notify, pid, ref}, st),
     do: {:noreply, arm(%{st | waiters: [{pid, ref, st.seq} | st.waiters]})}
@@ -353,12 +390,37 @@ defmodule Overworld.Persistence.Journal do
     :file.close(st.io)
 
     case open_file(path) do
-      {:ok, io, _seq} -> {:noreply, %{st | io: io, path: path}}
-      {:error, reason} -> {:stop, {:roll_failed, path, reason}, st}
+      {:ok, io, _seq, size, fresh} ->
+        st = %{st | io: io, path: path, size: size, shipped: 0}
+
+        cond do
+          st.rep == nil -> {:noreply, st}
+          # The replica gets the new file's header at once (it creates the file).
+          fresh -> {:noreply, ship(%{st | unshipped: @header}, [])}
+          true -> {:noreply, drop_replica(st, :not_a_new_file)}
+        end
+
+      {:error, reason} ->
+        {:stop, {:roll_failed, path, reason}, st}
     end
   end
 
   def handle_info(:commit, st), do: {:noreply, commit(%{st | timer: nil})}
+
+  def handle_info({:journal_replicated, rep, seq}, %{rep: rep} = st),
+    do: {:noreply, release(%{st | acked: max(st.acked, seq)})}
+
+  def handle_info({:journal_replica_refused, rep, reason}, %{rep: rep} = st),
+    do: {:noreply, drop_replica(st, reason)}
+
+  def handle_info({:DOWN, mon, :process, _, reason}, %{rep_mon: mon} = st),
+    do: {:noreply, drop_replica(st, {:down, reason})}
+
+  def handle_info(:replica_check, st) do
+    Process.send_after(self(), :replica_check, @replica_check_ms)
+    {:noreply, st |> expire() |> find_replica()}
+  end
+
   def handle_info({:EXIT, _pid, reason}, st), do: {:stop, reason, st}
   def handle_info(_other, st), do: {:noreply, st}
 
@@ -382,9 +444,7 @@ defmodule Overworld.Persistence.Journal do
 
     case result do
       :ok ->
-        # In the order they were asked (the list is newest first).
-        for {pid, ref, seq} <- Enum.reverse(st.waiters),
-            do: send(pid, {:journal_synced, ref, seq})
+        :ok
 
       {:error, reason} ->
         # After a failed write or fsync the file can no longer be trusted (a torn record may
@@ -402,12 +462,88 @@ defmodule Overworld.Persistence.Journal do
 
     %{
       st
-      | pending: [],
+      | size: st.size + IO.iodata_length(st.pending),
+        pending: [],
         pending_n: 0,
         waiters: [],
         records: st.records + st.pending_n,
         syncs: st.syncs + 1
     }
+    |> ship(st.pending)
+    # In the order they were asked (the list is newest first).
+    |> synced(Enum.reverse(st.waiters))
+  end
+
+  # Waiters whose records are fsynced here: told now, or, replicated, once the replica has
+  # them too.
+  defp synced(%{replica: nil} = st, waiters) do
+    for {pid, ref, seq} <- waiters, do: send(pid, {:journal_synced, ref, seq})
+    st
+  end
+
+  defp synced(st, waiters) do
+    now = System.monotonic_time(:millisecond)
+    release(%{st | held: st.held ++ Enum.map(waiters, &Tuple.append(&1, now))})
+  end
+
+  defp release(st) do
+    {done, held} = Enum.split_while(st.held, fn {_, _, seq, _} -> seq <= st.acked end)
+    for {pid, ref, seq, _} <- done, do: send(pid, {:journal_synced, ref, seq})
+    %{st | held: held}
+  end
+
+  # A commit's bytes to the replica (with what of the file it lacks before them).
+  defp ship(%{rep: nil} = st, _bytes), do: st
+
+  defp ship(st, bytes) do
+    bin = IO.iodata_to_binary([st.unshipped | bytes])
+    send(st.rep, {:journal_append, self(), Path.basename(st.path), st.shipped, bin, st.seq})
+    %{st | shipped: st.shipped + byte_size(bin), unshipped: []}
+  end
+
+  defp drop_replica(%{rep: nil} = st, _reason), do: st
+
+  defp drop_replica(st, reason) do
+    Logger.warning("journal #{st.path}: replica #{inspect(st.rep)} dropped (#{inspect(reason)})")
+    Process.demonitor(st.rep_mon, [:flush])
+    %{st | rep: nil, rep_mon: nil}
+  end
+
+  # Waiters held longer than the replica timeout: never acknowledged on one copy.
+  defp expire(%{held: []} = st), do: st
+
+  defp expire(st) do
+    old = System.monotonic_time(:millisecond) - st.replica_timeout
+    {late, held} = Enum.split_while(st.held, fn {_, _, _, at} -> at <= old end)
+
+    if late != [] do
+      Logger.error(
+        "journal #{st.path}: no replica acknowledged #{length(late)} records within " <>
+          "#{st.replica_timeout} ms: they are not acknowledged"
+      )
+    end
+
+    for {pid, ref, _, _} <- late, do: send(pid, {:journal_failed, ref, :no_replica})
+    %{st | held: held}
+  end
+
+  # The replica function is asked with nothing pending: a new replica's seed (made by the
+  # function from the directory's files) holds every record appended so far.
+  defp find_replica(st) do
+    st = commit(st)
+
+    case st.replica.(st.rep) do
+      :keep ->
+        st
+
+      {:ok, pid} ->
+        st = drop_replica(st, :replaced)
+        st = %{st | rep: pid, rep_mon: Process.monitor(pid), shipped: st.size, unshipped: []}
+        release(%{st | acked: st.seq})
+
+      {:error, _reason} ->
+        st
+    end
   end
 
   # The commit's fsync: `:file.datasync/1` called directly, or the test hook `:sync` (once per

@@ -73,10 +73,16 @@ defmodule Overworld.Persistence.SnapshotFile do
   place.
   """
   @spec write(Path.t(), term) :: :ok | {:error, term}
-  def write(path, state) do
-    tmp = path <> ".tmp"
-    bytes = IO.iodata_to_binary(encode(state))
+  def write(path, state), do: install(path, IO.iodata_to_binary(encode(state)))
 
+  @doc """
+  Writes the bytes of an encoded snapshot (`encode/1`, or a file another node wrote) as
+  `write/2` does: the previous file kept, `:ok` once the new one is synced, verified and in
+  place.
+  """
+  @spec install(Path.t(), binary) :: :ok | {:error, term}
+  def install(path, bytes) when is_binary(bytes) do
+    tmp = path <> ".tmp"
     dir = Path.dirname(path)
 
     with :ok <- Dir.make(dir),

@@ -27,7 +27,7 @@ defmodule Overworld.World.Handover do
       |> Enum.sort()
       |> Enum.reduce_while({:ok, []}, fn name, {:ok, acc} ->
         case File.read(Path.join(dir, name)) do
-          {:ok, bytes} -> {:cont, {:ok, Enum.reverse(split(name, bytes, []), acc)}}
+          {:ok, bytes} -> {:cont, {:ok, split(name, bytes, acc)}}
           {:error, reason} -> {:halt, {:error, {name, reason}}}
         end
       end)
@@ -41,11 +41,27 @@ defmodule Overworld.World.Handover do
   defp zone_file?(name),
     do: name in ["snapshot", "snapshot.prev"] or String.starts_with?(name, "journal.")
 
-  defp split(name, bytes, acc) when byte_size(bytes) <= @chunk,
-    do: Enum.reverse([{name, bytes} | acc])
+  defp split(name, bytes, acc), do: Enum.reverse(Enum.map(split(bytes), &{name, &1}), acc)
 
-  defp split(name, <<part::binary-size(@chunk), rest::binary>>, acc),
-    do: split(name, rest, [{name, part} | acc])
+  @doc "Bytes in chunks of at most 256 KiB (one at least)."
+  @spec split(binary) :: [binary]
+  def split(bytes) when byte_size(bytes) <= @chunk, do: [bytes]
+  def split(<<part::binary-size(@chunk), rest::binary>>), do: [part | split(rest)]
+
+  @doc """
+  Sends chunks one call at a time (`message.(chunk)` to `server`, which answers `:ok`), so
+  that no more than one chunk is on the distribution link at once; stops at the first other
+  answer.
+  """
+  @spec call_each(GenServer.server(), [term], (term -> term)) :: :ok | term
+  def call_each(server, chunks, message) do
+    Enum.reduce_while(chunks, :ok, fn chunk, :ok ->
+      case GenServer.call(server, message.(chunk), 30_000) do
+        :ok -> {:cont, :ok}
+        error -> {:halt, error}
+      end
+    end)
+  end
 
   @doc "Adds a received chunk to the files so far (a map of names to chunks, newest first)."
   @spec add(%{optional(String.t()) => [binary]}, chunk) :: %{optional(String.t()) => [binary]}

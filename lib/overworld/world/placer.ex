@@ -26,6 +26,7 @@ defmodule Overworld.World.Placer do
   alias Overworld.{Cluster, Names}
   alias Overworld.Cluster.Placement
   alias Overworld.World.Handover
+  alias Overworld.Zone.Replica
 
   @look_ms 1_000
 
@@ -79,6 +80,7 @@ defmodule Overworld.World.Placer do
   # the chunks of its files, then the adoption.
   def handle_call({:incoming, id, from}, _from, st) do
     Process.monitor(from)
+    :ok = Replica.stop(id)
     {:reply, :ok, %{st | in: Map.put(st.in, id, from), files: Map.put(st.files, id, %{})}}
   end
 
@@ -98,6 +100,30 @@ defmodule Overworld.World.Placer do
       {:reply, :ok, st}
     else
       error -> {:reply, error, st}
+    end
+  end
+
+  # A zone's journal writer asks this node to keep its replica (Overworld.Zone.Replica). Not
+  # for a zone that runs (or arrives) here, nor for a writer whose node is not a member, or
+  # whose zone is not the one the cluster finds: a stale owner (a node back from a pause)
+  # gets no replica, so it acknowledges nothing.
+  def handle_call({:replica, id, writer}, _from, st) do
+    zone = Cluster.zone(id)
+
+    cond do
+      not List.keymember?(st.zones, id, 0) ->
+        {:reply, {:error, :unknown_zone}, st}
+
+      is_map_key(st.running, id) or is_map_key(st.in, id) ->
+        {:reply, {:error, :runs_here}, st}
+
+      node(writer) not in Cluster.live() or (zone != nil and node(zone) != node(writer)) ->
+        {:reply, {:error, :not_the_owner}, st}
+
+      true ->
+        :ok = Replica.stop(id)
+        {_, _, dir} = List.keyfind(st.zones, id, 0)
+        {:reply, DynamicSupervisor.start_child(st.sup, {Replica, {id, dir, writer}}), st}
     end
   end
 
@@ -191,6 +217,9 @@ defmodule Overworld.World.Placer do
   end
 
   defp start(st, id, spec) do
+    # (This node's replica of the zone, if any, stops writing: the zone starts from its files.)
+    :ok = Replica.stop(id)
+
     case DynamicSupervisor.start_child(st.sup, spec) do
       {:ok, pid} ->
         Process.monitor(pid)
@@ -218,19 +247,10 @@ defmodule Overworld.World.Placer do
     with :ok <- GenServer.call(to, {:incoming, id, self()}, 15_000),
          {:ok, tick} <- Overworld.Zone.release(id),
          {:ok, chunks} <- Handover.chunks(dir),
-         :ok <- send_chunks(to, id, chunks) do
+         :ok <- Handover.call_each(to, chunks, &{:chunk, id, &1}) do
       GenServer.call(to, {:adopt, id, tick}, 60_000)
     end
   catch
     :exit, reason -> {:error, {:exit, reason}}
-  end
-
-  defp send_chunks(to, id, chunks) do
-    Enum.reduce_while(chunks, :ok, fn chunk, :ok ->
-      case GenServer.call(to, {:chunk, id, chunk}, 30_000) do
-        :ok -> {:cont, :ok}
-        error -> {:halt, error}
-      end
-    end)
   end
 end

@@ -42,6 +42,8 @@ defmodule Overworld.Zone.Config do
         :snapshot_ticks,
         :snapshot_ms,
         :commit_ms,
+        :durability,
+        :replica_timeout,
         :history,
         :keyframe_ticks,
         :debug,
@@ -79,6 +81,8 @@ defmodule Overworld.Zone.Config do
           snapshot_ticks: pos_integer,
           snapshot_ms: pos_integer | nil,
           commit_ms: non_neg_integer,
+          durability: :local | :replicated,
+          replica_timeout: pos_integer,
           history: non_neg_integer,
           keyframe_ticks: pos_integer,
           debug: boolean,
@@ -128,6 +132,8 @@ defmodule Overworld.Zone.Config do
       snapshot_ms:
         {{:custom, &(is_nil(&1) or (is_integer(&1) and &1 > 0)), "nil or ms > 0"}, nil},
       commit_ms: {:non_neg_integer, 2},
+      durability: {{:in, [:local, :replicated]}, :local},
+      replica_timeout: {:pos_integer, 5_000},
       history: {:non_neg_integer, 300},
       keyframe_ticks: {:pos_integer, 30},
       debug: {:boolean, false},
@@ -153,6 +159,12 @@ defmodule Overworld.Zone.Config do
     end
 
     o = opts |> Overworld.Options.validate!(schema(), "Overworld.Zone") |> in_world()
+
+    if o.durability == :replicated and (o.data_dir == nil or o.world == nil) do
+      raise ArgumentError,
+            "Overworld.Zone: durability: :replicated is for the zones of a world spread over a " <>
+              "cluster (Overworld.World, cluster: true), with a :data_dir"
+    end
 
     if o.history > 0 and o.keyframe_ticks > o.history do
       raise ArgumentError,

@@ -22,8 +22,9 @@ defmodule Overworld.Zone.Store do
   use GenServer
   require Logger
 
+  alias Overworld.Cluster.Placement
   alias Overworld.Persistence.{Journal, SnapshotFile}
-  alias Overworld.Zone.Config
+  alias Overworld.Zone.{Config, Replica}
 
   @format 1
 
@@ -88,7 +89,12 @@ defmodule Overworld.Zone.Store do
     with :ok <- Overworld.Persistence.Dir.make(dir),
          segment = (segments(dir) |> Enum.map(&elem(&1, 0)) |> Enum.max(fn -> 0 end)) + 1,
          path = segment_path(dir, segment),
-         {:ok, journal} <- Journal.open(path, commit_ms: config.commit_ms) do
+         {:ok, journal} <-
+           Journal.open(path,
+             commit_ms: config.commit_ms,
+             replica: replica_fun(config, dir),
+             replica_timeout: config.replica_timeout
+           ) do
       # Where the zone server finds the journal and its segment without a call (a store busy
       # writing a snapshot would hold up a restarting server).
       Overworld.Zone.Memory.put_journal(config.shared.memory, journal)
@@ -110,8 +116,38 @@ defmodule Overworld.Zone.Store do
     end
   end
 
-  # Existing segments, as {number, path}, in order.
-  defp segments(dir) do
+  # Durability :replicated: the journal's writer asks this function for its replica (see
+  # Overworld.Persistence.Journal, "Replication"): the first node after this one in the zone's
+  # rendezvous order (the zone's next home if this node dies), whose placer starts the
+  # replica process, seeded here with the zone's files.
+  defp replica_fun(%Config{durability: :local}, _dir), do: nil
+
+  defp replica_fun(%Config{id: id, world: %{name: world}}, dir) do
+    fn current ->
+      target = Enum.find(Placement.order(id, Overworld.Cluster.nodes()), &(&1 != node()))
+
+      cond do
+        target == nil -> {:error, :no_node}
+        current != nil and node(current) == target -> :keep
+        true -> new_replica(world, id, dir, target)
+      end
+    end
+  end
+
+  defp new_replica(world, id, dir, target) do
+    with placer when is_pid(placer) <-
+           Overworld.World.Placer.on(world, target) || {:error, :no_placer},
+         {:ok, pid} <- GenServer.call(placer, {:replica, id, self()}, 2_000),
+         :ok <- Replica.seed(pid, dir) do
+      {:ok, pid}
+    end
+  catch
+    :exit, reason -> {:error, {:placer, reason}}
+  end
+
+  @doc "The journal segments in a zone's directory, as {number, path}, in order."
+  @spec segments(Path.t()) :: [{non_neg_integer, Path.t()}]
+  def segments(dir) do
     case File.ls(dir) do
       {:ok, names} ->
         for "journal." <> n <- names,
@@ -171,21 +207,39 @@ defmodule Overworld.Zone.Store do
     state =
       Map.merge(a.part, %{format: @format, zone: st.config.id, tick: a.tick, entities: entities})
 
-    case SnapshotFile.write(snapshot_path(st.dir), state) do
+    bytes = IO.iodata_to_binary(SnapshotFile.encode(state))
+
+    case SnapshotFile.install(snapshot_path(st.dir), bytes) do
       :ok ->
         written = Enum.take([state.segment | st.written], 2)
         # Segments before the previous snapshot's are needed by nobody any more.
-        case written do
-          [_, prev] -> for {n, p} <- segments(st.dir), n < prev, do: File.rm(p)
-          _ -> :ok
-        end
+        keep_from =
+          case written do
+            [_, prev] -> prev
+            _ -> 0
+          end
 
+        for {n, p} <- segments(st.dir), n < keep_from, do: File.rm(p)
+        replicate(st, bytes, keep_from)
         %{st | latest: state, written: written}
 
       {:error, reason} ->
         Logger.error("snapshot of tick #{a.tick} not written: #{inspect(reason)}")
         %{st | latest: state}
     end
+  end
+
+  # The replica gets each snapshot too (in chunks: Overworld.Zone.Replica.snapshot/3). One
+  # it misses is no loss: its seed and the journal hold everything after the last it has.
+  defp replicate(%{config: %Config{durability: :local}}, _bytes, _keep_from), do: :ok
+
+  defp replicate(st, bytes, keep_from) do
+    with rep when is_pid(rep) <- Journal.replica(st.journal),
+         {:error, reason} <- Replica.snapshot(rep, bytes, keep_from) do
+      Logger.warning("snapshot not replicated: #{inspect(reason)}")
+    end
+
+    :ok
   end
 
   defp from_disk(dir) do

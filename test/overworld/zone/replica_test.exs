@@ -1,0 +1,136 @@
+defmodule Overworld.Zone.ReplicaTest do
+  # Replicated durability (zone option `durability: :replicated`, the default of a world over
+  # a cluster of more than one configured node): a durable event is acknowledged once fsynced
+  # on the zone's node and on its replica node; a zone whose node is killed (kill -9 of its
+  # OS process) starts again on its replica's node from the copy, with every acknowledged
+  # event.
+  use ExUnit.Case
+  import Overworld.Test.Cluster, only: [eventually: 1]
+  @moduletag :cluster
+  @moduletag :tmp_dir
+
+  alias Overworld.{Cluster, Zone}
+  alias Overworld.Cluster.{Config, Placement}
+  alias Overworld.Test.Counter
+  alias Overworld.Zone.Replica
+
+  # Three nodes (this one and two peers), and a one-zone world whose zone is homed on the
+  # first peer with its replica here.
+  setup %{tmp_dir: tmp} do
+    [{pa, a}, {_, b}] = Overworld.Test.Cluster.start_peers(2)
+    config = %Config{nodes: [node(), a, b]}
+    for n <- [node(), a, b], do: {:ok, _} = :erpc.call(n, Cluster, :join, [config])
+    on_exit(&Cluster.leave/0)
+    all = Enum.sort([node(), a, b])
+    eventually(fn -> Enum.all?([node(), a, b], &(:erpc.call(&1, Cluster, :nodes, []) == all)) end)
+
+    name =
+      Stream.repeatedly(fn -> {__MODULE__, make_ref()} end)
+      |> Enum.find(&(Placement.order({&1, {0, 0}}, all) == [a, node(), b]))
+
+    id = {name, {0, 0}}
+
+    opts = [
+      name: name,
+      cluster: true,
+      clock: :manual,
+      size: {64, 64},
+      cell_size: 16,
+      workers: 1,
+      snapshot_ticks: 20,
+      replica_timeout: 1_500,
+      args: [to: self()]
+    ]
+
+    for n <- [node(), a, b] do
+      dir = Path.join(tmp, "#{n}")
+      {:ok, _} = :erpc.call(n, Overworld, :start_world, [Counter, opts ++ [data_dir: dir]])
+    end
+
+    on_exit(fn -> Overworld.stop_world(name) end)
+    eventually(fn -> (z = Zone.whereis(id)) != nil and node(z) == a end)
+    # The zone's writer has seeded its replica here.
+    eventually(fn -> Replica.whereis(id) != nil end)
+    %{a: a, peer_a: pa, b: b, id: id, name: name}
+  end
+
+  defp tick(id, count) do
+    {:ok, _} = Zone.tick_now(Zone.whereis(id), count)
+  end
+
+  # The acknowledgements received so far (in the order they came).
+  defp acks(id, acc \\ []) do
+    receive do
+      {:acked, ^id, n, _node} -> acks(id, [n | acc])
+    after
+      0 -> Enum.reverse(acc)
+    end
+  end
+
+  defp await_ack(id, n) do
+    assert_receive {:acked, ^id, ^n, _}, 5_000
+  end
+
+  test "an event is acknowledged only once the replica has it; without a replica within the timeout, never",
+       %{id: id} do
+    tick(id, 5)
+    await_ack(id, 5)
+    assert acks(id) == [1, 2, 3, 4]
+
+    # The replica stops answering (its process suspended): the event is fsynced on the
+    # zone's node, but not acknowledged.
+    rep = Replica.whereis(id)
+    :ok = :sys.suspend(rep)
+    tick(id, 1)
+    refute_receive {:acked, ^id, 6, _}, 800
+
+    # Back within the timeout: acknowledged.
+    :ok = :sys.resume(rep)
+    await_ack(id, 6)
+
+    # Away for longer than the timeout (1.5 s): never acknowledged, even once it is back.
+    :ok = :sys.suspend(rep)
+    tick(id, 1)
+    refute_receive {:acked, ^id, 7, _}, 2_500
+    :ok = :sys.resume(rep)
+    refute_receive {:acked, ^id, 7, _}, 500
+
+    # Later events are acknowledged again.
+    tick(id, 1)
+    await_ack(id, 8)
+  end
+
+  test "a node killed (kill -9): its zone ticks again on its replica's node within 5 s, with every acknowledged event",
+       %{a: a, peer_a: pa, b: b, id: id} do
+    # 50 ticks, each a durable event, all acknowledged (snapshots every 20 ticks on the way,
+    # so the replica holds snapshots and journal segments).
+    tick(id, 50)
+    await_ack(id, 50)
+    acked = Enum.max([50 | acks(id)])
+
+    os_pid = :erpc.call(a, :os, :getpid, [])
+    Process.unlink(pa)
+    killed_at = System.monotonic_time(:millisecond)
+    {_, 0} = System.cmd("kill", ["-9", to_string(os_pid)])
+
+    eventually(fn ->
+      z = Zone.whereis(id)
+      z != nil and node(z) == node()
+    end)
+
+    {:ok, _} = Zone.tick_now(Zone.whereis(id))
+    ticking_after = System.monotonic_time(:millisecond) - killed_at
+    assert ticking_after < 5_000, "the zone ticked again #{ticking_after} ms after the kill"
+
+    # Every acknowledged event is in the recovered state (the counter counted on from it,
+    # by the one tick above), and there is one counter.
+    entities = Zone.entities(id)
+    assert length(entities) == 1
+    assert Counter.count(entities) == acked + 1
+
+    # The zone now replicates to the last node: its events are acknowledged again.
+    tick(id, 5)
+    await_ack(id, acked + 6)
+    assert :erpc.call(b, Replica, :whereis, [id]) != nil
+  end
+end
