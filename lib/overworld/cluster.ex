@@ -123,19 +123,33 @@ defmodule Overworld.Cluster do
 
   @doc """
   Joins the cluster of `config`: sets the cookie (if the configuration has one) and connects
-  to its nodes, now and every `:retry` ms to those not connected. Answers the nodes connected
-  now. A node that is not alive (started without a name) cannot join: `{:error, :not_alive}`.
+  to its nodes, now and every `:retry` ms (default 1_000) to those not connected. Answers the
+  nodes connected now. A node that is not alive (started without a name) cannot join:
+  `{:error, :not_alive}`.
+
+  Once joined, the nodes send each other heartbeats every 500 ms, and a node disconnects any
+  that answered none for `:heartbeat` ms (default 4_000): a hung node is seen as lost within
+  that bound, whatever the distribution's tick time (docs/cluster.md, "Surviving a node's
+  loss").
   """
   @spec join(Config.t(), keyword) :: {:ok, [node]} | {:error, :not_alive}
   def join(%Config{} = config, opts \\ []) do
     retry = Keyword.get(opts, :retry, 1_000)
+    heartbeat = Keyword.get(opts, :heartbeat, 4_000)
 
     unless is_integer(retry) and retry > 0,
       do: raise(ArgumentError, "expected :retry to be a positive integer, got: #{inspect(retry)}")
 
+    unless is_integer(heartbeat) and heartbeat >= 1_000,
+      do:
+        raise(
+          ArgumentError,
+          "expected :heartbeat to be an integer of at least 1000 (ms), got: #{inspect(heartbeat)}"
+        )
+
     if Node.alive?() do
       if config.cookie, do: Node.set_cookie(config.cookie)
-      {:ok, Members.join(config, retry)}
+      {:ok, Members.join(config, retry, heartbeat)}
     else
       {:error, :not_alive}
     end

@@ -54,6 +54,10 @@ defmodule Overworld.ClusterTest do
     assert_raise ArgumentError, ~r/expected :retry to be a positive integer/, fn ->
       Cluster.join(config, retry: 0)
     end
+
+    assert_raise ArgumentError, ~r/expected :heartbeat to be an integer of at least 1000/, fn ->
+      Cluster.join(config, heartbeat: 10)
+    end
   end
 
   test "a zone running on one node is found from every other, and not once it stopped" do

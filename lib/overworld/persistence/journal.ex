@@ -504,7 +504,14 @@ defmodule Overworld.Persistence.Journal do
   defp drop_replica(%{rep: nil} = st, _reason), do: st
 
   defp drop_replica(st, reason) do
-    Logger.warning("journal #{st.path}: replica #{inspect(st.rep)} dropped (#{inspect(reason)})")
+    # (Replaced, or gone with its zone moving on: no news; anything else is worth a warning.)
+    level = if reason in [:replaced, {:down, :normal}], do: :info, else: :warning
+
+    Logger.log(
+      level,
+      "journal #{st.path}: replica #{inspect(st.rep)} dropped (#{inspect(reason)})"
+    )
+
     Process.demonitor(st.rep_mon, [:flush])
     %{st | rep: nil, rep_mon: nil}
   end

@@ -81,6 +81,18 @@ defmodule Overworld.World.Placer do
   def handle_call({:incoming, id, from}, _from, st) do
     Process.monitor(from)
     :ok = Replica.stop(id)
+
+    # A zone still running here while the cluster moves it here from elsewhere is stale (this
+    # node was cut off or paused while its zone restarted on another): it stops, and the
+    # files coming in replace its own.
+    st =
+      if is_map_key(st.running, id) do
+        Logger.warning("zone #{inspect(id)}: a stale copy ran here; it stops for the one coming")
+        stop(st, id)
+      else
+        st
+      end
+
     {:reply, :ok, %{st | in: Map.put(st.in, id, from), files: Map.put(st.files, id, %{})}}
   end
 

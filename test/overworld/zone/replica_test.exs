@@ -133,4 +133,45 @@ defmodule Overworld.Zone.ReplicaTest do
     await_ack(id, acked + 6)
     assert :erpc.call(b, Replica, :whereis, [id]) != nil
   end
+
+  test "a hung node (SIGSTOP): its zone restarts on its replica's node within the heartbeat bound; resumed, it acknowledges nothing",
+       %{a: a, id: id} do
+    tick(id, 30)
+    await_ack(id, 30)
+    acked = Enum.max([30 | acks(id)])
+    stale = Zone.whereis(id)
+    os_pid = to_string(:erpc.call(a, :os, :getpid, []))
+
+    stopped_at = System.monotonic_time(:millisecond)
+    {_, 0} = System.cmd("kill", ["-STOP", os_pid])
+
+    try do
+      # Seen as lost once it missed its heartbeats (4 s), then its zone starts here.
+      eventually(fn -> (z = Zone.whereis(id)) != nil and node(z) == node() end)
+      after_ms = System.monotonic_time(:millisecond) - stopped_at
+      assert after_ms < 6_000, "the zone restarted #{after_ms} ms after the node hung"
+      assert Counter.count(Zone.entities(id)) == acked
+    after
+      {_, 0} = System.cmd("kill", ["-CONT", os_pid])
+    end
+
+    # Resumed, the stale zone (if it still runs) may compute, but acknowledges nothing: its
+    # replica is gone and no node gives it another.
+    try do
+      Zone.tick_now(stale, 3)
+    catch
+      :exit, _ -> :stopped
+    end
+
+    refute_receive {:acked, ^id, _, _}, 2_000
+
+    # One zone afterwards (back on its home node or still here), which goes on from every
+    # acknowledged event.
+    eventually(fn -> length(:pg.get_members(Cluster.scope(), {:zone, id})) == 1 end)
+    z = Cluster.zone(id)
+    assert z != stale
+    {:ok, _} = Zone.tick_now(z, 2)
+    await_ack(id, acked + 2)
+    assert Counter.count(Zone.entities(id)) == acked + 2
+  end
 end
