@@ -48,7 +48,7 @@ defmodule Overworld.Session.CrossingTest do
       default_zone: "world"
     })
 
-    %{world: name, server: %{port: Overworld.Server.port(server)}}
+    %{world: name, server: %{port: Overworld.Server.port(server)}, peer: peer}
   end
 
   for cluster <- [false, true] do
@@ -181,6 +181,65 @@ defmodule Overworld.Session.CrossingTest do
     start_supervised!(World.child_spec({Game, opts ++ [data_dir: dir.(node())]}))
     {:ok, _} = :erpc.call(a, Overworld, :start_world, [Game, opts ++ [data_dir: dir.(a)]])
     Overworld.Test.Cluster.eventually(fn -> length(World.zones(name)) == 2 end)
+  end
+
+  @tag cluster: true
+  test "a player whose zone moves to another node stays connected: its frames and acknowledgements go on",
+       %{world: world, peer: a} = ctx do
+    # A player in the zone on the peer (players appear where their name puts them).
+    {player, _user, zone} =
+      Enum.find_value(1..40, fn _ ->
+        {player, user, zone} = join(ctx)
+        if node(Zone.whereis(zone)) == a, do: {player, user, zone}
+      end)
+
+    player = ServerCase.snapshots(player, 5)
+    # The peer drains: the zone moves here with its state and its players.
+    :ok = :erpc.call(a, Overworld.Cluster, :drain, [])
+    st = stay(player, %{zone: zone, world: world, frames: 0, seq: 0, moved: nil, acks: []})
+
+    assert st.moved, "the zone did not move within #{st.frames} frames"
+    {moved_at, seq_then} = st.moved
+    assert st.frames >= moved_at + 60
+    assert st.acks == Enum.sort(st.acks), "acknowledgements went back"
+    # Inputs sent after the move reach the avatar and come back acknowledged.
+    assert List.last(st.acks) > seq_then
+  end
+
+  # Reads frames (each must decode), an input every third, until 60 frames after the
+  # player's zone runs on this node (at most 600 frames).
+  defp stay(player, st) do
+    st =
+      if rem(st.frames, 3) == 0 do
+        seq = st.seq + 1
+        input = %{type: :input, seq: seq, ack: player.view.tick, payload: <<0, 0>>}
+        :ok = Client.send_msg(player.conn, input)
+        %{st | seq: seq}
+      else
+        st
+      end
+
+    case ServerCase.recv(player.conn) do
+      {{:snapshot, snap}, conn} ->
+        assert {:ok, view} = Snapshot.apply(player.view, snap, player.templates),
+               "frame #{st.frames} does not decode"
+
+        here = Zone.whereis(st.zone)
+        moved = st.moved || if here && node(here) == node(), do: {st.frames, st.seq}
+        st = %{st | frames: st.frames + 1, acks: st.acks ++ [view.input_ack], moved: moved}
+        player = %{player | conn: conn, view: view}
+        done? = match?({_, _}, moved) and st.frames > elem(moved, 0) + 60
+        if done? or st.frames >= 600, do: st, else: stay(player, st)
+
+      {{:close, code, reason}, _conn} ->
+        flunk("the connection closed (#{code} #{inspect(reason)}) after #{st.frames} frames")
+
+      {{:error, reason}, _conn} ->
+        flunk("the socket ended (#{inspect(reason)}) after #{st.frames} frames")
+
+      {_other, conn} ->
+        stay(%{player | conn: conn}, st)
+    end
   end
 
   # A player joined over a real socket: it, its user, its zone.
