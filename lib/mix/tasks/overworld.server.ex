@@ -47,7 +47,11 @@ defmodule Mix.Tasks.Overworld.Server do
 
   With `OVERWORLD_NODES` or `OVERWORLD_DNS` in the environment the node joins that cluster
   before its zones start (it must run with a name: `elixir --name NAME@HOST -S mix ...`; see
-  docs/cluster.md, where a bad setting is a one-line error naming the variable).
+  docs/cluster.md, where a bad setting is a one-line error naming the variable). With more
+  than one configured node, a world (`--zones`) is spread over the cluster (`Overworld.World`,
+  `cluster: true`; every node starts it with the same options and its own `--data-dir`):
+  each node runs the zones homed on it, and its statistics cover those (a line for the node,
+  one per zone running there). `mix overworld.cluster` starts such a cluster on this machine.
 
   A game's own task can start its zones itself and call `serve/2` for the server and the
   statistics (the goblin example's `mix goblins.server` does).
@@ -101,6 +105,27 @@ defmodule Mix.Tasks.Overworld.Server do
       |> then(&if opts[:size], do: Keyword.put(&1, :size, size!(opts[:size])), else: &1)
 
     serve([served(module, zone_opts, opts)], opts)
+  end
+
+  # Started by another process (`mix overworld.cluster`, OVERWORLD_STDIN_LIFELINE=1): this
+  # node exits when its standard input ends, that is when that process goes away.
+  defp lifeline do
+    if System.get_env("OVERWORLD_STDIN_LIFELINE") == "1" do
+      spawn(fn ->
+        read_until_eof()
+        System.halt(0)
+      end)
+    end
+
+    :ok
+  end
+
+  defp read_until_eof do
+    case IO.read(:stdio, :line) do
+      :eof -> :ok
+      {:error, _} -> :ok
+      _line -> read_until_eof()
+    end
   end
 
   # A cluster configured in the environment (Overworld.Cluster.Config; docs/cluster.md): the
@@ -210,8 +235,12 @@ defmodule Mix.Tasks.Overworld.Server do
     if opts[:max_players], do: Args.at_least!(opts, [:max_players])
     if opts[:snapshot_ticks], do: Args.at_least!(opts, [:snapshot_ticks])
     data_dir = Keyword.get(opts, :data_dir, "./data")
-    join_cluster!()
+    # (The application first: its member process joins the cluster.)
     Overworld.Bench.Stats.start_node()
+    join_cluster!()
+    lifeline()
+    # (A world is spread over a cluster of more than one configured node.)
+    clustered? = length(Overworld.Cluster.configured() || []) > 1
 
     persist? = Keyword.get(opts, :persist, true)
 
@@ -224,6 +253,12 @@ defmodule Mix.Tasks.Overworld.Server do
 
             world_opts =
               if persist?, do: Keyword.put(world_opts, :data_dir, dir), else: world_opts
+
+            if clustered? and not persist?,
+              do: Mix.raise("a world over a cluster keeps its zones' files: drop --no-persist")
+
+            world_opts =
+              if clustered?, do: Keyword.put(world_opts, :cluster, true), else: world_opts
 
             start_world!(module, world_opts)
 
@@ -256,6 +291,9 @@ defmodule Mix.Tasks.Overworld.Server do
 
     what =
       case first do
+        {:world, name} when clustered? ->
+          "world #{inspect(to_string(name))} over the cluster (its zones homed here run here)"
+
         {:world, name} ->
           "world #{inspect(to_string(name))} of #{length(Overworld.World.zones(name))} zones"
 
@@ -278,6 +316,7 @@ defmodule Mix.Tasks.Overworld.Server do
 
     watched =
       case first do
+        {:world, name} when clustered? -> {:cluster_world, name}
         {:world, name} -> {:world, Enum.sort(Overworld.World.zones(name))}
         zone -> zone
       end
@@ -322,7 +361,10 @@ defmodule Mix.Tasks.Overworld.Server do
     name = world_opts[:name]
     what = "world of #{inspect(module)}"
     started!(fn -> Overworld.start_world(module, world_opts) end, "world", name, what)
-    {{:world, name}, Overworld.Zone.config(hd(Enum.sort(Overworld.World.zones(name))))}
+    # (The first zone's configuration, wherever it runs: a world over a cluster may run none
+    # of its zones here yet.)
+    {_, [%{start: {_, _, [config]}} | _]} = Overworld.World.zone_specs(module, world_opts)
+    {{:world, name}, config}
   end
 
   # A zone or world started, or the task ends with why not.

@@ -46,8 +46,12 @@ defmodule Overworld.Bench.Report do
     end
   end
 
-  @spec start(term) :: %__MODULE__{} | {:world, [%__MODULE__{}]}
+  @spec start(term) :: %__MODULE__{} | {:world, [%__MODULE__{}]} | tuple
   def start({:world, zones}), do: {:world, Enum.map(zones, &start/1)}
+
+  # A world over a cluster: the zones running on this node, as they come and go.
+  def start({:cluster_world, name}),
+    do: {:cluster_world, name, Map.new(here(name), &{&1, start(&1)})}
 
   def start(zone) do
     ref = Zone.metrics_ref(zone)
@@ -81,9 +85,41 @@ defmodule Overworld.Bench.Report do
     {prefixed ++ [world], {:world, next}}
   end
 
+  defp lines({:cluster_world, name, reports}) do
+    zones = here(name)
+
+    {lines, next} =
+      zones
+      |> Enum.map(fn z ->
+        case reports do
+          %{^z => prev} ->
+            {l, n} = line(prev)
+            {"zone #{region(z)} | " <> l, {z, n}}
+
+          _ ->
+            {"zone #{region(z)} | now runs on this node", {z, start(z)}}
+        end
+      end)
+      |> Enum.unzip()
+
+    header =
+      "node #{node()} | #{length(zones)} of #{length(Overworld.World.zones(name))} zones of the " <>
+        "world here | #{length(Overworld.Cluster.nodes())} nodes in the cluster"
+
+    {[header | lines], {:cluster_world, name, Map.new(next)}}
+  end
+
   defp lines(report) do
     {line, next} = line(report)
     {[line], next}
+  end
+
+  # The world's zones whose server runs on this node (the local registry, not the cluster's).
+  defp here(name) do
+    name
+    |> Overworld.World.zones()
+    |> Enum.filter(&Overworld.Names.whereis(Overworld.Names.zone(&1)))
+    |> Enum.sort()
   end
 
   defp region({_name, {c, r}}), do: "#{c},#{r}"
