@@ -11,6 +11,7 @@ defmodule Mix.Tasks.Overworld.Cluster do
       mix overworld.cluster --zone MODULE --wire MODULE --zones CxR --entities-per-zone N
                             [--nodes 3] [--port 4000] [--data-dir ./data/cluster]
                             [--name NAME] [--arg KEY=VALUE ...] [--interval 5] [--seconds S]
+                            [--tls]
 
   * `--zone`, `--wire`, `--zones`, `--entities-per-zone`, `--name`, `--arg`, `--interval` go
     to every node's `mix overworld.server` (the zone module must export
@@ -18,6 +19,9 @@ defmodule Mix.Tasks.Overworld.Cluster do
   * `--nodes N` (default 3): node `i` (1..N) is `overworld<i>@127.0.0.1`, listens on
     `--port` + i (default 4000: 4001, 4002, ...; `--port 0`: each picks a free one) and keeps
     its files in `<data-dir>/node<i>/`.
+  * `--tls`: the nodes' distribution runs over TLS (`Overworld.Cluster.TLS`), with the
+    certificates of `OVERWORLD_TLS_CERT`, `OVERWORLD_TLS_KEY`, `OVERWORLD_TLS_CA` if set, else
+    a CA and a certificate for 127.0.0.1 made with `openssl` in `<data-dir>/tls/`.
 
   It prints each node's name, address and OS pid once it listens, then the nodes' statistics
   lines, each prefixed with its node's number. It stops every node when `--seconds` are over
@@ -39,7 +43,8 @@ defmodule Mix.Tasks.Overworld.Cluster do
     port: :integer,
     data_dir: :string,
     interval: :integer,
-    seconds: :integer
+    seconds: :integer,
+    tls: :boolean
   ]
 
   @impl true
@@ -65,6 +70,10 @@ defmodule Mix.Tasks.Overworld.Cluster do
     dir = Path.expand(Keyword.get(opts, :data_dir, "./data/cluster"))
     File.mkdir_p!(dir)
     cookie = cookie_file!(dir)
+
+    vm =
+      "+sbwt none +sbwtdcpu none +sbwtdio none" <> if(opts[:tls], do: " " <> tls!(dir), else: "")
+
     names = for i <- 1..o.nodes, do: "overworld#{i}@127.0.0.1"
 
     env = [
@@ -91,7 +100,7 @@ defmodule Mix.Tasks.Overworld.Cluster do
     servers =
       for {name, i} <- Enum.with_index(names, 1) do
         args =
-          ["--name", name, "--erl", "+sbwt none +sbwtdcpu none +sbwtdio none"] ++
+          ["--name", name, "--erl", vm] ++
             ["-S", "mix", "overworld.server" | passed] ++
             ["--port", to_string(if port == 0, do: 0, else: port + i)] ++
             ["--data-dir", Path.join(dir, "node#{i}")]
@@ -126,6 +135,24 @@ defmodule Mix.Tasks.Overworld.Cluster do
       Enum.each(started, fn {_, _, s} -> OsServer.stop(s) end)
       IO.puts("cluster stopped: #{length(started)} nodes")
     end
+  end
+
+  # TLS distribution: the options file of the configured certificates, or of a CA and a
+  # certificate made here for 127.0.0.1; the VM flags that use it.
+  defp tls!(dir) do
+    tls = Path.join(dir, "tls")
+
+    files =
+      case Overworld.Cluster.TLS.from_env() do
+        {:ok, nil} -> Overworld.Cluster.TLS.dev_certs!(tls)
+        {:ok, files} -> files
+        {:error, message} -> Mix.raise(message)
+      end
+
+    optfile =
+      Overworld.Cluster.TLS.optfile!(Path.join(tls, "dist.conf"), files.cert, files.key, files.ca)
+
+    Overworld.Cluster.TLS.vm_args(optfile)
   end
 
   # The cookie every node reads (`OVERWORLD_COOKIE_FILE`): made once, mode 0600.

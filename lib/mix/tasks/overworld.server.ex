@@ -146,6 +146,14 @@ defmodule Mix.Tasks.Overworld.Server do
                 "nodes#{if connected != [], do: " (#{Enum.join(Enum.sort(connected), ", ")})", else: ""}"
             )
 
+            Mix.shell().info(
+              if Overworld.Cluster.TLS.enabled?(),
+                do: "cluster: distribution over TLS (inet_tls)",
+                else:
+                  "cluster: distribution over plain TCP: keep the nodes on a private network " <>
+                    "(docs/cluster.md, Security)"
+            )
+
           {:error, :not_alive} ->
             Mix.raise(
               "a cluster is configured (OVERWORLD_NODES or OVERWORLD_DNS) but this node has no " <>

@@ -104,7 +104,11 @@ defmodule Overworld.Bench.Report do
 
     header =
       "node #{node()} | #{length(zones)} of #{length(Overworld.World.zones(name))} zones of the " <>
-        "world here | #{length(Overworld.Cluster.nodes())} nodes in the cluster"
+        "world here | #{length(Overworld.Cluster.nodes())} nodes in the cluster | " <>
+        if(Overworld.Cluster.TLS.enabled?(),
+          do: "TLS distribution",
+          else: "plain TCP distribution"
+        )
 
     {[header | lines], {:cluster_world, name, Map.new(next)}}
   end

@@ -11,18 +11,24 @@ defmodule Mix.Tasks.Overworld.ClusterTest do
 
   @game ~w(--zone Overworld.Test.Game --wire Overworld.Test.Game.Wire)
 
-  test "starts the nodes, spreads the world's zones over them, and stops every node", %{
-    tmp_dir: tmp
-  } do
-    out =
-      capture_io(fn ->
-        Task.run(
-          @game ++
-            ~w(--zones 2x1 --entities-per-zone 200 --nodes 2 --port 0 --seconds 8 --interval 2) ++
-            ~w(--data-dir #{tmp})
-        )
-      end)
+  for tls <- [false, true] do
+    @tag tls: tls
+    test "starts the nodes, spreads the world's zones over them, and stops every node#{if tls, do: " (TLS distribution)"}",
+         %{tmp_dir: tmp, tls: tls} do
+      out =
+        capture_io(fn ->
+          Task.run(
+            @game ++
+              ~w(--zones 2x1 --entities-per-zone 200 --nodes 2 --port 0 --seconds 8 --interval 2) ++
+              ~w(--data-dir #{tmp}) ++ if(tls, do: ["--tls"], else: [])
+          )
+        end)
 
+      check(out, tmp, if(tls, do: "TLS", else: "plain TCP"))
+    end
+  end
+
+  defp check(out, tmp, distribution) do
     pids =
       for i <- 1..2 do
         assert [_, pid] =
@@ -40,7 +46,7 @@ defmodule Mix.Tasks.Overworld.ClusterTest do
       for i <- 1..2 do
         lines =
           Regex.scan(
-            ~r/^#{i} \| node overworld#{i}@127.0.0.1 \| (\d) of 2 zones of the world here \| 2 nodes in the cluster/m,
+            ~r/^#{i} \| node overworld#{i}@127.0.0.1 \| (\d) of 2 zones of the world here \| 2 nodes in the cluster \| #{distribution} distribution/m,
             out
           )
 
