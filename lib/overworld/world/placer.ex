@@ -139,6 +139,10 @@ defmodule Overworld.World.Placer do
     end
   end
 
+  def handle_call({:runs?, id}, _from, st) do
+    {:reply, is_map_key(st.running, id) or is_map_key(st.out, id) or is_map_key(st.in, id), st}
+  end
+
   def handle_call(_msg, _from, st), do: {:reply, {:error, :unknown}, st}
 
   @impl true
@@ -211,6 +215,7 @@ defmodule Overworld.World.Placer do
     cond do
       is_map_key(st.running, id) or is_map_key(st.in, id) or is_map_key(st.ended, id) -> st
       Overworld.Zone.whereis(id) != nil -> st
+      elsewhere?(st.name, id) -> st
       true -> elem(start(st, id, spec), 1)
     end
   end
@@ -226,6 +231,22 @@ defmodule Overworld.World.Placer do
     else
       _ -> st
     end
+  end
+
+  # Whether another node's placer runs the zone (or hands it over, or receives it): asked
+  # directly before a zone starts here, since this node's copy of the `:pg` groups may lag
+  # behind a node that just connected. A placer that does not answer in time may run it.
+  defp elsewhere?(name, id) do
+    :pg.get_members(Cluster.scope(), {:placer, name})
+    |> Enum.reject(&(node(&1) == node()))
+    |> Enum.any?(fn placer ->
+      try do
+        GenServer.call(placer, {:runs?, id}, 2_000)
+      catch
+        :exit, {:timeout, _} -> true
+        :exit, _ -> false
+      end
+    end)
   end
 
   defp start(st, id, spec) do
