@@ -30,7 +30,12 @@ defmodule Overworld.BenchCommandsTest do
     t = task(command)
 
     if String.starts_with?(t, "goblins.") or
-         t in ["overworld.bench.capacity", "overworld.bench.profile", "overworld.bench.world"],
+         t in [
+           "overworld.bench.capacity",
+           "overworld.bench.profile",
+           "overworld.bench.world",
+           "overworld.bench.cluster"
+         ],
        do: @game,
        else: "."
   end

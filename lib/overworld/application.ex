@@ -11,6 +11,8 @@ defmodule Overworld.Application do
         {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Zones},
         # This node's mirrors of zones running on other nodes (Overworld.Zone.Mirror).
         {DynamicSupervisor, name: Overworld.Mirrors, strategy: :one_for_one},
+        # This node's replicas of zones running on other nodes (Overworld.Zone.Replica).
+        {DynamicSupervisor, name: Overworld.Replicas, strategy: :one_for_one},
         # The accounts' partition policy (idle until Overworld.Accounts.start/1).
         Overworld.Accounts.Heal
       ] ++ Overworld.Cluster.child_specs()

@@ -36,7 +36,7 @@ defmodule Overworld.Bench.Soak do
     {:ok, _} = Overworld.start_world(opts[:module], options(opts, name, zc * zr))
     Process.sleep(opts[:warmup] * 1000)
     zones = World.zones(name)
-    start = settled(name)
+    start = settled(world_ids(name))
     tally = tally(zones, nil)
     kinds = if opts[:data_dir], do: [:server, :worker, :zone], else: [:server]
     t0 = System.monotonic_time(:millisecond)
@@ -52,7 +52,7 @@ defmodule Overworld.Bench.Soak do
         # (The counters of a zone whose supervisor is killed start again: read just before.)
         tally = tally(zones, tally)
         recover_ms = kill(victim, kind, opts)
-        check = check(name, start)
+        check = check(world_ids(name), start)
 
         print.(
           "kill #{k + 1}/#{opts[:kills]} at #{div(System.monotonic_time(:millisecond) - t0, 1000)} s: " <>
@@ -68,7 +68,7 @@ defmodule Overworld.Bench.Soak do
 
     # The rest of the run, and a last check.
     Process.sleep(max(t0 + opts[:seconds] * 1000 - System.monotonic_time(:millisecond), 0))
-    final = check(name, start)
+    final = check(world_ids(name), start)
     seconds = (System.monotonic_time(:millisecond) - t0) / 1000
     tally = tally(zones, tally)
     Overworld.stop_world(name)
@@ -211,8 +211,12 @@ defmodule Overworld.Bench.Soak do
   # `@settle_ms` apart, miss it (have it twice, have it). One in flight is in one or two reads;
   # a real loss or duplicate in all of them (but those where a copy was in flight). Two reads
   # equal to the start's end the check sooner: nothing lost.
-  defp check(name, start) do
-    reads = reads(name, start, [], 0)
+  @doc false
+  # (`read`: a function answering the world's ids now, sorted, one per copy: `world_ids/1`
+  # for a world on this node; `mix overworld.bench.cluster` reads its nodes.)
+  @spec check((() -> [term]), [term]) :: map
+  def check(read, start) do
+    reads = reads(read, start, [], 0)
     n = length(reads)
     want = MapSet.new(start)
 
@@ -242,14 +246,14 @@ defmodule Overworld.Bench.Soak do
   end
 
   # (Newest read first.)
-  defp reads(name, start, acc, exact) do
-    got = ids(name, System.monotonic_time(:millisecond) + @recover_ms)
+  defp reads(read, start, acc, exact) do
+    got = ids(read, System.monotonic_time(:millisecond) + @recover_ms)
     acc = [got | acc]
     exact = if got == start, do: exact + 1, else: exact
 
     if exact >= 2 or length(acc) >= @min_reads,
       do: acc,
-      else: Process.sleep(@settle_ms) && reads(name, start, acc, exact)
+      else: Process.sleep(@settle_ms) && reads(read, start, acc, exact)
   end
 
   # The ids in element `i` of more than half of the `n` reads' sets.
@@ -262,18 +266,23 @@ defmodule Overworld.Bench.Soak do
   end
 
   # The start's ids: two reads merged (an entity in flight during one is in the other).
-  defp settled(name) do
+  @doc false
+  @spec settled((() -> [term])) :: [term]
+  def settled(read) do
     deadline = System.monotonic_time(:millisecond) + @recover_ms
-    Enum.uniq(ids(name, deadline) ++ ids(name, deadline)) |> Enum.sort()
+    Enum.uniq(ids(read, deadline) ++ ids(read, deadline)) |> Enum.sort()
   end
 
-  defp ids(name, deadline) do
-    name |> World.entities() |> Enum.map(&elem(&1, 1)) |> Enum.sort()
+  defp world_ids(name),
+    do: fn -> name |> World.entities() |> Enum.map(&elem(&1, 1)) |> Enum.sort() end
+
+  defp ids(read, deadline) do
+    read.()
   catch
     # (A zone restarting again meanwhile: read again, for a while.)
     :exit, reason ->
       if System.monotonic_time(:millisecond) > deadline,
         do: exit(reason),
-        else: Process.sleep(@settle_ms) && ids(name, deadline)
+        else: Process.sleep(@settle_ms) && ids(read, deadline)
   end
 end

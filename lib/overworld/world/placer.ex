@@ -48,9 +48,46 @@ defmodule Overworld.World.Placer do
     Enum.find(:pg.get_members(Cluster.scope(), {:placer, name}), &(node(&1) == node))
   end
 
+  @doc """
+  Starts this node's replica of zone `id` of world `name` for the journal writer `writer`
+  (`Overworld.Zone.Replica`, under `Overworld.Replicas`), called by the writer through
+  `:erpc` (in a process of its own here: never waiting on the placer, which may be starting
+  a zone whose own writer waits on another node). Not for a zone that runs here, nor for a
+  writer whose node is not a member, or whose zone is not the one the cluster finds: a stale
+  owner (a node back from a pause) gets no replica, so it acknowledges nothing.
+  """
+  @spec start_replica(term, term, pid) :: {:ok, pid} | {:error, term}
+  def start_replica(name, id, writer) do
+    zone = Cluster.zone(id)
+
+    case :persistent_term.get({__MODULE__, name}, %{}) do
+      %{^id => dir} ->
+        cond do
+          here?(id) ->
+            {:error, :runs_here}
+
+          node(writer) not in Cluster.live() or (zone != nil and node(zone) != node(writer)) ->
+            {:error, :not_the_owner}
+
+          true ->
+            :ok = Replica.stop(id)
+            DynamicSupervisor.start_child(Overworld.Replicas, {Replica, {id, dir, writer}})
+        end
+
+      _ ->
+        {:error, :unknown_zone}
+    end
+  end
+
   @impl true
   def init({name, zones}) do
     Process.flag(:trap_exit, true)
+    # Where this node keeps each zone's files (read by start_replica/3).
+    dirs = Map.new(zones, fn {id, _spec, dir} -> {id, dir} end)
+
+    if :persistent_term.get({__MODULE__, name}, nil) != dirs,
+      do: :persistent_term.put({__MODULE__, name}, dirs)
+
     :ok = :pg.join(Cluster.scope(), {:placer, name}, self())
     {ref, _} = :pg.monitor(Cluster.scope(), :members)
     send(self(), :place)
@@ -80,6 +117,10 @@ defmodule Overworld.World.Placer do
   # the chunks of its files, then the adoption.
   def handle_call({:incoming, id, from}, _from, st) do
     Process.monitor(from)
+    # (No replica of it starts here until it runs: start_replica/3. Its old node's writer,
+    # still alive until the zone starts here, would otherwise seed one into the directory the
+    # hand-over installs.)
+    arriving(id, true)
     :ok = Replica.stop(id)
 
     # A zone still running here while the cluster moves it here from elsewhere is stale (this
@@ -106,41 +147,17 @@ defmodule Overworld.World.Placer do
     {files, st} =
       {st.files[id], %{st | files: Map.delete(st.files, id), in: Map.delete(st.in, id)}}
 
-    with :ok <- Handover.install(dir, files),
-         {:ok, st} <- start(st, id, spec) do
-      Logger.info("zone #{inspect(id)} moved here at tick #{tick}")
-      {:reply, :ok, st}
-    else
-      error -> {:reply, error, st}
-    end
-  end
+    result =
+      with :ok <- Handover.install(dir, files),
+           {:ok, st} <- start(st, id, spec) do
+        Logger.info("zone #{inspect(id)} moved here at tick #{tick}")
+        {:reply, :ok, st}
+      else
+        error -> {:reply, error, st}
+      end
 
-  # A zone's journal writer asks this node to keep its replica (Overworld.Zone.Replica). Not
-  # for a zone that runs (or arrives) here, nor for a writer whose node is not a member, or
-  # whose zone is not the one the cluster finds: a stale owner (a node back from a pause)
-  # gets no replica, so it acknowledges nothing.
-  def handle_call({:replica, id, writer}, _from, st) do
-    zone = Cluster.zone(id)
-
-    cond do
-      not List.keymember?(st.zones, id, 0) ->
-        {:reply, {:error, :unknown_zone}, st}
-
-      is_map_key(st.running, id) or is_map_key(st.in, id) ->
-        {:reply, {:error, :runs_here}, st}
-
-      node(writer) not in Cluster.live() or (zone != nil and node(zone) != node(writer)) ->
-        {:reply, {:error, :not_the_owner}, st}
-
-      true ->
-        :ok = Replica.stop(id)
-        {_, _, dir} = List.keyfind(st.zones, id, 0)
-        {:reply, DynamicSupervisor.start_child(st.sup, {Replica, {id, dir, writer}}), st}
-    end
-  end
-
-  def handle_call({:runs?, id}, _from, st) do
-    {:reply, is_map_key(st.running, id) or is_map_key(st.out, id) or is_map_key(st.in, id), st}
+    arriving(id, false)
+    result
   end
 
   def handle_call(_msg, _from, st), do: {:reply, {:error, :unknown}, st}
@@ -160,9 +177,13 @@ defmodule Overworld.World.Placer do
 
     case result do
       :ok ->
+        # (No replica of it starts here until its directory is gone: the new node's writer
+        # may already ask for one, start_replica/3.)
+        arriving(id, true)
         st = stop(st, id)
         {_, _, dir} = List.keyfind(st.zones, id, 0)
         _ = File.rm_rf(dir)
+        arriving(id, false)
         {:noreply, st}
 
       {:error, reason} ->
@@ -186,6 +207,7 @@ defmodule Overworld.World.Placer do
       nil ->
         # A node that was handing us a zone went away: we may start it from what we have.
         gone = for {id, ^pid} <- st.in, do: id
+        for id <- gone, do: arriving(id, false)
         {:noreply, %{st | in: Map.drop(st.in, gone), files: Map.drop(st.files, gone)}}
     end
   end
@@ -233,27 +255,51 @@ defmodule Overworld.World.Placer do
     end
   end
 
-  # Whether another node's placer runs the zone (or hands it over, or receives it): asked
-  # directly before a zone starts here, since this node's copy of the `:pg` groups may lag
-  # behind a node that just connected. A placer that does not answer in time may run it.
+  # Whether the zone runs on another node of the world: asked there directly (its local
+  # registry, read by a process of its own: never a placer, which may be asking us the same)
+  # before a zone starts here, since this node's copy of the `:pg` groups may lag behind a
+  # node that just connected. A node that does not answer in time may run it.
   defp elsewhere?(name, id) do
+    key = Names.zone(id)
+
     :pg.get_members(Cluster.scope(), {:placer, name})
-    |> Enum.reject(&(node(&1) == node()))
-    |> Enum.any?(fn placer ->
+    |> Enum.map(&node/1)
+    |> Enum.reject(&(&1 == node()))
+    |> Enum.any?(fn n ->
       try do
-        GenServer.call(placer, {:runs?, id}, 2_000)
+        :erpc.call(n, Names, :whereis, [key], 2_000) != nil
       catch
-        :exit, {:timeout, _} -> true
-        :exit, _ -> false
+        :error, {:erpc, :timeout} -> true
+        _, _ -> false
       end
     end)
   end
 
+  # Whether the zone has anything on this node besides a replica: its server, its store (a
+  # released zone until it stops: its files are in use), or it arrives or leaves (marked).
+  defp here?(id) do
+    Names.whereis(Names.zone(id)) != nil or Names.whereis(Names.zone_store(id)) != nil or
+      Names.whereis({:arriving, id}) != nil
+  end
+
+  # Marks a zone arriving on this node (handed over, or starting from its files), or leaving
+  # it (its directory removed): no replica of it starts here meanwhile (start_replica/3).
+  defp arriving(id, true) do
+    _ = Names.register({:arriving, id})
+    :ok
+  end
+
+  defp arriving(id, false), do: Names.unregister({:arriving, id})
+
   defp start(st, id, spec) do
     # (This node's replica of the zone, if any, stops writing: the zone starts from its files.)
+    arriving(id, true)
     :ok = Replica.stop(id)
+    started = DynamicSupervisor.start_child(st.sup, spec)
+    # (Still arriving when it came by a hand-over: adopt ends that.)
+    unless is_map_key(st.in, id), do: arriving(id, false)
 
-    case DynamicSupervisor.start_child(st.sup, spec) do
+    case started do
       {:ok, pid} ->
         Process.monitor(pid)
         {:ok, %{st | running: Map.put(st.running, id, pid), ended: Map.delete(st.ended, id)}}

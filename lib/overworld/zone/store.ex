@@ -118,8 +118,9 @@ defmodule Overworld.Zone.Store do
 
   # Durability :replicated: the journal's writer asks this function for its replica (see
   # Overworld.Persistence.Journal, "Replication"): the first node after this one in the zone's
-  # rendezvous order (the zone's next home if this node dies), whose placer starts the
-  # replica process, seeded here with the zone's files.
+  # rendezvous order (the zone's next home if this node dies), where
+  # Overworld.World.Placer.start_replica/3 starts the replica process, seeded here with the
+  # zone's files.
   defp replica_fun(%Config{durability: :local}, _dir), do: nil
 
   defp replica_fun(%Config{id: id, world: %{name: world}}, dir) do
@@ -135,14 +136,13 @@ defmodule Overworld.Zone.Store do
   end
 
   defp new_replica(world, id, dir, target) do
-    with placer when is_pid(placer) <-
-           Overworld.World.Placer.on(world, target) || {:error, :no_placer},
-         {:ok, pid} <- GenServer.call(placer, {:replica, id, self()}, 2_000),
+    with {:ok, pid} <-
+           :erpc.call(target, Overworld.World.Placer, :start_replica, [world, id, self()], 5_000),
          :ok <- Replica.seed(pid, dir) do
       {:ok, pid}
     end
   catch
-    :exit, reason -> {:error, {:placer, reason}}
+    :error, {:erpc, reason} -> {:error, {:replica_node, reason}}
   end
 
   @doc "The journal segments in a zone's directory, as {number, path}, in order."
