@@ -11,11 +11,14 @@ defmodule Goblins.MixProject do
       elixir: "~> 1.14",
       start_permanent: Mix.env() == :prod,
       deps: [{:overworld, path: "../.."}],
-      docs: [main: "readme", extras: ["README.md"]]
+      docs: [main: "readme", extras: ["README.md"]],
+      # `MIX_ENV=prod mix release`: the goblin world served as the environment configures
+      # it (rel/env.sh.eex; Overworld.Release; docs/cluster.md, "Releases").
+      releases: [goblins: [include_executables_for: [:unix]]]
     ]
   end
 
   def application do
-    [extra_applications: [:logger]]
+    [extra_applications: [:logger], mod: {Goblins.Application, []}]
   end
 end
