@@ -295,9 +295,13 @@ defmodule Overworld.AccountsTest do
 
       {:ok, %{user_id: u3}} = :erpc.call(c, Accounts, :authenticate_device, [d3 = device_id()])
 
-      assert :erpc.call(a, :mnesia, :dirty_read, [:overworld_devices, d3]) == [
-               {:overworld_devices, d3, u3}
-             ]
+      # (A transaction returns once committed where it ran; the other copies apply it right
+      # after: mnesia:sync_transaction would wait for them.)
+      eventually(fn ->
+        :erpc.call(a, :mnesia, :dirty_read, [:overworld_devices, d3]) == [
+          {:overworld_devices, d3, u3}
+        ]
+      end)
     end
   end
 end

@@ -2,12 +2,13 @@ defmodule Overworld.ReleaseTest do
   use ExUnit.Case, async: false
   import ExUnit.CaptureIO
   doctest Overworld.Release
-  @moduletag :tmp_dir
 
   alias Overworld.Release
 
-  test "starts the world and the server the environment describes, and says where it listens",
-       %{tmp_dir: tmp} do
+  test "starts the world and the server the environment describes, and says where it listens" do
+    # (The suite's data directory: Mnesia, which holds the accounts, has one per node.)
+    tmp = Overworld.Test.DataDir.path()
+
     env = %{
       "OVERWORLD_PORT" => "0",
       "OVERWORLD_DATA_DIR" => tmp,

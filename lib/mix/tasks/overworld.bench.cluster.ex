@@ -94,6 +94,11 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
       end)
 
     summary = Stats.summary(Enum.map(kills, & &1.ms))
+    # Where the ids held twice at the end are (for the record: which zones, which nodes).
+    twice = holders(nodes, zones)
+
+    if twice != [],
+      do: IO.puts("held twice at the end: #{inspect(twice, limit: :infinity)}")
 
     IO.puts(
       "recovery after kill -9 (kill to the last of the node's zones ticking elsewhere): " <>
@@ -114,6 +119,8 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
         entities_per_zone: o.entities_per_zone,
         game: inspect(module),
         recovery_ms: summary,
+        held_twice_at_end:
+          Enum.map(twice, fn {id, where} -> %{id: id, zones: Enum.map(where, &inspect/1)} end),
         kills: Enum.map(kills, fn k -> %{k | zones: Enum.map(k.zones, &inspect/1)} end),
         machine: machine
       })
@@ -238,6 +245,20 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
       tick > first -> System.monotonic_time(:millisecond) - killed_at
       true -> Process.sleep(5) && ticking_again(z, survivors, killed_at, first)
     end
+  end
+
+  # The ids that two zones (or one, twice) hold now: {id, [{zone, node}]}.
+  defp holders(nodes, zones) do
+    live = Enum.filter(nodes, &(&1 in Node.list()))
+
+    for z <- zones,
+        [n] <- [where(live, z)],
+        e <- :erpc.call(n, Overworld.Zone, :entities, [z], 30_000) do
+      {Overworld.Entity.entity(e, :id), {z, n}}
+    end
+    |> Enum.group_by(&elem(&1, 0), &elem(&1, 1))
+    |> Enum.filter(fn {_, where} -> length(where) > 1 end)
+    |> Enum.sort()
   end
 
   # Every zone's entity ids, read where it runs, sorted (an id twice if two zones hold it).
