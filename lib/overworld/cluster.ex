@@ -121,6 +121,11 @@ defmodule Overworld.Cluster do
   @spec register_zone(term) :: :ok
   def register_zone(id), do: :pg.join(@scope, {:zone, id}, self())
 
+  @doc false
+  # A zone released to another node is no longer found here (`Overworld.Zone.Release`).
+  @spec unregister_zone(term) :: :ok | :not_joined
+  def unregister_zone(id), do: :pg.leave(@scope, {:zone, id}, self())
+
   @doc """
   Joins the cluster of `config`: sets the cookie (if the configuration has one) and connects
   to its nodes, now and every `:retry` ms (default 1_000) to those not connected. Answers the

@@ -13,6 +13,10 @@ defmodule Overworld.Names do
   #   {:zone_store, id}        a zone's store (zones with a data directory)
   #   {:mirror, id}            this node's mirror of a zone on another node; its value: the
   #                            config sessions here use (Overworld.Zone.Mirror)
+  #   {:replica, id}           this node's copy of the files of a zone on another node
+  #                            (Overworld.Zone.Replica)
+  #   {:arriving, id}          held by a world's placer while a zone arrives on this node or
+  #                            leaves it (no replica of it starts meanwhile)
   #   {:bucket, id, index}     a zone's bucket worker
   #   {:session, server, user} a user's session on a server
   #   {:connections, server}   a server's connection supervisor
@@ -28,6 +32,8 @@ defmodule Overworld.Names do
           | {:placer, term}
           | {:zone_store, term}
           | {:mirror, term}
+          | {:replica, term}
+          | {:arriving, term}
           | {:bucket, term, non_neg_integer}
           | {:session, atom, term}
           | {:connections, atom}
@@ -56,6 +62,9 @@ defmodule Overworld.Names do
 
   @spec replica(term) :: key
   def replica(id), do: {:replica, id}
+
+  @spec arriving(term) :: key
+  def arriving(id), do: {:arriving, id}
 
   @spec bucket(term, non_neg_integer) :: key
   def bucket(id, index), do: {:bucket, id, index}

@@ -67,10 +67,10 @@ defmodule Overworld.Release do
   @doc """
   The settings in `env` for zone module `zone`, or an `ArgumentError` naming the variable.
 
-      iex> c = Overworld.Release.config!(%{"OVERWORLD_ZONES" => "2x3"}, MyGame.Goblins)
+      iex> c = Overworld.Release.config!(%{"OVERWORLD_ZONES" => "2x3"}, MyGame.Arena)
       iex> {c.port, c.world, c.cols, c.rows, c.entities}
-      {4000, "goblins", 2, 3, 1000}
-      iex> Overworld.Release.config!(%{"OVERWORLD_PORT" => "x"}, MyGame.Goblins)
+      {4000, "arena", 2, 3, 1000}
+      iex> Overworld.Release.config!(%{"OVERWORLD_PORT" => "x"}, MyGame.Arena)
       ** (ArgumentError) OVERWORLD_PORT: expected a port number in 0..65535, got: "x"
   """
   @spec config!(%{optional(String.t()) => String.t()}, module) :: map

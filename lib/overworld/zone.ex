@@ -377,18 +377,16 @@ defmodule Overworld.Zone do
   without a message to the zone).
   """
   @spec player_entity(zone, player) :: pos_integer | nil
-  def player_entity(zone, player) do
-    case config(zone) do
-      %Config{shared: %{mirror: m}} when m != nil ->
-        Overworld.Zone.Mirror.player_entity(m, player)
+  def player_entity(zone, player), do: entity_of(config(zone), player)
 
-      %Config{shared: %{memory: table}} ->
-        Overworld.Zone.Memory.player_entity(table, player)
+  # (A zone on another node is asked through this node's mirror of it.)
+  defp entity_of(%Config{shared: %{mirror: m}}, player) when m != nil,
+    do: Overworld.Zone.Mirror.player_entity(m, player)
 
-      nil ->
-        nil
-    end
-  end
+  defp entity_of(%Config{shared: %{memory: table}}, player),
+    do: Overworld.Zone.Memory.player_entity(table, player)
+
+  defp entity_of(nil, _player), do: nil
 
   @doc false
   # Lets go of the zone's state so that another node can run it: stops the clock, writes a
@@ -459,15 +457,10 @@ defmodule Overworld.Zone do
       nil ->
         {:error, :not_found}
 
-      %Config{shared: shared} ->
-        case player_entity(zone, player) do
-          nil ->
-            {:error, :not_joined}
-
-          id ->
-            # (A zone on another node: the slot is its mirror's, which sends the inputs on.)
-            if shared.mirror, do: Inputs.route(shared.inputs, id, 0)
-            {:ok, {shared.inputs, id}}
+      %Config{shared: shared} = config ->
+        case entity_of(config, player) do
+          nil -> {:error, :not_joined}
+          id -> {:ok, local_slot(shared, id)}
         end
     end
   end
@@ -478,13 +471,19 @@ defmodule Overworld.Zone do
   @spec slot_here(zone, input_slot) :: input_slot
   def slot_here(zone, {_, id} = slot) do
     case config(zone) do
-      %Config{shared: %{mirror: m, inputs: inputs}} when m != nil ->
-        Inputs.route(inputs, id, 0)
-        {inputs, id}
-
-      _ ->
-        slot
+      %Config{shared: %{mirror: m} = shared} when m != nil -> local_slot(shared, id)
+      _ -> slot
     end
+  end
+
+  # The slot of avatar `id` in the input tables of a zone as this node sees it: on another
+  # node, its mirror's (one slot table, every avatar routed to it; the mirror sends the inputs
+  # on).
+  defp local_slot(%{mirror: nil, inputs: inputs}, id), do: {inputs, id}
+
+  defp local_slot(%{inputs: inputs}, id) do
+    Inputs.route(inputs, id, 0)
+    {inputs, id}
   end
 
   @doc "Writes an input into a player's slot (see `input/4`): two ETS writes at most."
@@ -510,21 +509,13 @@ defmodule Overworld.Zone do
   removed; subscribing twice is one subscription.
   """
   @spec subscribe(zone, pid) :: :ok | {:error, :not_found}
-  def subscribe(zone, pid \\ self()) when is_pid(pid) do
-    case mirror(zone) do
-      nil -> tagged_call(zone, {:subscribe, pid})
-      m -> Overworld.Zone.Mirror.subscribe(m, pid)
-    end
-  end
+  def subscribe(zone, pid \\ self()) when is_pid(pid),
+    do: tagged_call(mirror(zone) || zone, {:subscribe, pid})
 
   @doc "Stops the notices of `subscribe/2`."
   @spec unsubscribe(zone, pid) :: :ok | {:error, :not_found}
-  def unsubscribe(zone, pid \\ self()) when is_pid(pid) do
-    case mirror(zone) do
-      nil -> tagged_call(zone, {:unsubscribe, pid})
-      m -> Overworld.Zone.Mirror.unsubscribe(m, pid)
-    end
-  end
+  def unsubscribe(zone, pid \\ self()) when is_pid(pid),
+    do: tagged_call(mirror(zone) || zone, {:unsubscribe, pid})
 
   # A zone on another node is subscribed to through this node's mirror of it (its ticks come
   # once to this node; `Overworld.Zone.Mirror`).

@@ -279,17 +279,17 @@ defmodule Overworld.World.Placer do
   # released zone until it stops: its files are in use), or it arrives or leaves (marked).
   defp here?(id) do
     Names.whereis(Names.zone(id)) != nil or Names.whereis(Names.zone_store(id)) != nil or
-      Names.whereis({:arriving, id}) != nil
+      Names.whereis(Names.arriving(id)) != nil
   end
 
   # Marks a zone arriving on this node (handed over, or starting from its files), or leaving
   # it (its directory removed): no replica of it starts here meanwhile (start_replica/3).
   defp arriving(id, true) do
-    _ = Names.register({:arriving, id})
+    _ = Names.register(Names.arriving(id))
     :ok
   end
 
-  defp arriving(id, false), do: Names.unregister({:arriving, id})
+  defp arriving(id, false), do: Names.unregister(Names.arriving(id))
 
   defp start(st, id, spec) do
     # (This node's replica of the zone, if any, stops writing: the zone starts from its files.)

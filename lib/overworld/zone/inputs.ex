@@ -115,11 +115,12 @@ defmodule Overworld.Zone.Inputs do
   end
 
   @doc """
-  Worker `w` takes the new inputs of the avatars it holds (`avatars`: id => true): answers
+  Worker `w` takes the new inputs of the avatars it holds (`avatars`: id => true, or `:all`
+  for every avatar routed to it: a mirror's one slot table, `Overworld.Zone.Mirror`): answers
   `{inputs, acks}`, `inputs` a map id => input, `acks` `[{id, seq}]` for those that carried a
   sequence number. Slots of other avatars move on, wait or go (see the moduledoc).
   """
-  @spec take(t, non_neg_integer, %{optional(pos_integer) => true}) ::
+  @spec take(t, non_neg_integer, %{optional(pos_integer) => true} | :all) ::
           {%{optional(pos_integer) => term}, [{pos_integer, non_neg_integer}]}
   def take(%__MODULE__{slots: slots} = t, w, avatars) do
     table = elem(slots, w)
@@ -146,7 +147,7 @@ defmodule Overworld.Zone.Inputs do
   defp take([], _t, _table, _w, _avatars, inputs, acks), do: {:maps.from_list(inputs), acks}
 
   defp take([{id, input, seq, _, _} | rest], t, table, w, avatars, inputs, acks)
-       when is_map_key(avatars, id) do
+       when avatars == :all or is_map_key(avatars, id) do
     acks = if seq, do: [{id, seq} | acks], else: acks
     take(rest, t, table, w, avatars, [{id, input} | inputs], acks)
   end

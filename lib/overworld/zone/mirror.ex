@@ -38,25 +38,21 @@ defmodule Overworld.Zone.Mirror do
 
   @doc "The config of this node's mirror of remote zone `id` (started if need be), or nil."
   @spec config(term) :: Overworld.Zone.Config.t() | nil
-  def config(id) do
-    case Names.lookup(Names.mirror(id)) do
-      {_pid, config} ->
-        config
+  def config(id), do: lookup(id) || start(id)
 
+  defp start(id) do
+    case Cluster.zone(id) do
       nil ->
-        case Cluster.zone(id) do
-          nil ->
-            nil
+        nil
 
-          pid when node(pid) == node() ->
-            nil
+      pid when node(pid) == node() ->
+        nil
 
-          _pid ->
-            case DynamicSupervisor.start_child(Overworld.Mirrors, {__MODULE__, id}) do
-              {:ok, _} -> lookup(id)
-              {:error, {:already_started, _}} -> lookup(id)
-              {:error, _} -> nil
-            end
+      _pid ->
+        case DynamicSupervisor.start_child(Overworld.Mirrors, {__MODULE__, id}) do
+          {:ok, _} -> lookup(id)
+          {:error, {:already_started, _}} -> lookup(id)
+          {:error, _} -> nil
         end
     end
   end
@@ -67,13 +63,6 @@ defmodule Overworld.Zone.Mirror do
       nil -> nil
     end
   end
-
-  @doc "Tells `pid` of every tick of the mirrored zone (as `Overworld.Zone.subscribe/2`)."
-  @spec subscribe(pid, pid) :: :ok
-  def subscribe(mirror, pid), do: GenServer.call(mirror, {:subscribe, pid})
-
-  @spec unsubscribe(pid, pid) :: :ok
-  def unsubscribe(mirror, pid), do: GenServer.call(mirror, {:unsubscribe, pid})
 
   @doc "The avatar of `player` in the mirrored zone (asked of the zone's node), or nil."
   @spec player_entity(pid, term) :: pos_integer | nil
@@ -121,15 +110,7 @@ defmodule Overworld.Zone.Mirror do
             {:error, :no_wire}
 
           %{} = remote ->
-            # The tables are made here, owned by the mirror: it registers with its config.
-            shared = %Metrics{
-              Metrics.new(1, true)
-              | memory: nil,
-                inputs: Inputs.new(1),
-                mirror: nil
-            }
-
-            GenServer.start_link(__MODULE__, {id, zone, remote, shared})
+            GenServer.start_link(__MODULE__, {id, zone, remote})
 
           nil ->
             {:error, :not_found}
@@ -140,8 +121,13 @@ defmodule Overworld.Zone.Mirror do
   end
 
   @impl true
-  def init({id, zone, remote, shared}) do
-    shared = %{shared | mirror: self()}
+  def init({id, zone, remote}) do
+    # The mirror's tables, made here so that it owns them (they go with it): a wire table and
+    # one input slot table (every avatar routed to it); no memory table (the zone's node has
+    # the zone's memory).
+    shared = Metrics.new(1, true)
+    :ets.delete(shared.memory)
+    shared = %{shared | memory: nil, mirror: self()}
     config = %{remote | shared: shared}
 
     case Names.register(Names.mirror(id), config) do
@@ -283,10 +269,7 @@ defmodule Overworld.Zone.Mirror do
   defp send_inputs(%{zone: nil}), do: :ok
 
   defp send_inputs(st) do
-    inputs = st.config.shared.inputs
-    avatars = Map.new(:ets.tab2list(inputs.routes), fn {id, _} -> {id, true} end)
-
-    case Inputs.take(inputs, 0, avatars) do
+    case Inputs.take(st.config.shared.inputs, 0, :all) do
       {taken, _acks} when map_size(taken) == 0 ->
         :ok
 

@@ -45,7 +45,7 @@ defmodule Overworld.Zone.Release do
   @spec snapshot_done(State.t(), non_neg_integer) :: State.t()
   def snapshot_done(%State{release: {:snapshot, from, tick}} = st, tick) do
     :ok = Overworld.Persistence.Journal.sync(st.journal)
-    :pg.leave(Overworld.Cluster.scope(), {:zone, st.config.id}, self())
+    _ = Overworld.Cluster.unregister_zone(st.config.id)
     Overworld.Names.unregister(Overworld.Names.zone(st.config.id))
     GenServer.reply(from, {:ok, tick})
     %{st | release: :released}

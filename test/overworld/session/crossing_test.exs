@@ -209,37 +209,19 @@ defmodule Overworld.Session.CrossingTest do
   # Reads frames (each must decode), an input every third, until 60 frames after the
   # player's zone runs on this node (at most 600 frames).
   defp stay(player, st) do
-    st =
-      if rem(st.frames, 3) == 0 do
-        seq = st.seq + 1
-        input = %{type: :input, seq: seq, ack: player.view.tick, payload: <<0, 0>>}
-        :ok = Client.send_msg(player.conn, input)
-        %{st | seq: seq}
-      else
-        st
-      end
-
-    case ServerCase.recv(player.conn) do
-      {{:snapshot, snap}, conn} ->
-        assert {:ok, view} = Snapshot.apply(player.view, snap, player.templates),
-               "frame #{st.frames} does not decode"
-
+    frames(
+      player,
+      st,
+      :moved,
+      fn player, _st, seq ->
+        [%{type: :input, seq: seq, ack: player.view.tick, payload: <<0, 0>>}]
+      end,
+      fn st, view, _snap, _player ->
         here = Zone.whereis(st.zone)
         moved = st.moved || if here && node(here) == node(), do: {st.frames, st.seq}
-        st = %{st | frames: st.frames + 1, acks: st.acks ++ [view.input_ack], moved: moved}
-        player = %{player | conn: conn, view: view}
-        done? = match?({_, _}, moved) and st.frames > elem(moved, 0) + 60
-        if done? or st.frames >= 600, do: st, else: stay(player, st)
-
-      {{:close, code, reason}, _conn} ->
-        flunk("the connection closed (#{code} #{inspect(reason)}) after #{st.frames} frames")
-
-      {{:error, reason}, _conn} ->
-        flunk("the socket ended (#{inspect(reason)}) after #{st.frames} frames")
-
-      {_other, conn} ->
-        stay(%{player | conn: conn}, st)
-    end
+        %{st | acks: st.acks ++ [view.input_ack], moved: moved}
+      end
+    )
   end
 
   # A player joined over a real socket: it, its user, its zone.
@@ -283,20 +265,50 @@ defmodule Overworld.Session.CrossingTest do
   # Sends an input every third frame, applies every frame (each must decode), until 60
   # frames after the crossing (at most 600 frames: 20 s).
   defp walk(player, st) do
-    st =
-      if rem(st.frames, 3) == 0 do
-        seq = st.seq + 1
-
-        input = %{
+    inputs = fn player, st, seq ->
+      [
+        %{
           type: :input,
           seq: seq,
           ack: player.view.tick,
           payload: <<st.mx::signed-8, 0::signed-8>>
-        }
-
-        :ok = Client.send_msg(player.conn, input)
+        },
         # And a reliable message (the zone's game state keeps them).
-        :ok = Client.send_msg(player.conn, %{type: :client_event, seq: seq, payload: "e#{seq}"})
+        %{type: :client_event, seq: seq, payload: "e#{seq}"}
+      ]
+    end
+
+    frames(player, st, :crossed, inputs, fn st, view, snap, player ->
+      crossed =
+        st.crossed ||
+          if World.zone_for(st.world, player.user) != st.from, do: {st.frames, st.seq}
+
+      {:ok, _tick, rest} =
+        Overworld.Protocol.Codec.read_varint(binary_part(snap, 1, byte_size(snap) - 1))
+
+      {:ok, baseline, _} = Overworld.Protocol.Codec.read_varint(rest)
+      seen? = Map.has_key?(Snapshot.View.entities(view), player.entity)
+
+      %{
+        st
+        | acks: st.acks ++ [view.input_ack],
+          crossed: crossed,
+          ticks: st.ticks ++ [view.tick],
+          resets: st.resets + if(baseline == 0, do: 1, else: 0),
+          missing: st.missing ++ if(seen? or st.frames < 3, do: [], else: [st.frames])
+      }
+    end)
+  end
+
+  # Every frame of a player's connection, each of which must decode, with `inputs.(player,
+  # st, seq)` sent every third frame and `frame.(st, view, snapshot, player)` folding each
+  # into `st`, until 60 frames after `st[mark]` is set ({frame, seq}), at most 600 frames.
+  # Answers the state with the last view.
+  defp frames(player, st, mark, inputs, frame) do
+    st =
+      if rem(st.frames, 3) == 0 do
+        seq = st.seq + 1
+        for msg <- inputs.(player, st, seq), do: :ok = Client.send_msg(player.conn, msg)
         %{st | seq: seq}
       else
         st
@@ -307,30 +319,14 @@ defmodule Overworld.Session.CrossingTest do
         assert {:ok, view} = Snapshot.apply(player.view, snap, player.templates),
                "frame #{st.frames} does not decode"
 
-        crossed =
-          st.crossed ||
-            if World.zone_for(st.world, player.user) != st.from, do: {st.frames, st.seq}
-
-        {:ok, _tick, rest} =
-          Overworld.Protocol.Codec.read_varint(binary_part(snap, 1, byte_size(snap) - 1))
-
-        {:ok, baseline, _} = Overworld.Protocol.Codec.read_varint(rest)
-        seen? = Map.has_key?(Snapshot.View.entities(view), player.entity)
-
-        st = %{
-          st
-          | frames: st.frames + 1,
-            acks: st.acks ++ [view.input_ack],
-            crossed: crossed,
-            ticks: st.ticks ++ [view.tick],
-            resets: st.resets + if(baseline == 0, do: 1, else: 0),
-            missing: st.missing ++ if(seen? or st.frames < 3, do: [], else: [st.frames])
-        }
-
+        st = frame.(st, view, snap, player)
+        st = %{st | frames: st.frames + 1}
         player = %{player | conn: conn, view: view}
+        done? = match?({_, _}, st[mark]) and st.frames > elem(st[mark], 0) + 60
 
-        done? = match?({_, _}, crossed) and st.frames > elem(crossed, 0) + 60
-        if done? or st.frames >= 600, do: Map.put(st, :view, view), else: walk(player, st)
+        if done? or st.frames >= 600,
+          do: Map.put(st, :view, view),
+          else: frames(player, st, mark, inputs, frame)
 
       {{:close, code, reason}, _conn} ->
         flunk("the connection closed (#{code} #{inspect(reason)}) after #{st.frames} frames")
@@ -339,7 +335,7 @@ defmodule Overworld.Session.CrossingTest do
         flunk("the socket ended (#{inspect(reason)}) after #{st.frames} frames")
 
       {_other, conn} ->
-        walk(%{player | conn: conn}, st)
+        frames(%{player | conn: conn}, st, mark, inputs, frame)
     end
   end
 end
