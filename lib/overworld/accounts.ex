@@ -105,10 +105,8 @@ defmodule Overworld.Accounts do
     end
   end
 
-  @doc false
   # Whether the accounts run on `node` (Mnesia started and the tables made).
-  @spec running?(node) :: boolean
-  def running?(node \\ node()) do
+  defp running?(node) do
     :erpc.call(
       node,
       fn ->

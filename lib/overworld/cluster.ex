@@ -98,6 +98,26 @@ defmodule Overworld.Cluster do
     seen * 2 > length(Enum.uniq(configured))
   end
 
+  @doc "Whether this node joined a cluster of more than one configured node."
+  @spec clustered?() :: boolean
+  def clustered?, do: length(configured() || []) > 1
+
+  @doc """
+  Joins the cluster the environment `env` configures (`Config.from_env/1`), if any:
+  `{:ok, :none}` without one, `{:ok, connected}` (as `join/2`), `{:error, message}` for a bad
+  setting (naming the variable), `{:error, :not_alive}` for a node without a name.
+  """
+  @spec join_env(%{optional(String.t()) => String.t()}) ::
+          {:ok, :none | [node]} | {:error, String.t() | :not_alive}
+  def join_env(env \\ System.get_env()) do
+    with {:ok, config} <- Config.from_env(env) do
+      case config do
+        %Config{nodes: [], dns: nil} -> {:ok, :none}
+        config -> join(config)
+      end
+    end
+  end
+
   @doc "The cluster's configured nodes (nil before `join/2`, and for a node of its own)."
   @spec configured() :: [node] | nil
   def configured, do: :persistent_term.get({__MODULE__, :configured}, nil)

@@ -113,21 +113,18 @@ defmodule Overworld.Release do
   # The cluster of the environment, if any: joined (the release runs with a node name).
   # Answers whether it has more than one node.
   defp join!(env) do
-    case Overworld.Cluster.Config.from_env(env) do
-      {:error, message} ->
-        raise ArgumentError, message
-
-      {:ok, %{nodes: [], dns: nil}} ->
+    case Overworld.Cluster.join_env(env) do
+      {:ok, :none} ->
         false
 
-      {:ok, config} ->
-        case Overworld.Cluster.join(config) do
-          {:ok, _} ->
-            length(Overworld.Cluster.configured() || []) > 1
+      {:ok, _connected} ->
+        Overworld.Cluster.clustered?()
 
-          {:error, :not_alive} ->
-            raise ArgumentError, "a cluster is configured but the node has no name"
-        end
+      {:error, :not_alive} ->
+        raise ArgumentError, "a cluster is configured but the node has no name"
+
+      {:error, message} ->
+        raise ArgumentError, message
     end
   end
 end

@@ -139,7 +139,7 @@ defmodule Overworld.World do
   # A world over a cluster of more than one configured node replicates its zones' files.
   defp durability(opts) do
     if Keyword.get(opts, :cluster) == true and not Keyword.has_key?(opts, :durability) and
-         length(Overworld.Cluster.configured() || []) > 1,
+         Overworld.Cluster.clustered?(),
        do: Keyword.put(opts, :durability, :replicated),
        else: opts
   end

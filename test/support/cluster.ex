@@ -11,23 +11,8 @@ defmodule Overworld.Test.Cluster do
     for _ <- 1..n, do: start_peer(:"peer#{System.unique_integer([:positive])}", extra)
   end
 
-  @doc "Starts a peer named `name` (on 127.0.0.1): `{pid, node}`."
-  def start_peer(name, extra \\ []) do
-    paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-    cookie = Atom.to_charlist(Node.get_cookie())
-
-    {:ok, pid, node} =
-      :peer.start_link(%{
-        name: name,
-        host: ~c"127.0.0.1",
-        longnames: true,
-        args: [~c"-setcookie", cookie | extra ++ paths],
-        connection: :standard_io
-      })
-
-    {:ok, _} = :erpc.call(node, Application, :ensure_all_started, [:overworld])
-    {pid, node}
-  end
+  @doc "Starts a peer named `name` (on 127.0.0.1): `{pid, node}` (`Overworld.Bench.Peer`)."
+  def start_peer(name, extra \\ []), do: Overworld.Bench.Peer.start(name, extra)
 
   @doc "Waits until `fun` answers true (every 50 ms, at most 10 s), else fails the test."
   def eventually(fun, tries \\ 200) do

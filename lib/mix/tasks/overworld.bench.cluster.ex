@@ -50,15 +50,14 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     if o.nodes < 3, do: Mix.raise("--nodes must be at least 3 (a majority survives a kill)")
     Mix.Task.run("compile")
     {module, wire, {c, r}, args} = Mix.Tasks.Overworld.Bench.World.game!(opts)
-    distributed!()
-
+    # This node runs no zone (it does not start the application): it starts the servers,
+    # kills them and reads them.
+    Overworld.Bench.Peer.distributed!("bench", "127.0.0.1")
     name = "bench_cluster"
 
-    {:world, ^module, world_opts} =
-      Mix.Tasks.Overworld.Server.served(module, [id: name, wire: wire, args: args],
-        zones: "#{c}x#{r}",
-        entities_per_zone: o.entities_per_zone
-      )
+    world_opts =
+      module.zone_options(o.entities_per_zone * c * r, name: name, zones: {c, r}, wire: wire)
+      |> Keyword.update(:args, args, &Keyword.merge(&1, args))
 
     base = Path.join(System.tmp_dir!(), "overworld-bench-cluster-#{System.os_time()}")
     names = for i <- 1..o.nodes, do: :"bc#{i}_#{System.unique_integer([:positive])}"
@@ -134,35 +133,11 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
 
   defp node_name(name), do: :"#{name}@127.0.0.1"
 
-  # This node runs no zone (it does not start the application): it starts the servers,
-  # kills them and reads them.
-  defp distributed! do
-    unless Node.alive?() do
-      System.cmd("epmd", ["-daemon"])
-
-      case Node.start(:"bench#{System.unique_integer([:positive])}@127.0.0.1", :longnames) do
-        {:ok, _} -> :ok
-        {:error, reason} -> Mix.raise("cannot start distribution: #{inspect(reason)}")
-      end
-    end
-  end
-
   # A server node: a BEAM of its own with this project's code, the application started,
   # joined to the cluster, the world started with its own data directory.
   defp start_node(name, nodes, module, world) do
-    paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-    cookie = Atom.to_charlist(Node.get_cookie())
-
-    {:ok, peer, node} =
-      :peer.start(%{
-        name: name,
-        host: ~c"127.0.0.1",
-        longnames: true,
-        args: [~c"-setcookie", cookie, ~c"+sbwt", ~c"none" | paths],
-        connection: :standard_io
-      })
-
-    {:ok, _} = :erpc.call(node, Application, :ensure_all_started, [:overworld])
+    # (Not linked: killed with kill -9, it must not take this task down.)
+    {peer, node} = Overworld.Bench.Peer.start(name, [~c"+sbwt", ~c"none"], false)
     config = %Overworld.Cluster.Config{nodes: nodes}
     {:ok, _} = :erpc.call(node, Overworld.Cluster, :join, [config])
     {:ok, _} = :erpc.call(node, Overworld, :start_world, [module, world.(node)])
@@ -171,7 +146,7 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
 
   # Every zone runs on its home node among the live nodes, once (at most 60 s).
   defp settle!(nodes, zones, tries \\ 600) do
-    live = Enum.filter(nodes, &(&1 in Node.list()))
+    live = live(nodes)
 
     settled =
       Enum.all?(zones, fn z ->
@@ -188,6 +163,9 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     end
   end
 
+  # The nodes of `nodes` connected to this one.
+  defp live(nodes), do: Enum.filter(nodes, &(&1 in Node.list()))
+
   # The nodes whose local registry names a server of zone `z`.
   defp where(live, z) do
     Enum.filter(live, fn n ->
@@ -200,14 +178,14 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   end
 
   defp kill_one(k, peers, nodes, zones, module, world, base) do
-    live = Enum.filter(nodes, &(&1 in Node.list()))
+    live = live(nodes)
     on = Map.new(live, fn n -> {n, Enum.filter(zones, &(where([n], &1) == [n]))} end)
     {victim, its} = Enum.max_by(on, fn {_, zs} -> length(zs) end)
     survivors = live -- [victim]
     %{os_pid: os_pid} = Map.fetch!(peers, victim)
 
     killed_at = System.monotonic_time(:millisecond)
-    {_, 0} = System.cmd("kill", ["-9", to_string(os_pid)])
+    :ok = Overworld.Bench.OsServer.signal(os_pid, "KILL")
     per_zone = Enum.map(its, &ticking_again(&1, survivors, killed_at))
 
     # A node of the same name comes back, with an empty data directory: the zones homed on
@@ -240,22 +218,21 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
       end)
 
     cond do
-      tick == nil -> Process.sleep(5) && ticking_again(z, survivors, killed_at, first)
-      first == nil -> Process.sleep(5) && ticking_again(z, survivors, killed_at, tick)
-      tick > first -> System.monotonic_time(:millisecond) - killed_at
-      true -> Process.sleep(5) && ticking_again(z, survivors, killed_at, first)
+      tick != nil and first == nil ->
+        Process.sleep(5) && ticking_again(z, survivors, killed_at, tick)
+
+      tick != nil and tick > first ->
+        System.monotonic_time(:millisecond) - killed_at
+
+      true ->
+        Process.sleep(5) && ticking_again(z, survivors, killed_at, first)
     end
   end
 
   # The ids that two zones (or one, twice) hold now: {id, [{zone, node}]}.
   defp holders(nodes, zones) do
-    live = Enum.filter(nodes, &(&1 in Node.list()))
-
-    for z <- zones,
-        [n] <- [where(live, z)],
-        e <- :erpc.call(n, Overworld.Zone, :entities, [z], 30_000) do
-      {Overworld.Entity.entity(e, :id), {z, n}}
-    end
+    nodes
+    |> held(zones)
     |> Enum.group_by(&elem(&1, 0), &elem(&1, 1))
     |> Enum.filter(fn {_, where} -> length(where) > 1 end)
     |> Enum.sort()
@@ -263,20 +240,21 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
 
   # Every zone's entity ids, read where it runs, sorted (an id twice if two zones hold it).
   # Entities cross between zones meanwhile: Overworld.Bench.Soak.check/2 reads several times.
-  defp ids(nodes, zones) do
-    live = Enum.filter(nodes, &(&1 in Node.list()))
+  defp ids(nodes, zones), do: nodes |> held(zones) |> Enum.map(&elem(&1, 0)) |> Enum.sort()
 
-    zones
-    |> Enum.flat_map(fn z ->
-      # (A zone moving, or restarting, is read again: Soak retries on an exit.)
+  # `[{entity id, {zone, node}}]` for every entity of every zone, read where the zone runs.
+  # (A zone moving, or restarting, is an exit: Soak.check/2 reads again.)
+  defp held(nodes, zones) do
+    live = live(nodes)
+
+    Enum.flat_map(zones, fn z ->
       with [n] <- where(live, z),
            list when is_list(list) <- :erpc.call(n, Overworld.Zone, :entities, [z], 30_000) do
-        for e <- list, do: Overworld.Entity.entity(e, :id)
+        for e <- list, do: {Overworld.Entity.entity(e, :id), {z, n}}
       else
         _ -> exit(:zone_moving)
       end
     end)
-    |> Enum.sort()
   catch
     :error, {:erpc, reason} -> exit({:erpc, reason})
   end

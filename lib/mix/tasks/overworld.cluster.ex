@@ -105,7 +105,7 @@ defmodule Mix.Tasks.Overworld.Cluster do
             ["--port", to_string(if port == 0, do: 0, else: port + i)] ++
             ["--data-dir", Path.join(dir, "node#{i}")]
 
-        {i, name, OsServer.start(elixir, args, cd: File.cwd!(), env: env, timeout: 180_000)}
+        {i, name, OsServer.start(elixir, args, cd: File.cwd!(), env: env)}
       end
 
     started = for {i, name, {:ok, s}} <- servers, do: {i, name, s}

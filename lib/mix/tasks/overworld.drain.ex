@@ -51,18 +51,8 @@ defmodule Mix.Tasks.Overworld.Drain do
 
   # This task as a node of its own, on the target's host, with the cluster's cookie.
   defp start_distribution!(target) do
-    unless Node.alive?() do
-      [_, host] = String.split(Atom.to_string(target), "@")
-      name = :"drain#{System.unique_integer([:positive])}@#{host}"
-
-      case Node.start(name, :longnames) do
-        {:ok, _} ->
-          :ok
-
-        {:error, reason} ->
-          Mix.raise("cannot start distribution (#{inspect(reason)}): is epmd up?")
-      end
-    end
+    [_, host] = String.split(Atom.to_string(target), "@")
+    Overworld.Bench.Peer.distributed!("drain", host)
 
     case Overworld.Cluster.Config.from_env() do
       {:ok, %{cookie: nil}} -> :ok

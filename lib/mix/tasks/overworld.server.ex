@@ -131,35 +131,32 @@ defmodule Mix.Tasks.Overworld.Server do
   # A cluster configured in the environment (Overworld.Cluster.Config; docs/cluster.md): the
   # node joins it before its zones start, and says with whom.
   defp join_cluster! do
-    case Overworld.Cluster.Config.from_env() do
-      {:error, message} ->
-        Mix.raise(message)
-
-      {:ok, %{nodes: [], dns: nil}} ->
+    case Overworld.Cluster.join_env() do
+      {:ok, :none} ->
         :ok
 
-      {:ok, config} ->
-        case Overworld.Cluster.join(config) do
-          {:ok, connected} ->
-            Mix.shell().info(
-              "cluster: #{node()} joined; connected to #{length(connected)} of the configured " <>
-                "nodes#{if connected != [], do: " (#{Enum.join(Enum.sort(connected), ", ")})", else: ""}"
-            )
+      {:ok, connected} ->
+        Mix.shell().info(
+          "cluster: #{node()} joined; connected to #{length(connected)} of the configured " <>
+            "nodes#{if connected != [], do: " (#{Enum.join(Enum.sort(connected), ", ")})", else: ""}"
+        )
 
-            Mix.shell().info(
-              if Overworld.Cluster.TLS.enabled?(),
-                do: "cluster: distribution over TLS (inet_tls)",
-                else:
-                  "cluster: distribution over plain TCP: keep the nodes on a private network " <>
-                    "(docs/cluster.md, Security)"
-            )
+        Mix.shell().info(
+          if Overworld.Cluster.TLS.enabled?(),
+            do: "cluster: distribution over TLS (inet_tls)",
+            else:
+              "cluster: distribution over plain TCP: keep the nodes on a private network " <>
+                "(docs/cluster.md, Security)"
+        )
 
-          {:error, :not_alive} ->
-            Mix.raise(
-              "a cluster is configured (OVERWORLD_NODES or OVERWORLD_DNS) but this node has no " <>
-                "name: start it with elixir --name NAME@HOST -S mix ..."
-            )
-        end
+      {:error, :not_alive} ->
+        Mix.raise(
+          "a cluster is configured (OVERWORLD_NODES or OVERWORLD_DNS) but this node has no " <>
+            "name: start it with elixir --name NAME@HOST -S mix ..."
+        )
+
+      {:error, message} ->
+        Mix.raise(message)
     end
   end
 
@@ -248,7 +245,7 @@ defmodule Mix.Tasks.Overworld.Server do
     join_cluster!()
     lifeline()
     # (A world is spread over a cluster of more than one configured node.)
-    clustered? = length(Overworld.Cluster.configured() || []) > 1
+    clustered? = Overworld.Cluster.clustered?()
 
     persist? = Keyword.get(opts, :persist, true)
 

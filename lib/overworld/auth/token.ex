@@ -130,7 +130,7 @@ defmodule Overworld.Auth.Token do
            :ok <- File.chmod(staging, 0o700),
            :ok <- File.touch(tmp),
            :ok <- File.chmod(tmp, 0o600),
-           :ok <- write_synced(tmp, secret),
+           :ok <- Overworld.Persistence.Dir.write_synced(tmp, secret),
            # A hard link never replaces an existing file: when two servers boot at once on a
            # fresh directory, the first link wins and the other reads the secret it made.
            :ok <- File.ln(tmp, path) do
@@ -143,18 +143,6 @@ defmodule Overworld.Auth.Token do
       {:ok, secret} -> {:ok, secret}
       {:error, :eexist} -> read_secret(path, File.stat!(path))
       {:error, reason} -> {:error, {:secret_file, path, reason}}
-    end
-  end
-
-  defp write_synced(path, bytes) do
-    with {:ok, io} <- :file.open(path, [:write, :binary, :raw]) do
-      result =
-        with :ok <- :file.write(io, bytes) do
-          :file.sync(io)
-        end
-
-      :file.close(io)
-      result
     end
   end
 

@@ -69,7 +69,7 @@ defmodule Overworld.Bench.OsServer do
   @spec stop(t, String.t(), non_neg_integer) :: :exited | :killed
   def stop(%{port: port} = s, signal \\ "TERM", wait \\ 10_000) do
     pid = s.os_pid || port_pid(port)
-    if pid, do: kill(signal, pid)
+    if pid, do: signal(pid, signal)
 
     how =
       receive do
@@ -77,7 +77,7 @@ defmodule Overworld.Bench.OsServer do
           :exited
       after
         wait ->
-          if pid, do: kill("KILL", pid)
+          if pid, do: signal(pid, "KILL")
           catch_close(port)
           :killed
       end
@@ -94,9 +94,18 @@ defmodule Overworld.Bench.OsServer do
     end
   end
 
-  # The shell's own kill: /bin/kill (procps) is not on every minimal machine.
-  defp kill(signal, pid),
-    do: System.cmd("sh", ["-c", "kill -#{signal} #{pid}"], stderr_to_stdout: true)
+  @doc """
+  Sends `signal` ("KILL", "STOP", "CONT", "0", ...) to OS process `pid` with the shell's own
+  kill (/bin/kill, from procps, is not on every minimal machine): `:ok`, or `{:error,
+  output}` (no such process, say).
+  """
+  @spec signal(pos_integer | String.t(), String.t()) :: :ok | {:error, String.t()}
+  def signal(pid, signal) do
+    case System.cmd("sh", ["-c", "kill -#{signal} #{pid}"], stderr_to_stdout: true) do
+      {_, 0} -> :ok
+      {out, _} -> {:error, out}
+    end
+  end
 
   defp catch_close(port) do
     Port.close(port)

@@ -51,7 +51,7 @@ defmodule Overworld.Bench.Report do
 
   # A world over a cluster: the zones running on this node, as they come and go.
   def start({:cluster_world, name}),
-    do: {:cluster_world, name, Map.new(here(name), &{&1, start(&1)})}
+    do: {:cluster_world, name, Map.new(here(Overworld.World.zones(name)), &{&1, start(&1)})}
 
   def start(zone) do
     ref = Zone.metrics_ref(zone)
@@ -86,7 +86,8 @@ defmodule Overworld.Bench.Report do
   end
 
   defp lines({:cluster_world, name, reports}) do
-    zones = here(name)
+    all = Overworld.World.zones(name)
+    zones = here(all)
 
     {lines, next} =
       zones
@@ -103,7 +104,7 @@ defmodule Overworld.Bench.Report do
       |> Enum.unzip()
 
     header =
-      "node #{node()} | #{length(zones)} of #{length(Overworld.World.zones(name))} zones of the " <>
+      "node #{node()} | #{length(zones)} of #{length(all)} zones of the " <>
         "world here | #{length(Overworld.Cluster.nodes())} nodes in the cluster | " <>
         if(Overworld.Cluster.TLS.enabled?(),
           do: "TLS distribution",
@@ -118,10 +119,10 @@ defmodule Overworld.Bench.Report do
     {[line], next}
   end
 
-  # The world's zones whose server runs on this node (the local registry, not the cluster's).
-  defp here(name) do
-    name
-    |> Overworld.World.zones()
+  # Those of the world's zones whose server runs on this node (the local registry, not the
+  # cluster's).
+  defp here(zones) do
+    zones
     |> Enum.filter(&Overworld.Names.whereis(Overworld.Names.zone(&1)))
     |> Enum.sort()
   end

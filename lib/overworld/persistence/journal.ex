@@ -281,17 +281,15 @@ defmodule Overworld.Persistence.Journal do
            records: 0,
            syncs: 0,
            # Replication (option :replica): the replica process and its monitor, the last
-           # seq it fsynced, the waiters synced here that wait for it (oldest first, with the
-           # time they were synced here), the bytes of the current file it holds, and those
-           # it still lacks (a new file's header).
+           # seq it fsynced, and the waiters synced here that wait for it (oldest first, with
+           # the time they were synced here). The replica holds the current file as far as
+           # `size`: what is written here goes there at the same offset.
            replica: o.replica,
            replica_timeout: o.replica_timeout,
            rep: nil,
            rep_mon: nil,
            acked: 0,
-           held: [],
-           shipped: 0,
-           unshipped: []
+           held: []
          }}
 
       {:error, reason} ->
@@ -391,12 +389,12 @@ defmodule Overworld.Persistence.Journal do
 
     case open_file(path) do
       {:ok, io, _seq, size, fresh} ->
-        st = %{st | io: io, path: path, size: size, shipped: 0}
+        st = %{st | io: io, path: path, size: size}
 
         cond do
           st.rep == nil -> {:noreply, st}
           # The replica gets the new file's header at once (it creates the file).
-          fresh -> {:noreply, ship(%{st | unshipped: @header}, [])}
+          fresh -> {:noreply, ship(st, 0, @header)}
           true -> {:noreply, drop_replica(st, :not_a_new_file)}
         end
 
@@ -469,7 +467,7 @@ defmodule Overworld.Persistence.Journal do
         records: st.records + st.pending_n,
         syncs: st.syncs + 1
     }
-    |> ship(st.pending)
+    |> ship(st.size, st.pending)
     # In the order they were asked (the list is newest first).
     |> synced(Enum.reverse(st.waiters))
   end
@@ -492,13 +490,13 @@ defmodule Overworld.Persistence.Journal do
     %{st | held: held}
   end
 
-  # A commit's bytes to the replica (with what of the file it lacks before them).
-  defp ship(%{rep: nil} = st, _bytes), do: st
+  # Bytes written at `offset` of the current file, to the replica.
+  defp ship(%{rep: nil} = st, _offset, _bytes), do: st
 
-  defp ship(st, bytes) do
-    bin = IO.iodata_to_binary([st.unshipped | bytes])
-    send(st.rep, {:journal_append, self(), Path.basename(st.path), st.shipped, bin, st.seq})
-    %{st | shipped: st.shipped + byte_size(bin), unshipped: []}
+  defp ship(st, offset, bytes) do
+    bin = IO.iodata_to_binary(bytes)
+    send(st.rep, {:journal_append, self(), Path.basename(st.path), offset, bin, st.seq})
+    st
   end
 
   defp drop_replica(%{rep: nil} = st, _reason), do: st
@@ -545,7 +543,7 @@ defmodule Overworld.Persistence.Journal do
 
       {:ok, pid} ->
         st = drop_replica(st, :replaced)
-        st = %{st | rep: pid, rep_mon: Process.monitor(pid), shipped: st.size, unshipped: []}
+        st = %{st | rep: pid, rep_mon: Process.monitor(pid)}
         release(%{st | acked: st.seq})
 
       {:error, _reason} ->

@@ -42,9 +42,8 @@ defmodule Overworld.World.Placer do
   @spec zones(pid) :: [term]
   def zones(placer), do: GenServer.call(placer, :zones)
 
-  @doc "The placer of world `name` on node `node`, or nil."
-  @spec on(term, node) :: pid | nil
-  def on(name, node) do
+  # The placer of world `name` on node `node`, or nil.
+  defp on(name, node) do
     Enum.find(:pg.get_members(Cluster.scope(), {:placer, name}), &(node(&1) == node))
   end
 
@@ -173,7 +172,7 @@ defmodule Overworld.World.Placer do
 
   # A hand-over of ours is over.
   def handle_info({:handed, id, result}, st) do
-    {pid, st} = {st.running[id], %{st | out: Map.delete(st.out, id)}}
+    st = %{st | out: Map.delete(st.out, id)}
 
     case result do
       :ok ->
@@ -188,13 +187,9 @@ defmodule Overworld.World.Placer do
 
       {:error, reason} ->
         Logger.error("zone #{inspect(id)} not handed over (#{inspect(reason)}): runs here again")
-        _ = pid && DynamicSupervisor.terminate_child(st.sup, pid)
         {_, spec, _} = List.keyfind(st.zones, id, 0)
-
-        case start(%{st | running: Map.delete(st.running, id)}, id, spec) do
-          {:ok, st} -> {:noreply, st}
-          {:error, _} -> {:noreply, st}
-        end
+        {_, st} = start(stop(st, id), id, spec)
+        {:noreply, st}
     end
   end
 
@@ -220,7 +215,7 @@ defmodule Overworld.World.Placer do
   defp place(st) do
     nodes = Cluster.nodes()
 
-    if Cluster.quorate?(Cluster.live()) do
+    if Cluster.quorate?() do
       Enum.reduce(st.zones, st, fn {id, spec, dir}, st ->
         place_zone(st, id, spec, dir, Placement.home(id, nodes))
       end)

@@ -125,7 +125,8 @@ defmodule Overworld.Zone.Store do
 
   defp replica_fun(%Config{id: id, world: %{name: world}}, dir) do
     fn current ->
-      target = Enum.find(Placement.order(id, Overworld.Cluster.nodes()), &(&1 != node()))
+      # (The zone's home among the other nodes: its next home if this node dies.)
+      target = Placement.home(id, Overworld.Cluster.nodes() -- [node()])
 
       cond do
         target == nil -> {:error, :no_node}

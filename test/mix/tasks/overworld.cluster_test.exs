@@ -62,8 +62,8 @@ defmodule Mix.Tasks.Overworld.ClusterTest do
     assert File.stat!(Path.join(tmp, "cookie")).mode |> Bitwise.band(0o777) == 0o600
 
     for pid <- pids do
-      {_, status} = System.cmd("sh", ["-c", "kill -0 #{pid}"], stderr_to_stdout: true)
-      assert status != 0, "node with os pid #{pid} still runs"
+      assert {:error, _} = Overworld.Bench.OsServer.signal(pid, "0"),
+             "node with os pid #{pid} still runs"
     end
   end
 

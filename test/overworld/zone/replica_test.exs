@@ -10,6 +10,7 @@ defmodule Overworld.Zone.ReplicaTest do
   @moduletag :tmp_dir
 
   alias Overworld.{Cluster, Zone}
+  alias Overworld.Bench.OsServer
   alias Overworld.Cluster.{Config, Placement}
   alias Overworld.Test.Counter
   alias Overworld.Zone.Replica
@@ -111,7 +112,7 @@ defmodule Overworld.Zone.ReplicaTest do
     os_pid = :erpc.call(a, :os, :getpid, [])
     Process.unlink(pa)
     killed_at = System.monotonic_time(:millisecond)
-    {_, 0} = System.cmd("kill", ["-9", to_string(os_pid)])
+    :ok = OsServer.signal(os_pid, "KILL")
 
     eventually(fn ->
       z = Zone.whereis(id)
@@ -143,7 +144,7 @@ defmodule Overworld.Zone.ReplicaTest do
     os_pid = to_string(:erpc.call(a, :os, :getpid, []))
 
     stopped_at = System.monotonic_time(:millisecond)
-    {_, 0} = System.cmd("kill", ["-STOP", os_pid])
+    :ok = OsServer.signal(os_pid, "STOP")
 
     try do
       # Seen as lost once it missed its heartbeats (4 s), then its zone starts here.
@@ -152,7 +153,7 @@ defmodule Overworld.Zone.ReplicaTest do
       assert after_ms < 6_000, "the zone restarted #{after_ms} ms after the node hung"
       assert Counter.count(Zone.entities(id)) == acked
     after
-      {_, 0} = System.cmd("kill", ["-CONT", os_pid])
+      :ok = OsServer.signal(os_pid, "CONT")
     end
 
     # Resumed, the stale zone (if it still runs) may compute, but acknowledges nothing: its

@@ -1,0 +1,46 @@
+defmodule Overworld.Bench.Peer do
+  @moduledoc false
+  # Nodes for the tools and tests that need more than one (`:peer`): each a BEAM of its own on
+  # this machine (127.0.0.1, long names) with this node's code paths and cookie, driven over
+  # its standard input and output, the :overworld application started; and this node made a
+  # distributed one when it is not.
+
+  @doc """
+  Starts a peer named `name` (`extra`: more emulator arguments); answers `{peer, node}`. With
+  `link?` the peer stops with the caller; without, it outlives it (a tool that kills it).
+  """
+  @spec start(atom, [charlist], boolean) :: {pid, node}
+  def start(name, extra \\ [], link? \\ true) do
+    paths = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
+
+    spec = %{
+      name: name,
+      host: ~c"127.0.0.1",
+      longnames: true,
+      args: [~c"-setcookie", Atom.to_charlist(Node.get_cookie()) | extra ++ paths],
+      connection: :standard_io
+    }
+
+    {:ok, peer, node} = if link?, do: :peer.start_link(spec), else: :peer.start(spec)
+    {:ok, _} = :erpc.call(node, Application, :ensure_all_started, [:overworld])
+    {peer, node}
+  end
+
+  @doc """
+  Makes this node a distributed one named `prefix<unique>@host` (epmd started if need be),
+  unless it is one already; a one-line `Mix.Error` when it cannot.
+  """
+  @spec distributed!(String.t(), String.t()) :: :ok
+  def distributed!(prefix, host) do
+    unless Node.alive?() do
+      System.cmd("epmd", ["-daemon"])
+
+      case Node.start(:"#{prefix}#{System.unique_integer([:positive])}@#{host}", :longnames) do
+        {:ok, _} -> :ok
+        {:error, reason} -> Mix.raise("cannot start distribution: #{inspect(reason)}")
+      end
+    end
+
+    :ok
+  end
+end
