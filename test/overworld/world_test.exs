@@ -481,6 +481,62 @@ defmodule Overworld.WorldTest do
     assert Enum.sum(for z <- zones, do: Zone.metrics(z).world.crossings_in) > 0
   end
 
+  test "a zone started from its files and released at once keeps what it handed at that tick read-only: nothing twice" do
+    dir = Path.join(Overworld.Test.DataDir.path(), "world-#{System.unique_integer([:positive])}")
+
+    world =
+      start_world(Crowd, [zones: {2, 1}, data_dir: dir, snapshot_ticks: 1_000_000] ++ @crowd)
+
+    [a, _b] = World.zones(world)
+
+    # A tick at whose end zone `a` hands entities to its neighbour.
+    n =
+      Enum.find_value(1..300, fn _ ->
+        before = Zone.metrics(a).world.crossings_out
+        {:ok, n} = World.tick_now(world)
+        Zone.metrics(a).world.crossings_out > before && n
+      end)
+
+    assert is_integer(n), "no crossing in 300 ticks"
+
+    # Released: a snapshot of tick n, the entities handed at its end in it, read-only.
+    # Started from its files and released again at once: the snapshot of the tick it loaded
+    # must hold them read-only too. (One that held them as its own, once the neighbour's
+    # acknowledgement was journaled after it, had the zone started from it compute them
+    # again while the neighbour had them: twice, seen after node kills in a cluster.)
+    ExUnit.CaptureLog.capture_log(fn ->
+      for _ <- 1..2 do
+        old = Zone.whereis(a)
+        assert {:ok, ^n} = Zone.release(a)
+        send(self(), {:handed, Enum.sort(snapshot(dir, a).world.handed)})
+        Process.exit(Overworld.Names.whereis(Overworld.Names.zone_sup(a)), :kill)
+        Restart.await_new_server(a, old)
+        Zone.info(a)
+      end
+    end)
+
+    assert_received {:handed, first}
+    assert_received {:handed, again}
+    assert first != []
+    assert again == first
+
+    for _ <- 1..5 do
+      {:ok, _} = World.tick_now(world)
+      got = ids(World.entities(world))
+      assert got == Enum.to_list(1..600), "twice: #{inspect(got -- Enum.uniq(got))}"
+    end
+  end
+
+  # The newest snapshot a zone wrote under `dir`.
+  defp snapshot(dir, zone) do
+    Path.wildcard(Path.join(dir, "**/snapshot"))
+    |> Enum.map(fn path ->
+      {:ok, state, _} = Overworld.Persistence.SnapshotFile.read(path)
+      state
+    end)
+    |> Enum.find(&(&1.zone == zone))
+  end
+
   # The zones of a running world are read one after the other, so an entity handed over
   # between two reads shows in both zones or in neither: a loss or a duplicate that lasts shows
   # in every read (but one where a copy of a duplicate was in flight), a crossing in a few. Two

@@ -21,7 +21,9 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   Printed (and written with `--json`): per kill, the zones the node ran and the time until the
   last of them ticked again elsewhere; over all kills p50 and max (the p99 of 20 kills is
   their maximum: the count is printed), entities missing and duplicated after each
-  recovery, and this machine.
+  recovery, and this machine. Each node's log goes to a file of its own beside the data
+  directories; the files are kept (their directory printed) when an entity was missing or
+  twice.
 
   Not yet measured here (docs/cluster.md): the 100,000 idle sessions over six nodes, remote
   against local observer delay, distribution bytes per subscribing node, input to
@@ -127,7 +129,13 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
       IO.puts("wrote #{opts[:json]}")
     end
 
-    File.rm_rf(base)
+    if Enum.any?(kills, &(&1.missing + &1.duplicated > 0)) do
+      for n <- nodes, do: File.rm_rf(Path.join(base, "#{n}"))
+      IO.puts("the nodes' logs are kept in #{Path.join(base, "logs")}")
+    else
+      File.rm_rf(base)
+    end
+
     :ok
   end
 
@@ -139,9 +147,34 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     # (Not linked: killed with kill -9, it must not take this task down.)
     {peer, node} = Overworld.Bench.Peer.start(name, [~c"+sbwt", ~c"none"], false)
     config = %Overworld.Cluster.Config{nodes: nodes}
+    log_to(node, world)
     {:ok, _} = :erpc.call(node, Overworld.Cluster, :join, [config])
     {:ok, _} = :erpc.call(node, Overworld, :start_world, [module, world.(node)])
     %{peer: peer, os_pid: :erpc.call(node, :os, :getpid, [])}
+  end
+
+  # The node's log in a file of its own beside the data directories (one per start: a node
+  # killed and started again writes a new one), kept when the bench found entities missing or
+  # twice.
+  defp log_to(node, world) do
+    dir = Path.join(Path.dirname(Keyword.fetch!(world.(node), :data_dir)), "logs")
+    File.mkdir_p!(dir)
+    file = Path.join(dir, "#{node}-#{System.unique_integer([:positive, :monotonic])}.log")
+
+    handler = %{
+      # (Every line: no burst limit, no dropping under load.)
+      config: %{
+        file: String.to_charlist(file),
+        burst_limit_enable: false,
+        drop_mode_qlen: 1_000_000,
+        flush_qlen: 2_000_000
+      },
+      level: :info,
+      formatter:
+        {:logger_formatter, %{single_line: true, template: [:time, " ", :level, " ", :msg, "\n"]}}
+    }
+
+    :ok = :erpc.call(node, :logger, :add_handler, [:bench_file, :logger_std_h, handler])
   end
 
   # Every zone runs on its home node among the live nodes, once (at most 60 s).

@@ -176,12 +176,13 @@ defmodule Overworld.World.Placer do
 
     case result do
       :ok ->
-        # (No replica of it starts here until its directory is gone: the new node's writer
-        # may already ask for one, start_replica/3.)
+        # (No replica of it starts here until it stopped: the new node's writer may already
+        # ask for one, start_replica/3.) Its files stay: they are the zone as it was handed
+        # over, and until the new node's writer has seeded a replica they are the only other
+        # copy of it (nothing leaves the zone meanwhile: a handoff waits for a replica). This
+        # node is that replica's place when it was the zone's home before the new node came.
         arriving(id, true)
         st = stop(st, id)
-        {_, _, dir} = List.keyfind(st.zones, id, 0)
-        _ = File.rm_rf(dir)
         arriving(id, false)
         {:noreply, st}
 

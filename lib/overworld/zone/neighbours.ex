@@ -124,6 +124,17 @@ defmodule Overworld.Zone.Neighbours do
   end
 
   @doc """
+  After a server restart from disk, once the snapshot's tick is loaded: the ids the zone
+  handed over at the end of that tick (loaded read-only: `Overworld.Zone.Recovery`), as
+  publishing that tick would have left them, so that a snapshot of it keeps them as handed.
+  """
+  @spec handed(State.t(), [pos_integer]) :: State.t()
+  def handed(%State{world: nil} = st, _ids), do: st
+
+  def handed(%State{world: w} = st, ids),
+    do: %{st | world: %{w | handed: Map.new(ids, &{&1, true})}}
+
+  @doc """
   After a server restart from memory: the players whose avatars we handed away lately (what
   comes for them goes on after them, `event/5`; what we send them reaches their session).
   """
@@ -189,8 +200,19 @@ defmodule Overworld.Zone.Neighbours do
   The journal could not write a handoff record (`ref`): logged; the transfers go all the same
   (a world whose disk fails keeps its entities moving; a crash before the disk is back may
   then find one of them twice), adoptions are acknowledged.
+
+  But a record written here that no replica acknowledged in time (`:no_replica`, durability
+  `:replicated`) goes on waiting for one: a transfer or an acknowledgement never goes on one
+  copy (the zone's node may die before a replica has the record, and its zone restart
+  elsewhere from a copy that holds the entity still, or never adopted it). Its entities wait
+  at the border meanwhile.
   """
   @spec failed(State.t(), reference, term) :: State.t()
+  def failed(st, ref, :no_replica) do
+    Journal.notify(st.journal, ref)
+    st
+  end
+
   def failed(st, ref, reason) do
     Logger.error(
       "zone #{inspect(st.config.id)}: a handoff record was not journaled (#{inspect(reason)}); " <>

@@ -310,7 +310,11 @@ defmodule Overworld.Zone.Recovery do
           players: players,
           sessions: Map.take(live, Map.keys(base.players)),
           orphans: orphans,
-          spawns: entities
+          spawns: entities,
+          # The snapshot and the journal hold this state already: no snapshot of the loaded
+          # tick (its handoffs are not this server's to tell: `Neighbours.handed/2` below).
+          snap_tick: base.tick,
+          snap_at: System.monotonic_time(:millisecond)
       }
 
       # The ticks after the snapshot happened in a timeline that is gone: their blocks,
@@ -326,7 +330,8 @@ defmodule Overworld.Zone.Recovery do
       st = Subscribers.restore(st)
       st = st |> Dispatch.tick(base.tick, false) |> Server.await_load()
       Dispatch.departed(st, departed)
-      {:ok, st, :store}
+      # (A snapshot of this tick, a zone released at once, keeps them as handed: read-only.)
+      {:ok, Neighbours.handed(st, departed), :store}
     end
   end
 

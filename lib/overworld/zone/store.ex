@@ -174,7 +174,11 @@ defmodule Overworld.Zone.Store do
     records =
       for {n, path} <- segments(st.dir), n >= from, record <- read_segment(path), do: record
 
-    {:reply, {snapshot, records}, st}
+    # (A store started on files: its first snapshot is the second one written, and the
+    # segments before the one it starts from go then. A zone that moves on after one snapshot,
+    # at every start, would otherwise carry every segment it ever wrote.)
+    written = if st.written == [] and snapshot, do: [snapshot.segment], else: st.written
+    {:reply, {snapshot, records}, %{st | written: written}}
   end
 
   @impl true

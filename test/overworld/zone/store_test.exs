@@ -19,8 +19,9 @@ defmodule Overworld.Zone.StoreTest do
     %{dir: dir}
   end
 
-  defp start(dir, id) do
-    opts = Game.zone_options(300, id: id, data_dir: dir, clock: :manual, snapshot_ticks: 1_000)
+  defp start(dir, id, snapshot_ticks \\ 1_000) do
+    opts =
+      Game.zone_options(300, id: id, data_dir: dir, clock: :manual, snapshot_ticks: snapshot_ticks)
 
     {:ok, _} = Overworld.start_zone(Game, opts)
     # (A call: the zone has finished starting, and its recovery's log lines are out.)
@@ -71,6 +72,30 @@ defmodule Overworld.Zone.StoreTest do
     capture_log(fn -> start(dir, :store_test) end)
     assert Zone.info(:store_test).players |> Map.keys() |> Enum.sort() == ~w(a b c)
     Overworld.stop_zone(:store_test)
+  end
+
+  test "a zone started again on its files at every snapshot keeps only the segments its two newest snapshots need",
+       %{dir: dir} do
+    opts = Game.zone_options(300, id: :store_test, data_dir: dir, clock: :manual)
+    zdir = Path.join(dir, "store_test")
+
+    counts =
+      for _ <- 1..8 do
+        capture_log(fn ->
+          {:ok, _} = Overworld.start_zone(Game, Keyword.put(opts, :snapshot_ticks, 3))
+          # (One snapshot after each start: a zone that moves on as soon as it has one.)
+          {:ok, _} = Zone.tick_now(:store_test, 4)
+          :ok = Overworld.stop_zone(:store_test)
+        end)
+
+        length(Store.segments(zdir))
+      end
+
+    # Each start opens a segment, each snapshot another; those before the previous
+    # snapshot's go when a snapshot is written, the first of a store's too.
+    assert Enum.max(counts) <= 4, "segments after each start: #{inspect(counts)}"
+    capture_log(fn -> start(dir, :store_test) end)
+    assert Zone.count(:store_test) == 300
   end
 
   test "a torn journal tail: replay ends at the last whole record", %{dir: dir} do
@@ -148,8 +173,10 @@ defmodule Overworld.Zone.StoreTest do
 
   test "a corrupt snapshot: the previous one, and the journal after it", %{dir: dir} do
     zdir = zone_with_journal(dir, :store_test, ~w(a))
-    # A second life: another snapshot (the first becomes snapshot.prev), then more players.
-    capture_log(fn -> start(dir, :store_test) end)
+    # A second life: another snapshot (its first tick's: the first becomes snapshot.prev),
+    # then more players.
+    capture_log(fn -> start(dir, :store_test, 1) end)
+    {:ok, _} = Zone.tick_now(:store_test)
     {:ok, _} = Zone.join(:store_test, "b", %{})
     {:ok, _} = Zone.tick_now(:store_test)
     :ok = Overworld.stop_zone(:store_test)
