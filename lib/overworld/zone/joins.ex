@@ -7,6 +7,7 @@ defmodule Overworld.Zone.Joins do
   # leave. Joins and leaves are journaled; the avatar's input route is set at the join, so a
   # player's inputs reach its avatar's worker from its first tick on (`Overworld.Zone.Inputs`).
 
+  require Logger
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
   alias Overworld.Zone.{Actions, Callbacks, Durable, Inputs, Memory, Players, State}
@@ -120,19 +121,55 @@ defmodule Overworld.Zone.Joins do
     end)
   end
 
-  @doc "Players recovered from disk whose session never came back leave."
+  @doc "Players whose session did not come back by their deadline leave."
   @spec orphans_expired(State.t()) :: State.t()
   def orphans_expired(st) do
+    now = System.monotonic_time(:millisecond)
+    {expired, kept} = Enum.split_with(st.orphans, fn {_p, deadline} -> deadline <= now end)
+
     st =
-      Enum.reduce(Map.keys(st.orphans), st, fn player, st ->
+      Enum.reduce(expired, %{st | orphans: Map.new(kept)}, fn {player, _}, st ->
         case Players.entity(st.players, player) do
           nil -> st
           id -> drop(st, player, id)
         end
       end)
 
-    Memory.put_orphans(st.memory, %{}, 0)
-    %{st | orphans: %{}}
+    Memory.put_orphans(st.memory, st.orphans)
+    # (A timer for the next deadline: one armed for it already makes two, which is harmless;
+    # the timers never outnumber those armed before.)
+    Overworld.Zone.Recovery.arm_orphans(st)
+    st
+  end
+
+  @doc """
+  The sessions on node `node` are gone with it (a gateway node died: its players' clients
+  reconnect through another node): their players stay for `rejoin_ms` (the zone option),
+  then leave unless a session joined as them again.
+  """
+  @spec sessions_lost(State.t(), node) :: State.t()
+  def sessions_lost(st, node) do
+    case for {p, pid} <- st.sessions, node(pid) == node, do: p do
+      [] ->
+        st
+
+      lost ->
+        deadline = System.monotonic_time(:millisecond) + st.config.rejoin_ms
+
+        for p <- lost,
+            do: Memory.put_player(st.memory, p, Players.entity(st.players, p), nil)
+
+        orphans = Enum.reduce(lost, st.orphans, &Map.put(&2, &1, deadline))
+        Memory.put_orphans(st.memory, orphans)
+        Process.send_after(self(), :orphans, st.config.rejoin_ms)
+
+        Logger.info(
+          "zone #{inspect(st.config.id)}: #{length(lost)} players' sessions went with node " <>
+            "#{node}; they leave in #{st.config.rejoin_ms} ms unless they come back"
+        )
+
+        %{st | orphans: orphans, sessions: Map.drop(st.sessions, lost)}
+    end
   end
 
   # The session of a player (from the join's meta `%{session: pid}`), remembered with it.
@@ -149,7 +186,7 @@ defmodule Overworld.Zone.Joins do
 
   defp unorphan(%State{orphans: orphans} = st, player) when is_map_key(orphans, player) do
     orphans = Map.delete(orphans, player)
-    Memory.put_orphans(st.memory, orphans, elem(Memory.orphans(st.memory), 1))
+    Memory.put_orphans(st.memory, orphans)
     %{st | orphans: orphans}
   end
 

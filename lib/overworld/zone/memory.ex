@@ -210,20 +210,21 @@ defmodule Overworld.Zone.Memory do
   @spec put_finished(t, non_neg_integer) :: true
   def put_finished(t, n), do: :ets.insert(t, {:finished, n})
 
-  @doc "Players recovered from disk whose session has not come back, and their deadline (ms)."
-  @spec orphans(t) :: {map, integer}
+  @doc """
+  Players whose session has not come back (recovered from disk, or their session's node
+  died), each with the time (monotonic ms) it leaves at.
+  """
+  @spec orphans(t) :: %{optional(term) => integer}
   def orphans(t) do
     case :ets.lookup(t, :orphans) do
-      [{:orphans, m, deadline}] -> {m, deadline}
-      [] -> {%{}, 0}
+      [{:orphans, m}] -> m
+      [] -> %{}
     end
   end
 
-  @spec put_orphans(t, map, integer) :: true
-  def put_orphans(t, m, deadline) when map_size(m) == 0 and is_integer(deadline),
-    do: :ets.delete(t, :orphans)
-
-  def put_orphans(t, m, deadline), do: :ets.insert(t, {:orphans, m, deadline})
+  @spec put_orphans(t, map) :: true
+  def put_orphans(t, m) when map_size(m) == 0, do: :ets.delete(t, :orphans)
+  def put_orphans(t, m), do: :ets.insert(t, {:orphans, m})
 
   @doc """
   The inputs worker `w` applied at tick `n` (`%{entity id => input}`), in the ring of the last

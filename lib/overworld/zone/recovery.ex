@@ -189,7 +189,7 @@ defmodule Overworld.Zone.Recovery do
         next_id: Ids.from(st.config.id_space, max(last.next_id, pending.next_id)),
         players: players,
         sessions: sessions,
-        orphans: elem(Memory.orphans(mem), 0),
+        orphans: Memory.orphans(mem),
         entity_count: Enum.sum(Enum.map(summaries, & &1.count)),
         spawns: pending.spawns,
         despawns: unowned ++ pending.despawns
@@ -242,15 +242,14 @@ defmodule Overworld.Zone.Recovery do
   defp events_of(_summary, _t), do: []
 
   @doc """
-  Players recovered from disk whose session has not come back: they leave at the deadline
-  (kept in the memory table: a server restarted meanwhile keeps the deadline).
+  Players whose session has not come back: they leave at their deadline (kept in the memory
+  table: a server restarted meanwhile keeps it). A timer for the first.
   """
   @spec arm_orphans(State.t()) :: :ok
   def arm_orphans(%State{orphans: orphans}) when map_size(orphans) == 0, do: :ok
 
   def arm_orphans(st) do
-    {_, deadline} = Memory.orphans(st.memory)
-    left = max(deadline - System.monotonic_time(:millisecond), 0)
+    left = max(Enum.min(Map.values(st.orphans)) - System.monotonic_time(:millisecond), 0)
     Process.send_after(self(), :orphans, left)
     :ok
   end
@@ -292,7 +291,9 @@ defmodule Overworld.Zone.Recovery do
             into: %{},
             do: {p, pid}
 
-      orphans = for {p, _} <- base.players, not is_map_key(live, p), into: %{}, do: {p, true}
+      deadline = System.monotonic_time(:millisecond) + st.config.rejoin_ms
+
+      orphans = for {p, _} <- base.players, not is_map_key(live, p), into: %{}, do: {p, deadline}
 
       Logger.info(
         "zone #{inspect(st.config.id)} recovered from " <>
@@ -324,8 +325,7 @@ defmodule Overworld.Zone.Recovery do
       State.forget_inputs(st, false)
       Memory.forget_world(st.memory)
       for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
-      deadline = System.monotonic_time(:millisecond) + st.config.rejoin_ms
-      Memory.put_orphans(st.memory, orphans, deadline)
+      Memory.put_orphans(st.memory, orphans)
       arm_orphans(st)
       st = Subscribers.restore(st)
       st = st |> Dispatch.tick(base.tick, false) |> Server.await_load()

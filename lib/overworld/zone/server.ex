@@ -79,6 +79,8 @@ defmodule Overworld.Zone.Server do
     Process.flag(:priority, :high)
     # Found from any node of the cluster (Overworld.Cluster.zone/1).
     :ok = Overworld.Cluster.register_zone(config.id)
+    # Its players' sessions may be on other nodes: told when one goes (`Joins.sessions_lost/2`).
+    if Node.alive?(), do: :ok = :net_kernel.monitor_nodes(true)
 
     workers =
       for i <- 0..(config.workers - 1) do
@@ -556,8 +558,13 @@ defmodule Overworld.Zone.Server do
   def handle_info({:snapshot_done, tick}, st),
     do: {:noreply, Release.snapshot_done(%{st | snapshotting: false}, tick)}
 
-  # Players recovered from disk whose session never came back leave.
+  # Players whose session never came back leave.
   def handle_info(:orphans, st), do: {:noreply, Joins.orphans_expired(st)}
+
+  # A node gone: the players whose sessions were there wait for their clients to come back
+  # through another node (`Joins.sessions_lost/2`).
+  def handle_info({:nodedown, node}, st), do: {:noreply, Joins.sessions_lost(st, node)}
+  def handle_info({:nodeup, _node}, st), do: {:noreply, st}
 
   # Late or stale messages of the zone's own machinery never reach game code.
   def handle_info({:stalled, _epoch, _n}, st), do: {:noreply, st}

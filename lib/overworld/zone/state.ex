@@ -91,7 +91,7 @@ defmodule Overworld.Zone.State do
           entity_count: non_neg_integer,
           players: Players.t(),
           sessions: %{optional(term) => pid},
-          orphans: %{optional(term) => true},
+          orphans: %{optional(term) => integer},
           spawns: [Overworld.Entity.t()],
           despawns: [pos_integer],
           running: Dispatch.running() | nil,
