@@ -165,7 +165,7 @@ bench: deps owload
 	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,50 --seconds 5 --warmup 2 --json ../../$(SHORT)/capacity.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 20 --warmup 1 --seconds 2 --eprof Overworld.Transport.Conn --eprof-seconds 1 --json ../../$(SHORT)/profile.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 2000 --seconds 3 --warmup 1 --rounds 1 --migrate 0.25 --observers 4 --json ../../$(SHORT)/world.json
-	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 500 --kills 2 --json ../../$(SHORT)/cluster.json
+	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 500 --kills 2 --probe-seconds 2 --observers 1,100 --json ../../$(SHORT)/cluster.json
 	$(call with_server_args,$(BENCH_PORT),--zones 2x2 --entities 1000 --players border --no-persist,$(call crossing,20,4,$(BENCH_PORT),10,$(SHORT)/world-crossing,5))
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:

@@ -12,11 +12,17 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
 
       mix overworld.bench.cluster --zone MODULE [--wire MODULE] [--nodes 3] [--zones 2x2]
                                   [--entities-per-zone 1000] [--kills 20] [--arg KEY=VALUE ...]
-                                  [--json PATH]
+                                  [--probe-seconds 10] [--observers 1,1000,5000] [--json PATH]
 
   * `--zone` the game's zone module (it must export `zone_options(entities, extra)`).
   * `--nodes` server nodes (default 3); `--zones CxR` the world (default 2x2; `4x3`
     puts about 4 zones on each of 3 nodes); `--entities-per-zone` (default 1000).
+  * `--probe-seconds` (default 10; 0: none): before the kills, the first zone is watched by
+    an observer on its node and one on another node for that long, and the delay of the
+    remote one's frame of each tick after the local one's is measured (OS clock, one for
+    every node of this machine); then, for each count of `--observers`, that many observers
+    subscribe to the zone on the other node, and the bytes per second the zone's node sends
+    there are read from the distribution connection (its whole traffic) over 3 s.
 
   Printed (and written with `--json`): per kill, the zones the node ran and the time until the
   last of them ticked again elsewhere; over all kills p50 and max (the p99 of 20 kills is
@@ -25,8 +31,7 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   directories; the files are kept (their directory printed) when an entity was missing or
   twice.
 
-  Not yet measured here (docs/cluster.md): the 100,000 idle sessions over six nodes, remote
-  against local observer delay, distribution bytes per subscribing node, input to
+  Not yet measured here (docs/cluster.md): the 100,000 idle sessions over six nodes, input to
   acknowledgement through a remote gateway.
   """
   use Mix.Task
@@ -41,6 +46,8 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     entities_per_zone: :integer,
     nodes: :integer,
     kills: :integer,
+    probe_seconds: :integer,
+    observers: :string,
     arg: :keep,
     json: :string
   ]
@@ -49,6 +56,8 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   def run(argv) do
     opts = Args.parse!(argv, @switches, "overworld.bench.cluster")
     o = Args.positive!(opts, nodes: 3, kills: 20, entities_per_zone: 1000)
+    probe_seconds = Keyword.get(opts, :probe_seconds, 10)
+    observers = observer_counts!(Keyword.get(opts, :observers, "1,1000,5000"))
     if o.nodes < 3, do: Mix.raise("--nodes must be at least 3 (a majority survives a kill)")
     Mix.Task.run("compile")
     {module, wire, {c, r}, args} = Mix.Tasks.Overworld.Bench.World.game!(opts)
@@ -77,6 +86,8 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     read = fn -> ids(nodes, zones) end
     start = Overworld.Bench.Soak.settled(read)
     IO.puts("settled: #{length(zones)} zones, #{length(start)} entities")
+    tick_ms = 1000 / Keyword.get(world_opts, :tick_rate, 30)
+    probe = if probe_seconds > 0, do: probe(nodes, hd(zones), probe_seconds, tick_ms, observers)
 
     {kills, _peers} =
       Enum.map_reduce(1..o.kills, peers, fn k, peers ->
@@ -120,6 +131,7 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
         entities_per_zone: o.entities_per_zone,
         game: inspect(module),
         recovery_ms: summary,
+        probe: probe,
         held_twice_at_end:
           Enum.map(twice, fn {id, where} -> %{id: id, zones: Enum.map(where, &inspect/1)} end),
         kills: Enum.map(kills, fn k -> %{k | zones: Enum.map(k.zones, &inspect/1)} end),
@@ -152,6 +164,84 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     {:ok, _} = :erpc.call(node, Overworld, :start_world, [module, world.(node)])
     %{peer: peer, os_pid: :erpc.call(node, :os, :getpid, [])}
   end
+
+  defp observer_counts!(text) do
+    Enum.map(String.split(text, ","), fn part ->
+      case Integer.parse(String.trim(part)) do
+        {k, ""} when k >= 0 -> k
+        _ -> Mix.raise("--observers must be counts separated by commas, got: #{inspect(text)}")
+      end
+    end)
+  end
+
+  # A zone seen from its own node and from another: the frame of each tick built by an
+  # observer on each (the remote one through its node's mirror), the OS clock noted (one clock
+  # for the nodes of this machine); then the bytes per second the zone's node sends to the
+  # other while `counts` observers there are subscribed to the zone (the mirror takes each
+  # tick once for all of them).
+  defp probe(nodes, z, seconds, tick_ms, counts) do
+    live = live(nodes)
+    [local] = where(live, z)
+    remote = hd(live -- [local])
+    ticks = round(seconds * 1000 / tick_ms)
+    me = self()
+    probe = Overworld.Bench.ClusterProbe
+    pos = {20_000, 20_000}
+    pids = for n <- [local, remote], do: :erpc.call(n, probe, :observe, [z, pos, ticks, me])
+
+    [here, there] =
+      for pid <- pids do
+        receive do
+          {:probe, ^pid, records} -> records
+        after
+          seconds * 1000 + 30_000 -> Mix.raise("the observer on #{node(pid)} did not answer")
+        end
+      end
+
+    at = Map.new(here, fn {n, us, _} -> {n, us} end)
+    delays = for {n, us, _} <- there, is_map_key(at, n), do: us - at[n]
+    delay = Stats.summary(delays)
+    missed = map_size(at) - length(delays)
+    to_ms = fn us -> us && Float.round(us / 1000, 1) end
+
+    IO.puts(
+      "frames of zone #{inspect(z)}: the observer on another node (#{remote}) built each " <>
+        "tick's frame after the one on the zone's node (#{local}): " <>
+        "p50 #{to_ms.(delay.p50)} ms, p99 #{to_ms.(delay.p99)} ms, max #{to_ms.(delay.max)} ms " <>
+        "(p99 #{Float.round((delay.p99 || 0) / 1000 / tick_ms, 2)} ticks of #{Float.round(tick_ms, 1)} ms; " <>
+        "#{delay.count} ticks seen by both, #{missed} seen only on the zone's node)"
+    )
+
+    bytes =
+      for k <- counts do
+        subs = :erpc.call(remote, probe, :subscribers, [z, k, me])
+        Process.sleep(1_000)
+        {b0, t0} = {:erpc.call(local, probe, :sent_bytes, [remote]), now_ms()}
+        Process.sleep(3_000)
+        {b1, t1} = {:erpc.call(local, probe, :sent_bytes, [remote]), now_ms()}
+        :ok = :erpc.call(remote, probe, :stop, [subs])
+        rate = b0 && b1 && round((b1 - b0) * 1000 / (t1 - t0))
+
+        IO.puts(
+          "distribution bytes/s from #{local} to #{remote} with #{k} observers of the zone " <>
+            "there: #{rate} (the link's whole traffic: other zones, replicas, shadows too)"
+        )
+
+        %{observers: k, bytes_per_s: rate}
+      end
+
+    %{
+      zone: inspect(z),
+      local: local,
+      remote: remote,
+      frame_delay_us: delay,
+      ticks_missed_remote: missed,
+      tick_ms: tick_ms,
+      bytes_per_s: bytes
+    }
+  end
+
+  defp now_ms, do: System.monotonic_time(:millisecond)
 
   # The node's log in a file of its own beside the data directories (one per start: a node
   # killed and started again writes a new one), kept when the bench found entities missing or
