@@ -20,7 +20,8 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   * `--probe-seconds` (default 10; 0: none): before the kills, the first zone is watched by
     an observer on its node and one on another node for that long, and the delay of the
     remote one's frame of each tick after the local one's is measured (OS clock, one for
-    every node of this machine); then, for each count of `--observers`, that many observers
+    every node of this machine), and, for a player of each (an empty map as its input every
+    tick), the ticks from writing an input to the frame that acknowledges it; then, for each count of `--observers`, that many observers
     subscribe to the zone on the other node, and the bytes per second the zone's node sends
     there are read from the distribution connection (its whole traffic) over 3 s.
 
@@ -31,8 +32,7 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   directories; the files are kept (their directory printed) when an entity was missing or
   twice.
 
-  Not yet measured here (docs/cluster.md): the 100,000 idle sessions over six nodes, input to
-  acknowledgement through a remote gateway.
+  Not yet measured here (docs/cluster.md): the 100,000 idle sessions over six nodes.
   """
   use Mix.Task
   require Overworld.Entity
@@ -187,7 +187,13 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     me = self()
     probe = Overworld.Bench.ClusterProbe
     pos = {20_000, 20_000}
-    pids = for n <- [local, remote], do: :erpc.call(n, probe, :observe, [z, pos, ticks, me])
+    {name, _} = z
+    # (Its input: an empty map, every tick; a player standing.)
+    input = %{}
+
+    pids =
+      for n <- [local, remote],
+          do: :erpc.call(n, probe, :observe, [name, z, pos, ticks, input, me])
 
     [here, there] =
       for pid <- pids do
@@ -198,10 +204,14 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
         end
       end
 
-    at = Map.new(here, fn {n, us, _} -> {n, us} end)
-    delays = for {n, us, _} <- there, is_map_key(at, n), do: us - at[n]
+    at = Map.new(here, fn {n, us, _, _} -> {n, us} end)
+    delays = for {n, us, _, _} <- there, is_map_key(at, n), do: us - at[n]
     delay = Stats.summary(delays)
-    missed = map_size(at) - length(delays)
+    # (Ticks the local observer saw within the remote one's window that it did not: the two
+    # start and end a few ticks apart.)
+    seen = MapSet.new(there, &elem(&1, 0))
+    {lo, hi} = Enum.min_max(Enum.map(there, &elem(&1, 0)), fn -> {0, -1} end)
+    missed = Enum.count(here, fn {n, _, _, _} -> n in lo..hi//1 and n not in seen end)
     to_ms = fn us -> us && Float.round(us / 1000, 1) end
 
     IO.puts(
@@ -209,8 +219,25 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
         "tick's frame after the one on the zone's node (#{local}): " <>
         "p50 #{to_ms.(delay.p50)} ms, p99 #{to_ms.(delay.p99)} ms, max #{to_ms.(delay.max)} ms " <>
         "(p99 #{Float.round((delay.p99 || 0) / 1000 / tick_ms, 2)} ticks of #{Float.round(tick_ms, 1)} ms; " <>
-        "#{delay.count} ticks seen by both, #{missed} seen only on the zone's node)"
+        "#{delay.count} ticks seen by both, #{missed} within the remote one's window seen only " <>
+        "on the zone's node)"
     )
+
+    # Input to acknowledgement: ticks from the notice of the tick an input was written at to
+    # the frame that acknowledges it (the newest acknowledged, at each tick).
+    acks =
+      for {where, records} <- [local: here, remote: there], into: %{} do
+        ticks_to_ack = for {_, _, _, since} <- records, since != nil, do: since
+        summary = Stats.summary(ticks_to_ack)
+
+        IO.puts(
+          "input to acknowledgement, a player whose session is on the #{where} node: " <>
+            "p50 #{summary.p50}, p99 #{summary.p99}, max #{summary.max} ticks " <>
+            "(#{summary.count} ticks)"
+        )
+
+        {where, summary}
+      end
 
     bytes =
       for k <- counts do
@@ -235,6 +262,7 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
       local: local,
       remote: remote,
       frame_delay_us: delay,
+      input_to_ack_ticks: acks,
       ticks_missed_remote: missed,
       tick_ms: tick_ms,
       bytes_per_s: bytes

@@ -3,43 +3,72 @@ defmodule Overworld.Bench.ClusterProbe do
   # Probes of a zone for `mix overworld.bench.cluster`, started on any node of the cluster
   # (through `:erpc`):
   #
-  #   * `observe/4`: an observer of the zone (`Overworld.Interest`, as a session has) in a
-  #     process of its own: at each tick the zone (or this node's mirror of it) announces, it
-  #     builds its frame and notes the OS clock (one clock for every node of this machine),
-  #     then answers `{:probe, self(), [{tick, os_us, bytes}]}` after `ticks` ticks;
+  #   * `observe/5`: an observer of the zone (`Overworld.Interest`, as a session has) and a
+  #     player in it, in a process of its own: at each tick the zone (or this node's mirror of
+  #     it) announces, it builds its frame and notes the OS clock (one clock for every node of
+  #     this machine), writes its player's input numbered with that tick, and reads from the
+  #     frame's table the newest input the zone acknowledged; after `ticks` ticks the player
+  #     leaves and it answers `{:probe, self(), [{tick, os_us, bytes, ticks_since_acked}]}`;
   #   * `subscribers/2`: that many more observers subscribed to the zone (they take its tick
   #     notices, as idle sessions' observers do), until the caller goes or `stop/1`;
   #   * `sent_bytes/1`: the bytes this node has sent over its distribution connection to a
   #     node (TCP distribution: the connection's socket statistics).
 
-  alias Overworld.{Interest, Zone}
+  alias Overworld.{Interest, World, Zone}
+  alias Overworld.Zone.Wire
 
-  @doc "An observer of `zone` at `pos`, for `ticks` ticks; answers to `to`."
-  @spec observe(term, {integer, integer}, pos_integer, pid) :: pid
-  def observe(zone, pos, ticks, to) do
+  @doc """
+  An observer of zone `zone` of world `world` at `pos` and a player in it whose input each
+  tick is `input`, for `ticks` ticks; answers to `to`.
+  """
+  @spec observe(term, term, {integer, integer}, pos_integer, term, pid) :: pid
+  def observe(world, zone, pos, ticks, input, to) do
     spawn(fn ->
       {:ok, obs} = Interest.new(zone, radius: 60, budget: 1_000_000)
       :ok = Zone.subscribe(zone)
-      send(to, {:probe, self(), frames(obs, zone, pos, ticks, [])})
+      {player, avatar} = player(world, zone, 1)
+      {:ok, slot} = Zone.input_slot(zone, player)
+      records = frames(obs, zone, pos, {avatar, slot, input}, ticks, [])
+      Zone.leave(zone, player)
+      send(to, {:probe, self(), records})
     end)
   end
 
-  defp frames(_obs, _zone, _pos, 0, acc), do: Enum.reverse(acc)
+  # A player whose avatar stays in the zone (the game places it; one placed in another zone
+  # is handed there: it leaves, and another name is tried).
+  defp player(world, zone, i) when i <= 50 do
+    player = "probe-#{node()}-#{System.unique_integer([:positive])}"
+    {:ok, avatar} = Zone.join(zone, player, %{session: self()})
+    for _ <- 1..3, do: receive(do: ({:overworld_tick, ^zone, _, _} -> :ok))
 
-  defp frames(obs, zone, pos, left, acc) do
+    if Zone.player_entity(zone, player) == avatar do
+      {player, avatar}
+    else
+      with z when z != nil <- World.zone_for(world, player), do: Zone.leave(z, player)
+      player(world, zone, i + 1)
+    end
+  end
+
+  defp frames(_obs, _zone, _pos, _me, 0, acc), do: Enum.reverse(acc)
+
+  defp frames(obs, zone, pos, {avatar, slot, input} = me, left, acc) do
     receive do
       {:overworld_tick, ^zone, n, _} ->
         case Interest.frame(obs, n, pos) do
           {nil, _, obs} ->
-            frames(obs, zone, pos, left, acc)
+            frames(obs, zone, pos, me, left, acc)
 
           {frame, _info, obs} ->
             us = :os.system_time(:microsecond)
-            frames(obs, zone, pos, left - 1, [{n, us, IO.iodata_length(frame)} | acc])
+            :ok = Zone.put_input(slot, input, n)
+            acked = Wire.input_ack(obs.table, avatar)
+            since = if acked > 0, do: n - acked
+            acc = [{n, us, IO.iodata_length(frame), since} | acc]
+            frames(obs, zone, pos, me, left - 1, acc)
         end
 
       _other ->
-        frames(obs, zone, pos, left, acc)
+        frames(obs, zone, pos, me, left, acc)
     after
       5_000 -> Enum.reverse(acc)
     end
