@@ -98,6 +98,19 @@ defmodule Overworld.Cluster do
     seen * 2 > length(Enum.uniq(configured))
   end
 
+  @doc """
+  Whether process `pid` is alive: one of this node as `Process.alive?/1` says (which raises for
+  a process of another node); one of another node while that node is connected (a session on
+  a gateway node, a zone server on its node: they go with their node, or tell their peers
+  when they end).
+
+      iex> Overworld.Cluster.alive?(self())
+      true
+  """
+  @spec alive?(pid) :: boolean
+  def alive?(pid) when node(pid) == node(), do: Process.alive?(pid)
+  def alive?(pid), do: node(pid) in Node.list()
+
   @doc "Whether this node joined a cluster of more than one configured node."
   @spec clustered?() :: boolean
   def clustered?, do: length(configured() || []) > 1

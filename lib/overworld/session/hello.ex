@@ -164,7 +164,7 @@ defmodule Overworld.Session.Hello do
   # The server `pid` is gone (or was never up): the next one, unless it is too late. A server
   # still alive that did not answer (a timeout) is not waited for again.
   defp reattach_later(st, pid, tries) do
-    if tries > 0 and not Process.alive?(pid) do
+    if tries > 0 and not Overworld.Cluster.alive?(pid) do
       Process.send_after(self(), {:reattach, tries - 1}, 5)
       {:noreply, %{st | zone_was: pid}}
     else

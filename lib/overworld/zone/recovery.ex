@@ -287,7 +287,7 @@ defmodule Overworld.Zone.Recovery do
       live =
         for {p, _id, pid} <- Memory.players(st.memory),
             is_pid(pid),
-            Process.alive?(pid),
+            Overworld.Cluster.alive?(pid),
             into: %{},
             do: {p, pid}
 

@@ -1,7 +1,13 @@
 defmodule Overworld.Session.GatewayLossTest do
-  # A gateway node killed (kill -9 of its OS process) while its players' zone runs on another
-  # node: the zone keeps those players for its `rejoin_ms`; a client that reconnects through
-  # another node's gateway within it resumes its avatar; one that does not come back leaves.
+  # A node killed (kill -9 of its OS process) in a cluster of three peers with accounts, a
+  # one-zone world (homed on c, its replica on b) and gateways (servers) on a and b:
+  #
+  #   * the gateway a, while its players' zone runs on c: the zone keeps those players for its
+  #     `rejoin_ms`; a client that reconnects through b within it resumes its avatar; one that
+  #     does not come back leaves;
+  #   * the zone's node c: the zone starts again on b from the replicated copy, and a player
+  #     connected through a stays connected, re-attaches, and its frames and acknowledgements
+  #     go on (its client restarts from a keyframe).
   use ExUnit.Case
   import Overworld.Test.Cluster, only: [eventually: 1]
   @moduletag :cluster
@@ -13,9 +19,8 @@ defmodule Overworld.Session.GatewayLossTest do
   alias Overworld.Cluster.{Config, Placement}
   alias Overworld.Test.{Game, ServerCase}
 
-  test "players of a killed gateway node resume their avatars through another node within rejoin_ms; the others leave",
-       %{tmp_dir: tmp} do
-    [{pa, a}, {_, b}, {_, c}] = Overworld.Test.Cluster.start_peers(3)
+  defp cluster(tmp) do
+    [{pa, a}, {_, b}, {pc, c}] = Overworld.Test.Cluster.start_peers(3)
     config = %Config{nodes: [a, b, c]}
     for n <- [a, b, c], do: {:ok, _} = :erpc.call(n, Cluster, :join, [config])
     # (This node is a member too, running no world: the zone's home below is one of the peers.)
@@ -56,6 +61,12 @@ defmodule Overworld.Session.GatewayLossTest do
         {n, :erpc.call(n, Overworld.Test.Cluster, :start_server, [server])}
       end
 
+    %{a: a, peer_a: pa, b: b, c: c, peer_c: pc, zone: zone, ports: ports}
+  end
+
+  test "players of a killed gateway node resume their avatars through another node within rejoin_ms; the others leave",
+       %{tmp_dir: tmp} do
+    %{a: a, peer_a: pa, b: b, c: c, zone: zone, ports: ports} = cluster(tmp)
     avatar = fn user -> :erpc.call(c, Zone, :player_entity, [zone, user]) end
 
     # Two players through a's gateway.
@@ -87,5 +98,70 @@ defmodule Overworld.Session.GatewayLossTest do
     assert avatar.(stays.user) == stays.entity
     Process.sleep(500)
     assert avatar.(stays.user) == stays.entity
+  end
+
+  test "a player of a surviving gateway whose zone's node is killed stays connected: its frames and acknowledgements go on",
+       %{tmp_dir: tmp} do
+    %{a: a, b: b, c: c, peer_c: pc, zone: zone, ports: ports} = cluster(tmp)
+    player = ServerCase.join(%{port: ports[a]}) |> ServerCase.snapshots(5)
+
+    os_pid = :erpc.call(c, :os, :getpid, [])
+    Process.unlink(pc)
+    :ok = OsServer.signal(os_pid, "KILL")
+    eventually(fn -> (z = :erpc.call(a, Zone, :whereis, [zone])) != nil and node(z) == b end)
+
+    # Frames on the same connection: each decodes (the client starts over from a keyframe
+    # when its session re-attached); inputs sent after the zone is back are acknowledged.
+    st = resume(player, %{frames: 0, seq: 0, first_seq: nil})
+    assert st.frames >= 60
+    assert st.acked >= st.first_seq, "no input sent after the restart was acknowledged"
+    assert :erpc.call(b, Zone, :player_entity, [zone, player.user]) == player.entity
+  end
+
+  # Frames until 60 have come after the restart, an input with each (at most 20 s).
+  defp resume(player, st, until \\ System.monotonic_time(:millisecond) + 20_000) do
+    if System.monotonic_time(:millisecond) > until, do: flunk("#{st.frames} frames in 20 s")
+
+    case ServerCase.recv(player.conn) do
+      {{:snapshot, snap}, conn} ->
+        # (A keyframe after the re-attach applies to an empty view.)
+        view =
+          case Overworld.Protocol.Snapshot.apply(player.view, snap, player.templates) do
+            {:ok, view} ->
+              view
+
+            {:error, _} ->
+              {:ok, view} =
+                Overworld.Protocol.Snapshot.apply(
+                  Overworld.Protocol.Snapshot.View.new(
+                    player.handshake.cols,
+                    player.handshake.rows
+                  ),
+                  snap,
+                  player.templates
+                )
+
+              view
+          end
+
+        seq = st.seq + 1
+        msg = %{type: :input, seq: seq, ack: view.tick, payload: <<0, 0>>}
+        :ok = Overworld.Client.send_msg(conn, msg)
+        st = %{st | frames: st.frames + 1, seq: seq, first_seq: st.first_seq || seq}
+        player = %{player | conn: conn, view: view}
+
+        if st.frames >= 60,
+          do: Map.put(st, :acked, view.input_ack),
+          else: resume(player, st, until)
+
+      {{:close, code, reason}, _} ->
+        flunk("closed: #{code} #{reason}")
+
+      {{:error, reason}, _} ->
+        flunk("the connection ended: #{inspect(reason)}")
+
+      {_other, conn} ->
+        resume(%{player | conn: conn}, st, until)
+    end
   end
 end
