@@ -136,10 +136,26 @@ defmodule Overworld.Zone.Joins do
       end)
 
     Memory.put_orphans(st.memory, st.orphans)
-    # (A timer for the next deadline: one armed for it already makes two, which is harmless;
-    # the timers never outnumber those armed before.)
-    Overworld.Zone.Recovery.arm_orphans(st)
-    st
+    arm_orphans(st)
+  end
+
+  @doc """
+  Players whose session has not come back leave at their deadline (kept in the memory table:
+  a server restarted meanwhile keeps it): a timer for the first, in place of the one armed
+  before. (A timer cancelled as it fired leaves its message: `orphans_expired/1` drops no one
+  before their deadline.)
+  """
+  @spec arm_orphans(State.t()) :: State.t()
+  def arm_orphans(st) do
+    if st.orphans_timer, do: Process.cancel_timer(st.orphans_timer)
+
+    timer =
+      if map_size(st.orphans) > 0 do
+        left = Enum.min(Map.values(st.orphans)) - System.monotonic_time(:millisecond)
+        Process.send_after(self(), :orphans, max(left, 0))
+      end
+
+    %{st | orphans_timer: timer}
   end
 
   @doc """
@@ -161,14 +177,13 @@ defmodule Overworld.Zone.Joins do
 
         orphans = Enum.reduce(lost, st.orphans, &Map.put(&2, &1, deadline))
         Memory.put_orphans(st.memory, orphans)
-        Process.send_after(self(), :orphans, st.config.rejoin_ms)
 
         Logger.info(
           "zone #{inspect(st.config.id)}: #{length(lost)} players' sessions went with node " <>
             "#{node}; they leave in #{st.config.rejoin_ms} ms unless they come back"
         )
 
-        %{st | orphans: orphans, sessions: Map.drop(st.sessions, lost)}
+        arm_orphans(%{st | orphans: orphans, sessions: Map.drop(st.sessions, lost)})
     end
   end
 

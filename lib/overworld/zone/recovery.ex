@@ -18,7 +18,17 @@ defmodule Overworld.Zone.Recovery do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
 
-  alias Overworld.Zone.{Actions, Callbacks, Dispatch, Durable, Ids, Memory, Neighbours, Players}
+  alias Overworld.Zone.{
+    Actions,
+    Callbacks,
+    Dispatch,
+    Durable,
+    Ids,
+    Joins,
+    Memory,
+    Neighbours,
+    Players
+  }
 
   # The tick a transfer replayed from disk was "sent" at: before any, so it goes again at once.
   @again -1_000_000
@@ -195,8 +205,7 @@ defmodule Overworld.Zone.Recovery do
         despawns: unowned ++ pending.despawns
     }
 
-    arm_orphans(st)
-    st = st |> Durable.adopt() |> Neighbours.hold()
+    st = st |> Joins.arm_orphans() |> Durable.adopt() |> Neighbours.hold()
     # A world zone: tick t's shadows and handoffs go (again) to the neighbours (the old server
     # may have died before it sent them; they are idempotent).
     st =
@@ -240,19 +249,6 @@ defmodule Overworld.Zone.Recovery do
 
   defp events_of(%{events: {t, events}}, t), do: events
   defp events_of(_summary, _t), do: []
-
-  @doc """
-  Players whose session has not come back: they leave at their deadline (kept in the memory
-  table: a server restarted meanwhile keeps it). A timer for the first.
-  """
-  @spec arm_orphans(State.t()) :: :ok
-  def arm_orphans(%State{orphans: orphans}) when map_size(orphans) == 0, do: :ok
-
-  def arm_orphans(st) do
-    left = max(Enum.min(Map.values(st.orphans)) - System.monotonic_time(:millisecond), 0)
-    Process.send_after(self(), :orphans, left)
-    :ok
-  end
 
   ## 2. From the store
 
@@ -326,8 +322,7 @@ defmodule Overworld.Zone.Recovery do
       Memory.forget_world(st.memory)
       for {p, id} <- base.players, do: Memory.put_player(st.memory, p, id, live[p])
       Memory.put_orphans(st.memory, orphans)
-      arm_orphans(st)
-      st = Subscribers.restore(st)
+      st = st |> Joins.arm_orphans() |> Subscribers.restore()
       st = st |> Dispatch.tick(base.tick, false) |> Server.await_load()
       Dispatch.departed(st, departed)
       # (A snapshot of this tick, a zone released at once, keeps them as handed: read-only.)

@@ -23,6 +23,7 @@ defmodule Overworld.Zone.State do
                 players: %Players{},
                 sessions: %{},
                 orphans: %{},
+                orphans_timer: nil,
                 spawns: [],
                 despawns: [],
                 running: nil,
@@ -56,8 +57,9 @@ defmodule Overworld.Zone.State do
   * `tick` — the last tick completed (or loaded); `next_id` the next entity id;
     `entity_count` the entities after the last tick.
   * `players` — who plays which avatar (`Overworld.Zone.Players`); `sessions` player => the
-    session pid its reliable messages go to; `orphans` players recovered from disk whose
-    session has not come back (they leave at a deadline).
+    session pid its reliable messages go to; `orphans` players whose session has not come
+    back (recovered from disk, or their session's node died), each with the time it leaves
+    at; `orphans_timer` the timer for the first.
   * `spawns`, `despawns` — changes asked for since the last tick was sent (newest first),
     sent with the next.
   * `running` — the tick in flight (`Overworld.Zone.Dispatch.running/0`), or nil.
@@ -92,6 +94,7 @@ defmodule Overworld.Zone.State do
           players: Players.t(),
           sessions: %{optional(term) => pid},
           orphans: %{optional(term) => integer},
+          orphans_timer: reference | nil,
           spawns: [Overworld.Entity.t()],
           despawns: [pos_integer],
           running: Dispatch.running() | nil,

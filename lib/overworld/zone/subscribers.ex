@@ -14,7 +14,7 @@ defmodule Overworld.Zone.Subscribers do
       is_map_key(st.subscribers, pid) ->
         st
 
-      not Process.alive?(pid) ->
+      not Overworld.Cluster.alive?(pid) ->
         Memory.delete_subscriber(st.memory, pid)
         st
 
