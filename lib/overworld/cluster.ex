@@ -15,6 +15,7 @@ defmodule Overworld.Cluster do
   others, a DNS name whose records change).
   """
 
+  import Bitwise
   alias Overworld.Cluster.{Config, Members, Placement}
 
   @scope __MODULE__
@@ -111,6 +112,110 @@ defmodule Overworld.Cluster do
   def alive?(pid) when node(pid) == node(), do: Process.alive?(pid)
   def alive?(pid), do: node(pid) in Node.list()
 
+  ## Ownership: the lease and the generation (docs/cluster.md, "Ownership")
+
+  @doc false
+  # The atomics behind owner?/1: [generation, lease end in ms (monotonic)]. Made once.
+  def lease_ref do
+    case :persistent_term.get({__MODULE__, :lease}, nil) do
+      nil ->
+        ref = :atomics.new(2, signed: true)
+        :persistent_term.put({__MODULE__, :lease}, ref)
+        ref
+
+      ref ->
+        ref
+    end
+  end
+
+  @forever 1 <<< 62
+
+  @doc """
+  The ownership generation of this node: it goes up whenever this node's lease lapsed, it
+  lost the majority, or it joined or left a cluster. A zone of a world over a cluster is
+  started under the current generation, and is fenced once it changes (`owner?/1`).
+  """
+  @spec generation() :: integer
+  def generation, do: :atomics.get(lease_ref(), 1)
+
+  @doc """
+  Whether a zone started under generation `gen` may still act as its owner: tick, journal,
+  acknowledge, publish. True while the generation is the same and this node's lease runs
+  (echoes of its heartbeats from a majority of the configured nodes, recent enough that none
+  of them can have taken this node for lost). Read by every zone at every tick: two atomics
+  reads and the clock.
+  """
+  @spec owner?(integer) :: boolean
+  def owner?(gen) do
+    ref = lease_ref()
+    # (The end first: the generation is written before a renewed end, so a zone that reads
+    # an end renewed after a lapse reads the new generation too.)
+    until = :atomics.get(ref, 2)
+    :atomics.get(ref, 1) == gen and System.monotonic_time(:millisecond) <= until
+  end
+
+  @doc "Whether this node's lease runs (zones may start here): see `owner?/1`."
+  @spec leased?() :: boolean
+  def leased?, do: System.monotonic_time(:millisecond) <= :atomics.get(lease_ref(), 2)
+
+  @doc false
+  # The member process renews the lease (`:forever`, `:lapsed` or a time, ms of the monotonic
+  # clock); a lease that had lapsed before (or lapses now) starts a new generation.
+  @spec put_lease(integer | :forever | :lapsed) :: :ok
+  def put_lease(until) do
+    ref = lease_ref()
+
+    until =
+      case until do
+        :forever -> @forever
+        :lapsed -> -@forever
+        ms when is_integer(ms) -> ms
+      end
+
+    if :atomics.get(ref, 2) < System.monotonic_time(:millisecond) or
+         until < System.monotonic_time(:millisecond),
+       do: :atomics.add(ref, 1, 1)
+
+    :atomics.put(ref, 2, until)
+  end
+
+  @doc false
+  @spec new_generation() :: :ok
+  def new_generation, do: :atomics.add(lease_ref(), 1, 1)
+
+  ## The VM's settings for a cluster
+
+  @doc """
+  The emulator flags every node of a cluster starts with (beside a name and a cookie): OTP
+  25's `global` disconnects healthy nodes from each other when one of them drops a hung node
+  a little before the others do (`prevent_overlapping_partitions`, on by default), which
+  would take the majority from all of them at once. Overworld handles partitions itself (the
+  majority rule, heartbeats, leases: docs/cluster.md), so the flag is off. (Given in
+  `vm.args`, `ELIXIR_ERL_OPTIONS` or `elixir --erl`; `global` reads it when it starts.)
+
+      iex> Overworld.Cluster.vm_flags()
+      "-kernel prevent_overlapping_partitions false"
+  """
+  @spec vm_flags() :: String.t()
+  def vm_flags, do: "-kernel prevent_overlapping_partitions false"
+
+  @doc """
+  For a node that starts distribution itself (`Node.start/2`, as tests and tools do), before
+  it does: the setting of `vm_flags/0`, with `global` restarted to read it. Does nothing on a
+  node that is already distributed (the flag must then come with the VM's arguments).
+  """
+  @spec prepare_distribution() :: :ok
+  def prepare_distribution do
+    if not Node.alive?() and
+         :application.get_env(:kernel, :prevent_overlapping_partitions) != {:ok, false} do
+      :ok = :application.set_env(:kernel, :prevent_overlapping_partitions, false)
+      :ok = :supervisor.terminate_child(:kernel_sup, :global_name_server)
+      {:ok, _} = :supervisor.restart_child(:kernel_sup, :global_name_server)
+    end
+
+    :ok
+  end
+
   @doc "Whether this node joined a cluster of more than one configured node."
   @spec clustered?() :: boolean
   def clustered?, do: length(configured() || []) > 1
@@ -186,6 +291,15 @@ defmodule Overworld.Cluster do
         )
 
     if Node.alive?() do
+      if :application.get_env(:kernel, :prevent_overlapping_partitions) != {:ok, false} do
+        require Logger
+
+        Logger.warning(
+          "cluster: this node runs without `#{vm_flags()}`: `global` may disconnect healthy " <>
+            "nodes from each other when one is lost (docs/cluster.md)"
+        )
+      end
+
       if config.cookie, do: Node.set_cookie(config.cookie)
       {:ok, Members.join(config, retry, heartbeat)}
     else

@@ -72,7 +72,8 @@ defmodule Mix.Tasks.Overworld.Cluster do
     cookie = cookie_file!(dir)
 
     vm =
-      "+sbwt none +sbwtdcpu none +sbwtdio none" <> if(opts[:tls], do: " " <> tls!(dir), else: "")
+      "+sbwt none +sbwtdcpu none +sbwtdio none #{Overworld.Cluster.vm_flags()}" <>
+        if(opts[:tls], do: " " <> tls!(dir), else: "")
 
     names = for i <- 1..o.nodes, do: "overworld#{i}@127.0.0.1"
 

@@ -17,7 +17,10 @@ defmodule Overworld.Bench.Peer do
       name: name,
       host: ~c"127.0.0.1",
       longnames: true,
-      args: [~c"-setcookie", Atom.to_charlist(Node.get_cookie()) | extra ++ paths],
+      args:
+        [~c"-setcookie", Atom.to_charlist(Node.get_cookie())] ++
+          Enum.map(String.split(Overworld.Cluster.vm_flags()), &String.to_charlist/1) ++
+          extra ++ paths,
       connection: :standard_io
     }
 
@@ -34,6 +37,7 @@ defmodule Overworld.Bench.Peer do
   def distributed!(prefix, host) do
     unless Node.alive?() do
       System.cmd("epmd", ["-daemon"])
+      :ok = Overworld.Cluster.prepare_distribution()
 
       case Node.start(:"#{prefix}#{System.unique_integer([:positive])}@#{host}", :longnames) do
         {:ok, _} -> :ok

@@ -13,6 +13,18 @@ defmodule Overworld.Cluster.Members do
   # hears nothing from the others for as long, so it disconnects them in turn at its first
   # look: it loses the majority and stops its zones. It runs at high priority (a busy node's
   # heartbeats still go), and never waits on a connection (`:noconnect`, `:nosuspend`).
+  #
+  # The lease (docs/cluster.md, "Ownership"): each heartbeat carries the time it was sent
+  # (this node's monotonic clock) and comes back echoed. A node counts another as heard when
+  # a heartbeat *from* it arrives, so an echo of ours sent at `t` proves that node will not
+  # take this one for lost before `t + heartbeat`. Once echoes sent at `t` or later came back
+  # from a majority of the configured nodes (this one counted), this node may act as the
+  # owner of its zones until `t + heartbeat - 500 ms` (`lease_until/3`): before any other node
+  # can start them elsewhere. The lease and a generation number live in an atomics array
+  # (`Overworld.Cluster.owner?/1`, read by every zone at every tick); the generation goes up
+  # whenever the lease is seen to have lapsed, a connected node goes down without a majority
+  # left, or the node joins or leaves a cluster: a zone started under an older generation is
+  # fenced for good (it ticks, journals and publishes no more; its placer stops it).
   use GenServer
   require Logger
 
@@ -41,8 +53,52 @@ defmodule Overworld.Cluster.Members do
     :ok = :pg.join(Overworld.Cluster.scope(), :members, self())
     Process.flag(:priority, :high)
     :timer.send_interval(@beat_ms, :beat)
+    # (A node of its own holds its lease for ever.)
+    Overworld.Cluster.put_lease(:forever)
 
-    {:ok, %{config: nil, retry: nil, timer: nil, heartbeat: nil, heard: %{}, connecting: nil}}
+    {:ok,
+     %{
+       config: nil,
+       retry: nil,
+       timer: nil,
+       heartbeat: nil,
+       heard: %{},
+       echoes: %{},
+       connecting: nil,
+       monitoring: false
+     }}
+  end
+
+  @doc """
+  The time (ms, this node's monotonic clock) until which this node may act as its zones'
+  owner: `echoes` holds, for each other configured node, the newest send time of ours it
+  echoed; a majority of the `configured` nodes must have echoed one, this node counted, and
+  the lease runs `lease_ms` from the oldest echo that completes that majority. nil without
+  a majority; `:forever` for a cluster of one.
+
+      iex> alias Overworld.Cluster.Members
+      iex> Members.lease_until(%{b: 100, c: 300}, 3, 3_500)
+      3800
+      iex> Members.lease_until(%{b: 100, c: 300, d: 200, e: 50}, 5, 3_500)
+      3700
+      iex> Members.lease_until(%{b: 100}, 5, 3_500)
+      nil
+      iex> Members.lease_until(%{}, 1, 3_500)
+      :forever
+  """
+  @spec lease_until(%{optional(node) => integer}, pos_integer, pos_integer) ::
+          integer | nil | :forever
+  def lease_until(echoes, configured, lease_ms) do
+    case div(configured, 2) do
+      0 ->
+        :forever
+
+      others ->
+        case echoes |> Map.values() |> Enum.sort(:desc) |> Enum.at(others - 1) do
+          nil -> nil
+          t -> t + lease_ms
+        end
+    end
   end
 
   @impl true
@@ -56,15 +112,26 @@ defmodule Overworld.Cluster.Members do
   def handle_call(:leave, _from, st) do
     if st.timer, do: Process.cancel_timer(st.timer)
     Overworld.Cluster.put_configured(nil)
-    {:reply, :ok, %{st | config: nil, retry: nil, timer: nil, heartbeat: nil, heard: %{}}}
+    # (Zones owned under the cluster's rules are fenced: a node of its own again.)
+    Overworld.Cluster.new_generation()
+    Overworld.Cluster.put_lease(:forever)
+
+    {:reply, :ok,
+     %{st | config: nil, retry: nil, timer: nil, heartbeat: nil, heard: %{}, echoes: %{}}}
   end
 
   def handle_call({:join, config, retry, heartbeat}, _from, st) do
     if st.timer, do: Process.cancel_timer(st.timer)
     connected = connect(config)
-
-    {:reply, connected,
-     %{st | config: config, retry: retry, heartbeat: heartbeat, timer: arm(retry)}}
+    # (Only a node with a name can join: it watches the others go down from now.)
+    unless st.monitoring, do: :ok = :net_kernel.monitor_nodes(true)
+    st = %{st | monitoring: true}
+    # (Zones started before, under other rules, are fenced; the lease comes with the first
+    # echoes, in a round trip: the heartbeats go at once.)
+    Overworld.Cluster.new_generation()
+    st = renew(%{st | config: config, retry: retry, heartbeat: heartbeat, timer: arm(retry)})
+    send(self(), :beat)
+    {:reply, connected, st}
   end
 
   @impl true
@@ -102,20 +169,45 @@ defmodule Overworld.Cluster.Members do
     end
 
     for n <- up -- silent,
-        do: :erlang.send({__MODULE__, n}, {:heartbeat, node()}, [:noconnect, :nosuspend])
+        do: :erlang.send({__MODULE__, n}, {:heartbeat, node(), now}, [:noconnect, :nosuspend])
 
-    {:noreply, %{st | heard: Map.drop(heard, silent)}}
+    {:noreply, renew(%{st | heard: Map.drop(heard, silent), echoes: Map.drop(st.echoes, silent)})}
   end
 
-  def handle_info({:heartbeat, from}, st) do
-    :erlang.send({__MODULE__, from}, {:heartbeat_ack, node()}, [:noconnect, :nosuspend])
-    {:noreply, st}
+  # A heartbeat from another node: it is heard from now, and its send time goes back.
+  def handle_info({:heartbeat, from, t}, st) do
+    :erlang.send({__MODULE__, from}, {:heartbeat_ack, node(), t}, [:noconnect, :nosuspend])
+
+    heard =
+      if is_map_key(st.heard, from),
+        do: Map.put(st.heard, from, System.monotonic_time(:millisecond)),
+        else: st.heard
+
+    {:noreply, %{st | heard: heard}}
   end
 
-  def handle_info({:heartbeat_ack, from}, st) when is_map_key(st.heard, from),
-    do: {:noreply, put_in(st.heard[from], System.monotonic_time(:millisecond))}
+  # An echo of one of ours: that node heard us at `t` or later.
+  def handle_info({:heartbeat_ack, from, t}, st) do
+    echoes = Map.update(st.echoes, from, t, &max(&1, t))
+    {:noreply, renew(%{st | echoes: echoes})}
+  end
+
+  def handle_info({:nodedown, n}, st),
+    do:
+      {:noreply, renew(%{st | heard: Map.delete(st.heard, n), echoes: Map.delete(st.echoes, n)})}
 
   def handle_info(_msg, st), do: {:noreply, st}
+
+  # The lease from the echoes so far (none without a configured cluster: `:forever`).
+  defp renew(%{config: nil} = st), do: st
+
+  defp renew(st) do
+    configured = Overworld.Cluster.configured() || []
+    echoes = Map.take(st.echoes, configured)
+    until = lease_until(echoes, max(length(configured), 1), st.heartbeat - @beat_ms)
+    Overworld.Cluster.put_lease(until || :lapsed)
+    st
+  end
 
   defp arm(retry), do: Process.send_after(self(), :connect, retry)
 

@@ -16,8 +16,8 @@ defmodule Overworld.World.Handover do
   @type chunk :: {String.t(), binary}
 
   @doc """
-  The chunks of the files a zone needs to start from its directory: the snapshots and the
-  journal's segments, in order (a file's chunks in order).
+  The chunks of the files a zone needs to start from its directory: the snapshots, the
+  journal's segments and the epoch, in order (a file's chunks in order).
   """
   @spec chunks(Path.t()) :: {:ok, [chunk]} | {:error, term}
   def chunks(dir) do
@@ -38,8 +38,9 @@ defmodule Overworld.World.Handover do
     end
   end
 
+  # (The epoch file too: the copy's ownership epoch, Overworld.World.Copies.)
   defp zone_file?(name),
-    do: name in ["snapshot", "snapshot.prev"] or String.starts_with?(name, "journal.")
+    do: name in ["snapshot", "snapshot.prev", "epoch"] or String.starts_with?(name, "journal.")
 
   defp split(name, bytes, acc), do: Enum.reverse(Enum.map(split(bytes), &{name, &1}), acc)
 

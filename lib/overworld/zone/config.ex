@@ -10,7 +10,10 @@ defmodule Overworld.Zone.Config do
   * `stripes`, `owners` — the rows each bucket worker owns;
   * `wire_kinds` — entity kind => the index of its template in the wire module's list;
   * `shared` — the zone's counters and tables (internal: read them through the functions of
-    `Overworld.Zone`).
+    `Overworld.Zone`);
+  * `owner` — for a zone of a world over a cluster, `{generation, epoch}`: the ownership
+    generation of its node when its placer started it (`Overworld.Cluster.owner?/1`) and the
+    zone's ownership epoch (docs/cluster.md, "Ownership"); nil otherwise.
 
   Read it, never build it: zones make their own from their options.
   """
@@ -23,7 +26,8 @@ defmodule Overworld.Zone.Config do
   # made by the zone's supervisor when it starts, so that it outlives a server restart.
   @enforce_keys [:id, :module, :grid]
   defstruct [
-    :shared
+    :shared,
+    :owner
     | [
         :id,
         :module,
@@ -92,6 +96,7 @@ defmodule Overworld.Zone.Config do
           wire: module | nil,
           wire_kinds: %{optional(term) => non_neg_integer},
           shared: Overworld.Zone.Metrics.t() | nil,
+          owner: {integer, non_neg_integer} | nil,
           width: non_neg_integer,
           height: non_neg_integer,
           region: {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer} | nil,

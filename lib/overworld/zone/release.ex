@@ -13,8 +13,16 @@ defmodule Overworld.Zone.Release do
   # until it is stopped.
   #
   # State: `st.release` is nil, `{:waiting, from}` (a tick or a snapshot is under way),
-  # `{:snapshot, from, tick}` (ours is being written), or `:released`.
+  # `{:snapshot, from, tick}` (ours is being written), `:released`, or `:fenced`.
+  #
+  # Fencing (a zone of a world over a cluster, docs/cluster.md "Ownership"): before each tick
+  # and before a release the zone checks that its node still owns it (`owner?/1`: the
+  # generation it was started under, and the node's lease). A zone that does not is fenced
+  # for good: no tick starts again (so nothing more is journaled, acknowledged or published),
+  # no snapshot is written, it is found no more (the cluster's group and the registry), calls
+  # that would change it are refused, and its placer is told, which stops it.
 
+  require Logger
   alias Overworld.Zone.{Durable, State}
 
   @doc "Starts the release asked for by `from` (a `GenServer.call`)."
@@ -23,9 +31,49 @@ defmodule Overworld.Zone.Release do
   def begin(%State{release: r} = st, _from) when r != nil, do: {:reply, {:error, :moved}, st}
 
   def begin(st, from) do
+    if owner?(st) do
+      {:noreply, step(%{stop_clock(st, :released) | release: {:waiting, from}})}
+    else
+      {:reply, {:error, :fenced}, fence(st)}
+    end
+  end
+
+  defp stop_clock(st, answer) do
     if st.clock && st.clock.timer, do: :erlang.cancel_timer(st.clock.timer)
-    for {caller, _} <- :queue.to_list(st.manual), do: GenServer.reply(caller, {:error, :released})
-    {:noreply, step(%{st | clock: nil, manual: :queue.new(), release: {:waiting, from}})}
+    for {caller, _} <- :queue.to_list(st.manual), do: GenServer.reply(caller, {:error, answer})
+    %{st | clock: nil, manual: :queue.new()}
+  end
+
+  @doc """
+  Whether the zone's node still owns it (always, for a zone not placed by a world over a
+  cluster): `Overworld.Cluster.owner?/1` of the generation it was started under.
+  """
+  @spec owner?(State.t()) :: boolean
+  def owner?(%State{config: %{owner: nil}}), do: true
+  def owner?(%State{config: %{owner: {gen, _epoch}}}), do: Overworld.Cluster.owner?(gen)
+
+  @doc "Fences the zone (see the module's notes): it changes no more; its placer is told."
+  @spec fence(State.t()) :: State.t()
+  def fence(%State{release: :fenced} = st), do: st
+
+  def fence(st) do
+    %{id: id, owner: {gen, epoch}} = st.config
+
+    Logger.error(
+      "zone #{inspect(id)} fenced at tick #{st.tick}: this node no longer owns it " <>
+        "(epoch #{epoch}, generation #{gen}; now #{Overworld.Cluster.generation()}, " <>
+        "lease #{if Overworld.Cluster.leased?(), do: "held", else: "lapsed"})"
+    )
+
+    _ = Overworld.Cluster.unregister_zone(id)
+    Overworld.Names.unregister(Overworld.Names.zone(id))
+
+    with %{name: world} <- st.config.world,
+         placer when is_pid(placer) <-
+           Overworld.Names.whereis(Overworld.Names.placer(world)),
+         do: send(placer, {:fenced, id, self()})
+
+    %{stop_clock(st, :fenced) | release: :fenced}
   end
 
   @doc """

@@ -2,7 +2,7 @@ defmodule Overworld.Zone.Replica do
   @moduledoc false
   # The copy of a zone's files on its replica node (zone option `durability: :replicated`,
   # docs/cluster.md): one process per zone on that node, under `Overworld.Replicas`, started
-  # when the zone's journal writer asks for it (`Overworld.World.Placer.start_replica/3`,
+  # when the zone's journal writer asks for it (`Overworld.World.Placer.start_replica/4`,
   # through `:erpc`), writing into
   # the directory the zone would use on this node, so that the zone starts from it here when
   # its node dies (this node is next in its rendezvous order: its new home).

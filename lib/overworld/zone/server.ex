@@ -305,9 +305,11 @@ defmodule Overworld.Zone.Server do
 
   # (In a world, a tick waits for the neighbours' shadows of the previous one.)
   defp maybe_manual_tick(%State{running: nil, release: nil} = st) do
-    if :queue.is_empty(st.manual) or not Neighbours.ready?(st, st.tick + 1),
-      do: st,
-      else: begin_tick(st, 0)
+    cond do
+      :queue.is_empty(st.manual) or not Neighbours.ready?(st, st.tick + 1) -> st
+      Release.owner?(st) -> begin_tick(st, 0)
+      true -> Release.fence(st)
+    end
   end
 
   defp maybe_manual_tick(st), do: st
@@ -339,12 +341,14 @@ defmodule Overworld.Zone.Server do
   @impl true
   def handle_call(:release, from, st), do: Release.begin(st, from)
 
-  # A released zone's state went to its next incarnation: it changes no more.
+  # A released zone's state went to its next incarnation, a fenced one's node owns it no
+  # more: it changes no more.
   def handle_call({:tick_now, _}, _from, %State{release: r} = st) when r != nil,
-    do: {:reply, {:error, :released}, st}
+    do: {:reply, {:error, if(r == :fenced, do: :fenced, else: :released)}, st}
 
-  def handle_call(msg, _from, %State{release: :released} = st)
-      when msg != :info and not (is_tuple(msg) and elem(msg, 0) == :query),
+  def handle_call(msg, _from, %State{release: done} = st)
+      when done in [:released, :fenced] and msg != :info and
+             not (is_tuple(msg) and elem(msg, 0) == :query),
       do: {:reply, {:error, :moved}, st}
 
   def handle_call({:tick_now, _count}, _from, %State{config: %Config{clock: :realtime}} = st),
@@ -438,7 +442,9 @@ defmodule Overworld.Zone.Server do
 
   @impl true
   def handle_info({:timeout, ref, {:tick, slot}}, %State{clock: %{timer: ref}} = st) do
-    {:noreply, begin_tick(st, System.monotonic_time() - deadline(st, slot))}
+    if Release.owner?(st),
+      do: {:noreply, begin_tick(st, System.monotonic_time() - deadline(st, slot))},
+      else: {:noreply, Release.fence(st)}
   end
 
   def handle_info({:done, epoch, n, w, stats}, %State{epoch: epoch, running: %{n: n}} = st) do

@@ -119,11 +119,14 @@ defmodule Overworld.Zone.Store do
   # Durability :replicated: the journal's writer asks this function for its replica (see
   # Overworld.Persistence.Journal, "Replication"): the first node after this one in the zone's
   # rendezvous order (the zone's next home if this node dies), where
-  # Overworld.World.Placer.start_replica/3 starts the replica process, seeded here with the
+  # Overworld.World.Placer.start_replica/4 starts the replica process, seeded here with the
   # zone's files.
   defp replica_fun(%Config{durability: :local}, _dir), do: nil
 
-  defp replica_fun(%Config{id: id, world: %{name: world}}, dir) do
+  defp replica_fun(%Config{id: id, world: %{name: world}, owner: owner}, dir) do
+    # (The zone's ownership epoch: a replica node holding a newer copy refuses this writer.)
+    epoch = if owner, do: elem(owner, 1), else: 0
+
     fn current ->
       # (The zone's home among the other nodes: its next home if this node dies.)
       target = Placement.home(id, Overworld.Cluster.nodes() -- [node()])
@@ -131,14 +134,15 @@ defmodule Overworld.Zone.Store do
       cond do
         target == nil -> {:error, :no_node}
         current != nil and node(current) == target -> :keep
-        true -> new_replica(world, id, dir, target)
+        true -> new_replica(world, id, dir, target, epoch)
       end
     end
   end
 
-  defp new_replica(world, id, dir, target) do
-    with {:ok, pid} <-
-           :erpc.call(target, Overworld.World.Placer, :start_replica, [world, id, self()], 5_000),
+  defp new_replica(world, id, dir, target, epoch) do
+    args = [world, id, self(), epoch]
+
+    with {:ok, pid} <- :erpc.call(target, Overworld.World.Placer, :start_replica, args, 5_000),
          :ok <- Replica.seed(pid, dir) do
       {:ok, pid}
     end

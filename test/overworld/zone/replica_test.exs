@@ -11,9 +11,20 @@ defmodule Overworld.Zone.ReplicaTest do
 
   alias Overworld.{Cluster, Zone}
   alias Overworld.Bench.OsServer
-  alias Overworld.Cluster.{Config, Placement}
+  alias Overworld.Cluster.{Config, Members, Placement}
+  alias Overworld.World.Copies
   alias Overworld.Test.Counter
   alias Overworld.Zone.Replica
+
+  @opts [
+    cluster: true,
+    clock: :manual,
+    size: {64, 64},
+    cell_size: 16,
+    workers: 1,
+    snapshot_ticks: 20,
+    replica_timeout: 1_500
+  ]
 
   # Three nodes (this one and two peers), and a one-zone world whose zone is homed on the
   # first peer with its replica here.
@@ -31,17 +42,7 @@ defmodule Overworld.Zone.ReplicaTest do
 
     id = {name, {0, 0}}
 
-    opts = [
-      name: name,
-      cluster: true,
-      clock: :manual,
-      size: {64, 64},
-      cell_size: 16,
-      workers: 1,
-      snapshot_ticks: 20,
-      replica_timeout: 1_500,
-      args: [to: self()]
-    ]
+    opts = @opts ++ [name: name, args: [to: self()]]
 
     for n <- [node(), a, b] do
       dir = Path.join(tmp, "#{n}")
@@ -52,7 +53,7 @@ defmodule Overworld.Zone.ReplicaTest do
     eventually(fn -> (z = Zone.whereis(id)) != nil and node(z) == a end)
     # The zone's writer has seeded its replica here.
     eventually(fn -> Replica.whereis(id) != nil end)
-    %{a: a, peer_a: pa, b: b, id: id, name: name}
+    %{a: a, peer_a: pa, b: b, id: id, name: name, tmp_dir: tmp}
   end
 
   defp tick(id, count) do
@@ -156,14 +157,17 @@ defmodule Overworld.Zone.ReplicaTest do
       :ok = OsServer.signal(os_pid, "CONT")
     end
 
-    # Resumed, the stale zone (if it still runs) may compute, but acknowledges nothing: its
-    # replica is gone and no node gives it another.
-    try do
-      Zone.tick_now(stale, 3)
-    catch
-      :exit, _ -> :stopped
-    end
+    # Resumed, the stale zone (if it still runs) computes nothing: its node's lease lapsed
+    # during the pause, so it is fenced (and its placer stops it). Nor does it acknowledge
+    # anything: its replica is gone and no node gives it another.
+    answer =
+      try do
+        Zone.tick_now(stale, 3)
+      catch
+        :exit, _ -> :stopped
+      end
 
+    assert answer in [{:error, :fenced}, :stopped]
     refute_receive {:acked, ^id, _, _}, 2_000
 
     # One zone afterwards (back on its home node or still here), which goes on from every
@@ -174,5 +178,107 @@ defmodule Overworld.Zone.ReplicaTest do
     {:ok, _} = Zone.tick_now(z, 2)
     await_ack(id, acked + 2)
     assert Counter.count(Zone.entities(id)) == acked + 2
+  end
+
+  test "a node that stops hearing from the others fences its zone before any other may start it",
+       %{a: a, peer_a: pa, id: id} do
+    tick(id, 5)
+    await_ack(id, 5)
+    zone = Zone.whereis(id)
+    assert node(zone) == a
+
+    # The member process of the zone's node stops (its heartbeats and echoes with it): that
+    # node's lease runs out at most 3.5 s after its last echo, the others drop it after 4 s
+    # of silence. Ticks are asked of its zone meanwhile through the peer's control
+    # connection (standard I/O), which outlives the distribution's.
+    :ok = :peer.call(pa, :sys, :suspend, [Members])
+    suspended = System.monotonic_time(:millisecond)
+
+    {answer, fenced_after} = tick_until_refused(pa, zone, suspended)
+
+    try do
+      assert answer == {:error, :fenced}
+
+      assert fenced_after >= 2_900 and fenced_after < 3_800,
+             "fenced #{fenced_after} ms after its node stopped hearing from the others"
+
+      # The zone starts on its replica's node once the others drop its node, from every
+      # acknowledged event, and the fenced one did not tick past them.
+      eventually(fn -> (z = Zone.whereis(id)) != nil and node(z) == node() end)
+      acked = Enum.max([5 | acks(id)])
+      assert Counter.count(Zone.entities(id)) == acked
+    after
+      :ok = :peer.call(pa, :sys, :resume, [Members])
+    end
+
+    # Its node back, the zone goes home with its newer epoch; one zone runs.
+    eventually(fn -> (z = Cluster.zone(id)) != nil and node(z) == a end)
+    eventually(fn -> length(:pg.get_members(Cluster.scope(), {:zone, id})) == 1 end)
+  end
+
+  # Asks zone `zone` (through the peer `peer`) for a tick every 50 ms until it refuses one:
+  # that answer and the ms since `since`.
+  defp tick_until_refused(peer, zone, since) do
+    answer =
+      try do
+        :peer.call(peer, Zone, :tick_now, [zone, 1], 5_000)
+      catch
+        :exit, reason -> {:exit, reason}
+      end
+
+    elapsed = System.monotonic_time(:millisecond) - since
+
+    case answer do
+      {:ok, _} when elapsed < 10_000 ->
+        Process.sleep(50)
+        tick_until_refused(peer, zone, since)
+
+      other ->
+        {other, elapsed}
+    end
+  end
+
+  test "a zone starts from the newest copy in the cluster, not from its home node's older one",
+       %{a: a, b: b, id: id, name: name, tmp_dir: tmp} do
+    dir_a = :erpc.call(a, :persistent_term, :get, [{Overworld.World.Placer, name}])[id]
+    stale = dir_a <> ".stale"
+    tick(id, 10)
+    await_ack(id, 10)
+    assert :erpc.call(a, Copies, :epoch, [dir_a]) == 1
+
+    # The world stops everywhere; the home node's copy of now (epoch 1, count 10) is kept.
+    stop_everywhere(name, [a, node(), b])
+    {:ok, _} = :erpc.call(a, File, :cp_r, [dir_a, stale])
+
+    # It starts again (epoch 2) and counts to 20, replicated here.
+    start_everywhere(name, tmp, [node(), b, a])
+    eventually(fn -> (z = Zone.whereis(id)) != nil and node(z) == a end)
+    eventually(fn -> Replica.whereis(id) != nil end)
+    tick(id, 10)
+    await_ack(id, 20)
+    assert :erpc.call(a, Copies, :epoch, [dir_a]) == 2
+    stop_everywhere(name, [a, node(), b])
+
+    # The home node comes back with its old copy: it finds the newer one here and starts
+    # from it (epoch 3), with every acknowledged event.
+    {:ok, _} = :erpc.call(a, File, :rm_rf, [dir_a])
+    :ok = :erpc.call(a, File, :rename, [stale, dir_a])
+    assert :erpc.call(a, Copies, :epoch, [dir_a]) == 1
+    start_everywhere(name, tmp, [node(), b, a])
+    eventually(fn -> (z = Zone.whereis(id)) != nil and node(z) == a end)
+    assert Counter.count(Zone.entities(id)) == 20
+    assert :erpc.call(a, Copies, :epoch, [dir_a]) == 3
+  end
+
+  defp stop_everywhere(name, nodes) do
+    for n <- nodes, do: :ok = :erpc.call(n, Overworld, :stop_world, [name])
+  end
+
+  # (In this order: the home node last, once the others can say what copy they hold.)
+  defp start_everywhere(name, tmp, nodes) do
+    for n <- nodes do
+      opts = @opts ++ [name: name, args: [to: self()], data_dir: Path.join(tmp, "#{n}")]
+      {:ok, _} = :erpc.call(n, Overworld, :start_world, [Counter, opts])
+    end
   end
 end
