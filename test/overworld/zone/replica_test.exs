@@ -281,4 +281,58 @@ defmodule Overworld.Zone.ReplicaTest do
       {:ok, _} = :erpc.call(n, Overworld, :start_world, [Counter, opts])
     end
   end
+
+  test "a partition: the majority's side runs the zone, the minority's is fenced; healed, one zone with every acknowledged event",
+       %{a: a, peer_a: pa, b: b, id: id} do
+    tick(id, 10)
+    await_ack(id, 10)
+    stale = Zone.whereis(id)
+    assert node(stale) == a
+
+    # The zone's node is cut off from the two others: its cookie changes (no connection in
+    # either direction is accepted) and its connections close.
+    cookie = Node.get_cookie()
+    true = :peer.call(pa, :erlang, :set_cookie, [:partitioned])
+    for n <- [node(), b], do: true = :peer.call(pa, :erlang, :disconnect_node, [n])
+
+    try do
+      # The majority (this node and b) runs the zone here, from every acknowledged event.
+      eventually(fn -> (z = Zone.whereis(id)) != nil and node(z) == node() end)
+      assert Counter.count(Zone.entities(id)) == Enum.max([10 | acks(id)])
+      tick(id, 5)
+      await_ack(id, 15)
+
+      # The minority's zone is fenced (its lease lapsed with the majority's echoes): it
+      # ticks no more, and is stopped.
+      answer =
+        try do
+          :peer.call(pa, Zone, :tick_now, [stale, 1], 5_000)
+        catch
+          :exit, _ -> :stopped
+        end
+
+      assert answer in [{:error, :fenced}, {:error, :not_found}, :stopped]
+
+      eventually(fn ->
+        :peer.call(pa, Zone, :whereis, [id]) == nil and
+          :peer.call(pa, :pg, :get_members, [Cluster.scope(), {:zone, id}]) == []
+      end)
+    after
+      true = :peer.call(pa, :erlang, :set_cookie, [cookie])
+    end
+
+    # Healed: the zone goes back to its home node with its newer epoch, once, and goes on
+    # from every acknowledged event.
+    eventually(fn -> (z = Cluster.zone(id)) != nil and node(z) == a end)
+
+    eventually(fn ->
+      Enum.all?([node(), a, b], fn n ->
+        length(:erpc.call(n, :pg, :get_members, [Cluster.scope(), {:zone, id}])) == 1
+      end)
+    end)
+
+    {:ok, _} = Zone.tick_now(Cluster.zone(id), 2)
+    await_ack(id, 17)
+    assert Counter.count(Zone.entities(id)) == 17
+  end
 end
