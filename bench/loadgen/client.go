@@ -33,6 +33,7 @@ func (w *window) in(t int64) bool {
 type client struct {
 	id   int
 	cfg  *config
+	to   target // the server it connects to
 	win  *window
 	http *http.Client
 
@@ -127,7 +128,7 @@ func (c *client) attempt() (time.Duration, bool) {
 	if c.cfg.ips > 1 {
 		src = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+c.id%c.cfg.ips))}
 	}
-	ws, err := dialWS(c.cfg.addr, c.cfg.host, c.cfg.path+sep(c.cfg.path)+"token="+token, src, c.cfg.timeout)
+	ws, err := dialWS(c.to.addr, c.to.host, c.to.path+sep(c.to.path)+"token="+token, src, c.cfg.timeout)
 	if err != nil {
 		c.setOutcome(false, "upgrade: %v", err)
 		return 0, false
@@ -165,7 +166,8 @@ func (c *client) attempt() (time.Duration, bool) {
 				c.setOutcome(true, "ERROR 8 before HANDSHAKE")
 				return retryAfter(message), false
 			}
-			c.setOutcome(false, "ERROR %d before HANDSHAKE", code)
+			// (The server's reason up to its first colon: failures are counted by that.)
+			c.setOutcome(false, "ERROR %d before HANDSHAKE (%s)", code, message)
 			return 0, false
 		}
 		if f.head[0] != opHandshake {
@@ -206,7 +208,7 @@ func sep(path string) string {
 
 func (c *client) auth() (string, error) {
 	body := fmt.Sprintf(`{"device_id":"owload-%d-%d"}`, c.cfg.run, c.id)
-	resp, err := c.http.Post(c.cfg.httpBase+"/api/v1/auth/device", "application/json", bytes.NewBufferString(body))
+	resp, err := c.http.Post(c.to.httpBase+"/api/v1/auth/device", "application/json", bytes.NewBufferString(body))
 	if err != nil {
 		return "", err
 	}

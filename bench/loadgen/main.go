@@ -24,8 +24,15 @@ import (
 	"time"
 )
 
-type config struct {
+// A server the clients connect to (-url: one, or several separated by commas; client i uses
+// the (i mod n)-th, so the clients spread evenly over the servers).
+type target struct {
 	addr, host, path, httpBase string
+}
+
+type config struct {
+	addr, host, path, httpBase string   // the first target's (its status is read around the window)
+	targets                    []target // every target
 	clients, inputHz, ramp     int
 	ips                        int
 	warmup, seconds            float64
@@ -88,7 +95,7 @@ type generator struct {
 
 func main() {
 	var (
-		rawURL  = flag.String("url", "ws://127.0.0.1:4000/ws", "the server's WebSocket URL")
+		rawURL  = flag.String("url", "ws://127.0.0.1:4000/ws", "the server's WebSocket URL, or several separated by commas (the clients spread over them in turn; the first one's status is read)")
 		clients = flag.Int("clients", 100, "clients to connect (0: none, the server's status is still read around the window)")
 		inputHz = flag.Int("input-hz", 10, "inputs per second per client (0: none, a PING every 15 s)")
 		ramp    = flag.Int("ramp", 100, "clients started per second")
@@ -106,9 +113,20 @@ func main() {
 		fmt.Fprintf(os.Stderr, "owload: "+format+"\n", a...)
 		os.Exit(2)
 	}
-	u, err := url.Parse(*rawURL)
-	if err != nil || u.Scheme != "ws" || u.Host == "" || u.Port() == "" {
-		die("-url must look like ws://127.0.0.1:4000/ws")
+	var targets []target
+	for _, raw := range strings.Split(*rawURL, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.Scheme != "ws" || u.Host == "" || u.Port() == "" {
+			die("-url must look like ws://127.0.0.1:4000/ws (or several, separated by commas)")
+		}
+		path := u.EscapedPath()
+		if path == "" {
+			path = "/ws"
+		}
+		if u.RawQuery != "" {
+			path += "?" + u.RawQuery
+		}
+		targets = append(targets, target{addr: u.Host, host: u.Host, path: path, httpBase: "http://" + u.Host})
 	}
 	if *swing < 0 {
 		die("-swing must be a period in seconds, or 0")
@@ -117,15 +135,9 @@ func main() {
 		die("-ramp, -seconds, -procs and -ips must be positive, -clients at least 0 (0: the server alone, its status read around the window), -input-hz in 0..1000, -warmup at least 0")
 	}
 	runtime.GOMAXPROCS(*procs)
-	path := u.EscapedPath()
-	if path == "" {
-		path = "/ws"
-	}
-	if u.RawQuery != "" {
-		path += "?" + u.RawQuery
-	}
+	first := targets[0]
 	cfg := &config{
-		addr: u.Host, host: u.Host, path: path, httpBase: "http://" + u.Host,
+		addr: first.addr, host: first.host, path: first.path, httpBase: first.httpBase, targets: targets,
 		clients: *clients, inputHz: *inputHz, ramp: *ramp, ips: *ips, retry: *retry,
 		swing:  time.Duration(*swing * float64(time.Second)),
 		warmup: *warmup, seconds: *seconds, timeout: *timeout, run: time.Now().UnixNano(),
@@ -196,7 +208,7 @@ func run(cfg *config) *result {
 	go func() {
 		for i := range all {
 			time.Sleep(time.Until(win.t0.Add(time.Duration(i) * gap)))
-			c := &client{id: i + 1, cfg: cfg, win: win, http: hc, stop: stop}
+			c := &client{id: i + 1, cfg: cfg, to: cfg.targets[i%len(cfg.targets)], win: win, http: hc, stop: stop}
 			all[i] = c
 			go c.run(done)
 		}

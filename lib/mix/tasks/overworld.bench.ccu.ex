@@ -67,8 +67,8 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
         "max #{Overworld.Server.config(:ccu_server).max_connections} connections, open-file limit #{limit}"
     )
 
-    peers = Enum.map(1..o.clients, &start_client/1)
-    shares = shares(o.count, o.clients)
+    peers = for _ <- 1..o.clients, do: CCUClient.start_peer()
+    shares = CCUClient.shares(o.count, o.clients)
     run_id = System.unique_integer([:positive])
 
     client_opts =
@@ -147,31 +147,9 @@ defmodule Mix.Tasks.Overworld.Bench.Ccu do
 
   defp info(line), do: Mix.shell().info(line)
 
-  defp shares(count, k), do: for(i <- 0..(k - 1), do: div(count + k - 1 - i, k))
+  defp on_clients(client_opts, fun), do: CCUClient.on_peers(client_opts, fun)
 
-  defp start_client(_i) do
-    args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
-    {:ok, peer, _node} = :peer.start_link(%{connection: :standard_io, args: args})
-    {:ok, _} = :peer.call(peer, :application, :ensure_all_started, [:crypto])
-    peer
-  end
-
-  defp on_clients(client_opts, fun) do
-    client_opts
-    |> Enum.map(fn {peer, o} ->
-      Task.async(fn -> :peer.call(peer, CCUClient, fun, [o], :infinity) end)
-    end)
-    |> Enum.map(&Task.await(&1, :infinity))
-    |> Enum.reduce({0, 0, [], 0}, fn {ok, failed, errors, ms}, {a, b, c, d} ->
-      {a + ok, b + failed, Enum.take(c ++ errors, 5), max(d, ms)}
-    end)
-  end
-
-  defp server_memory do
-    Enum.each(Process.list(), &:erlang.garbage_collect/1)
-    Process.sleep(500)
-    :erlang.memory()
-  end
+  defp server_memory, do: CCUClient.memory()
 
   defp max_fds do
     :erlang.system_info(:check_io) |> List.flatten() |> Keyword.get(:max_fds)

@@ -12,7 +12,9 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
 
       mix overworld.bench.cluster --zone MODULE [--wire MODULE] [--nodes 3] [--zones 2x2]
                                   [--entities-per-zone 1000] [--kills 20] [--arg KEY=VALUE ...]
-                                  [--probe-seconds 10] [--observers 1,1000,5000] [--json PATH]
+                                  [--probe-seconds 10] [--observers 1,1000,5000]
+                                  [--sessions 0] [--players 500] [--player-seconds 30]
+                                  [--json PATH]
 
   * `--zone` the game's zone module (it must export `zone_options(entities, extra)`).
   * `--nodes` server nodes (default 3); `--zones CxR` the world (default 2x2; `4x3`
@@ -24,6 +26,17 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     tick), the ticks from writing an input to the frame that acknowledges it; then, for each count of `--observers`, that many observers
     subscribe to the zone on the other node, and the bytes per second the zone's node sends
     there are read from the distribution connection (its whole traffic) over 3 s.
+  * `--sessions S` (default 0: none): before the kills, a gateway (`Overworld.Server`, with
+    the cluster's accounts) starts on every node, S idle authenticated sessions are spread
+    evenly over them (one client OS process per node, from a loopback address of its own;
+    each session a device authenticated over HTTP, then a WebSocket held with a PING every
+    15 s), and, while they are held, `--players` players (default 500) connect through every
+    node's gateway in turn with the native load generator (niced) and walk in the world for
+    `--player-seconds` (default 30). Measured: each node's memory per session (the growth of
+    `:erlang.memory(:total)` over the opening, after a garbage collection of every process,
+    over the idle sessions it holds), the sessions held and still open at the end, the
+    players' snapshot rates and input to acknowledgement, and the generator's CPU and lag.
+    `--kills 0` skips the kills.
 
   Printed (and written with `--json`): per kill, the zones the node ran and the time until the
   last of them ticked again elsewhere; over all kills p50 and max (the p99 of 20 kills is
@@ -32,7 +45,6 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   directories; the files are kept (their directory printed) when an entity was missing or
   twice.
 
-  Not yet measured here (docs/cluster.md): the 100,000 idle sessions over six nodes.
   """
   use Mix.Task
   require Overworld.Entity
@@ -48,6 +60,9 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     kills: :integer,
     probe_seconds: :integer,
     observers: :string,
+    sessions: :integer,
+    players: :integer,
+    player_seconds: :integer,
     arg: :keep,
     json: :string
   ]
@@ -55,7 +70,10 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   @impl true
   def run(argv) do
     opts = Args.parse!(argv, @switches, "overworld.bench.cluster")
-    o = Args.positive!(opts, nodes: 3, kills: 20, entities_per_zone: 1000)
+    o = Args.positive!(Keyword.delete(opts, :kills), nodes: 3, entities_per_zone: 1000)
+    o = Map.put(o, :kills, Keyword.get(opts, :kills, 20))
+    sessions = sessions!(opts)
+    if o.kills < 0, do: Mix.raise("--kills must be at least 0")
     probe_seconds = Keyword.get(opts, :probe_seconds, 10)
     observers = observer_counts!(Keyword.get(opts, :observers, "1,1000,5000"))
     if o.nodes < 3, do: Mix.raise("--nodes must be at least 3 (a majority survives a kill)")
@@ -89,8 +107,12 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     tick_ms = 1000 / Keyword.get(world_opts, :tick_rate, 30)
     probe = if probe_seconds > 0, do: probe(nodes, hd(zones), probe_seconds, tick_ms, observers)
 
+    sessions =
+      if sessions.sessions > 0,
+        do: Overworld.Bench.ClusterSessions.run(nodes, name, base, sessions)
+
     {kills, _peers} =
-      Enum.map_reduce(1..o.kills, peers, fn k, peers ->
+      Enum.map_reduce(1..o.kills//1, peers, fn k, peers ->
         {result, peers} = kill_one(k, peers, nodes, zones, module, world, base)
         ids = Overworld.Bench.Soak.check(read, start)
         result = Map.merge(result, %{missing: ids.lost, duplicated: ids.duplicated})
@@ -112,13 +134,15 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     if twice != [],
       do: IO.puts("held twice at the end: #{inspect(twice, limit: :infinity)}")
 
-    IO.puts(
-      "recovery after kill -9 (kill to the last of the node's zones ticking elsewhere): " <>
-        "p50 #{summary.p50} ms, max #{summary.max} ms over #{summary.count} kills " <>
-        "(#{Enum.sum(Enum.map(kills, &length(&1.zones)))} zone recoveries); " <>
-        "entities missing #{Enum.sum(Enum.map(kills, & &1.missing))}, " <>
-        "duplicated #{Enum.sum(Enum.map(kills, & &1.duplicated))}"
-    )
+    if kills != [],
+      do:
+        IO.puts(
+          "recovery after kill -9 (kill to the last of the node's zones ticking elsewhere): " <>
+            "p50 #{summary.p50} ms, max #{summary.max} ms over #{summary.count} kills " <>
+            "(#{Enum.sum(Enum.map(kills, &length(&1.zones)))} zone recoveries); " <>
+            "entities missing #{Enum.sum(Enum.map(kills, & &1.missing))}, " <>
+            "duplicated #{Enum.sum(Enum.map(kills, & &1.duplicated))}"
+        )
 
     machine = Stats.machine()
     IO.puts(Stats.machine_line(machine))
@@ -132,6 +156,7 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
         game: inspect(module),
         recovery_ms: summary,
         probe: probe,
+        sessions: sessions,
         held_twice_at_end:
           Enum.map(twice, fn {id, where} -> %{id: id, zones: Enum.map(where, &inspect/1)} end),
         kills: Enum.map(kills, fn k -> %{k | zones: Enum.map(k.zones, &inspect/1)} end),
@@ -163,6 +188,20 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
     {:ok, _} = :erpc.call(node, Overworld.Cluster, :join, [config])
     {:ok, _} = :erpc.call(node, Overworld, :start_world, [module, world.(node)])
     %{peer: peer, os_pid: :erpc.call(node, :os, :getpid, [])}
+  end
+
+  defp sessions!(opts) do
+    o = %{
+      sessions: Keyword.get(opts, :sessions, 0),
+      players: Keyword.get(opts, :players, 500),
+      player_seconds: Keyword.get(opts, :player_seconds, 30)
+    }
+
+    unless is_integer(o.sessions) and o.sessions >= 0 and o.players >= 0 and
+             o.player_seconds > 0,
+           do: Mix.raise("--sessions and --players must be at least 0, --player-seconds positive")
+
+    o
   end
 
   defp observer_counts!(text) do

@@ -6,6 +6,55 @@ defmodule Overworld.Bench.CCUClient do
 
   alias Overworld.Client
 
+  @doc """
+  A client OS process: a peer node without distribution (driven over its standard I/O, so it
+  is no member of any cluster), with this node's code paths; it stops with the caller.
+  """
+  @spec start_peer() :: pid
+  def start_peer do
+    args = Enum.flat_map(:code.get_path(), &[~c"-pa", &1])
+    {:ok, peer, _node} = :peer.start_link(%{connection: :standard_io, args: args})
+    {:ok, _} = :peer.call(peer, :application, :ensure_all_started, [:crypto])
+    peer
+  end
+
+  @doc """
+  `count` split into `k` shares as even as can be, the larger first.
+
+      iex> Overworld.Bench.CCUClient.shares(10, 3)
+      [4, 3, 3]
+  """
+  @spec shares(non_neg_integer, pos_integer) :: [non_neg_integer]
+  def shares(count, k), do: for(i <- 0..(k - 1), do: div(count + k - 1 - i, k))
+
+  @doc """
+  Runs `fun` (`:auth` or `:open`) on every client peer with its options, side by side, and
+  sums their answers: `{ok, failed, first errors, ms of the slowest}`.
+  """
+  @spec on_peers([{pid, map}], :auth | :open) ::
+          {non_neg_integer, non_neg_integer, [term], non_neg_integer}
+  def on_peers(client_opts, fun) do
+    client_opts
+    |> Enum.map(fn {peer, o} ->
+      Task.async(fn -> :peer.call(peer, __MODULE__, fun, [o], :infinity) end)
+    end)
+    |> Enum.map(&Task.await(&1, :infinity))
+    |> Enum.reduce({0, 0, [], 0}, fn {ok, failed, errors, ms}, {a, b, c, d} ->
+      {a + ok, b + failed, Enum.take(c ++ errors, 5), max(d, ms)}
+    end)
+  end
+
+  @doc """
+  This node's memory (`:erlang.memory/0`) after a garbage collection of every process (run
+  on a server node: its sessions' cost).
+  """
+  @spec memory() :: keyword
+  def memory do
+    Enum.each(Process.list(), &:erlang.garbage_collect/1)
+    Process.sleep(500)
+    :erlang.memory()
+  end
+
   @doc false
   # Authenticates `count` devices (ids `prefix-i`), `concurrency` at a time, and keeps their
   # tokens in this node; answers {ok, failed, first errors, ms}.

@@ -92,7 +92,7 @@ defmodule Overworld.Bench.Loadgen do
     args =
       [bin] ++
         Enum.flat_map(
-          [:url, :clients, :input_hz, :ramp, :warmup, :seconds, :procs, :json],
+          [:url, :clients, :input_hz, :ramp, :warmup, :seconds, :procs, :ips, :json],
           fn k ->
             case opts[k] do
               nil -> []

@@ -81,15 +81,27 @@ defmodule Overworld.Session.Hello do
   end
 
   # A world of zones (the server's zone name names `{:world, name}`): the zone that has the
-  # player, else the one its id hashes to (it joins there, and crosses from there).
-  defp enter_zone(%{zone: {:world, name}} = st, handoff) do
+  # player, else the one its id hashes to (it joins there, and crosses from there). An avatar
+  # that crossed to a neighbour between the join and the attach (it spawned beyond the zone's
+  # border, and the zone's tick came in between) is looked for again where it went.
+  defp enter_zone(%{zone: {:world, _}} = st, handoff), do: enter_world(st, handoff, 3)
+
+  defp enter_zone(st, handoff), do: entered(st, join_zone(st, handoff))
+
+  defp enter_world(%{zone: {:world, name}} = st, handoff, tries) do
     case Overworld.World.zone_for(name, st.user) do
-      nil -> Session.close(st, 4006, "zone unavailable: world #{inspect(name)} is not running", 6)
-      zone -> enter_zone(%{st | zone: zone}, handoff)
+      nil ->
+        Session.close(st, 4006, "zone unavailable: world #{inspect(name)} is not running", 6)
+
+      zone ->
+        case join_zone(%{st | zone: zone}, handoff) do
+          {:error, :not_joined} when tries > 1 -> enter_world(st, nil, tries - 1)
+          result -> entered(%{st | zone: zone}, result)
+        end
     end
   end
 
-  defp enter_zone(st, handoff) do
+  defp join_zone(st, handoff) do
     with {:ok, config} <- zone_config(st.zone),
          {:ok, entity} <- player_entity(st, handoff, config.world != nil),
          {:ok, pid, mon, slot, obs} <- attach(st, st.zone, config) do
@@ -112,25 +124,29 @@ defmodule Overworld.Session.Hello do
            input: config.wire.__input__(),
            input_seq: max(seq, st.input_seq)
        }}
-    else
-      {:error, :no_wire} ->
-        # A server configured with a zone it cannot serve: the developer's to fix.
-        why =
-          "zone #{inspect(st.zone)} has no wire: it cannot serve players over the network " <>
-            "(start it with the :wire option, a module using Overworld.Template)"
-
-        Logger.warning("session #{st.user}: #{why}")
-        Session.close(st, 4006, why, 6)
-
-      {:error, {:full, why}} ->
-        :counters.add(st.cfg.counters, Overworld.Server.counter(:refused_joins), 1)
-        wait = Overworld.Server.Pace.retry_after(st.cfg)
-        Session.close(st, 4008, "retry_after=#{wait}; #{why}", 8)
-
-      {:error, why} ->
-        Session.close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
     end
   end
+
+  defp entered(_st, {:ok, st}), do: {:ok, st}
+
+  defp entered(st, {:error, :no_wire}) do
+    # A server configured with a zone it cannot serve: the developer's to fix.
+    why =
+      "zone #{inspect(st.zone)} has no wire: it cannot serve players over the network " <>
+        "(start it with the :wire option, a module using Overworld.Template)"
+
+    Logger.warning("session #{st.user}: #{why}")
+    Session.close(st, 4006, why, 6)
+  end
+
+  defp entered(st, {:error, {:full, why}}) do
+    :counters.add(st.cfg.counters, Overworld.Server.counter(:refused_joins), 1)
+    wait = Overworld.Server.Pace.retry_after(st.cfg)
+    Session.close(st, 4008, "retry_after=#{wait}; #{why}", 8)
+  end
+
+  defp entered(st, {:error, why}),
+    do: Session.close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
 
   @doc """
   The zone server died and a new one runs (`pid`): the player is still its (the zone kept

@@ -49,9 +49,10 @@ defmodule Overworld.Zone.Mirror do
         nil
 
       _pid ->
+        # (`:ignore`: another session started it at the same time.)
         case DynamicSupervisor.start_child(Overworld.Mirrors, {__MODULE__, id}) do
           {:ok, _} -> lookup(id)
-          {:error, {:already_started, _}} -> lookup(id)
+          :ignore -> lookup(id)
           {:error, _} -> nil
         end
     end

@@ -117,4 +117,21 @@ defmodule Overworld.Zone.MirrorTest do
       {_template, values} -> elem(values, 0)
     end
   end
+
+  test "many sessions looking a remote zone up at once share one mirror (none fails)" do
+    [{_, a}] = Overworld.Test.Cluster.start_peers(1)
+    id = {__MODULE__, :many}
+    opts = Game.zone_options(10, id: id, clock: :manual, wire: Game.Wire, coins: false)
+    {:ok, _} = :erpc.call(a, Overworld, :start_zone, [Game, opts])
+    eventually(fn -> Cluster.zone(id) != nil end)
+
+    configs =
+      1..50
+      |> Enum.map(fn _ -> Task.async(fn -> Zone.config(id) end) end)
+      |> Task.await_many(10_000)
+
+    mirrors = Enum.uniq(for c <- configs, do: c && c.shared.mirror)
+    assert [mirror] = mirrors
+    assert is_pid(mirror) and node(mirror) == node()
+  end
 end
