@@ -554,6 +554,11 @@ defmodule Overworld.Session do
             end
         end
     end
+  rescue
+    # The zone's tables went with it (it stopped, was fenced or moved) after this notice was
+    # sent: no frame; its :DOWN follows, and the session re-attaches.
+    e in ArgumentError ->
+      if :ets.info(st.table, :id) == :undefined, do: st, else: reraise(e, __STACKTRACE__)
   end
 
   defp frame(%Interest.World{} = obs, zone, n, x, y), do: Interest.World.frame(obs, zone, n, x, y)

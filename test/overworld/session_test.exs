@@ -631,4 +631,21 @@ defmodule Overworld.SessionTest do
     Process.sleep(ms)
     ping_every(conn, ms)
   end
+
+  test "a tick notice read after its zone's tables went (the zone stopped) is no crash: the session waits for the zone",
+       %{world: world} do
+    p = join(world) |> snapshots(2)
+    session = Overworld.Names.whereis(Overworld.Names.session(world.name, p.user))
+    assert is_pid(session)
+    ref = Process.monitor(session)
+
+    # The notice comes before the zone goes (its tables with it), and is read after.
+    :ok = :sys.suspend(session)
+    send(session, {:overworld_tick, world.zone, p.view.tick + 1, System.monotonic_time()})
+    zone_sup = Overworld.Names.whereis(Overworld.Names.zone_sup(world.zone))
+    Process.exit(zone_sup, :kill)
+    :ok = :sys.resume(session)
+
+    refute_receive {:DOWN, ^ref, :process, _, _}, 500
+  end
 end

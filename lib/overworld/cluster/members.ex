@@ -12,7 +12,8 @@ defmodule Overworld.Cluster.Members do
   # rather than the distribution's tick time (60 s by default). A node back from a pause
   # hears nothing from the others for as long, so it disconnects them in turn at its first
   # look: it loses the majority and stops its zones. It runs at high priority (a busy node's
-  # heartbeats still go), and never waits on a connection (`:noconnect`, `:nosuspend`).
+  # heartbeats still go), and never waits on a connection (`:noconnect`; on a busy one, a
+  # process of its own sends).
   #
   # The lease (docs/cluster.md, "Ownership"): each heartbeat carries the time it was sent
   # (this node's monotonic clock) and comes back echoed. A node counts another as heard when
@@ -168,15 +169,14 @@ defmodule Overworld.Cluster.Members do
       Node.disconnect(n)
     end
 
-    for n <- up -- silent,
-        do: :erlang.send({__MODULE__, n}, {:heartbeat, node(), now}, [:noconnect, :nosuspend])
+    for n <- up -- silent, do: send_to(n, {:heartbeat, node(), now})
 
     {:noreply, renew(%{st | heard: Map.drop(heard, silent), echoes: Map.drop(st.echoes, silent)})}
   end
 
   # A heartbeat from another node: it is heard from now, and its send time goes back.
   def handle_info({:heartbeat, from, t}, st) do
-    :erlang.send({__MODULE__, from}, {:heartbeat_ack, node(), t}, [:noconnect, :nosuspend])
+    send_to(from, {:heartbeat_ack, node(), t})
 
     heard =
       if is_map_key(st.heard, from),
@@ -210,6 +210,17 @@ defmodule Overworld.Cluster.Members do
   end
 
   defp arm(retry), do: Process.send_after(self(), :connect, retry)
+
+  # To the member process of node `n`, never waiting: a connection whose buffer is full
+  # (`:nosuspend` refused: a busy link, mirrors and replicas at full flow) gets the message
+  # from a process of its own, which waits its turn there, rather than losing it (a lost
+  # heartbeat would count against a node that is only busy).
+  defp send_to(n, msg) do
+    case :erlang.send({__MODULE__, n}, msg, [:noconnect, :nosuspend]) do
+      :nosuspend -> spawn(fn -> :erlang.send({__MODULE__, n}, msg, [:noconnect]) end)
+      _ -> :ok
+    end
+  end
 
   # The configured nodes connected after this attempt (this one left out). The connections
   # are tried side by side: one to an unreachable host takes the distribution's set-up time
