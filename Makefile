@@ -165,7 +165,7 @@ bench: deps owload
 	cd $(GAME) && mix overworld.bench.capacity --server "mix goblins.server" --bots 0,50 --seconds 5 --warmup 2 --json ../../$(SHORT)/capacity.json
 	cd $(GAME) && mix overworld.bench.profile --serve "goblins.server --no-persist" --clients 20 --warmup 1 --seconds 2 --eprof Overworld.Transport.Conn --eprof-seconds 1 --json ../../$(SHORT)/profile.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 2000 --seconds 3 --warmup 1 --rounds 1 --migrate 0.25 --observers 4 --json ../../$(SHORT)/world.json
-	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 500 --kills 2 --probe-seconds 2 --observers 1,100 --json ../../$(SHORT)/cluster.json
+	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 500 --kills 2 --probe-seconds 2 --observers 1,100 --sessions 60 --players 12 --player-seconds 3 --json ../../$(SHORT)/cluster.json
 	$(call with_server_args,$(BENCH_PORT),--zones 2x2 --entities 1000 --players border --no-persist,$(call crossing,20,4,$(BENCH_PORT),10,$(SHORT)/world-crossing,5))
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
@@ -198,6 +198,9 @@ bench-full: deps owload
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.25 --json ../../bench/results/world-2x2-5k-migrate-shadows1.json
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 5000 --seconds 30 --rounds 2 --migrate 0.25 --shadow-every 3 --max-speed 21 --json ../../bench/results/world-2x2-5k-migrate-shadows3.json
 	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --zones 4x3 --entities-per-zone 1000 --kills 20 --json ../../bench/results/cluster-recovery-4x3-1k.json
+	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 6 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 100000 --players 500 --player-seconds 30 --json ../../bench/results/cluster-sessions-100k.json
+	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 6 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 6 --players 500 --player-seconds 30 --json ../../bench/results/cluster-players-500-no-idle.json
+	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 3 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 3 --players 500 --player-seconds 30 --json ../../bench/results/cluster-players-500-3-nodes.json
 	$(call with_server_args,4100,--zones 2x2 --entities 2500 --players border --no-persist,$(call crossing,180,20,4100,75,bench/results/world-crossing,60))
 
 clean:
