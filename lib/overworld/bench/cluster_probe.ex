@@ -12,7 +12,12 @@ defmodule Overworld.Bench.ClusterProbe do
   #   * `subscribers/2`: that many more observers subscribed to the zone (they take its tick
   #     notices, as idle sessions' observers do), until the caller goes or `stop/1`;
   #   * `sent_bytes/1`: the bytes this node has sent over its distribution connection to a
-  #     node (TCP distribution: the connection's socket statistics).
+  #     node (TCP distribution: the connection's socket statistics);
+  #   * `looter/3`, `looted/1`, `total/2`: a goblin-world player walking among the goblins
+  #     and picking their loot up (durable events), the totals acknowledged to it, and the
+  #     total its avatar holds: after a node kill, no acknowledged total may exceed it.
+
+  require Overworld.Entity
 
   alias Overworld.{Interest, World, Zone}
   alias Overworld.Zone.Wire
@@ -107,6 +112,107 @@ defmodule Overworld.Bench.ClusterProbe do
       bytes
     else
       _ -> nil
+    end
+  end
+
+  ## Looters: acknowledged durable events across node kills
+
+  @doc """
+  A looter (a process of the calling node: the bench's): the session of `player`, a player of
+  the goblin world that a zone of world `name` takes in, walking at random (an input every
+  200 ms through a live node of `nodes`, wherever its avatar is). Every durable event
+  acknowledged to it (the goblins' loot: `<<"L", goblin::32, amount::16, total::32>>`, sent
+  once the pickup is journaled on two nodes) is kept: `looted/1` answers their totals.
+  """
+  @spec looter(term, term, [node]) :: pid
+  def looter(name, player, nodes),
+    do: spawn(fn -> loot(%{name: name, player: player, nodes: nodes, totals: [], input: nil}) end)
+
+  @doc "The totals a looter was acknowledged so far, newest first."
+  @spec looted(pid) :: [non_neg_integer]
+  def looted(looter) do
+    ref = make_ref()
+    send(looter, {:looted, self(), ref})
+
+    receive do
+      {^ref, totals} -> totals
+    after
+      5_000 -> exit(:looter_silent)
+    end
+  end
+
+  defp loot(st) do
+    receive do
+      {:overworld_send, <<"L", _gid::32, _amount::16, total::32>>} ->
+        loot(%{st | totals: [total | st.totals]})
+
+      {:looted, from, ref} ->
+        send(from, {ref, st.totals})
+        loot(st)
+
+      :stop ->
+        :ok
+
+      _ ->
+        loot(st)
+    after
+      200 ->
+        # (A new direction now and then: a random walk among the goblins.)
+        input =
+          if st.input == nil or :rand.uniform(10) == 1,
+            do: %{mx: Enum.random([-100, 0, 100]), my: Enum.random([-100, 0, 100])},
+            else: st.input
+
+        case Enum.filter(st.nodes, &(&1 in Node.list())) do
+          [] -> :ok
+          live -> :erpc.cast(Enum.random(live), __MODULE__, :steer, [st.name, st.player, input])
+        end
+
+        loot(%{st | input: input})
+    end
+  end
+
+  @doc false
+  # On a server node: the player's input, to its avatar's zone, written on the zone's own
+  # node (this one has no mirror of it to keep: the looter subscribes to nothing).
+  @spec steer(term, term, map) :: :ok
+  def steer(name, player, input) do
+    with zone when zone != nil <- World.zone_for(name, player, 0),
+         pid when is_pid(pid) <- Overworld.Cluster.zone(zone) do
+      if node(pid) == node(),
+        do: Zone.input(zone, player, input),
+        else: :erpc.cast(node(pid), Zone, :input, [zone, player, input])
+    end
+
+    :ok
+  rescue
+    # (The zone stopping or moving at that moment: its tables went. The next input goes on.)
+    ArgumentError -> :ok
+  end
+
+  @doc false
+  # On a server node: the looter `pid` claims its player again, as a session re-attaches
+  # after its zone restarted (else the zone keeps it as an orphan, and it leaves after the
+  # zone's rejoin_ms). Answers the claim's answer.
+  @spec reclaim(term, term, pid) :: :ok | {:error, term}
+  def reclaim(name, player, pid) do
+    case World.zone_for(name, player, 2_000) do
+      nil -> {:error, :no_world}
+      zone -> Zone.claim_session(zone, player, pid)
+    end
+  end
+
+  @doc """
+  On a server node: the player's loot total as its avatar holds it now (the `data` of its
+  entity, wherever it is in world `name`), or nil when it is nowhere.
+  """
+  @spec total(term, term) :: non_neg_integer | nil
+  def total(name, player) do
+    with zone when zone != nil <- World.zone_for(name, player, 2_000),
+         id when id != nil <- Zone.player_entity(zone, player) do
+      Enum.find_value(Zone.entities(zone), fn e ->
+        if Overworld.Entity.entity(e, :id) == id, do: Overworld.Entity.entity(e, :data)
+      end)
     end
   end
 end
