@@ -15,7 +15,8 @@ defmodule Overworld.Bench.ClusterProbe do
   #     node (TCP distribution: the connection's socket statistics);
   #   * `looter/3`, `looted/1`, `total/2`: a goblin-world player walking among the goblins
   #     and picking their loot up (durable events), the totals acknowledged to it, and the
-  #     total its avatar holds: after a node kill, no acknowledged total may exceed it.
+  #     total its avatar holds in a zone (read on the zone's node): after a node kill, no
+  #     acknowledged total may exceed it.
 
   require Overworld.Entity
 
@@ -191,25 +192,25 @@ defmodule Overworld.Bench.ClusterProbe do
   end
 
   @doc false
-  # On a server node: the looter `pid` claims its player again, as a session re-attaches
-  # after its zone restarted (else the zone keeps it as an orphan, and it leaves after the
-  # zone's rejoin_ms). Answers the claim's answer.
-  @spec reclaim(term, term, pid) :: :ok | {:error, term}
-  def reclaim(name, player, pid) do
-    case World.zone_for(name, player, 2_000) do
-      nil -> {:error, :no_world}
-      zone -> Zone.claim_session(zone, player, pid)
+  # On the node where zone `zone` runs: the looter `pid` claims its player again if the zone
+  # holds it, as a session re-attaches after its zone restarted (else the zone keeps it as an
+  # orphan, and it leaves after the zone's rejoin_ms). Read from the zone's own tables (no
+  # mirror). Answers whether the zone holds it.
+  @spec reclaim(term, term, pid) :: boolean
+  def reclaim(zone, player, pid) do
+    case Zone.player_entity(zone, player) do
+      nil -> false
+      _ -> Zone.claim_session(zone, player, pid) == :ok
     end
   end
 
   @doc """
-  On a server node: the player's loot total as its avatar holds it now (the `data` of its
-  entity, wherever it is in world `name`), or nil when it is nowhere.
+  On the node where zone `zone` runs: the loot total of `player`'s avatar if the zone holds it
+  (the `data` of its entity, read from the zone's own tables: no mirror), else nil.
   """
   @spec total(term, term) :: non_neg_integer | nil
-  def total(name, player) do
-    with zone when zone != nil <- World.zone_for(name, player, 2_000),
-         id when id != nil <- Zone.player_entity(zone, player) do
+  def total(zone, player) do
+    with id when id != nil <- Zone.player_entity(zone, player) do
       Enum.find_value(Zone.entities(zone), fn e ->
         if Overworld.Entity.entity(e, :id) == id, do: Overworld.Entity.entity(e, :data)
       end)
