@@ -164,6 +164,7 @@ defmodule Overworld.Cluster do
   @spec put_lease(integer | :forever | :lapsed) :: :ok
   def put_lease(until) do
     ref = lease_ref()
+    now = System.monotonic_time(:millisecond)
 
     until =
       case until do
@@ -172,9 +173,7 @@ defmodule Overworld.Cluster do
         ms when is_integer(ms) -> ms
       end
 
-    if :atomics.get(ref, 2) < System.monotonic_time(:millisecond) or
-         until < System.monotonic_time(:millisecond),
-       do: :atomics.add(ref, 1, 1)
+    if :atomics.get(ref, 2) < now or until < now, do: :atomics.add(ref, 1, 1)
 
     :atomics.put(ref, 2, until)
   end

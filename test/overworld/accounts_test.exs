@@ -222,7 +222,7 @@ defmodule Overworld.AccountsTest do
             zones: %{}
           ]
 
-          {n, :erpc.call(n, Overworld.Test.Cluster, :start_server, [opts])}
+          {n, :erpc.call(n, Overworld.Bench.Peer, :serve, [opts])}
         end
         |> Map.new()
 

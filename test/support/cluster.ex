@@ -47,24 +47,4 @@ defmodule Overworld.Test.Cluster do
         :ok
     end
   end
-
-  @doc """
-  Starts an `Overworld.Server` with `opts` on this node (call it through `:erpc` to place it
-  on a peer), held by a process of its own (the server outlives the call). Answers its port.
-  """
-  def start_server(opts) do
-    me = self()
-
-    spawn(fn ->
-      {:ok, _} = Overworld.Server.start_link(opts)
-      send(me, {:port, Overworld.Server.port(Keyword.fetch!(opts, :name))})
-      Process.sleep(:infinity)
-    end)
-
-    receive do
-      {:port, port} -> port
-    after
-      15_000 -> raise "the server did not start"
-    end
-  end
 end

@@ -129,7 +129,7 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
       Enum.map_reduce(1..o.kills//1, peers, fn k, peers ->
         {result, peers} = kill_one(k, peers, nodes, zones, module, world, base)
         ids = Overworld.Bench.Soak.check(read, start)
-        loot = loot_lost(nodes, name, zones, looters)
+        loot = loot_lost(nodes, zones, looters)
 
         result =
           Map.merge(result, %{missing: ids.lost, duplicated: ids.duplicated})
@@ -440,10 +440,10 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   # After a recovery: every looter's acknowledged totals against the total its avatar holds
   # (asked of every zone on its own node). The acknowledgements are read first: one
   # that comes after the read is of a later pickup.
-  defp loot_lost(_nodes, _name, _zones, []),
+  defp loot_lost(_nodes, _zones, []),
     do: %{acknowledged: 0, acknowledged_lost: 0, avatars_not_found: 0}
 
-  defp loot_lost(nodes, _name, zones, looters) do
+  defp loot_lost(nodes, zones, looters) do
     probe = Overworld.Bench.ClusterProbe
 
     # (Each claims its player again first, as a session re-attaches after a restart.)

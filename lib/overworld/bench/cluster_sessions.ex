@@ -23,28 +23,15 @@ defmodule Overworld.Bench.ClusterSessions do
   @spec serve(term, Path.t()) :: :inet.port_number()
   def serve(name, dir) do
     :ok = Overworld.Accounts.start(dir)
-    me = self()
 
-    spawn(fn ->
-      {:ok, _} =
-        Overworld.Server.start_link(
-          name: @server,
-          port: 0,
-          data_dir: dir,
-          idle_timeout: 60_000,
-          zones: %{"world" => {:world, name}},
-          default_zone: "world"
-        )
-
-      send(me, {:port, Overworld.Server.port(@server)})
-      Process.sleep(:infinity)
-    end)
-
-    receive do
-      {:port, port} -> port
-    after
-      30_000 -> exit(:no_server)
-    end
+    Overworld.Bench.Peer.serve(
+      name: @server,
+      port: 0,
+      data_dir: dir,
+      idle_timeout: 60_000,
+      zones: %{"world" => {:world, name}},
+      default_zone: "world"
+    )
   end
 
   @doc false

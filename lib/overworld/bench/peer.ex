@@ -47,4 +47,26 @@ defmodule Overworld.Bench.Peer do
 
     :ok
   end
+
+  @doc """
+  Starts an `Overworld.Server` with `opts` on this node (call it through `:erpc` to place it
+  on another), held by a process of its own: the server outlives the call. Answers its port;
+  raises when it does not start within 15 s.
+  """
+  @spec serve(keyword) :: :inet.port_number()
+  def serve(opts) do
+    me = self()
+
+    spawn(fn ->
+      {:ok, _} = Overworld.Server.start_link(opts)
+      send(me, {:port, Overworld.Server.port(Keyword.fetch!(opts, :name))})
+      Process.sleep(:infinity)
+    end)
+
+    receive do
+      {:port, port} -> port
+    after
+      15_000 -> raise "the server did not start"
+    end
+  end
 end

@@ -115,18 +115,18 @@ defmodule Overworld.World.Copies do
 
     answers = Enum.zip(nodes, :erpc.multicall(nodes, __MODULE__, :describe, [name, id], 2_000))
 
+    copies = for {n, {:ok, {:copy, e}}} <- answers, e > own, do: {n, e}
+
     cond do
-      Enum.any?(answers, &elsewhere?/1) ->
-        :elsewhere
-
-      true ->
-        copies = for {n, {:ok, {:copy, e}}} <- answers, e > own, do: {n, e}
-
-        case Enum.max_by(copies, &elem(&1, 1), fn -> nil end) do
-          nil -> {:own, own}
-          {n, e} -> {:fetch, n, e}
-        end
+      Enum.any?(answers, &elsewhere?/1) -> :elsewhere
+      copies == [] -> {:own, own}
+      true -> newest(copies)
     end
+  end
+
+  defp newest(copies) do
+    {n, e} = Enum.max_by(copies, &elem(&1, 1))
+    {:fetch, n, e}
   end
 
   # (A node whose copy of `:pg` may lag behind, or that hangs: asked directly; one that does

@@ -77,8 +77,8 @@ defmodule Overworld.World.Placer do
           node(writer) not in Cluster.live() or (zone != nil and node(zone) != node(writer)) ->
             {:error, :not_the_owner}
 
-          Copies.epoch(dir) > epoch ->
-            {:error, {:stale_epoch, epoch, Copies.epoch(dir)}}
+          (mine = Copies.epoch(dir)) > epoch ->
+            {:error, {:stale_epoch, epoch, mine}}
 
           true ->
             :ok = Replica.stop(id)
@@ -228,8 +228,11 @@ defmodule Overworld.World.Placer do
   end
 
   # A zone of ours found that this node no longer owns it (Overworld.Zone.Release.fence/1).
-  # (It starts again, from the newest copy, at the next look if it is still homed here.)
-  def handle_info({:fenced, id, _server}, st), do: {:noreply, stop(st, id)}
+  # (It starts again, from the newest copy, at the next look if it is still homed here. A
+  # notice of a zone stopped and started again since, under a newer generation, is late.)
+  def handle_info({:fenced, id, gen}, st) do
+    if Map.get(st.gens, id) == gen, do: {:noreply, stop(st, id)}, else: {:noreply, st}
+  end
 
   # Another node's placer, about to start a zone, asks for our newer copy of it.
   def handle_info({:send_copy, id, to}, st) do
@@ -284,8 +287,13 @@ defmodule Overworld.World.Placer do
         st
       end
 
-    st = %{st | fetching: Map.delete(st.fetching, id)}
-    {:reply, :ok, %{st | in: Map.put(st.in, id, from), files: Map.put(st.files, id, %{})}}
+    {:reply, :ok,
+     %{
+       st
+       | in: Map.put(st.in, id, from),
+         files: Map.put(st.files, id, %{}),
+         fetching: Map.delete(st.fetching, id)
+     }}
   end
 
   ## Placing
@@ -434,10 +442,8 @@ defmodule Overworld.World.Placer do
   # (In a process of its own: the placer goes on answering meanwhile.)
   defp hand_over(id, dir, to) do
     with {:incoming, :ok} <- {:incoming, announce(to, id, dir)},
-         {:ok, tick} <- Overworld.Zone.release(id),
-         {:ok, chunks} <- Handover.chunks(dir),
-         :ok <- Handover.call_each(to, chunks, &{:chunk, id, &1}) do
-      GenServer.call(to, {:adopt, id, tick}, 60_000)
+         {:ok, tick} <- Overworld.Zone.release(id) do
+      send_files(to, id, dir, tick)
     else
       {:incoming, {:error, reason}} -> {:refused, reason}
       {:incoming, other} -> {:refused, other}
@@ -460,18 +466,23 @@ defmodule Overworld.World.Placer do
   # process of its own.)
   defp send_copy(id, dir, to) do
     with :ok <- announce(to, id, dir),
-         {:ok, chunks} <- Handover.chunks(dir),
-         :ok <- Handover.call_each(to, chunks, &{:chunk, id, &1}),
-         :ok <- GenServer.call(to, {:adopt, id, {:copy, node()}}, 60_000) do
+         :ok <- send_files(to, id, dir, {:copy, node()}) do
       :ok
     else
       error ->
         Logger.error("zone #{inspect(id)}: our copy not sent to #{node(to)}: #{inspect(error)}")
         send(to, {:no_copy, id, node()})
     end
+  end
+
+  # The zone's files to the placer `to` that was told they come (announce/3), chunk by chunk,
+  # then the adoption (`how`: the tick the zone was released at, or `{:copy, node}`).
+  defp send_files(to, id, dir, how) do
+    with {:ok, chunks} <- Handover.chunks(dir),
+         :ok <- Handover.call_each(to, chunks, &{:chunk, id, &1}) do
+      GenServer.call(to, {:adopt, id, how}, 60_000)
+    end
   catch
-    :exit, reason ->
-      Logger.error("zone #{inspect(id)}: our copy not sent to #{node(to)}: #{inspect(reason)}")
-      send(to, {:no_copy, id, node()})
+    :exit, reason -> {:error, {:exit, reason}}
   end
 end

@@ -71,7 +71,7 @@ defmodule Overworld.Zone.Release do
     with %{name: world} <- st.config.world,
          placer when is_pid(placer) <-
            Overworld.Names.whereis(Overworld.Names.placer(world)),
-         do: send(placer, {:fenced, id, self()})
+         do: send(placer, {:fenced, id, gen})
 
     %{stop_clock(st, :fenced) | release: :fenced}
   end

@@ -58,7 +58,7 @@ defmodule Overworld.Session.GatewayLossTest do
           default_zone: "world"
         ]
 
-        {n, :erpc.call(n, Overworld.Test.Cluster, :start_server, [server])}
+        {n, :erpc.call(n, Overworld.Bench.Peer, :serve, [server])}
       end
 
     %{a: a, peer_a: pa, b: b, c: c, peer_c: pc, zone: zone, ports: ports}
