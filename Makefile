@@ -95,11 +95,17 @@ run: deps-elixir
 test: deps
 	$(MAKE) test-elixir test-example test-rust test-ts test-go
 
+# ExUnit reports a failure where it happens, minutes before the end of a long run: a failed
+# run prints its failures' reports again, last (from the run's log in tmp/).
+MIX_TEST = mkdir -p tmp && set -o pipefail && mix test 2>&1 | tee tmp/mix-test.log || \
+  { echo; echo "== the failures above, again:"; \
+    awk '/^  [0-9]+\) /{p=1} p && /^[^ ]/{p=0} p' tmp/mix-test.log; exit 2; }
+
 test-elixir:
-	mix test
+	$(MIX_TEST)
 
 test-example:
-	cd $(GAME) && mix test
+	cd $(GAME) && $(MIX_TEST)
 
 test-rust:
 	$(CARGO_SH) test --release --quiet

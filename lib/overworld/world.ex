@@ -237,11 +237,15 @@ defmodule Overworld.World do
   end
 
   @doc """
-  The zone of a running world a player should be served by: the one that has it (read without
-  a message to any zone), else the one its id hashes to (where it joins). nil when the world
-  is not running. A player whose avatar is crossing a border (handed away by a zone within
-  the last `wait` ms, not yet adopted by its neighbour) is waited for, at most `wait` ms: a
-  client reconnecting then finds its avatar, not a second one.
+  The zone of a running world a player should be served by: the one that has it, else the
+  one its id hashes to (where it joins). nil when the world is not running. A player whose
+  avatar is crossing a border (handed away by a zone within the last `wait` ms, not yet
+  adopted by its neighbour) is waited for, at most `wait` ms: a client reconnecting then
+  finds its avatar, not a second one.
+
+  No message to any zone: each node running zones of the world reads their tables, all
+  nodes at once (one `:erpc` call each, at most 2 s; a node that does not answer counts as
+  holding nothing). No mirror of a zone on another node is started for the lookup.
   """
   @spec zone_for(term, term, non_neg_integer) :: term | nil
   def zone_for(name, player, wait \\ 2_000) do
@@ -252,23 +256,62 @@ defmodule Overworld.World do
   end
 
   defp holder(zones, player, wait, until) do
-    now = System.monotonic_time(:millisecond)
+    answers =
+      case zones |> Enum.map(&zone_node/1) |> Enum.uniq() |> Enum.reject(&is_nil/1) do
+        nodes when nodes in [[], [node()]] ->
+          [held_here(zones, player, wait)]
+
+        nodes ->
+          for {:ok, answer} <-
+                :erpc.multicall(nodes, __MODULE__, :held_here, [zones, player, wait], 2_000),
+              do: answer
+      end
 
     cond do
-      zone = Enum.find(zones, &Overworld.Zone.player_entity(&1, player)) ->
-        zone
+      held = Enum.find_value(answers, &(match?({:held, _}, &1) && elem(&1, 1))) ->
+        held
 
-      now < until and
-          Enum.any?(zones, fn z ->
-            at = Overworld.Zone.player_moved(z, player)
-            at != nil and now - at < wait
-          end) ->
+      :moving in answers and System.monotonic_time(:millisecond) < until ->
         Process.sleep(5)
         holder(zones, player, wait, until)
 
       true ->
         Enum.at(zones, :erlang.phash2(player, length(zones)))
     end
+  end
+
+  defp zone_node(zone) do
+    case Overworld.Zone.whereis(zone) do
+      pid when is_pid(pid) -> node(pid)
+      nil -> nil
+    end
+  end
+
+  @doc false
+  # On a node running zones of a world: which of `zones` running here holds `player`
+  # (`{:held, zone}`, the first in order), else `:moving` when one of them handed its avatar
+  # away within the last `wait` ms (this node's clock), else nil. Read from the zones' tables.
+  @spec held_here([term], term, non_neg_integer) :: {:held, term} | :moving | nil
+  def held_here(zones, player, wait) do
+    here = for z <- zones, match?({_, _}, Names.lookup(Names.zone(z))), do: z
+    now = System.monotonic_time(:millisecond)
+
+    cond do
+      zone = Enum.find(here, &Overworld.Zone.player_entity(&1, player)) ->
+        {:held, zone}
+
+      Enum.any?(here, fn z ->
+        at = Overworld.Zone.player_moved(z, player)
+        at != nil and now - at < wait
+      end) ->
+        :moving
+
+      true ->
+        nil
+    end
+  rescue
+    # (A zone stopping meanwhile: its tables went.)
+    ArgumentError -> nil
   end
 
   @doc "Every entity of the world (each zone's, at its last tick)."

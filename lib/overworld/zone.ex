@@ -380,8 +380,8 @@ defmodule Overworld.Zone do
   def player_entity(zone, player), do: entity_of(config(zone), player)
 
   # (A zone on another node is asked through this node's mirror of it.)
-  defp entity_of(%Config{shared: %{mirror: m}}, player) when m != nil,
-    do: Overworld.Zone.Mirror.player_entity(m, player)
+  defp entity_of(%Config{id: id, shared: %{mirror: m}}, player) when m != nil,
+    do: Overworld.Zone.Mirror.player_entity(id, player)
 
   defp entity_of(%Config{shared: %{memory: table}}, player),
     do: Overworld.Zone.Memory.player_entity(table, player)
@@ -402,9 +402,14 @@ defmodule Overworld.Zone do
   @spec player_moved(zone, player) :: integer | nil
   def player_moved(zone, player) do
     case config(zone) do
-      %Config{shared: %{mirror: m}} when m != nil -> Overworld.Zone.Mirror.player_moved(m, player)
-      %Config{shared: %{memory: table}} -> Overworld.Zone.Memory.moved(table, player)
-      nil -> nil
+      %Config{id: id, shared: %{mirror: m}} when m != nil ->
+        Overworld.Zone.Mirror.player_moved(id, player)
+
+      %Config{shared: %{memory: table}} ->
+        Overworld.Zone.Memory.moved(table, player)
+
+      nil ->
+        nil
     end
   end
 
@@ -430,7 +435,8 @@ defmodule Overworld.Zone do
   Hands a player's input to the zone: the newest input of each player is kept until the tick
   that applies it (latest wins; `entity(e, :input)` of its avatar in `c:handle_entity/3`).
   With a sequence number `seq` (the client's), the player's snapshots acknowledge it once a
-  tick applied it (zones with `wire:`). Inputs of players who are not joined are dropped.
+  tick applied it (zones with `wire:`). Inputs of players who are not joined are dropped, as
+  are those of a zone stopping (or moving to another node) meanwhile.
   No message to the zone server: this looks the player's avatar up in the zone's tables and
   writes its input slot (`input_slot/2` and `put_input/3` skip the lookup for a caller that
   sends many inputs for one player).
@@ -441,6 +447,9 @@ defmodule Overworld.Zone do
       {:ok, slot} -> put_input(slot, input, seq)
       {:error, _} -> :ok
     end
+  rescue
+    # (Its tables went between the lookup and the write: the zone stopped.)
+    ArgumentError -> :ok
   end
 
   @typedoc "Where a player's inputs go (`input_slot/2`)."

@@ -65,6 +65,20 @@ defmodule Overworld.ZoneTest do
       assert Zone.count(zone) == 1
     end
 
+    test "an input meeting a zone whose tables went (it is stopping) is dropped" do
+      zone = start([])
+      {:ok, _} = Zone.join(zone, "ann", nil)
+      {:ok, 1} = Zone.tick_now(zone)
+      shared = Zone.config(zone).shared
+
+      # (As between the input's lookup and its write when the zone stops: its tables go
+      # before its registration does.)
+      :ets.delete(shared.inputs.routes)
+      assert :ok = Zone.input(zone, "ann", {1, 0})
+      :ets.delete(shared.memory)
+      assert :ok = Zone.input(zone, "ann", {1, 0})
+    end
+
     test "phases run in order: tick, systems; spawns show from the next tick" do
       zone =
         start(

@@ -41,11 +41,12 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
   * `--looters N` (the goblin world; default 0): N players join the world before the kills,
     sessions of this node's own, walking among the goblins and picking their loot up: each
     pickup is a durable event, acknowledged to the player (`"L"` with its new total) once
-    journaled on the zone's node and its replica. After every kill and recovery, each
-    looter claims its player again (as a session re-attaches) and its avatar is read where it
-    is: an acknowledged total above the one it holds is an acknowledged event lost (counted
-    and printed); an avatar found nowhere is counted apart. (Under investigation: runs so far
-    found some players in no zone after a kill; see docs/cluster.md.)
+    journaled on the zone's node and its replica. Like a session, each looter watches its
+    zone's server and claims its player again wherever it is when that server goes (a
+    recovered zone keeps an unclaimed player for its `rejoin_ms` only). After every kill and
+    recovery each avatar is read where it is: an acknowledged total above the one it holds is
+    an acknowledged event lost (counted and printed); an avatar found nowhere is counted
+    apart.
 
   Printed (and written with `--json`): per kill, the zones the node ran and the time until the
   last of them ticked again elsewhere; over all kills p50 and max (the p99 of 20 kills is
@@ -445,10 +446,6 @@ defmodule Mix.Tasks.Overworld.Bench.Cluster do
 
   defp loot_lost(nodes, zones, looters) do
     probe = Overworld.Bench.ClusterProbe
-
-    # (Each claims its player again first, as a session re-attaches after a restart.)
-    for {player, pid} <- looters, do: on_zones(nodes, zones, :reclaim, [player, pid])
-
     zero = %{acknowledged: 0, acknowledged_lost: 0, avatars_not_found: 0}
 
     Enum.reduce(looters, zero, fn {player, pid}, acc ->

@@ -14,7 +14,8 @@ defmodule Overworld.Bench.ClusterProbe do
   #   * `sent_bytes/1`: the bytes this node has sent over its distribution connection to a
   #     node (TCP distribution: the connection's socket statistics);
   #   * `looter/3`, `looted/1`, `total/2`: a goblin-world player walking among the goblins
-  #     and picking their loot up (durable events), the totals acknowledged to it, and the
+  #     and picking their loot up (durable events; it claims its player again, as a session
+  #     re-attaches, when its zone's server goes), the totals acknowledged to it, and the
   #     total its avatar holds in a zone (read on the zone's node): after a node kill, no
   #     acknowledged total may exceed it.
 
@@ -124,10 +125,19 @@ defmodule Overworld.Bench.ClusterProbe do
   200 ms through a live node of `nodes`, wherever its avatar is). Every durable event
   acknowledged to it (the goblins' loot: `<<"L", goblin::32, amount::16, total::32>>`, sent
   once the pickup is journaled on two nodes) is kept: `looted/1` answers their totals.
+
+  Like a session, it watches the server of its player's zone: when that server goes (its node
+  killed, the zone handed to another node) or its avatar crosses into another zone, it claims
+  its player again wherever a zone holds it (`attach_here/3` on every live node), at once and
+  then every 200 ms until one does. (A recovered zone keeps a player no session claims for
+  its `rejoin_ms` only.)
   """
   @spec looter(term, term, [node]) :: pid
-  def looter(name, player, nodes),
-    do: spawn(fn -> loot(%{name: name, player: player, nodes: nodes, totals: [], input: nil}) end)
+  def looter(name, player, nodes) do
+    spawn(fn ->
+      loot(%{name: name, player: player, nodes: nodes, totals: [], input: nil, zone: nil})
+    end)
+  end
 
   @doc "The totals a looter was acknowledged so far, newest first."
   @spec looted(pid) :: [non_neg_integer]
@@ -151,6 +161,21 @@ defmodule Overworld.Bench.ClusterProbe do
         send(from, {ref, st.totals})
         loot(st)
 
+      # Claimed in a zone: its server watched.
+      {:attached, pid} when is_pid(pid) and st.zone == :attaching ->
+        loot(%{st | zone: {pid, Process.monitor(pid)}})
+
+      {:attached, nil} when st.zone == :attaching ->
+        loot(%{st | zone: nil})
+
+      # Its zone's server went, or its avatar crossed: claimed again wherever it is.
+      {:DOWN, ref, :process, _, _} ->
+        if match?({_, ^ref}, st.zone), do: loot(attach(%{st | zone: nil})), else: loot(st)
+
+      {:overworld_moved, _zone, _id} ->
+        with {_pid, ref} <- st.zone, do: Process.demonitor(ref, [:flush])
+        loot(attach(%{st | zone: nil}))
+
       :stop ->
         :ok
 
@@ -164,13 +189,50 @@ defmodule Overworld.Bench.ClusterProbe do
             do: %{mx: Enum.random([-100, 0, 100]), my: Enum.random([-100, 0, 100])},
             else: st.input
 
-        case Enum.filter(st.nodes, &(&1 in Node.list())) do
+        case live(st.nodes) do
           [] -> :ok
           live -> :erpc.cast(Enum.random(live), __MODULE__, :steer, [st.name, st.player, input])
         end
 
-        loot(%{st | input: input})
+        loot(attach(%{st | input: input}))
     end
+  end
+
+  defp live(nodes), do: Enum.filter(nodes, &(&1 in Node.list()))
+
+  # Unless claimed (or being claimed): every live node asked to claim the player for us where
+  # one of its zones holds it, by a process of its own (the answer, `{:attached, pid | nil}`).
+  defp attach(%{zone: nil} = st) do
+    looter = self()
+    args = [st.name, st.player, looter]
+
+    spawn(fn ->
+      answers = :erpc.multicall(live(st.nodes), __MODULE__, :attach_here, args, 5_000)
+      send(looter, {:attached, Enum.find_value(answers, fn {_, a} -> is_pid(a) && a end)})
+    end)
+
+    %{st | zone: :attaching}
+  end
+
+  defp attach(st), do: st
+
+  @doc false
+  # On a server node: `looter` claims `player` in the zone of world `name` running here that
+  # holds it (read from the zone's own tables); answers that zone's server, or nil.
+  @spec attach_here(term, term, pid) :: pid | nil
+  def attach_here(name, player, looter) do
+    Enum.find_value(World.zones(name), fn zone ->
+      with pid when is_pid(pid) and node(pid) == node() <-
+             Overworld.Names.whereis(Overworld.Names.zone(zone)),
+           id when id != nil <- Zone.player_entity(zone, player),
+           :ok <- Zone.claim_session(zone, player, looter) do
+        pid
+      else
+        _ -> nil
+      end
+    end)
+  catch
+    :exit, _ -> nil
   end
 
   @doc false
@@ -189,19 +251,6 @@ defmodule Overworld.Bench.ClusterProbe do
   rescue
     # (The zone stopping or moving at that moment: its tables went. The next input goes on.)
     ArgumentError -> :ok
-  end
-
-  @doc false
-  # On the node where zone `zone` runs: the looter `pid` claims its player again if the zone
-  # holds it, as a session re-attaches after its zone restarted (else the zone keeps it as an
-  # orphan, and it leaves after the zone's rejoin_ms). Read from the zone's own tables (no
-  # mirror). Answers whether the zone holds it.
-  @spec reclaim(term, term, pid) :: boolean
-  def reclaim(zone, player, pid) do
-    case Zone.player_entity(zone, player) do
-      nil -> false
-      _ -> Zone.claim_session(zone, player, pid) == :ok
-    end
   end
 
   @doc """

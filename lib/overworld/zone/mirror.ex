@@ -65,17 +65,25 @@ defmodule Overworld.Zone.Mirror do
     end
   end
 
-  @doc "The avatar of `player` in the mirrored zone (asked of the zone's node), or nil."
-  @spec player_entity(pid, term) :: pos_integer | nil
-  def player_entity(mirror, player), do: remote(mirror, :player_entity, [player])
+  @doc """
+  The avatar of `player` in remote zone `id` (asked of the zone's node, at most 2 s), or nil.
+  (Not through the mirror's process: it may be waiting on a zone server that restarts.)
+  """
+  @spec player_entity(term, term) :: pos_integer | nil
+  def player_entity(id, player), do: remote(id, :player_entity, [player])
 
-  @doc "When the zone handed the player's avatar away (asked of the zone's node), or nil."
-  @spec player_moved(pid, term) :: integer | nil
-  def player_moved(mirror, player), do: remote(mirror, :player_moved, [player])
+  @doc "When remote zone `id` handed the player's avatar away (asked of its node), or nil."
+  @spec player_moved(term, term) :: integer | nil
+  def player_moved(id, player), do: remote(id, :player_moved, [player])
 
-  defp remote(mirror, fun, args) do
-    {id, zone} = GenServer.call(mirror, :zone)
-    :erpc.call(node(zone), Overworld.Zone, fun, [id | args], 5_000)
+  defp remote(id, fun, args) do
+    case Cluster.zone(id) do
+      pid when is_pid(pid) and node(pid) != node() ->
+        :erpc.call(node(pid), Overworld.Zone, fun, [id | args], 2_000)
+
+      _ ->
+        nil
+    end
   catch
     :exit, _ -> nil
     :error, _ -> nil
@@ -188,8 +196,6 @@ defmodule Overworld.Zone.Mirror do
         {:reply, :ok, arm_idle(%{st | subscribers: subs})}
     end
   end
-
-  def handle_call(:zone, _from, st), do: {:reply, {st.id, st.zone}, st}
 
   @impl true
   def handle_info({:overworld_wire, _id, w, n, data, index, first, positions, acks, kfs}, st) do

@@ -183,6 +183,21 @@ defmodule Overworld.Session.CrossingTest do
     Overworld.Test.Cluster.eventually(fn -> length(World.zones(name)) == 2 end)
   end
 
+  @tag cluster: true, clock: :manual
+  test "a player's zone is looked up on the node it runs on, without a mirror of it here",
+       %{world: world, peer: a} do
+    [remote] = for z <- World.zones(world), node(Zone.whereis(z)) == a, do: z
+    [local] = World.zones(world) -- [remote]
+    {:ok, _} = :erpc.call(a, Zone, :join, [remote, "far", nil])
+    {:ok, _} = Zone.join(local, "near", nil)
+
+    assert World.zone_for(world, "far") == remote
+    assert World.zone_for(world, "near") == local
+    # Nobody's: the zone the id hashes to.
+    assert World.zone_for(world, "nobody") in [local, remote]
+    assert Overworld.Names.lookup(Overworld.Names.mirror(remote)) == nil
+  end
+
   @tag cluster: true
   test "a player whose zone moves to another node stays connected: its frames and acknowledgements go on",
        %{world: world, peer: a} = ctx do
