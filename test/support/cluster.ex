@@ -24,6 +24,28 @@ defmodule Overworld.Test.Cluster do
   end
 
   @doc """
+  A process of this node registered under `keys` (`Overworld.Names`), as a zone's server is
+  (call it through `:erpc` to place it on a peer); it stops on `:stop`. Answers its pid.
+  """
+  def hold_names(keys) do
+    parent = self()
+
+    pid =
+      spawn(fn ->
+        for k <- keys, do: {:ok, _} = Overworld.Names.register(k)
+        send(parent, :held)
+
+        receive do
+          :stop -> :ok
+        end
+      end)
+
+    receive do
+      :held -> pid
+    end
+  end
+
+  @doc """
   An observer of `zone` (`Overworld.Interest` with `opts`) in a process of its own on this
   node (call it through `:erpc` to place it on a peer): it answers `{:frame, n, pos, from}`
   with `{:frame, n, bytes}`. It stops with `owner`.

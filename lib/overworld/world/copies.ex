@@ -106,12 +106,11 @@ defmodule Overworld.World.Copies do
   def survey(name, id, dir) do
     own = epoch(dir)
 
-    nodes =
-      Cluster.scope()
-      |> :pg.get_members({:placer, name})
-      |> Enum.map(&node/1)
-      |> Enum.uniq()
-      |> Enum.reject(&(&1 == node()))
+    # (Every node connected to this one, not only those whose placer it has heard of: its
+    # copy of the `:pg` groups lags behind a node that just connected, and a zone running
+    # there would be missed.)
+    placers = Cluster.scope() |> :pg.get_members({:placer, name}) |> Enum.map(&node/1)
+    nodes = Enum.uniq(placers ++ Node.list()) -- [node()]
 
     answers = Enum.zip(nodes, :erpc.multicall(nodes, __MODULE__, :describe, [name, id], 2_000))
 

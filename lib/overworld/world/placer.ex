@@ -135,6 +135,11 @@ defmodule Overworld.World.Placer do
     mine = Copies.epoch(dir)
 
     cond do
+      # (One at a time: another node's files for it are coming already. A hand-over refused
+      # so leaves the zone running on its node, which tries again at its next look.)
+      Map.get(st.in, id, from) != from ->
+        {:reply, {:error, :incoming_already}, st}
+
       # (A copy older than ours is stale: its node lost the zone while paused or cut off.)
       mine > epoch ->
         Logger.warning(
@@ -152,13 +157,14 @@ defmodule Overworld.World.Placer do
     end
   end
 
-  def handle_call({:chunk, id, chunk}, _from, st) when is_map_key(st.files, id) do
+  # (Chunks and the adoption are taken from the process that announced them only.)
+  def handle_call({:chunk, id, chunk}, {pid, _}, st) when :erlang.map_get(id, st.in) == pid do
     {:reply, :ok, %{st | files: Map.update!(st.files, id, &Handover.add(&1, chunk))}}
   end
 
   # (`how`: the tick a zone was released at, or `{:copy, node}` for a newer copy fetched
   # from that node before a start.)
-  def handle_call({:adopt, id, how}, _from, st) when is_map_key(st.files, id) do
+  def handle_call({:adopt, id, how}, {pid, _}, st) when :erlang.map_get(id, st.in) == pid do
     {_, spec, dir} = List.keyfind(st.zones, id, 0)
 
     {files, st} =

@@ -41,3 +41,39 @@ defmodule Overworld.World.CopiesTest do
     assert Copies.describe({__MODULE__, make_ref()}, :zone) == :unknown
   end
 end
+
+defmodule Overworld.World.CopiesSurveyTest do
+  # The survey before a zone starts on its home (Overworld.World.Copies.survey/3), against a
+  # peer whose world this node's `:pg` groups do not show yet (as just after it connected).
+  use ExUnit.Case
+  @moduletag :cluster
+  @moduletag :tmp_dir
+
+  alias Overworld.Names
+  alias Overworld.World.Copies
+
+  test "every connected node is asked, not only those whose placer this node has heard of", %{
+    tmp_dir: tmp
+  } do
+    [{_, a}] = Overworld.Test.Cluster.start_peers(1)
+    name = {__MODULE__, make_ref()}
+    id = {name, {0, 0}}
+    here = Path.join(tmp, "here")
+    there = Path.join(tmp, "there")
+    :ok = Copies.put_epoch(here, 2)
+    File.write!(Path.join(here, "snapshot"), "s")
+
+    # The peer knows the world's directories, and runs the zone; no placer of it is in :pg.
+    :ok = :erpc.call(a, :persistent_term, :put, [{Overworld.World.Placer, name}, %{id => there}])
+    assert :pg.get_members(Overworld.Cluster.scope(), {:placer, name}) == []
+    zone = :erpc.call(a, Overworld.Test.Cluster, :hold_names, [[Names.zone(id)]])
+    assert Copies.survey(name, id, here) == :elsewhere
+
+    # The zone stops there, its copy newer than ours: fetched from there.
+    send(zone, :stop)
+    Overworld.Test.Cluster.eventually(fn -> not :erpc.call(a, Copies, :busy?, [id]) end)
+    :ok = Copies.put_epoch(there, 5)
+    File.write!(Path.join(there, "snapshot"), "s")
+    assert Copies.survey(name, id, here) == {:fetch, a, 5}
+  end
+end

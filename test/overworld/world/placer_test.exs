@@ -97,4 +97,55 @@ defmodule Overworld.World.PlacerTest do
     assert Enum.all?(zones, &(node(Zone.whereis(&1)) != b))
     check.(121..180)
   end
+
+  test "a zone's files come from one node at a time, and only from the process that announced them",
+       %{tmp_dir: tmp} do
+    name = {__MODULE__, make_ref()}
+    opts = [name: name, zones: {1, 1}, workers: 1, cluster: true, data_dir: tmp] ++ @crowd
+    {:ok, _} = Overworld.start_world(Crowd, opts)
+    on_exit(fn -> Overworld.stop_world(name) end)
+    [id] = [{name, {0, 0}}]
+    eventually(fn -> Zone.whereis(id) != nil end)
+    {:ok, _} = Zone.tick_now(id)
+    placer = Overworld.Names.whereis(Overworld.Names.placer(name))
+
+    # Two senders (processes of this node standing for other nodes' hand-overs), each with a
+    # copy of the zone's files as they are now.
+    dir = Map.fetch!(:persistent_term.get({Overworld.World.Placer, name}), id)
+    {:ok, chunks} = Overworld.World.Handover.chunks(dir)
+    assert chunks != []
+    me = self()
+
+    sender = fn ->
+      spawn(fn ->
+        Stream.repeatedly(fn ->
+          receive do
+            {:call, msg} -> send(me, {self(), GenServer.call(placer, msg)})
+          end
+        end)
+        |> Stream.run()
+      end)
+    end
+
+    call = fn pid, msg ->
+      send(pid, {:call, msg})
+      assert_receive {^pid, answer}, 5_000
+      answer
+    end
+
+    first = sender.()
+    second = sender.()
+    assert call.(first, {:incoming, id, first, 5}) == :ok
+    assert call.(second, {:incoming, id, second, 5}) == {:error, :incoming_already}
+    assert call.(second, {:chunk, id, hd(chunks)}) == {:error, :unknown}
+    assert call.(second, {:adopt, id, {:copy, node()}}) == {:error, :unknown}
+
+    # The announced sender's files are taken, and the zone starts from them.
+    for c <- chunks, do: assert(call.(first, {:chunk, id, c}) == :ok)
+    assert call.(first, {:adopt, id, {:copy, node()}}) == :ok
+    eventually(fn -> Zone.whereis(id) != nil end)
+    # (A new epoch: one more than the files' own, 1.)
+    assert Overworld.World.Copies.epoch(dir) == 2
+    Enum.each([first, second], &Process.exit(&1, :kill))
+  end
 end
