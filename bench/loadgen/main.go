@@ -68,6 +68,7 @@ type result struct {
 	Generator        generator       `json:"generator"`
 	ServerBefore     json.RawMessage `json:"server_before,omitempty"`
 	ServerAfter      json.RawMessage `json:"server_after,omitempty"`
+	Silent           []string        `json:"silent"`
 	ServerBeforeAtMs float64         `json:"server_before_at_ms"`
 	ServerAfterAtMs  float64         `json:"server_after_at_ms"`
 }
@@ -223,7 +224,7 @@ func run(cfg *config) *result {
 	r := &result{
 		URL: "ws://" + cfg.host + cfg.path, Clients: cfg.clients, InputHz: cfg.inputHz,
 		Ramp: cfg.ramp, RampSeconds: round2(rampSeconds),
-		Failures: map[string]int{}, CloseCodes: map[string]int{},
+		Failures: map[string]int{}, CloseCodes: map[string]int{}, Silent: []string{},
 	}
 	var live []*client
 	for _, c := range all {
@@ -277,6 +278,11 @@ func run(cfg *config) *result {
 			r.TickRate = c.tickRate
 		}
 		snapRates = append(snapRates, float64(c.snaps)/secs)
+		// (A client connected at the window's start that got no snapshot in it, and was not
+		// closed: its device and server, to look it up in the server's logs.)
+		if c.snaps == 0 && atomic.LoadInt32(&c.closed) == 0 {
+			r.Silent = append(r.Silent, fmt.Sprintf("owload-%d-%d@%s", c.cfg.run, c.id, c.to.addr))
+		}
 		gaps = append(gaps, float64(c.maxGapNs)/1e6)
 		bytesIn += c.bytesIn
 		r.InputsSent += c.sentIn
@@ -338,6 +344,9 @@ func report(r *result) {
 	s := r.SnapshotsPerSec
 	fmt.Printf("  snapshots/s per client: min %.1f, p1 %.1f, median %.1f, mean %.1f (%d clients); longest gap median %.0f ms, max %.0f ms\n",
 		s.Min, s.P1, s.Median, s.Mean, s.Clients, r.MaxGapMs.P50, r.MaxGapMs.Max)
+	if len(r.Silent) > 0 {
+		fmt.Printf("  connected but no snapshot in the window, not closed: %d %v\n", len(r.Silent), r.Silent)
+	}
 	fmt.Printf("  input to ack: p50 %.1f ms = %.2f ticks, p99 %s, max %.1f ms (%d acks of %d inputs)\n",
 		r.AckMs.P50, r.AckTicks.P50, p99s(r.AckMs, r.AckTicks), r.AckMs.Max, r.AckMs.Samples, r.InputsSent)
 	fmt.Printf("  received: %.0f bytes/s per client\n", r.BytesPerClient)

@@ -39,6 +39,59 @@ defmodule Overworld.Bench.ClusterSessions do
   @spec held() :: non_neg_integer
   def held, do: Overworld.Server.stats(@server).sessions
 
+  @doc false
+  # On a gateway node: its players' sessions whose last frame is `ticks` or more behind their
+  # zone's newest published tick (or that sent none), with what they wait on.
+  @spec stalled(pos_integer) :: [map]
+  def stalled(ticks) do
+    Registry.select(Overworld.Registry, [
+      {{{:session, @server, :"$1"}, :"$2", :_}, [], [{{:"$1", :"$2"}}]}
+    ])
+    |> Enum.flat_map(fn {user, pid} -> stalled(user, pid, ticks) end)
+  end
+
+  # Whether `pid` is among the subscribers of this node's mirror of `zone` (nil: no mirror).
+  defp subscribed?(zone, pid) do
+    case Overworld.Zone.config(zone).shared.mirror do
+      nil -> nil
+      m -> is_map_key(:sys.get_state(m, 1_000).subscribers, pid)
+    end
+  end
+
+  defp stalled(user, pid, ticks) do
+    case :sys.get_state(pid, 1_000) do
+      %Overworld.Session{phase: :live, obs: obs, zone: zone} = st when obs != nil ->
+        newest = Overworld.Zone.Wire.newest(Overworld.Zone.config(zone).shared.wire)
+        # (The zone's tick of its last frame: a world observer's own `tick` counts frames.)
+        last = if is_struct(obs, Overworld.Interest.World), do: obs.home_tick || 0, else: obs.tick
+
+        if newest - last >= ticks,
+          do: [
+            %{
+              user: user,
+              zone: zone,
+              frame_tick: last,
+              newest: newest,
+              zone_pid: st.zone_pid,
+              holder: Overworld.World.zone_for(elem(zone, 0), user, 0),
+              entity: st.entity,
+              zone_entity: Overworld.Zone.player_entity(zone, user),
+              position: st.table && Overworld.Zone.Wire.position(st.table, st.entity),
+              socket_queue: :erlang.port_info(st.sock, :queue_size),
+              subscribed: subscribed?(zone, pid),
+              queue: Process.info(pid, :message_queue_len)
+            }
+          ],
+          else: []
+
+      _ ->
+        []
+    end
+  catch
+    # (A session that ended meanwhile, or a zone gone.)
+    _, _ -> []
+  end
+
   @doc """
   Runs the part on the server nodes `nodes` (world `name`, data under `base`): answers the
   figures (also printed).
@@ -152,20 +205,35 @@ defmodule Overworld.Bench.ClusterSessions do
 
   defp players(ports, o) do
     urls = Enum.map_join(ports, ",", fn {_, port} -> "ws://127.0.0.1:#{port}/ws" end)
+    bin = Loadgen.build!()
 
-    {out, result} =
-      Loadgen.run!(Loadgen.build!(),
-        url: urls,
-        clients: o.players,
-        input_hz: 10,
-        ramp: 100,
-        warmup: 5,
-        seconds: o.player_seconds,
-        ips: 4,
-        nice: 10
-      )
+    run =
+      Task.async(fn ->
+        Loadgen.run!(bin,
+          url: urls,
+          clients: o.players,
+          input_hz: 10,
+          ramp: 100,
+          warmup: 5,
+          seconds: o.player_seconds,
+          ips: 4,
+          nice: 10
+        )
+      end)
 
+    # Halfway through the window: every gateway's sessions that sent no frame for a second.
+    Process.sleep(div(o.players, 100) * 1000 + 5_000 + div(o.player_seconds * 1000, 2))
+    stalled = for {n, _} <- ports, do: {n, :erpc.call(n, __MODULE__, :stalled, [30], 10_000)}
+    {out, result} = Task.await(run, :infinity)
     IO.write(out)
+
+    for {n, list} <- stalled, list != [] do
+      IO.puts(
+        "  #{n}: #{length(list)} sessions sent no frame for 30 ticks halfway through: " <>
+          inspect(Enum.take(list, 5), limit: :infinity)
+      )
+    end
+
     k = length(ports)
 
     per =

@@ -196,6 +196,12 @@ defmodule Overworld.Session.Hello do
   now come on the new zone's ticks; the same connection, no reconnect).
   """
   @spec moved(Session.t(), term, pos_integer) :: tuple
+  # (A notice of the zone we are in already: a HELLO that found the avatar gone from its first
+  # zone followed it there itself, before this notice was read. Nothing to leave: leaving
+  # "the old zone" would unsubscribe us from the one we are in.)
+  def moved(%Session{zone: zone, zone_pid: pid} = st, zone, entity) when is_pid(pid),
+    do: {:noreply, %{st | entity: entity}}
+
   def moved(st, zone, entity) do
     with {:ok, config} <- zone_config(zone),
          {:ok, pid, mon, slot, obs} <- attach(st, zone, config) do

@@ -48,7 +48,7 @@ defmodule Overworld.Session.CrossingTest do
       default_zone: "world"
     })
 
-    %{world: name, server: %{port: Overworld.Server.port(server)}, peer: peer}
+    %{world: name, server: %{port: Overworld.Server.port(server), name: server}, peer: peer}
   end
 
   for cluster <- [false, true] do
@@ -181,6 +181,19 @@ defmodule Overworld.Session.CrossingTest do
     start_supervised!(World.child_spec({Game, opts ++ [data_dir: dir.(node())]}))
     {:ok, _} = :erpc.call(a, Overworld, :start_world, [Game, opts ++ [data_dir: dir.(a)]])
     Overworld.Test.Cluster.eventually(fn -> length(World.zones(name)) == 2 end)
+  end
+
+  test "a notice that the avatar moved into the zone the session is in already leaves it subscribed there",
+       ctx do
+    {player, user, zone} = join(ctx)
+    player = ServerCase.snapshots(player, 3)
+    [{session, _}] = Registry.lookup(Overworld.Registry, {:session, ctx.server.name, user})
+    # (As when a HELLO found the avatar gone from its first zone and followed it itself, the
+    # notice of the crossing read after.)
+    send(session, {:overworld_moved, zone, player.entity})
+    # Frames go on: more than the few a stopped subscription leaves in the socket.
+    player = ServerCase.snapshots(player, 40)
+    assert Zone.info(zone).players[user] == player.entity
   end
 
   @tag cluster: true, clock: :manual
