@@ -214,7 +214,8 @@ describe.skipIf(SKIP)("in headless Chromium against the real server", () => {
     expect(first.tick).toBeGreaterThan(0);
     // The percentiles say how many ticks they rest on; a young zone's p99 is not shown.
     expect(first.measured).toBeGreaterThan(0);
-    expect(first.measured).toBeLessThanOrEqual(first.tick);
+    // (Tick 0 is measured too, and the counters are read a moment apart: a tick more at most.)
+    expect(first.measured).toBeLessThanOrEqual(first.tick + 1);
     expect(first.p99).toBe("needs 10,000 ticks");
     // "now": the last 150 to 300 ticks, never more.
     expect(first.recent).toBeGreaterThan(0);
