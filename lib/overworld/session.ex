@@ -660,7 +660,9 @@ defmodule Overworld.Session do
   defp detach(%{entity: nil} = st), do: {:stop, :normal, %{st | phase: :gone}}
 
   defp detach(st) do
-    if st.zone_pid, do: Overworld.Zone.unsubscribe(st.zone_pid, self())
+    # (By its id: a zone on another node is left through this node's mirror, which took
+    # the subscription; its server's pid would answer for the zone alone.)
+    if st.zone_pid, do: Overworld.Zone.unsubscribe(st.zone, self())
     ref = :erlang.start_timer(st.cfg.grace_period, self(), :grace)
     {:noreply, %{st | phase: :detached, grace: ref, buf: <<>>, obs: nil}}
   end

@@ -90,6 +90,7 @@ defmodule Overworld.World do
   """
 
   alias Overworld.Names
+  alias Overworld.Zone.Memory
   alias Overworld.World.{Layout, Place}
 
   @world_keys [
@@ -293,15 +294,15 @@ defmodule Overworld.World do
   # away within the last `wait` ms (this node's clock), else nil. Read from the zones' tables.
   @spec held_here([term], term, non_neg_integer) :: {:held, term} | :moving | nil
   def held_here(zones, player, wait) do
-    here = for z <- zones, match?({_, _}, Names.lookup(Names.zone(z))), do: z
+    here = for z <- zones, {_, config} <- [Names.lookup(Names.zone(z))], do: {z, config}
     now = System.monotonic_time(:millisecond)
 
     cond do
-      zone = Enum.find(here, &Overworld.Zone.player_entity(&1, player)) ->
+      zone = Enum.find_value(here, &(Memory.player_entity(memory(&1), player) && elem(&1, 0))) ->
         {:held, zone}
 
       Enum.any?(here, fn z ->
-        at = Overworld.Zone.player_moved(z, player)
+        at = Memory.moved(memory(z), player)
         at != nil and now - at < wait
       end) ->
         :moving
@@ -313,6 +314,8 @@ defmodule Overworld.World do
     # (A zone stopping meanwhile: its tables went.)
     ArgumentError -> nil
   end
+
+  defp memory({_zone, config}), do: config.shared.memory
 
   @doc "Every entity of the world (each zone's, at its last tick)."
   @spec entities(term) :: [Overworld.Entity.t()]

@@ -396,23 +396,6 @@ defmodule Overworld.Zone do
   @spec release(zone) :: {:ok, non_neg_integer} | {:error, term}
   def release(zone), do: tagged_call(zone, :release, 60_000)
 
-  @doc false
-  # A zone of a world: when it handed the player's avatar to a neighbour (monotonic ms), or
-  # nil (read from its in-memory copy, without a message).
-  @spec player_moved(zone, player) :: integer | nil
-  def player_moved(zone, player) do
-    case config(zone) do
-      %Config{id: id, shared: %{mirror: m}} when m != nil ->
-        Overworld.Zone.Mirror.player_moved(id, player)
-
-      %Config{shared: %{memory: table}} ->
-        Overworld.Zone.Memory.moved(table, player)
-
-      nil ->
-        nil
-    end
-  end
-
   @doc """
   Adds `player` to the zone: `c:handle_join/3` decides and returns the spec of the player's
   entity, which appears after the next tick. Returns the entity id.

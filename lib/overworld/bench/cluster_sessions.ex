@@ -206,6 +206,7 @@ defmodule Overworld.Bench.ClusterSessions do
   defp players(ports, o) do
     urls = Enum.map_join(ports, ",", fn {_, port} -> "ws://127.0.0.1:#{port}/ws" end)
     bin = Loadgen.build!()
+    {ramp, warmup} = {100, 5}
 
     run =
       Task.async(fn ->
@@ -213,16 +214,17 @@ defmodule Overworld.Bench.ClusterSessions do
           url: urls,
           clients: o.players,
           input_hz: 10,
-          ramp: 100,
-          warmup: 5,
+          ramp: ramp,
+          warmup: warmup,
           seconds: o.player_seconds,
           ips: 4,
           nice: 10
         )
       end)
 
-    # Halfway through the window: every gateway's sessions that sent no frame for a second.
-    Process.sleep(div(o.players, 100) * 1000 + 5_000 + div(o.player_seconds * 1000, 2))
+    # Halfway through the window (after the ramp and the warmup): every gateway's sessions
+    # that sent no frame for a second.
+    Process.sleep(div(o.players * 1000, ramp) + warmup * 1000 + div(o.player_seconds * 1000, 2))
     stalled = for {n, _} <- ports, do: {n, :erpc.call(n, __MODULE__, :stalled, [30], 10_000)}
     {out, result} = Task.await(run, :infinity)
     IO.write(out)

@@ -213,7 +213,8 @@ defmodule Overworld.Session.Hello do
       if st.fence, do: Process.demonitor(st.fence, [:flush])
       fence = fence(st.zone_pid, st.user)
       if fence == nil, do: release(st.held_in, pid, st.user)
-      if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone_pid, self()) end)
+      # (By its id: a zone on another node is left through this node's mirror.)
+      if st.zone_pid, do: catch_exit(fn -> Overworld.Zone.unsubscribe(st.zone, self()) end)
 
       # (Written there already if the new zone told us the avatar was coming.)
       if slot != st.slot, do: put_last_input(st, slot)

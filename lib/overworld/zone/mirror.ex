@@ -70,16 +70,10 @@ defmodule Overworld.Zone.Mirror do
   (Not through the mirror's process: it may be waiting on a zone server that restarts.)
   """
   @spec player_entity(term, term) :: pos_integer | nil
-  def player_entity(id, player), do: remote(id, :player_entity, [player])
-
-  @doc "When remote zone `id` handed the player's avatar away (asked of its node), or nil."
-  @spec player_moved(term, term) :: integer | nil
-  def player_moved(id, player), do: remote(id, :player_moved, [player])
-
-  defp remote(id, fun, args) do
+  def player_entity(id, player) do
     case Cluster.zone(id) do
       pid when is_pid(pid) and node(pid) != node() ->
-        :erpc.call(node(pid), Overworld.Zone, fun, [id | args], 2_000)
+        :erpc.call(node(pid), Overworld.Zone, :player_entity, [id, player], 2_000)
 
       _ ->
         nil

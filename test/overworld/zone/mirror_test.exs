@@ -109,6 +109,14 @@ defmodule Overworld.Zone.MirrorTest do
 
     assert p.view.input_ack == 15
     assert my_x(p) > x0
+
+    # Its connection lost, the session waits for a reconnect (the player stays) and takes no
+    # more ticks: it left this node's mirror, which had its subscription.
+    mirror = Zone.config(id).shared.mirror
+    assert map_size(:sys.get_state(mirror).subscribers) == 1
+    :ok = Client.close(p.conn)
+    eventually(fn -> map_size(:sys.get_state(mirror).subscribers) == 0 end)
+    assert Zone.player_entity(id, p.user) == p.entity
   end
 
   defp my_x(p) do
