@@ -96,7 +96,12 @@ defmodule Mix.Tasks.Overworld.Bench.Profile do
 
     {out, _result} = Task.await(generator, :infinity)
     File.rm_rf(data)
-    Mix.shell().info(out |> String.split("\n", trim: true) |> Enum.take(-7) |> Enum.join("\n"))
+    # The generator's summary: from its first line on (warnings and the silent clients'
+    # line come only sometimes, so a fixed count of last lines could lose the first).
+    summary =
+      out |> String.split("\n", trim: true) |> Enum.drop_while(&(not (&1 =~ ~r/^owload: /)))
+
+    Mix.shell().info(Enum.join(summary, "\n"))
 
     if path = opts[:json] do
       Stats.write_json(
