@@ -207,6 +207,9 @@ bench-full: deps owload
 	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 6 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 100000 --players 500 --player-seconds 30 --json ../../bench/results/cluster-sessions-100k.json
 	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 6 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 6 --players 500 --player-seconds 30 --json ../../bench/results/cluster-players-500-no-idle.json
 	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 3 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 3 --players 500 --player-seconds 30 --json ../../bench/results/cluster-players-500-3-nodes.json
+	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 1 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 1 --players 500 --player-seconds 30 --json ../../bench/results/cluster-players-500-1-node.json
+	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 3 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 3 --players 250 --player-seconds 30 --json ../../bench/results/cluster-players-250-3-nodes.json
+	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 1 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 1 --players 250 --player-seconds 30 --json ../../bench/results/cluster-players-250-1-node.json
 	$(call with_server_args,4100,--zones 2x2 --entities 2500 --players border --no-persist,$(call crossing,180,20,4100,75,bench/results/world-crossing,60))
 
 clean:

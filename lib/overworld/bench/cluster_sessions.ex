@@ -107,7 +107,8 @@ defmodule Overworld.Bench.ClusterSessions do
         "(#{length(nodes)} client processes, one per node), then #{o.players} players walking"
     )
 
-    run_id = System.unique_integer([:positive])
+    # Device ids of 10 characters or more (the server's rule), unique to this run.
+    run_id = Base.encode16(:crypto.strong_rand_bytes(4), case: :lower)
 
     clients =
       for {{{n, port}, share}, i} <-
@@ -143,7 +144,7 @@ defmodule Overworld.Bench.ClusterSessions do
     # counted again.)
     players = players(ports, o)
     alive = Enum.sum(for {peer, _} <- clients, do: :peer.call(peer, CCUClient, :alive, []))
-    held_at_end = Enum.sum(for n <- nodes, do: :erpc.call(n, __MODULE__, :held, []))
+    held_at_end = held_at_end(nodes, alive, System.monotonic_time(:millisecond) + 10_000)
 
     per_node =
       for n <- nodes do
@@ -244,5 +245,16 @@ defmodule Overworld.Bench.ClusterSessions do
           do: {to_string(n), length(Enum.take_every(Enum.drop(1..o.players//1, i), k))}
 
     Map.put(result, "per_gateway", per)
+  end
+
+  # The sessions the gateways hold once the players' closing sessions are gone (they close
+  # as the generator ends): read again until they hold what the clients report open, or for
+  # 10 s at most.
+  defp held_at_end(nodes, alive, deadline) do
+    held = Enum.sum(for n <- nodes, do: :erpc.call(n, __MODULE__, :held, []))
+
+    if held == alive or System.monotonic_time(:millisecond) > deadline,
+      do: held,
+      else: Process.sleep(100) && held_at_end(nodes, alive, deadline)
   end
 end
