@@ -198,19 +198,42 @@ defmodule Overworld.Accounts do
   end
 
   defp ensure_tables do
-    with :ok <- Enum.reduce_while(@tables, :ok, &create_table/2) do
-      case :mnesia.wait_for_tables(@tables, @wait_timeout) do
-        :ok -> :ok
-        {:timeout, tables} -> {:error, {:tables_timeout, tables}}
-        {:error, reason} -> {:error, {:wait_for_tables, reason}}
-      end
+    with :ok <-
+           Enum.reduce_while(@tables, :ok, fn t, :ok ->
+             create_table(t, Map.fetch!(@attributes, t), [])
+           end) do
+      wait_for(@tables)
     end
   end
 
-  defp create_table(table, :ok) do
-    attributes = Map.fetch!(@attributes, table)
+  defp wait_for(tables) do
+    case :mnesia.wait_for_tables(tables, @wait_timeout) do
+      :ok -> :ok
+      {:timeout, tables} -> {:error, {:tables_timeout, tables}}
+      {:error, reason} -> {:error, {:wait_for_tables, reason}}
+    end
+  end
 
-    case :mnesia.create_table(table, attributes: attributes, disc_copies: [node()]) do
+  @doc false
+  # A table of this node's Mnesia (started by `start/1`) made as the accounts' are: a
+  # `disc_copies` replica here, and on every node of the cluster that runs the accounts
+  # (each adds its copy when it starts it). `opts`: more `:mnesia.create_table/2` options.
+  @spec ensure_table(atom, [atom], keyword) :: :ok | {:error, term}
+  def ensure_table(table, attributes, opts) do
+    if :mnesia.system_info(:is_running) == :yes do
+      case create_table(table, attributes, opts) do
+        {:cont, :ok} -> wait_for([table])
+        {:halt, error} -> error
+      end
+    else
+      {:error, :accounts_not_started}
+    end
+  end
+
+  defp create_table(table, attributes, opts) do
+    opts = [attributes: attributes, disc_copies: [node()]] ++ opts
+
+    case :mnesia.create_table(table, opts) do
       {:atomic, :ok} ->
         {:cont, :ok}
 
@@ -245,6 +268,7 @@ defmodule Overworld.Accounts do
   one account, and all of them answer its user id (`created: true` for exactly one of them).
   `{:error, {:aborted, reason}}` reports a failed transaction (for example, Mnesia not started);
   `{:error, :no_quorum}` a node of a cluster that sees no majority of it (`Overworld.Cluster.quorate?/2`).
+  A new account is on disk, fsynced, before the answer (`Overworld.Accounts.Sync`).
   """
   @spec authenticate_device(term) ::
           {:ok, %{user_id: user_id, created: boolean}}
@@ -261,9 +285,18 @@ defmodule Overworld.Accounts do
 
       true ->
         case :mnesia.transaction(fn -> find_or_create(device_id) end) do
-          {:atomic, {user_id, created}} -> {:ok, %{user_id: user_id, created: created}}
+          {:atomic, {user_id, false}} -> {:ok, %{user_id: user_id, created: false}}
+          # (A new account is durable before it is told: on disk, fsynced.)
+          {:atomic, {user_id, true}} -> durable(%{user_id: user_id, created: true})
           {:aborted, reason} -> {:error, {:aborted, reason}}
         end
+    end
+  end
+
+  defp durable(result) do
+    case Overworld.Accounts.Sync.await() do
+      :ok -> {:ok, result}
+      {:error, reason} -> {:error, {:aborted, reason}}
     end
   end
 

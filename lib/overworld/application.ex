@@ -14,7 +14,9 @@ defmodule Overworld.Application do
         # This node's replicas of zones running on other nodes (Overworld.Zone.Replica).
         {DynamicSupervisor, name: Overworld.Replicas, strategy: :one_for_one},
         # The accounts' partition policy (idle until Overworld.Accounts.start/1).
-        Overworld.Accounts.Heal
+        Overworld.Accounts.Heal,
+        # The group commit of this node's Mnesia log (accounts and the embedded storage).
+        Overworld.Accounts.Sync
       ] ++ Overworld.Cluster.child_specs()
 
     Supervisor.start_link(children, strategy: :one_for_one, name: Overworld.Supervisor)

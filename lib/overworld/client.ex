@@ -20,7 +20,8 @@ defmodule Overworld.Client do
 
   @doc """
   One HTTP request on a new connection: `{:ok, status, headers, body}` (header names in lower
-  case). Options: `:ip` (local address to connect from), `:timeout` (ms, default 10,000).
+  case). Options: `:ip` (local address to connect from), `:timeout` (ms, default 10,000),
+  `:headers` (more request headers, `[{name, value}]`).
   """
   @spec request(String.t(), :inet.port_number(), binary, binary, iodata, keyword) ::
           {:ok, pos_integer, map, binary} | {:error, term}
@@ -36,7 +37,9 @@ defmodule Overworld.Client do
         host,
         "\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ",
         Integer.to_string(IO.iodata_length(body)),
-        "\r\n\r\n",
+        "\r\n",
+        for({name, value} <- Keyword.get(opts, :headers, []), do: [name, ": ", value, "\r\n"]),
+        "\r\n",
         body
       ]
 

@@ -61,6 +61,10 @@ defmodule Overworld.Server do
     (`retry_after=N; why`); a player resuming its avatar within the grace period never is.
   * `:retry_after` - the seconds a refused player is told to wait (default 5), doubled for every
     10 s the server has been saturated without a break, up to 8 times as long.
+  * `:storage` - the store the storage routes serve (`Overworld.Storage`): a keyword list of
+    store options, for a store the server starts (default `[]`: the embedded Mnesia adapter,
+    in `:data_dir`, named `:"<name>.Storage"` unless the options name it), the name of a store
+    started elsewhere, or nil (no storage routes: 404).
   """
   use Supervisor
   require Logger
@@ -97,6 +101,7 @@ defmodule Overworld.Server do
       :pace_window,
       :max_players,
       :retry_after,
+      :storage,
       :started_at
     ]
 
@@ -155,7 +160,10 @@ defmodule Overworld.Server do
       max_players:
         {{:custom, &(is_nil(&1) or (is_integer(&1) and &1 > 0)), "nil or a positive integer"},
          nil},
-      retry_after: {:pos_integer, 5}
+      retry_after: {:pos_integer, 5},
+      storage:
+        {{:custom, &(is_nil(&1) or is_atom(&1) or Keyword.keyword?(&1)),
+          "nil, a store's name or a keyword list of Overworld.Storage options"}, []}
     ]
   end
 
@@ -215,6 +223,7 @@ defmodule Overworld.Server do
         pace_window: o.pace_window,
         max_players: o.max_players,
         retry_after: o.retry_after,
+        storage: storage_name(o),
         started_at: System.monotonic_time(:millisecond)
       }
 
@@ -222,6 +231,7 @@ defmodule Overworld.Server do
         [
           # First, so that it stops last: the config is readable while anything else runs.
           {Overworld.Server.Published, {{__MODULE__, o.name}, config}},
+          storage_child(o),
           {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
           {Overworld.Transport.Listener, {o.name, o.port}},
           # Last: a controller that crashes and restarts takes nobody's connection with it.
@@ -236,6 +246,18 @@ defmodule Overworld.Server do
         {:stop, reason}
     end
   end
+
+  defp storage_name(%{storage: nil}), do: nil
+  defp storage_name(%{storage: name}) when is_atom(name), do: name
+
+  defp storage_name(%{storage: opts, name: name}),
+    do: Keyword.get(opts, :name, :"#{name}.Storage")
+
+  # A store the server starts (options given), before the connections that use it.
+  defp storage_child(%{storage: opts} = o) when is_list(opts),
+    do: {Overworld.Storage, Keyword.put(opts, :name, storage_name(o))}
+
+  defp storage_child(_o), do: nil
 
   # Tokens are signed with the first key. Without a `:secret`, the cluster's shared secret
   # (`Overworld.Accounts.shared_secret/1`: a single node's own); this node's own one still

@@ -9,6 +9,13 @@ defmodule Overworld.Web do
   | `GET /healthz` | `{"status":"ok"}` |
   | `POST /api/v1/auth/device` | `{"device_id"}` → tokens (the account is made on first use) |
   | `POST /api/v1/auth/refresh` | `{"refresh_token"}` → new tokens |
+  | `POST /api/v1/storage/write` | `{"objects": [...]}` → `{"acks": [...]}` (session token in `authorization: Bearer`) |
+  | `POST /api/v1/storage/read` | `{"object_ids": [...]}` → `{"objects": [...]}` |
+  | `POST /api/v1/storage/delete` | `{"object_ids": [...]}` → `{}` |
+  | `GET /api/v1/storage/list?collection=C` | `{"objects": [...], "cursor": ...}` (`user_id`, `limit`, `cursor` optional) |
+
+  The storage routes (`Overworld.Storage`, docs/protocol.md "Storage") answer 401 without a
+  valid session token, 403/409/413 for a permission, a version condition or a size.
 
   Unknown paths answer 404, a known path with another method 405 (with `Allow`), a body that is
   not a JSON object 400; every error body is `{"error": code, "message": text}`. The API routes
@@ -27,7 +34,11 @@ defmodule Overworld.Web do
     "/healthz" => "GET",
     "/api/v1/status" => "GET",
     "/api/v1/auth/device" => "POST",
-    "/api/v1/auth/refresh" => "POST"
+    "/api/v1/auth/refresh" => "POST",
+    "/api/v1/storage/write" => "POST",
+    "/api/v1/storage/read" => "POST",
+    "/api/v1/storage/delete" => "POST",
+    "/api/v1/storage/list" => "GET"
   }
 
   @doc false
@@ -70,6 +81,9 @@ defmodule Overworld.Web do
 
   defp route("GET", "/healthz", _req, _cfg), do: json(200, %{status: "ok"})
   defp route("GET", "/api/v1/status", _req, cfg), do: json(200, status(cfg))
+
+  defp route(_method, "/api/v1/storage/" <> _ = path, req, cfg),
+    do: Overworld.Web.Storage.handle(path, req, cfg)
 
   defp route("POST", "/api/v1/auth/device", req, cfg) do
     with {:ok, body} <- json_body(req),
@@ -133,7 +147,10 @@ defmodule Overworld.Web do
     }
   end
 
-  defp json_body(%{body: body}) do
+  @doc false
+  # A request's body as a JSON object, or the error response.
+  @spec json_body(Overworld.Transport.HTTP.Request.t()) :: {:ok, map} | response
+  def json_body(%{body: body}) do
     case safe_decode(body) do
       {:ok, map} when is_map(map) -> {:ok, map}
       {:ok, _} -> error(400, "invalid_body", "expected a JSON object")

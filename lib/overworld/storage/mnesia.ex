@@ -1,0 +1,199 @@
+defmodule Overworld.Storage.Mnesia do
+  @moduledoc """
+  The embedded storage adapter: objects in a Mnesia table (`ordered_set`, `disc_copies`),
+  in the Mnesia the accounts run (`Overworld.Accounts.start/1` first), and so, in a cluster,
+  replicated to every node as the accounts are (a partition heals as theirs do:
+  `Overworld.Accounts.Heal`).
+
+  Writes and deletes are Mnesia transactions, durable before they answer: each waits for
+  the group commit of the node's transaction log (`Overworld.Accounts.Sync`). Reads and
+  listings are dirty reads of the local copy: a read may miss a transaction that has not
+  committed yet, never a committed one. A node of a cluster that sees no majority of it
+  writes nothing (`{:error, :no_quorum}`): the majority's copy wins when the partition heals.
+
+  Adapter options: `:table` (default `:overworld_storage`: the stores of a node share it, as
+  its servers share the accounts), `:scan`
+  (objects a listing looks at per call at most, default 1,000: a page may come back short,
+  with a cursor, when most objects of a collection are not the caller's to read).
+
+  The record: `{table, {collection, user_id, key}, value, version, read, write, created_at,
+  updated_at}`.
+  """
+  @behaviour Overworld.Storage
+
+  alias Overworld.Accounts.Sync
+
+  @attributes [:id, :value, :version, :read, :write, :created_at, :updated_at]
+
+  @impl true
+  def children(_store, _opts), do: []
+
+  @impl true
+  def init(_store, opts) do
+    table = Keyword.get(opts, :table, :overworld_storage)
+    scan = Keyword.get(opts, :scan, 1_000)
+
+    cond do
+      not is_atom(table) ->
+        {:error, {:invalid_option, :table, table}}
+
+      not (is_integer(scan) and scan > 0) ->
+        {:error, {:invalid_option, :scan, scan}}
+
+      true ->
+        with :ok <- Overworld.Accounts.ensure_table(table, @attributes, type: :ordered_set) do
+          {:ok, %{table: table, scan: scan}}
+        end
+    end
+  end
+
+  @impl true
+  def read(%{table: t}, ids) do
+    {:ok,
+     Enum.flat_map(ids, fn {c, k, u} ->
+       case :mnesia.dirty_read(t, {c, u, k}) do
+         [rec] -> [object(rec)]
+         [] -> []
+       end
+     end)}
+  catch
+    :exit, reason -> {:error, {:unavailable, reason}}
+  end
+
+  @impl true
+  def write(%{table: t}, writes, make) do
+    transaction(fn ->
+      writes
+      |> Enum.with_index()
+      |> Enum.map(fn {w, i} ->
+        existing = locked(t, {w.collection, w.user_id, w.key})
+
+        case make.(existing, i) do
+          {:ok, o} ->
+            :ok = :mnesia.write(record(t, o))
+            o
+
+          {:error, reason} ->
+            :mnesia.abort({:refused, {reason, i}})
+        end
+      end)
+    end)
+  end
+
+  @impl true
+  def delete(%{table: t}, deletes, check) do
+    with {:ok, _} <-
+           transaction(fn ->
+             deletes
+             |> Enum.with_index()
+             |> Enum.each(fn {d, i} ->
+               id = {d.collection, d.user_id, d.key}
+
+               case check.(locked(t, id), i) do
+                 :delete -> :ok = :mnesia.delete({t, id})
+                 :absent -> :ok
+                 {:error, reason} -> :mnesia.abort({:refused, {reason, i}})
+               end
+             end)
+           end) do
+      :ok
+    end
+  end
+
+  @impl true
+  def list(%{table: t, scan: scan}, collection, owner, after_id, limit, caller) do
+    start =
+      case {after_id, owner} do
+        {{u, k}, _} -> {collection, u, k}
+        # (Below the first id of the collection, or of the owner's objects in it: a key is
+        # never empty.)
+        {nil, :any} -> {collection, "", ""}
+        {nil, u} -> {collection, u, ""}
+      end
+
+    walk(t, :mnesia.dirty_next(t, start), collection, owner, caller, limit, scan, [])
+  catch
+    :exit, reason -> {:error, {:unavailable, reason}}
+  end
+
+  # Up to `limit` readable objects from `id` on, looking at `scan` objects at most.
+  defp walk(_t, :"$end_of_table", _c, _o, _caller, _limit, _scan, acc),
+    do: {:ok, :lists.reverse(acc), nil}
+
+  defp walk(t, {c, u, k} = id, c, owner, caller, limit, scan, acc)
+       when owner == :any or owner == u do
+    acc =
+      case :mnesia.dirty_read(t, id) do
+        [rec] ->
+          o = object(rec)
+          if Overworld.Storage.Object.readable?(o, caller), do: [o | acc], else: acc
+
+        [] ->
+          acc
+      end
+
+    cond do
+      length(acc) == limit -> {:ok, :lists.reverse(acc), more(t, id, c, owner)}
+      scan == 1 -> {:ok, :lists.reverse(acc), {u, k}}
+      true -> walk(t, :mnesia.dirty_next(t, id), c, owner, caller, limit, scan - 1, acc)
+    end
+  end
+
+  # Past the collection (or the owner's objects).
+  defp walk(_t, _id, _c, _o, _caller, _limit, _scan, acc), do: {:ok, :lists.reverse(acc), nil}
+
+  # The cursor after a full page: none if nothing of the listing follows.
+  defp more(t, {c, u, k} = id, c, owner) do
+    case :mnesia.dirty_next(t, id) do
+      {^c, u2, _} when owner == :any or owner == u2 -> {u, k}
+      _ -> nil
+    end
+  end
+
+  defp locked(t, id) do
+    case :mnesia.read(t, id, :write) do
+      [rec] -> object(rec)
+      [] -> nil
+    end
+  end
+
+  # A transaction of a node with its cluster's majority, durable before it answers.
+  defp transaction(fun) do
+    if Overworld.Cluster.quorate?() do
+      case :mnesia.transaction(fun) do
+        {:atomic, result} ->
+          case Sync.await() do
+            :ok -> {:ok, result}
+            {:error, reason} -> {:error, {:unavailable, reason}}
+          end
+
+        {:aborted, {:refused, reason}} ->
+          {:error, reason}
+
+        {:aborted, reason} ->
+          {:error, {:unavailable, reason}}
+      end
+    else
+      {:error, :no_quorum}
+    end
+  end
+
+  defp record(t, o) do
+    {t, {o.collection, o.user_id, o.key}, o.value, o.version, o.read, o.write, o.created_at,
+     o.updated_at}
+  end
+
+  defp object({_t, {c, u, k}, value, version, read, write, created_at, updated_at}) do
+    %{
+      collection: c,
+      key: k,
+      user_id: u,
+      value: value,
+      version: version,
+      read: read,
+      write: write,
+      created_at: created_at,
+      updated_at: updated_at
+    }
+  end
+end
