@@ -1,4 +1,5 @@
 import { ZoneConnection, type ConnectOptions, type WebSocketConstructor } from "./connection.js";
+import { Storage } from "./storage.js";
 
 /** Tokens of an authenticated user (docs/protocol.md, 'Transport'). Times in ms since the epoch. */
 export interface Session {
@@ -102,20 +103,33 @@ export class Client {
     return conn;
   }
 
+  /** Per-user collections of JSON objects on the server (docs/protocol.md, 'Storage'). */
+  readonly storage: Storage = new Storage((method, path, session, body) => this.request(method, path, body, session.token));
+
   private async post(path: string, body: unknown): Promise<Session> {
+    const json = await this.request("POST", path, body);
+    const session = toSession(json, Date.now());
+    if (session === undefined) throw new OverworldHttpError(200, "bad_response", `POST ${path}: unexpected body ${JSON.stringify(json).slice(0, 200)}`);
+    return session;
+  }
+
+  /** One call of the HTTP API: the decoded JSON of a 200, else an `OverworldHttpError`. */
+  private async request(method: "GET" | "POST", path: string, body?: unknown, token?: string): Promise<unknown> {
     let response: Awaited<ReturnType<FetchLike>>;
     let text: string;
+    const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json" };
+    if (token !== undefined) headers.authorization = `Bearer ${token}`;
     try {
       // Called unbound: a browser's fetch throws "Illegal invocation" when `this` is not the window.
       const fetch = this.fetch;
       response = await fetch(this.baseUrl + path, {
-        method: "POST",
-        headers: { "content-type": "application/json", accept: "application/json" },
-        body: JSON.stringify(body),
-      });
+        method,
+        headers,
+        ...(method === "GET" ? {} : { body: JSON.stringify(body) }),
+      } as { method: string; headers: Record<string, string>; body: string });
       text = await response.text();
     } catch (e) {
-      throw new OverworldHttpError(0, "network_error", `POST ${path}: ${(e as Error).message}`, { cause: e });
+      throw new OverworldHttpError(0, "network_error", `${method} ${path}: ${(e as Error).message}`, { cause: e });
     }
     let json: unknown;
     try {
@@ -129,9 +143,8 @@ export class Client {
       const message = typeof o.message === "string" ? o.message : `HTTP ${response.status} ${response.statusText ?? ""}`.trim();
       throw new OverworldHttpError(response.status, code, message);
     }
-    const session = toSession(json, Date.now());
-    if (session === undefined) throw new OverworldHttpError(response.status, "bad_response", `POST ${path}: unexpected body ${text.slice(0, 200)}`);
-    return session;
+    if (json === undefined) throw new OverworldHttpError(response.status, "bad_response", `${method} ${path}: unexpected body ${text.slice(0, 200)}`);
+    return json;
   }
 }
 

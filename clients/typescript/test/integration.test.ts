@@ -221,4 +221,41 @@ describe.skipIf(SKIP)("against the real server (mix goblins.server)", () => {
     expect(conn.inputSeq).toBe(0);
     conn.close();
   }, 15_000);
+  it("storage: write, read, list in pages, conditional writes and deletes, typed errors", async () => {
+    const me = await client.authenticateDevice(deviceId());
+    const other = await client.authenticateDevice(deviceId());
+    const c = `ts-${Math.random().toString(36).slice(2, 10)}`;
+
+    const acks = await client.storage.write(me, [
+      { collection: c, key: "a", value: { hp: 3 } },
+      { collection: c, key: "b", value: { n: 1 }, read: 2, version: "*" },
+    ]);
+    expect(acks.map((a) => [a.key, a.userId])).toEqual([["a", me.userId], ["b", me.userId]]);
+    expect(acks[0]!.version).toMatch(/^[0-9a-f]{32}$/);
+
+    const [a] = await client.storage.read<{ hp: number }>(me, [{ collection: c, key: "a" }]);
+    expect(a!.value.hp).toBe(3);
+    expect([a!.version, a!.read, a!.write]).toEqual([acks[0]!.version, 1, 1]);
+
+    const p1 = await client.storage.list(me, c, { userId: me.userId, limit: 1 });
+    expect(p1.objects.map((o) => o.key)).toEqual(["a"]);
+    const p2 = await client.storage.list(me, c, { userId: me.userId, limit: 1, cursor: p1.cursor! });
+    expect(p2.objects.map((o) => o.key)).toEqual(["b"]);
+    expect(p2.cursor).toBeUndefined();
+
+    // Another user reads the public object only, and may not delete it.
+    expect((await client.storage.list(other, c)).objects.map((o) => o.key)).toEqual(["b"]);
+    expect(await client.storage.read(other, [{ collection: c, key: "a", userId: me.userId }])).toEqual([]);
+
+    const conflict = await client.storage.write(me, [{ collection: c, key: "b", value: {}, version: "*" }]).catch((e: unknown) => e);
+    expect(conflict).toBeInstanceOf(OverworldHttpError);
+    expect([(conflict as OverworldHttpError).status, (conflict as OverworldHttpError).code]).toEqual([409, "version_conflict"]);
+
+    const bad = await client.storage.write(me, [{ collection: "", key: "k", value: {} }]).catch((e: unknown) => e);
+    expect((bad as OverworldHttpError).code).toBe("invalid_request");
+    expect((bad as OverworldHttpError).message).toMatch(/^item 0: collection/);
+
+    await client.storage.delete(me, [{ collection: c, key: "a", version: acks[0]!.version }]);
+    expect((await client.storage.list(me, c)).objects.map((o) => o.key)).toEqual(["b"]);
+  });
 });
