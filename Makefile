@@ -12,9 +12,11 @@ SHELL := /bin/bash
 # Debian packages the project uses: Elixir/OTP, jiffy (JSON), cowlib (WebSocket framing), Mnesia
 # (accounts), crypto (tokens), PropEr for property tests, runtime_tools (scheduler utilization,
 # msacc) and tools (eprof) for the benchmarks, ssl and public_key (TLS distribution) with
-# openssl (certificates for a local TLS cluster).
+# openssl (certificates for a local TLS cluster); the PostgreSQL client (Overworld.Postgres)
+# and the PostgreSQL server its tests start (test/support/postgres.ex).
 APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
-  erlang-proper erlang-runtime-tools erlang-tools erlang-ssl erlang-public-key openssl
+  erlang-proper erlang-runtime-tools erlang-tools erlang-ssl erlang-public-key openssl \
+  erlang-p1-pgsql postgresql
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # VM flags (docs/architecture.md, "Performance decisions"): schedulers bound to CPUs, so the

@@ -13,8 +13,9 @@ defmodule Overworld.MixProject do
       deps: deps(),
       aliases: aliases(),
       test_coverage: [summary: [threshold: 0]],
-      # PropEr (Debian's erlang-proper) is used by the tests only.
-      xref: [exclude: [:proper, :proper_types, :eprof]],
+      # PropEr (Debian's erlang-proper) is used by the tests only. p1_pgsql (Overworld.Postgres)
+      # is a library, not an application to start: it is not in extra_applications.
+      xref: [exclude: [:proper, :proper_types, :eprof, :pgsql]],
       docs: [main: "readme", extras: ["README.md"]]
     ]
   end
@@ -43,6 +44,8 @@ defmodule Overworld.MixProject do
     [
       system_dep(:jiffy, "~> 1.1", []),
       system_dep(:cowlib, "~> 2.12", []),
+      # PostgreSQL client (Overworld.Postgres); Debian's erlang-p1-pgsql.
+      system_dep(:p1_pgsql, "~> 1.1", []),
       system_dep(:proper, "~> 1.4", only: :test, runtime: false)
     ]
     |> Enum.reject(&is_nil/1)

@@ -23,7 +23,10 @@ defmodule Overworld.ArchitectureTest do
     :runtime_tools,
     :tools,
     :jiffy,
-    :cowlib
+    :cowlib,
+    # Debian's erlang-p1-pgsql (Overworld.Postgres) and the stringprep its SCRAM login needs.
+    :p1_pgsql,
+    :stringprep
   ]
 
   setup_all do
