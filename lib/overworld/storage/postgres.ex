@@ -1,0 +1,240 @@
+defmodule Overworld.Storage.Postgres do
+  @moduledoc """
+  The PostgreSQL storage adapter (`Overworld.Storage`), on a pool of its own
+  (`Overworld.Postgres`). The production choice: one database that every node of a cluster
+  shares, with PostgreSQL's own durability (a commit answers once it is in its write-ahead
+  log, fsynced, unless the server is set otherwise).
+
+      Overworld.Storage.start_link(
+        adapter: Overworld.Storage.Postgres,
+        adapter_options: [pool: [host: "127.0.0.1", database: "game", user: "game", password: "..."]]
+      )
+
+  Adapter options: `:pool` (the `Overworld.Postgres` options but `:name`), `:table` (default
+  `"overworld_storage"`; made if missing: `CREATE TABLE IF NOT EXISTS`).
+
+  Keys are `text COLLATE "C"`: PostgreSQL orders them byte by byte, as the embedded adapter
+  does, so listings come in the same order from both. A write reads each object `FOR UPDATE`
+  in its transaction; an object created by another transaction between that read and the
+  insert makes the transaction start over (at most 5 times), so that "only if absent" holds
+  under concurrency.
+  """
+  @behaviour Overworld.Storage
+
+  alias Overworld.Postgres
+
+  @columns "collection, user_id, key, value, version, read, write, created_at, updated_at"
+  @tries 5
+
+  @impl true
+  def children(store, opts) do
+    pool = Keyword.get(opts, :pool, [])
+    [{Postgres, Keyword.put(pool, :name, pool_name(store))}]
+  end
+
+  defp pool_name(store), do: :"#{store}.Postgres"
+
+  @impl true
+  def init(store, opts) do
+    table = Keyword.get(opts, :table, "overworld_storage")
+
+    if is_binary(table) and table =~ ~r/\A[a-z_][a-z0-9_]{0,62}\z/ do
+      pool = pool_name(store)
+
+      sql =
+        "CREATE TABLE IF NOT EXISTS #{table} (" <>
+          "collection text COLLATE \"C\" NOT NULL, user_id text COLLATE \"C\" NOT NULL, " <>
+          "key text COLLATE \"C\" NOT NULL, value text NOT NULL, version text NOT NULL, " <>
+          "read smallint NOT NULL, write smallint NOT NULL, created_at bigint NOT NULL, " <>
+          "updated_at bigint NOT NULL, PRIMARY KEY (collection, user_id, key))"
+
+      case Postgres.query(pool, sql) do
+        {:ok, _} -> {:ok, %{pool: pool, table: table}}
+        # (Two stores making the table at once: one of them finds it made.)
+        {:error, %{code: "23505"}} -> {:ok, %{pool: pool, table: table}}
+        {:error, reason} -> {:error, {:create_table, reason}}
+      end
+    else
+      {:error, {:invalid_option, :table, table}}
+    end
+  end
+
+  @impl true
+  def read(%{pool: pool, table: t}, ids) do
+    Enum.reduce_while(ids, {:ok, []}, fn {c, k, u}, {:ok, acc} ->
+      case Postgres.query(pool, select(t, ""), [c, u, k]) do
+        {:ok, %{rows: rows}} -> {:cont, {:ok, Enum.map(rows, &object/1) ++ acc}}
+        {:error, reason} -> {:halt, {:error, {:unavailable, reason}}}
+      end
+    end)
+  end
+
+  @impl true
+  def write(%{pool: pool, table: t}, writes, make) do
+    transaction(pool, fn conn ->
+      writes
+      |> Enum.with_index()
+      |> Enum.reduce_while({:ok, []}, fn {w, i}, {:ok, acc} ->
+        with {:ok, existing} <- locked(conn, t, w),
+             {:made, {:ok, o}} <- {:made, make.(existing, i)},
+             :ok <- store(conn, t, existing, o) do
+          {:cont, {:ok, [o | acc]}}
+        else
+          {:made, {:error, reason}} -> {:halt, {:error, {:refused, {reason, i}}}}
+          error -> {:halt, error}
+        end
+      end)
+      |> case do
+        {:ok, objects} -> {:ok, :lists.reverse(objects)}
+        error -> error
+      end
+    end)
+  end
+
+  @impl true
+  def delete(%{pool: pool, table: t}, deletes, check) do
+    result =
+      transaction(pool, fn conn ->
+        deletes
+        |> Enum.with_index()
+        |> Enum.reduce_while({:ok, nil}, fn {d, i}, acc ->
+          with {:ok, existing} <- locked(conn, t, d) do
+            case check.(existing, i) do
+              :absent ->
+                {:cont, acc}
+
+              :delete ->
+                sql = "DELETE FROM #{t} WHERE collection = $1 AND user_id = $2 AND key = $3"
+
+                case Postgres.query(conn, sql, [d.collection, d.user_id, d.key]) do
+                  {:ok, _} -> {:cont, acc}
+                  {:error, reason} -> {:halt, {:error, {:unavailable, reason}}}
+                end
+
+              {:error, reason} ->
+                {:halt, {:error, {:refused, {reason, i}}}}
+            end
+          else
+            error -> {:halt, error}
+          end
+        end)
+      end)
+
+    with {:ok, _} <- result, do: :ok
+  end
+
+  @impl true
+  def list(%{pool: pool, table: t}, collection, owner, after_id, limit, caller) do
+    {u0, k0} = after_id || {"", ""}
+    params = [collection, u0, k0, limit + 1]
+
+    {owner_sql, params} =
+      if owner == :any,
+        do: {"", params},
+        else: {" AND user_id = $#{length(params) + 1}", params ++ [owner]}
+
+    {read_sql, params} =
+      case caller do
+        :server ->
+          {"", params}
+
+        {:user, u} ->
+          n = length(params) + 1
+          {" AND (read = 2 OR (read = 1 AND user_id = $#{n}))", params ++ [u]}
+      end
+
+    sql =
+      "SELECT #{@columns} FROM #{t} WHERE collection = $1 AND (user_id, key) > ($2, $3)" <>
+        owner_sql <> read_sql <> " ORDER BY user_id, key LIMIT $4"
+
+    case Postgres.query(pool, sql, params) do
+      {:ok, %{rows: rows}} ->
+        objects = rows |> Enum.take(limit) |> Enum.map(&object/1)
+
+        next =
+          if length(rows) > limit,
+            do: objects |> List.last() |> then(&{&1.user_id, &1.key}),
+            else: nil
+
+        {:ok, objects, next}
+
+      {:error, reason} ->
+        {:error, {:unavailable, reason}}
+    end
+  end
+
+  defp select(t, suffix),
+    do:
+      "SELECT #{@columns} FROM #{t} WHERE collection = $1 AND user_id = $2 AND key = $3" <>
+        suffix
+
+  defp locked(conn, t, item) do
+    case Postgres.query(conn, select(t, " FOR UPDATE"), [item.collection, item.user_id, item.key]) do
+      {:ok, %{rows: [row]}} -> {:ok, object(row)}
+      {:ok, %{rows: []}} -> {:ok, nil}
+      {:error, reason} -> {:error, {:unavailable, reason}}
+    end
+  end
+
+  # A new object is inserted only if nobody made it since our read (else the transaction
+  # starts over); an existing one, locked by our read, is updated.
+  defp store(conn, t, nil, o) do
+    sql =
+      "INSERT INTO #{t} (#{@columns}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) " <>
+        "ON CONFLICT DO NOTHING"
+
+    case Postgres.query(conn, sql, values(o)) do
+      {:ok, %{count: 1}} -> :ok
+      {:ok, %{count: 0}} -> {:error, :retry}
+      {:error, reason} -> {:error, {:unavailable, reason}}
+    end
+  end
+
+  defp store(conn, t, _existing, o) do
+    sql =
+      "UPDATE #{t} SET value = $4, version = $5, read = $6, write = $7, created_at = $8, " <>
+        "updated_at = $9 WHERE collection = $1 AND user_id = $2 AND key = $3"
+
+    case Postgres.query(conn, sql, values(o)) do
+      {:ok, _} -> :ok
+      {:error, reason} -> {:error, {:unavailable, reason}}
+    end
+  end
+
+  defp values(o),
+    do: [
+      o.collection,
+      o.user_id,
+      o.key,
+      o.value,
+      o.version,
+      o.read,
+      o.write,
+      o.created_at,
+      o.updated_at
+    ]
+
+  defp transaction(pool, fun, tries \\ @tries) do
+    case Postgres.transaction(pool, fun) do
+      {:ok, result} -> {:ok, result}
+      {:error, :retry} when tries > 1 -> transaction(pool, fun, tries - 1)
+      {:error, {:refused, reason}} -> {:error, reason}
+      {:error, {:unavailable, _}} = error -> error
+      {:error, reason} -> {:error, {:unavailable, reason}}
+    end
+  end
+
+  defp object([c, u, k, value, version, read, write, created_at, updated_at]) do
+    %{
+      collection: c,
+      key: k,
+      user_id: u,
+      value: value,
+      version: version,
+      read: read,
+      write: write,
+      created_at: created_at,
+      updated_at: updated_at
+    }
+  end
+end
