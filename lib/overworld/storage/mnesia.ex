@@ -22,6 +22,7 @@ defmodule Overworld.Storage.Mnesia do
   @behaviour Overworld.Storage
 
   alias Overworld.Accounts.Sync
+  alias Overworld.Storage.Object
 
   @attributes [:id, :value, :version, :read, :write, :created_at, :updated_at]
 
@@ -126,7 +127,7 @@ defmodule Overworld.Storage.Mnesia do
       case :mnesia.dirty_read(t, id) do
         [rec] ->
           o = object(rec)
-          if Overworld.Storage.Object.readable?(o, caller), do: [o | acc], else: acc
+          if Object.readable?(o, caller), do: [o | acc], else: acc
 
         [] ->
           acc
@@ -183,17 +184,6 @@ defmodule Overworld.Storage.Mnesia do
      o.updated_at}
   end
 
-  defp object({_t, {c, u, k}, value, version, read, write, created_at, updated_at}) do
-    %{
-      collection: c,
-      key: k,
-      user_id: u,
-      value: value,
-      version: version,
-      read: read,
-      write: write,
-      created_at: created_at,
-      updated_at: updated_at
-    }
-  end
+  defp object({_t, {c, u, k}, value, version, read, write, created_at, updated_at}),
+    do: Object.from_row([c, u, k, value, version, read, write, created_at, updated_at])
 end

@@ -63,6 +63,25 @@ defmodule Overworld.Storage.Object do
     do: :crypto.hash(:sha256, value) |> binary_part(0, 16) |> Base.encode16(case: :lower)
 
   @doc """
+  An object from its fields in storage order: `[collection, user_id, key, value, version,
+  read, write, created_at, updated_at]` (the adapters' rows).
+  """
+  @spec from_row([term]) :: t
+  def from_row([c, u, k, value, version, read, write, created_at, updated_at]) do
+    %{
+      collection: c,
+      key: k,
+      user_id: u,
+      value: value,
+      version: version,
+      read: read,
+      write: write,
+      created_at: created_at,
+      updated_at: updated_at
+    }
+  end
+
+  @doc """
   Whether `caller` may read `object`.
 
       iex> alias Overworld.Storage.Object

@@ -63,8 +63,11 @@ defmodule Overworld.Storage.Postgres do
   def read(%{pool: pool, table: t}, ids) do
     Enum.reduce_while(ids, {:ok, []}, fn {c, k, u}, {:ok, acc} ->
       case Postgres.query(pool, select(t, ""), [c, u, k]) do
-        {:ok, %{rows: rows}} -> {:cont, {:ok, Enum.map(rows, &object/1) ++ acc}}
-        {:error, reason} -> {:halt, {:error, {:unavailable, reason}}}
+        {:ok, %{rows: rows}} ->
+          {:cont, {:ok, Enum.map(rows, &Overworld.Storage.Object.from_row/1) ++ acc}}
+
+        {:error, reason} ->
+          {:halt, {:error, {:unavailable, reason}}}
       end
     end)
   end
@@ -149,7 +152,7 @@ defmodule Overworld.Storage.Postgres do
 
     case Postgres.query(pool, sql, params) do
       {:ok, %{rows: rows}} ->
-        objects = rows |> Enum.take(limit) |> Enum.map(&object/1)
+        objects = rows |> Enum.take(limit) |> Enum.map(&Overworld.Storage.Object.from_row/1)
 
         next =
           if length(rows) > limit,
@@ -170,7 +173,7 @@ defmodule Overworld.Storage.Postgres do
 
   defp locked(conn, t, item) do
     case Postgres.query(conn, select(t, " FOR UPDATE"), [item.collection, item.user_id, item.key]) do
-      {:ok, %{rows: [row]}} -> {:ok, object(row)}
+      {:ok, %{rows: [row]}} -> {:ok, Overworld.Storage.Object.from_row(row)}
       {:ok, %{rows: []}} -> {:ok, nil}
       {:error, reason} -> {:error, {:unavailable, reason}}
     end
@@ -222,19 +225,5 @@ defmodule Overworld.Storage.Postgres do
       {:error, {:unavailable, _}} = error -> error
       {:error, reason} -> {:error, {:unavailable, reason}}
     end
-  end
-
-  defp object([c, u, k, value, version, read, write, created_at, updated_at]) do
-    %{
-      collection: c,
-      key: k,
-      user_id: u,
-      value: value,
-      version: version,
-      read: read,
-      write: write,
-      created_at: created_at,
-      updated_at: updated_at
-    }
   end
 end
