@@ -62,36 +62,23 @@ defmodule Overworld.Storage do
   @callback read(state :: term, [id]) :: {:ok, [Object.t()]} | {:error, term}
 
   @doc """
-  One transaction: for the `i`-th write, the existing object (or nil) is read, locked, and
-  given to `make.(existing, i)`, which answers the object to store or `{:error, reason}`; the
-  first error aborts the transaction and is the answer (`{:error, {reason, i}}`). Answers once
-  the objects are durable.
+  Runs `fun.(handle)` as one transaction, all or none, and answers once what it wrote is
+  durable: `fun`'s `{:ok, result}` commits and is the answer, its `{:error, reason}` aborts
+  and is the answer. The adapter's own failures answer `{:error, {:unavailable, reason}}` (or
+  `{:error, :no_quorum}`). `handle` is what `c:locked/2`, `c:put/3` and `c:remove/2` take.
   """
-  @callback write(
-              state :: term,
-              [Object.write()],
-              make ::
-                (Object.t() | nil, non_neg_integer ->
-                   {:ok, Object.t()}
-                   | {:error, atom})
-            ) ::
-              {:ok, [Object.t()]} | {:error, term}
+  @callback transaction(state :: term, (handle :: term -> {:ok, term} | {:error, term})) ::
+              {:ok, term} | {:error, term}
 
-  @doc """
-  One transaction: for the `i`-th delete, the existing object (or nil) is read, locked, and
-  given to `check.(existing, i)`: `:delete`, `:absent` (nothing done) or `{:error, reason}`,
-  which aborts as for `c:write/3`. Answers once the deletes are durable.
-  """
-  @callback delete(
-              state :: term,
-              [Object.delete()],
-              check ::
-                (Object.t() | nil, non_neg_integer ->
-                   :delete
-                   | :absent
-                   | {:error, atom})
-            ) ::
+  @doc "In a transaction: the object `id` (or nil), locked until the transaction ends."
+  @callback locked(handle :: term, id) :: {:ok, Object.t() | nil} | {:error, term}
+
+  @doc "In a transaction: stores `object`, which `existing` (from `c:locked/2`) was."
+  @callback put(handle :: term, existing :: Object.t() | nil, object :: Object.t()) ::
               :ok | {:error, term}
+
+  @doc "In a transaction: deletes the object `id`."
+  @callback remove(handle :: term, id) :: :ok | {:error, term}
 
   @doc """
   Up to `limit` objects of `collection` that `Object.readable?/2` lets `caller` read, of
@@ -166,18 +153,14 @@ defmodule Overworld.Storage do
          :ok <- batch(writes, c),
          {:ok, ws} <- each(writes, &Object.validate_write(&1, caller, c.max_object_bytes)) do
       now = System.system_time(:millisecond)
-      ws = Enum.to_list(ws)
-      indexed = List.to_tuple(ws)
 
-      make = fn existing, i -> Object.apply_write(existing, elem(indexed, i), caller, now) end
-
-      case c.adapter.write(c.state, ws, make) do
-        {:ok, objects} ->
-          {:ok, Enum.map(objects, &Map.take(&1, [:collection, :key, :user_id, :version]))}
-
-        error ->
-          error
-      end
+      in_transaction(c, ws, fn h, w, i ->
+        with {:ok, existing} <- c.adapter.locked(h, id(w)),
+             {:ok, o} <- refused(Object.apply_write(existing, w, caller, now), i),
+             :ok <- c.adapter.put(h, existing, o) do
+          {:ok, Map.take(o, [:collection, :key, :user_id, :version])}
+        end
+      end)
     end
   end
 
@@ -197,13 +180,32 @@ defmodule Overworld.Storage do
   def delete(store \\ __MODULE__, caller, deletes) do
     with {:ok, c} <- running(store),
          :ok <- batch(deletes, c),
-         {:ok, ds} <- each(deletes, &Object.validate_delete(&1, caller)) do
-      ds = Enum.to_list(ds)
-      indexed = List.to_tuple(ds)
-      check = fn existing, i -> Object.check_delete(existing, elem(indexed, i), caller) end
-      c.adapter.delete(c.state, ds, check)
+         {:ok, ds} <- each(deletes, &Object.validate_delete(&1, caller)),
+         {:ok, _} <-
+           in_transaction(c, ds, fn h, d, i ->
+             with {:ok, existing} <- c.adapter.locked(h, id(d)) do
+               case Object.check_delete(existing, d, caller) do
+                 :absent -> {:ok, nil}
+                 :delete -> with :ok <- c.adapter.remove(h, id(d)), do: {:ok, nil}
+                 refusal -> refused(refusal, i)
+               end
+             end
+           end) do
+      :ok
     end
   end
+
+  # One transaction of the adapter over a batch: `step.(handle, item, index)` for each item,
+  # the first error aborting it.
+  defp in_transaction(c, items, step) do
+    c.adapter.transaction(c.state, fn h -> indexed(items, &step.(h, &1, &2)) end)
+  end
+
+  defp id(item), do: {item.collection, item.key, item.user_id}
+
+  # (A rule's refusal names the item.)
+  defp refused({:error, reason}, i), do: {:error, {reason, i}}
+  defp refused(ok, _i), do: ok
 
   @doc """
   Lists a collection (options `user_id:` one owner's objects, `""` the system's, default
@@ -284,14 +286,24 @@ defmodule Overworld.Storage do
 
   # Every item validated, or the first error with the item's index.
   defp each(items, fun) do
+    indexed(items, fn item, i ->
+      case fun.(item) do
+        {:ok, _} = ok -> ok
+        {:error, {:too_large, bytes, max}} -> {:error, {:too_large, i, bytes, max}}
+        {:error, :permission_denied} -> {:error, {:permission_denied, i}}
+        {:error, message} -> {:error, {:invalid, i, message}}
+      end
+    end)
+  end
+
+  # `{:ok, results}` of `fun.(item, index)` for every item in order, or its first error.
+  defp indexed(items, fun) do
     items
     |> Enum.with_index()
     |> Enum.reduce_while({:ok, []}, fn {item, i}, {:ok, acc} ->
-      case fun.(item) do
+      case fun.(item, i) do
         {:ok, v} -> {:cont, {:ok, [v | acc]}}
-        {:error, {:too_large, bytes, max}} -> {:halt, {:error, {:too_large, i, bytes, max}}}
-        {:error, :permission_denied} -> {:halt, {:error, {:permission_denied, i}}}
-        {:error, message} -> {:halt, {:error, {:invalid, i, message}}}
+        error -> {:halt, error}
       end
     end)
     |> case do

@@ -261,7 +261,9 @@ defmodule Overworld.Web do
     end
   end
 
-  defp json(status, map),
+  @doc false
+  @spec json(pos_integer, map) :: response
+  def json(status, map),
     do: {status, [Overworld.Transport.Conn.json()], :jiffy.encode(map)}
 
   @doc false

@@ -61,45 +61,55 @@ defmodule Overworld.Storage.Mnesia do
     :exit, reason -> {:error, {:unavailable, reason}}
   end
 
+  # (The handle of a transaction is the table.)
   @impl true
-  def write(%{table: t}, writes, make) do
-    transaction(fn ->
-      writes
-      |> Enum.with_index()
-      |> Enum.map(fn {w, i} ->
-        existing = locked(t, {w.collection, w.user_id, w.key})
-
-        case make.(existing, i) do
-          {:ok, o} ->
-            :ok = :mnesia.write(record(t, o))
-            o
-
-          {:error, reason} ->
-            :mnesia.abort({:refused, {reason, i}})
+  def transaction(%{table: t}, fun) do
+    if Overworld.Cluster.quorate?() do
+      tx = fn ->
+        case fun.(t) do
+          {:ok, result} -> result
+          {:error, reason} -> :mnesia.abort({:refused, reason})
         end
-      end)
-    end)
-  end
+      end
 
-  @impl true
-  def delete(%{table: t}, deletes, check) do
-    with {:ok, _} <-
-           transaction(fn ->
-             deletes
-             |> Enum.with_index()
-             |> Enum.each(fn {d, i} ->
-               id = {d.collection, d.user_id, d.key}
+      case :mnesia.transaction(tx) do
+        {:atomic, result} ->
+          case Sync.await() do
+            :ok -> {:ok, result}
+            {:error, reason} -> {:error, {:unavailable, reason}}
+          end
 
-               case check.(locked(t, id), i) do
-                 :delete -> :ok = :mnesia.delete({t, id})
-                 :absent -> :ok
-                 {:error, reason} -> :mnesia.abort({:refused, {reason, i}})
-               end
-             end)
-           end) do
-      :ok
+        {:aborted, {:refused, reason}} ->
+          {:error, reason}
+
+        {:aborted, reason} ->
+          {:error, {:unavailable, reason}}
+      end
+    else
+      # (A node cut off from its cluster's majority writes nothing: the majority's copy wins
+      # when the partition heals.)
+      {:error, :no_quorum}
     end
   end
+
+  @impl true
+  def locked(t, {c, k, u}) do
+    case :mnesia.read(t, {c, u, k}, :write) do
+      [rec] -> {:ok, object(rec)}
+      [] -> {:ok, nil}
+    end
+  end
+
+  @impl true
+  def put(t, _existing, o) do
+    :mnesia.write(
+      {t, {o.collection, o.user_id, o.key}, o.value, o.version, o.read, o.write, o.created_at,
+       o.updated_at}
+    )
+  end
+
+  @impl true
+  def remove(t, {c, k, u}), do: :mnesia.delete({t, {c, u, k}})
 
   @impl true
   def list(%{table: t, scan: scan}, collection, owner, after_id, limit, caller) do
@@ -149,39 +159,6 @@ defmodule Overworld.Storage.Mnesia do
       {^c, u2, _} when owner == :any or owner == u2 -> {u, k}
       _ -> nil
     end
-  end
-
-  defp locked(t, id) do
-    case :mnesia.read(t, id, :write) do
-      [rec] -> object(rec)
-      [] -> nil
-    end
-  end
-
-  # A transaction of a node with its cluster's majority, durable before it answers.
-  defp transaction(fun) do
-    if Overworld.Cluster.quorate?() do
-      case :mnesia.transaction(fun) do
-        {:atomic, result} ->
-          case Sync.await() do
-            :ok -> {:ok, result}
-            {:error, reason} -> {:error, {:unavailable, reason}}
-          end
-
-        {:aborted, {:refused, reason}} ->
-          {:error, reason}
-
-        {:aborted, reason} ->
-          {:error, {:unavailable, reason}}
-      end
-    else
-      {:error, :no_quorum}
-    end
-  end
-
-  defp record(t, o) do
-    {t, {o.collection, o.user_id, o.key}, o.value, o.version, o.read, o.write, o.created_at,
-     o.updated_at}
   end
 
   defp object({_t, {c, u, k}, value, version, read, write, created_at, updated_at}),

@@ -22,6 +22,7 @@ defmodule Overworld.Storage.Postgres do
   @behaviour Overworld.Storage
 
   alias Overworld.Postgres
+  alias Overworld.Storage.Object
 
   @columns "collection, user_id, key, value, version, read, write, created_at, updated_at"
   @tries 5
@@ -64,7 +65,7 @@ defmodule Overworld.Storage.Postgres do
     Enum.reduce_while(ids, {:ok, []}, fn {c, k, u}, {:ok, acc} ->
       case Postgres.query(pool, select(t, ""), [c, u, k]) do
         {:ok, %{rows: rows}} ->
-          {:cont, {:ok, Enum.map(rows, &Overworld.Storage.Object.from_row/1) ++ acc}}
+          {:cont, {:ok, Enum.map(rows, &Object.from_row/1) ++ acc}}
 
         {:error, reason} ->
           {:halt, {:error, {:unavailable, reason}}}
@@ -72,58 +73,76 @@ defmodule Overworld.Storage.Postgres do
     end)
   end
 
+  # (The handle of a transaction is `{connection, table}`.) An object made by another
+  # transaction after our `locked/2` (`put/3` inserts nothing) starts this one over.
   @impl true
-  def write(%{pool: pool, table: t}, writes, make) do
-    transaction(pool, fn conn ->
-      writes
-      |> Enum.with_index()
-      |> Enum.reduce_while({:ok, []}, fn {w, i}, {:ok, acc} ->
-        with {:ok, existing} <- locked(conn, t, w),
-             {:made, {:ok, o}} <- {:made, make.(existing, i)},
-             :ok <- store(conn, t, existing, o) do
-          {:cont, {:ok, [o | acc]}}
-        else
-          {:made, {:error, reason}} -> {:halt, {:error, {:refused, {reason, i}}}}
-          error -> {:halt, error}
-        end
-      end)
-      |> case do
-        {:ok, objects} -> {:ok, :lists.reverse(objects)}
-        error -> error
+  def transaction(state, fun), do: transaction(state, fun, @tries)
+
+  defp transaction(%{pool: pool, table: t} = state, fun, tries) do
+    tx = fn conn ->
+      case fun.({conn, t}) do
+        {:error, reason} -> {:error, {:refused, reason}}
+        ok -> ok
       end
-    end)
+    end
+
+    case Postgres.transaction(pool, tx) do
+      {:ok, result} -> {:ok, result}
+      {:error, {:refused, :retry}} when tries > 1 -> transaction(state, fun, tries - 1)
+      {:error, {:refused, reason}} -> {:error, reason}
+      {:error, reason} -> {:error, {:unavailable, reason}}
+    end
   end
 
   @impl true
-  def delete(%{pool: pool, table: t}, deletes, check) do
-    result =
-      transaction(pool, fn conn ->
-        deletes
-        |> Enum.with_index()
-        |> Enum.reduce_while({:ok, nil}, fn {d, i}, acc ->
-          with {:ok, existing} <- locked(conn, t, d) do
-            case check.(existing, i) do
-              :absent ->
-                {:cont, acc}
+  def locked({conn, t}, {c, k, u}) do
+    case Postgres.query(conn, select(t, " FOR UPDATE"), [c, u, k]) do
+      {:ok, %{rows: [row]}} -> {:ok, Object.from_row(row)}
+      {:ok, %{rows: []}} -> {:ok, nil}
+      {:error, reason} -> {:error, {:unavailable, reason}}
+    end
+  end
 
-              :delete ->
-                sql = "DELETE FROM #{t} WHERE collection = $1 AND user_id = $2 AND key = $3"
+  # A new object is inserted only if nobody made it since our read (else the transaction
+  # starts over); an existing one, locked by our read, is updated.
+  @impl true
+  def put({conn, t}, existing, o) do
+    sql =
+      if existing == nil,
+        do:
+          "INSERT INTO #{t} (#{@columns}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) " <>
+            "ON CONFLICT DO NOTHING",
+        else:
+          "UPDATE #{t} SET value = $4, version = $5, read = $6, write = $7, created_at = $8, " <>
+            "updated_at = $9 WHERE collection = $1 AND user_id = $2 AND key = $3"
 
-                case Postgres.query(conn, sql, [d.collection, d.user_id, d.key]) do
-                  {:ok, _} -> {:cont, acc}
-                  {:error, reason} -> {:halt, {:error, {:unavailable, reason}}}
-                end
+    values = [
+      o.collection,
+      o.user_id,
+      o.key,
+      o.value,
+      o.version,
+      o.read,
+      o.write,
+      o.created_at,
+      o.updated_at
+    ]
 
-              {:error, reason} ->
-                {:halt, {:error, {:refused, {reason, i}}}}
-            end
-          else
-            error -> {:halt, error}
-          end
-        end)
-      end)
+    case Postgres.query(conn, sql, values) do
+      {:ok, %{count: 0}} when existing == nil -> {:error, :retry}
+      {:ok, _} -> :ok
+      {:error, reason} -> {:error, {:unavailable, reason}}
+    end
+  end
 
-    with {:ok, _} <- result, do: :ok
+  @impl true
+  def remove({conn, t}, {c, k, u}) do
+    sql = "DELETE FROM #{t} WHERE collection = $1 AND user_id = $2 AND key = $3"
+
+    case Postgres.query(conn, sql, [c, u, k]) do
+      {:ok, _} -> :ok
+      {:error, reason} -> {:error, {:unavailable, reason}}
+    end
   end
 
   @impl true
@@ -152,7 +171,7 @@ defmodule Overworld.Storage.Postgres do
 
     case Postgres.query(pool, sql, params) do
       {:ok, %{rows: rows}} ->
-        objects = rows |> Enum.take(limit) |> Enum.map(&Overworld.Storage.Object.from_row/1)
+        objects = rows |> Enum.take(limit) |> Enum.map(&Object.from_row/1)
 
         next =
           if length(rows) > limit,
@@ -170,60 +189,4 @@ defmodule Overworld.Storage.Postgres do
     do:
       "SELECT #{@columns} FROM #{t} WHERE collection = $1 AND user_id = $2 AND key = $3" <>
         suffix
-
-  defp locked(conn, t, item) do
-    case Postgres.query(conn, select(t, " FOR UPDATE"), [item.collection, item.user_id, item.key]) do
-      {:ok, %{rows: [row]}} -> {:ok, Overworld.Storage.Object.from_row(row)}
-      {:ok, %{rows: []}} -> {:ok, nil}
-      {:error, reason} -> {:error, {:unavailable, reason}}
-    end
-  end
-
-  # A new object is inserted only if nobody made it since our read (else the transaction
-  # starts over); an existing one, locked by our read, is updated.
-  defp store(conn, t, nil, o) do
-    sql =
-      "INSERT INTO #{t} (#{@columns}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) " <>
-        "ON CONFLICT DO NOTHING"
-
-    case Postgres.query(conn, sql, values(o)) do
-      {:ok, %{count: 1}} -> :ok
-      {:ok, %{count: 0}} -> {:error, :retry}
-      {:error, reason} -> {:error, {:unavailable, reason}}
-    end
-  end
-
-  defp store(conn, t, _existing, o) do
-    sql =
-      "UPDATE #{t} SET value = $4, version = $5, read = $6, write = $7, created_at = $8, " <>
-        "updated_at = $9 WHERE collection = $1 AND user_id = $2 AND key = $3"
-
-    case Postgres.query(conn, sql, values(o)) do
-      {:ok, _} -> :ok
-      {:error, reason} -> {:error, {:unavailable, reason}}
-    end
-  end
-
-  defp values(o),
-    do: [
-      o.collection,
-      o.user_id,
-      o.key,
-      o.value,
-      o.version,
-      o.read,
-      o.write,
-      o.created_at,
-      o.updated_at
-    ]
-
-  defp transaction(pool, fun, tries \\ @tries) do
-    case Postgres.transaction(pool, fun) do
-      {:ok, result} -> {:ok, result}
-      {:error, :retry} when tries > 1 -> transaction(pool, fun, tries - 1)
-      {:error, {:refused, reason}} -> {:error, reason}
-      {:error, {:unavailable, _}} = error -> error
-      {:error, reason} -> {:error, {:unavailable, reason}}
-    end
-  end
 end

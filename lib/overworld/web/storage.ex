@@ -51,7 +51,7 @@ defmodule Overworld.Web.Storage do
       opts = [user_id: q["user_id"], limit: limit, cursor: q["cursor"]]
 
       case Overworld.Storage.list(store, caller, q["collection"] || "", opts) do
-        {:ok, objects, cursor} -> json(200, %{objects: objects, cursor: cursor || :null})
+        {:ok, objects, cursor} -> Web.json(200, %{objects: objects, cursor: cursor || :null})
         error -> respond(error, nil)
       end
     end
@@ -98,8 +98,8 @@ defmodule Overworld.Web.Storage do
     end
   end
 
-  defp respond(:ok, fun), do: json(200, fun.())
-  defp respond({:ok, result}, fun), do: json(200, fun.(result))
+  defp respond(:ok, fun), do: Web.json(200, fun.())
+  defp respond({:ok, result}, fun), do: Web.json(200, fun.(result))
 
   defp respond({:error, reason}, _fun) do
     case reason do
@@ -129,6 +129,4 @@ defmodule Overworld.Web.Storage do
         Web.error(503, "unavailable", "storage unavailable")
     end
   end
-
-  defp json(status, map), do: {status, [Overworld.Transport.Conn.json()], :jiffy.encode(map)}
 end
