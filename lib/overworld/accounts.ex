@@ -1,14 +1,33 @@
 defmodule Overworld.Accounts do
   @moduledoc """
-  Device accounts, kept in Mnesia on the local disc.
+  Accounts, kept in Mnesia on the local disc.
 
-  A client proves nothing but a device id it made up and keeps (for example a random string
-  stored on the device); the first time a device id is seen it gets a new user. Two tables hold
-  the accounts, both `disc_copies` on this node:
+  An account is found by any of its identities: device ids (a client proves nothing but a
+  device id it made up and keeps, for example a random string stored on the device; the first
+  time one is seen it gets a new account), an email address with a password
+  (`Overworld.Accounts.Email`), or a custom id that a game's own auth server vouches for
+  (`Overworld.Accounts.CustomAuth`). An account may link several devices, one address and one
+  custom id (`link/2`, `unlink/2`), so a guest's device account upgraded with an address keeps
+  its id and its data. Tables, all `disc_copies` on this node:
 
-    * `:overworld_devices` — `{:overworld_devices, device_id, user_id}`
+    * `:overworld_devices` — `{:overworld_devices, device_id, user_id}` (indexed by user)
     * `:overworld_users` — `{:overworld_users, user_id, device_id, created_at}`, `created_at` in
-      unix seconds
+      unix seconds, `device_id` the first device (nil for an account made otherwise)
+    * `:overworld_identities` — `{:overworld_identities, {:email | :custom, value}, user_id,
+      secret}` (`secret`: an address's password hash), indexed by user
+    * `:overworld_account_state` — `{:overworld_account_state, user_id, generation,
+      disabled_at}`: an account without a row is at generation 0 and enabled
+    * `:overworld_revoked` — `{:overworld_revoked, sid, expires_at}`: logged-out logins
+    * `:overworld_pending` — email codes waiting for confirmation (`Overworld.Accounts.Email`)
+
+  **Tokens** (`Overworld.Auth.Token`) carry the account's generation and their login's id
+  (sid); `check_token/1` refuses, on every use (each HTTP call, each WebSocket connection,
+  each refresh), a token of a disabled account, of an older generation (`revoke_all/1`:
+  logged out everywhere) or of a logged-out login (`logout/2`). Being Mnesia tables, the
+  generations and revocations are replicated to every node of a cluster like the accounts.
+
+  Every change is durable before it answers: on disk, fsynced (`Overworld.Accounts.Sync`, a
+  group commit of the Mnesia log).
 
   A user id is 16 random bytes written as 32 lowercase hex characters. A third table,
   `:overworld_shared` (`{:overworld_shared, key, value}`), holds what every node of a cluster
@@ -35,12 +54,22 @@ defmodule Overworld.Accounts do
   @devices :overworld_devices
   @users :overworld_users
   @shared :overworld_shared
-  @tables [@devices, @users, @shared]
+  @identities :overworld_identities
+  @state :overworld_account_state
+  @revoked :overworld_revoked
+  @pending :overworld_pending
+  @tables [@devices, @users, @shared, @identities, @state, @revoked, @pending]
   @attributes %{
     @devices => [:device_id, :user_id],
     @users => [:user_id, :device_id, :created_at],
-    @shared => [:key, :value]
+    @shared => [:key, :value],
+    @identities => [:key, :user_id, :secret],
+    @state => [:user_id, :generation, :disabled_at],
+    @revoked => [:sid, :expires_at],
+    @pending => [:code_hash, :address, :user_id, :secret, :expires_at]
   }
+  # Secondary indexes: a user's devices and identities.
+  @indexes [{@devices, :user_id}, {@identities, :user_id}]
   @wait_timeout 10_000
 
   @typedoc "A user id: 32 lowercase hex characters."
@@ -201,9 +230,21 @@ defmodule Overworld.Accounts do
     with :ok <-
            Enum.reduce_while(@tables, :ok, fn t, :ok ->
              create_table(t, Map.fetch!(@attributes, t), [])
-           end) do
-      wait_for(@tables)
+           end),
+         :ok <- wait_for(@tables) do
+      ensure_indexes()
     end
+  end
+
+  # (A data directory of an earlier version has the devices without their index: added.)
+  defp ensure_indexes do
+    Enum.reduce_while(@indexes, :ok, fn {table, attribute}, :ok ->
+      case :mnesia.add_table_index(table, attribute) do
+        {:atomic, :ok} -> {:cont, :ok}
+        {:aborted, {:already_exists, _, _}} -> {:cont, :ok}
+        {:aborted, reason} -> {:halt, {:error, {:add_table_index, table, reason}}}
+      end
+    end)
   end
 
   defp wait_for(tables) do
@@ -274,22 +315,36 @@ defmodule Overworld.Accounts do
           {:ok, %{user_id: user_id, created: boolean}}
           | {:error, :invalid_device_id | :no_quorum | {:aborted, term}}
   def authenticate_device(device_id) do
-    cond do
-      not valid_device_id?(device_id) ->
-        {:error, :invalid_device_id}
+    if valid_device_id?(device_id),
+      do: find_or_create({:device, device_id}),
+      else: {:error, :invalid_device_id}
+  end
 
-      # (A node cut off from the majority of its cluster makes no account: the majority's
-      # copy wins when the partition heals, and one made here would be lost.)
-      not Overworld.Cluster.quorate?() ->
-        {:error, :no_quorum}
+  @doc """
+  Finds the user of a custom id (one that a game's auth server vouched for:
+  `Overworld.Accounts.CustomAuth`), or creates one the first time; as `authenticate_device/1`.
+  """
+  @spec authenticate_custom(term) ::
+          {:ok, %{user_id: user_id, created: boolean}}
+          | {:error, :invalid_custom_id | :no_quorum | {:aborted, term}}
+  def authenticate_custom(custom_id) do
+    if Overworld.Accounts.CustomAuth.valid_id?(custom_id),
+      do: find_or_create({:custom, custom_id}),
+      else: {:error, :invalid_custom_id}
+  end
 
-      true ->
-        case :mnesia.transaction(fn -> find_or_create(device_id) end) do
-          {:atomic, {user_id, false}} -> {:ok, %{user_id: user_id, created: false}}
-          # (A new account is durable before it is told: on disk, fsynced.)
-          {:atomic, {user_id, true}} -> durable(%{user_id: user_id, created: true})
-          {:aborted, reason} -> {:error, {:aborted, reason}}
-        end
+  defp find_or_create(identity) do
+    # (A node cut off from the majority of its cluster makes no account: the majority's
+    # copy wins when the partition heals, and one made here would be lost.)
+    if Overworld.Cluster.quorate?() do
+      case :mnesia.transaction(fn -> find_or_create_tx(identity) end) do
+        {:atomic, {user_id, false}} -> {:ok, %{user_id: user_id, created: false}}
+        # (A new account is durable before it is told: on disk, fsynced.)
+        {:atomic, {user_id, true}} -> durable(%{user_id: user_id, created: true})
+        {:aborted, reason} -> {:error, {:aborted, reason}}
+      end
+    else
+      {:error, :no_quorum}
     end
   end
 
@@ -300,18 +355,43 @@ defmodule Overworld.Accounts do
     end
   end
 
-  defp find_or_create(device_id) do
-    case :mnesia.read(@devices, device_id, :write) do
-      [{@devices, ^device_id, user_id}] ->
-        {user_id, false}
-
-      [] ->
-        user_id = new_user_id()
-        :ok = :mnesia.write({@devices, device_id, user_id})
-        :ok = :mnesia.write({@users, user_id, device_id, System.system_time(:second)})
-        {user_id, true}
+  defp find_or_create_tx(identity) do
+    case owner(identity, :write) do
+      nil -> {create_tx(identity, nil), true}
+      user_id -> {user_id, false}
     end
   end
+
+  @doc false
+  # In a transaction: a new account with `identity` (`secret`: an address's password hash).
+  @spec create_tx(tuple, term) :: user_id
+  def create_tx(identity, secret) do
+    user_id = new_user_id()
+    first_device = with {:device, d} <- identity, do: d, else: (_ -> nil)
+    :ok = :mnesia.write({@users, user_id, first_device, System.system_time(:second)})
+    :ok = put_identity(identity, user_id, secret)
+    user_id
+  end
+
+  # In a transaction: the user owning an identity, or nil.
+  defp owner({:device, d}, lock) do
+    case :mnesia.read(@devices, d, lock) do
+      [{@devices, ^d, user_id}] -> user_id
+      [] -> nil
+    end
+  end
+
+  defp owner(identity, lock) do
+    case :mnesia.read(@identities, identity, lock) do
+      [{@identities, ^identity, user_id, _}] -> user_id
+      [] -> nil
+    end
+  end
+
+  defp put_identity({:device, d}, user_id, nil), do: :mnesia.write({@devices, d, user_id})
+
+  defp put_identity(identity, user_id, secret),
+    do: :mnesia.write({@identities, identity, user_id, secret})
 
   # 128 random bits do not collide in practice; the check keeps an account from ever being
   # overwritten if they did.
@@ -326,6 +406,7 @@ defmodule Overworld.Accounts do
 
   @doc """
   Reads a user account (a dirty read: it may miss a transaction that has not yet committed).
+  `device_id` is its first device (nil when it was made with an address or a custom id).
   """
   @spec get_user(term) :: {:ok, user} | {:error, :not_found}
   def get_user(user_id) when is_binary(user_id) do
@@ -339,6 +420,263 @@ defmodule Overworld.Accounts do
   end
 
   def get_user(_user_id), do: {:error, :not_found}
+
+  @doc """
+  An account's identities and state: `%{user_id, created_at, devices, email, custom_id,
+  disabled}` (a dirty read).
+  """
+  @spec account(user_id) :: {:ok, map} | {:error, :not_found}
+  def account(user_id) do
+    with {:ok, user} <- get_user(user_id) do
+      ids = :mnesia.dirty_index_read(@identities, user_id, :user_id)
+
+      {:ok,
+       %{
+         user_id: user_id,
+         created_at: user.created_at,
+         devices:
+           Enum.sort(
+             for {@devices, d, _} <- :mnesia.dirty_index_read(@devices, user_id, :user_id), do: d
+           ),
+         email: Enum.find_value(ids, fn {_, {k, v}, _, _} -> k == :email && v end),
+         custom_id: Enum.find_value(ids, fn {_, {k, v}, _, _} -> k == :custom && v end),
+         disabled: match?({:error, :disabled}, state(user_id))
+       }}
+    end
+  end
+
+  ## Linking
+
+  @doc """
+  Links an identity to an account: `{:device, id}` or `{:custom, id}` (an address is linked
+  through `Overworld.Accounts.Email`). Linking what the account has already is `:ok`;
+  `{:error, :already_linked}` when another account has it, `{:error, :identity_exists}` when
+  the account has another custom id (unlink it first).
+  """
+  @spec link(user_id, {:device | :custom, binary}) ::
+          :ok
+          | {:error, :not_found | :already_linked | :identity_exists | :invalid_identity | term}
+  def link(user_id, identity) do
+    if valid_identity?(identity),
+      do: change(fn -> link_tx(user_id, identity, nil) end),
+      else: {:error, :invalid_identity}
+  end
+
+  @doc false
+  # In a transaction (aborts with {:refused, reason}).
+  @spec link_tx(user_id, tuple, term) :: :ok
+  def link_tx(user_id, {kind, _} = identity, secret) do
+    if :mnesia.read(@users, user_id, :write) == [], do: :mnesia.abort({:refused, :not_found})
+
+    case owner(identity, :write) do
+      ^user_id ->
+        :ok
+
+      nil ->
+        if kind != :device and kind_of(user_id, kind) != [],
+          do: :mnesia.abort({:refused, :identity_exists})
+
+        put_identity(identity, user_id, secret)
+
+      _other ->
+        :mnesia.abort({:refused, :already_linked})
+    end
+  end
+
+  defp kind_of(user_id, kind) do
+    for {_, {^kind, _} = id, _, _} <- :mnesia.index_read(@identities, user_id, :user_id), do: id
+  end
+
+  @doc """
+  Unlinks an identity (`{:device, id}`, `{:custom, id}` or `{:email, address}`) from its
+  account. An account keeps at least one: `{:error, :last_identity}`; `{:error, :not_linked}`
+  when the account does not have it.
+  """
+  @spec unlink(user_id, {:device | :custom | :email, binary}) ::
+          :ok | {:error, :last_identity | :not_linked | term}
+  def unlink(user_id, identity), do: change(fn -> unlink_tx(user_id, identity) end)
+
+  defp unlink_tx(user_id, identity) do
+    if owner(identity, :write) != user_id, do: :mnesia.abort({:refused, :not_linked})
+
+    devices = :mnesia.index_read(@devices, user_id, :user_id)
+    others = :mnesia.index_read(@identities, user_id, :user_id)
+    if length(devices) + length(others) <= 1, do: :mnesia.abort({:refused, :last_identity})
+
+    case identity do
+      {:device, d} ->
+        :ok = :mnesia.delete({@devices, d})
+        # The account's first device, if it was this one: another, or none.
+        [{@users, ^user_id, first, created}] = :mnesia.read(@users, user_id, :write)
+
+        if first == d do
+          next = Enum.find_value(devices, fn {_, other, _} -> other != d && other end)
+          :mnesia.write({@users, user_id, next || nil, created})
+        end
+
+        :ok
+
+      _ ->
+        :mnesia.delete({@identities, identity})
+    end
+  end
+
+  defp valid_identity?({:device, d}), do: valid_device_id?(d)
+  defp valid_identity?({:custom, c}), do: Overworld.Accounts.CustomAuth.valid_id?(c)
+  defp valid_identity?(_), do: false
+
+  @doc false
+  # A durable transaction of this node's Mnesia (the accounts', the embedded storage's): on a
+  # node that sees its cluster's majority, run, then fsynced (`Overworld.Accounts.Sync`)
+  # before the answer. A transaction aborted with {:refused, reason} answers {:error, reason}.
+  @spec transaction((() -> term)) :: {:ok, term} | {:error, term}
+  def transaction(fun) do
+    if Overworld.Cluster.quorate?() do
+      case :mnesia.transaction(fun) do
+        {:atomic, result} ->
+          case Overworld.Accounts.Sync.await() do
+            :ok -> {:ok, result}
+            {:error, reason} -> {:error, {:aborted, reason}}
+          end
+
+        {:aborted, {:refused, reason}} ->
+          {:error, reason}
+
+        {:aborted, reason} ->
+          {:error, {:aborted, reason}}
+      end
+    else
+      {:error, :no_quorum}
+    end
+  end
+
+  @doc false
+  # A change to the accounts (`transaction/1`) answering what the transaction's fun answers.
+  @spec change((() -> term)) :: term
+  def change(fun) do
+    case transaction(fun) do
+      {:ok, result} -> result
+      error -> error
+    end
+  end
+
+  ## Tokens: generations, logouts, disabled accounts
+
+  @doc """
+  What a new token of `user_id` carries (`Overworld.Auth.Token.sign/5`): the account's
+  generation and a login id (`sid`: a new one unless given, as a refresh keeps its login's).
+  `{:error, :disabled}` for a disabled account.
+  """
+  @spec subject(user_id, binary | nil) ::
+          {:ok, %{user_id: user_id, generation: non_neg_integer, sid: binary}}
+          | {:error, :disabled}
+  def subject(user_id, sid \\ nil) do
+    with {:ok, generation} <- state(user_id) do
+      {:ok,
+       %{user_id: user_id, generation: generation, sid: sid || Overworld.Auth.Token.new_sid()}}
+    end
+  end
+
+  defp state(user_id) do
+    case :mnesia.dirty_read(@state, user_id) do
+      [] -> {:ok, 0}
+      [{@state, _, generation, nil}] -> {:ok, generation}
+      [{@state, _, _, _disabled_at}] -> {:error, :disabled}
+    end
+  end
+
+  @doc """
+  Checks a verified token's claims against its account (every use of a token calls it):
+  `{:error, :disabled}`, `{:error, :revoked}` (an older generation, or a logged-out login),
+  or `:ok`. Two dirty reads of replicated tables: a revocation made on any node of a cluster
+  counts here once Mnesia has replicated it (a transaction: before the revoking call answers).
+  """
+  @spec check_token(Overworld.Auth.Token.claims()) :: :ok | {:error, :disabled | :revoked}
+  def check_token(%{user_id: user_id, generation: token_generation, sid: sid}) do
+    case state(user_id) do
+      {:ok, generation} when token_generation < generation ->
+        {:error, :revoked}
+
+      {:ok, _} ->
+        if sid != nil and :mnesia.dirty_read(@revoked, sid) != [],
+          do: {:error, :revoked},
+          else: :ok
+
+      error ->
+        error
+    end
+  end
+
+  @doc """
+  Verifies a token (`Overworld.Auth.Token.verify/4` with `keys`) and checks it against its
+  account (`check_token/1`).
+  """
+  @spec verify_token([Overworld.Auth.Token.Key.t()], term, Overworld.Auth.Token.type()) ::
+          {:ok, Overworld.Auth.Token.claims()}
+          | {:error, Overworld.Auth.Token.error() | :disabled | :revoked}
+  def verify_token(keys, token, type) do
+    with {:ok, claims} <- Overworld.Auth.Token.verify(keys, token, type),
+         :ok <- check_token(claims) do
+      {:ok, claims}
+    end
+  end
+
+  @doc """
+  Logs a login out: every token of its `sid` (session and refresh, and those refreshed from
+  them) is refused from now on, on every node. `until`: the unix second after which none of
+  them could be valid anyway (the refresh token's expiry), when the revocation is forgotten.
+  """
+  @spec logout(binary, integer) :: :ok | {:error, term}
+  def logout(sid, until) when is_binary(sid) do
+    change(fn -> :mnesia.write({@revoked, sid, until}) end)
+  end
+
+  @doc "Logs an account out everywhere: every token made before is refused (a new generation)."
+  @spec revoke_all(user_id) :: :ok | {:error, term}
+  def revoke_all(user_id), do: set_state(user_id, fn gen, disabled -> {gen + 1, disabled} end)
+
+  @doc """
+  Disables an account: its tokens are refused (a new generation), and it gets no new ones
+  until `enable/1`.
+  """
+  @spec disable(user_id) :: :ok | {:error, term}
+  def disable(user_id),
+    do: set_state(user_id, fn gen, _ -> {gen + 1, System.system_time(:second)} end)
+
+  @doc "Enables a disabled account (its old tokens stay refused)."
+  @spec enable(user_id) :: :ok | {:error, term}
+  def enable(user_id), do: set_state(user_id, fn gen, _ -> {gen, nil} end)
+
+  defp set_state(user_id, fun) do
+    change(fn ->
+      if :mnesia.read(@users, user_id) == [], do: :mnesia.abort({:refused, :not_found})
+
+      {gen, disabled} =
+        case :mnesia.read(@state, user_id, :write) do
+          [] -> {0, nil}
+          [{@state, _, gen, disabled}] -> {gen, disabled}
+        end
+
+      {gen, disabled} = fun.(gen, disabled)
+      :mnesia.write({@state, user_id, gen, disabled})
+    end)
+  end
+
+  @doc false
+  # Forgets revocations and pending codes past their expiry (Overworld.Accounts.Sweeper).
+  @spec sweep(integer) :: non_neg_integer
+  def sweep(now) do
+    expired =
+      :mnesia.dirty_select(@revoked, [
+        {{@revoked, :"$1", :"$2"}, [{:<, :"$2", now}], [{{@revoked, :"$1"}}]}
+      ]) ++
+        :mnesia.dirty_select(@pending, [
+          {{@pending, :"$1", :_, :_, :_, :"$2"}, [{:<, :"$2", now}], [{{@pending, :"$1"}}]}
+        ])
+
+    for key <- expired, do: :mnesia.dirty_delete(key)
+    length(expired)
+  end
 
   @doc "Counts the users."
   @spec count() :: non_neg_integer

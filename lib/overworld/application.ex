@@ -16,7 +16,15 @@ defmodule Overworld.Application do
         # The accounts' partition policy (idle until Overworld.Accounts.start/1).
         Overworld.Accounts.Heal,
         # The group commit of this node's Mnesia log (accounts and the embedded storage).
-        Overworld.Accounts.Sync
+        Overworld.Accounts.Sync,
+        # Password hashing off the schedulers' other work (low priority, bounded).
+        Overworld.Accounts.Hasher,
+        # Mails of email accounts, sent after the answers.
+        {Task.Supervisor, name: Overworld.Accounts.Mail},
+        # Expired revocations and email codes forgotten.
+        Overworld.Accounts.Sweeper,
+        # Rate limits of the password routes.
+        Overworld.RateLimit
       ] ++ Overworld.Cluster.child_specs()
 
     Supervisor.start_link(children, strategy: :one_for_one, name: Overworld.Supervisor)

@@ -65,6 +65,8 @@ defmodule Overworld.Server do
     store options, for a store the server starts (default `[]`: the embedded Mnesia adapter,
     in `:data_dir`, named `:"<name>.Storage"` unless the options name it), the name of a store
     started elsewhere, or nil (no storage routes: 404).
+  * `:accounts` - account options (`Overworld.Accounts.Settings`: password hashing, email
+    confirmation and its mailer, custom ids, rate limits).
   """
   use Supervisor
   require Logger
@@ -102,6 +104,7 @@ defmodule Overworld.Server do
       :max_players,
       :retry_after,
       :storage,
+      :accounts,
       :started_at
     ]
 
@@ -163,7 +166,9 @@ defmodule Overworld.Server do
       retry_after: {:pos_integer, 5},
       storage:
         {{:custom, &(is_nil(&1) or is_atom(&1) or Keyword.keyword?(&1)),
-          "nil, a store's name or a keyword list of Overworld.Storage options"}, []}
+          "nil, a store's name or a keyword list of Overworld.Storage options"}, []},
+      accounts:
+        {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Accounts.Settings)"}, []}
     ]
   end
 
@@ -174,6 +179,7 @@ defmodule Overworld.Server do
   @spec start_link(keyword) :: Supervisor.on_start()
   def start_link(opts) do
     o = Options.validate!(opts, schema(), "Overworld.Server")
+    o = %{o | accounts: Overworld.Accounts.Settings.new(o.accounts)}
 
     if o.default_zone && not Map.has_key?(o.zones, o.default_zone) do
       raise ArgumentError,
@@ -224,6 +230,7 @@ defmodule Overworld.Server do
         max_players: o.max_players,
         retry_after: o.retry_after,
         storage: storage_name(o),
+        accounts: o.accounts,
         started_at: System.monotonic_time(:millisecond)
       }
 

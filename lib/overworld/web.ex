@@ -13,9 +13,20 @@ defmodule Overworld.Web do
   | `POST /api/v1/storage/read` | `{"object_ids": [...]}` → `{"objects": [...]}` |
   | `POST /api/v1/storage/delete` | `{"object_ids": [...]}` → `{}` |
   | `GET /api/v1/storage/list?collection=C` | `{"objects": [...], "cursor": ...}` (`user_id`, `limit`, `cursor` optional) |
+  | `POST /api/v1/auth/email/register` | `{"email", "password"}` → 202 (a code is mailed; 200 with tokens without confirmation) |
+  | `POST /api/v1/auth/email/confirm` | `{"code"}` → tokens |
+  | `POST /api/v1/auth/email/login` | `{"email", "password"}` → tokens |
+  | `POST /api/v1/auth/custom` | what the server's `Overworld.Accounts.CustomAuth` checks → tokens |
+  | `POST /api/v1/auth/logout` | revokes the login of the session token (`authorization: Bearer`) |
+  | `GET /api/v1/account` | the account: id, devices, email, custom id |
+  | `POST /api/v1/account/link/{device,custom,email}`, `.../unlink/...` | links and unlinks identities |
 
   The storage routes (`Overworld.Storage`, docs/protocol.md "Storage") answer 401 without a
-  valid session token, 403/409/413 for a permission, a version condition or a size.
+  valid session token, 403/409/413 for a permission, a version condition or a size. The
+  account routes are `Overworld.Web.Accounts`' (docs/protocol.md "Accounts"). Every token is
+  checked against its account on every use (`Overworld.Accounts.verify_token/3`): a token of
+  a logged-out login or a disabled account answers 401 `invalid_token` (`revoked`,
+  `disabled`).
 
   Unknown paths answer 404, a known path with another method 405 (with `Allow`), a body that is
   not a JSON object 400; every error body is `{"error": code, "message": text}`. The API routes
@@ -29,17 +40,17 @@ defmodule Overworld.Web do
 
   @type response :: {pos_integer, [{binary, iodata}], iodata}
 
-  @routes %{
-    "/" => "GET",
-    "/healthz" => "GET",
-    "/api/v1/status" => "GET",
-    "/api/v1/auth/device" => "POST",
-    "/api/v1/auth/refresh" => "POST",
-    "/api/v1/storage/write" => "POST",
-    "/api/v1/storage/read" => "POST",
-    "/api/v1/storage/delete" => "POST",
-    "/api/v1/storage/list" => "GET"
-  }
+  @routes Map.merge(Overworld.Web.Accounts.routes(), %{
+            "/" => "GET",
+            "/healthz" => "GET",
+            "/api/v1/status" => "GET",
+            "/api/v1/auth/device" => "POST",
+            "/api/v1/auth/refresh" => "POST",
+            "/api/v1/storage/write" => "POST",
+            "/api/v1/storage/read" => "POST",
+            "/api/v1/storage/delete" => "POST",
+            "/api/v1/storage/list" => "GET"
+          })
 
   @doc false
   @spec handle(Overworld.Transport.HTTP.Request.t(), Config.t()) :: response
@@ -85,21 +96,32 @@ defmodule Overworld.Web do
   defp route(_method, "/api/v1/storage/" <> _ = path, req, cfg),
     do: Overworld.Web.Storage.handle(path, req, cfg)
 
-  defp route("POST", "/api/v1/auth/device", req, cfg) do
+  defp route(_method, "/api/v1/auth/device" = path, req, cfg), do: device(path, req, cfg)
+  defp route(_method, "/api/v1/auth/refresh" = path, req, cfg), do: refresh(path, req, cfg)
+
+  defp route(_method, path, req, cfg), do: Overworld.Web.Accounts.handle(path, req, cfg)
+
+  defp device(_path, req, cfg) do
     with {:ok, body} <- json_body(req),
-         {:ok, device} <- field(body, "device_id"),
-         {:ok, %{user_id: user, created: created?}} <- device_auth(device) do
-      json(200, Map.put(tokens(cfg, user), :created, created?))
+         {:ok, device} <- field(body, "device_id") do
+      case Overworld.Accounts.authenticate_device(device) do
+        {:ok, %{user_id: user, created: created?}} ->
+          token_response(cfg, user, nil, created: created?)
+
+        {:error, reason} ->
+          Overworld.Web.Accounts.failed(reason)
+      end
     end
   end
 
-  defp route("POST", "/api/v1/auth/refresh", req, cfg) do
+  # A refresh keeps its login (sid), so that a logout reaches the tokens refreshed from it.
+  defp refresh(_path, req, cfg) do
     with {:ok, body} <- json_body(req),
          {:ok, token} <- field(body, "refresh_token") do
-      case Token.verify(cfg.keys, token, :refresh) do
-        {:ok, %{user_id: user}} ->
+      case Overworld.Accounts.verify_token(cfg.keys, token, :refresh) do
+        {:ok, %{user_id: user, sid: sid}} ->
           case Overworld.Accounts.get_user(user) do
-            {:ok, _} -> json(200, tokens(cfg, user))
+            {:ok, _} -> token_response(cfg, user, sid, [])
             {:error, :not_found} -> error(401, "invalid_token", "unknown user")
           end
 
@@ -110,41 +132,44 @@ defmodule Overworld.Web do
     end
   end
 
-  defp device_auth(device) do
-    case Overworld.Accounts.authenticate_device(device) do
-      {:ok, _} = ok ->
-        ok
+  @doc false
+  # 200 with a new session and refresh token of `user` (of login `sid`, or a new one), and
+  # `extra` fields; 403 for a disabled account.
+  @spec token_response(Config.t(), binary, binary | nil, keyword) :: response
+  def token_response(cfg, user, sid, extra) do
+    case Overworld.Accounts.subject(user, sid) do
+      {:ok, subject} ->
+        [key | _] = cfg.keys
 
-      {:error, :invalid_device_id} ->
-        error(
-          400,
-          "invalid_device_id",
-          "device_id must be 10 to 128 printable ASCII characters without spaces"
+        json(
+          200,
+          Map.merge(Map.new(extra), %{
+            user_id: user,
+            token: Token.sign(key, :session, subject, cfg.session_ttl),
+            expires_in: cfg.session_ttl,
+            refresh_token: Token.sign(key, :refresh, subject, cfg.refresh_ttl),
+            refresh_expires_in: cfg.refresh_ttl
+          })
         )
 
-      {:error, :no_quorum} ->
-        error(
-          503,
-          "no_quorum",
-          "this node sees no majority of its cluster: try another node, or again shortly"
-        )
-
-      {:error, other} ->
-        Logger.error("accounts: device authentication failed: #{inspect(other)}")
-        error(500, "internal", "account storage failed")
+      {:error, :disabled} ->
+        Overworld.Web.Accounts.failed(:disabled)
     end
   end
 
-  defp tokens(cfg, user) do
-    [key | _] = cfg.keys
-
-    %{
-      user_id: user,
-      token: Token.sign(key, :session, user, cfg.session_ttl),
-      expires_in: cfg.session_ttl,
-      refresh_token: Token.sign(key, :refresh, user, cfg.refresh_ttl),
-      refresh_expires_in: cfg.refresh_ttl
-    }
+  @doc false
+  # The claims of the request's session token (`authorization: Bearer <token>`), checked
+  # against its account, or the 401 response.
+  @spec session(Overworld.Transport.HTTP.Request.t(), Config.t()) ::
+          {:ok, Token.claims()} | response
+  def session(req, cfg) do
+    with "Bearer " <> token <- Map.get(req.headers, "authorization", ""),
+         {:ok, claims} <- Overworld.Accounts.verify_token(cfg.keys, String.trim(token), :session) do
+      {:ok, claims}
+    else
+      {:error, why} -> error(401, "invalid_token", Atom.to_string(why))
+      _ -> error(401, "invalid_token", "expected authorization: Bearer <session token>")
+    end
   end
 
   @doc false

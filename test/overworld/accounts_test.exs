@@ -174,7 +174,162 @@ defmodule Overworld.AccountsTest do
 
       assert :mnesia.table_info(:overworld_users, :attributes) ==
                [:user_id, :device_id, :created_at]
+
+      assert :mnesia.table_info(:overworld_identities, :attributes) == [:key, :user_id, :secret]
+
+      assert :mnesia.table_info(:overworld_account_state, :attributes) ==
+               [:user_id, :generation, :disabled_at]
+
+      assert :mnesia.table_info(:overworld_revoked, :attributes) == [:sid, :expires_at]
+      # Indexed by user: a user's devices and identities.
+      assert :mnesia.table_info(:overworld_devices, :index) == [3]
+      assert :mnesia.table_info(:overworld_identities, :index) == [3]
     end
+  end
+
+  describe "custom ids" do
+    test "the first call makes an account, later ones find it" do
+      id = "steam:" <> hex(6)
+      assert {:ok, %{user_id: u, created: true}} = Accounts.authenticate_custom(id)
+      assert {:ok, %{user_id: ^u, created: false}} = Accounts.authenticate_custom(id)
+      assert {:ok, %{custom_id: ^id, devices: [], email: nil}} = Accounts.account(u)
+      assert {:ok, %{device_id: nil}} = Accounts.get_user(u)
+      assert Accounts.authenticate_custom("short") == {:error, :invalid_custom_id}
+      assert Accounts.authenticate_custom("has space!") == {:error, :invalid_custom_id}
+      assert Accounts.authenticate_custom(42) == {:error, :invalid_custom_id}
+    end
+  end
+
+  describe "link/2 and unlink/2" do
+    test "a device account links more devices and a custom id, and unlinks them but the last" do
+      {:ok, %{user_id: u}} = Accounts.authenticate_device(d1 = device_id())
+      d2 = device_id()
+      c = "custom-" <> hex(4)
+
+      assert :ok = Accounts.link(u, {:device, d2})
+      assert :ok = Accounts.link(u, {:device, d2})
+      assert :ok = Accounts.link(u, {:custom, c})
+      # Both devices and the custom id find the same account.
+      assert {:ok, %{user_id: ^u, created: false}} = Accounts.authenticate_device(d2)
+      assert {:ok, %{user_id: ^u, created: false}} = Accounts.authenticate_custom(c)
+
+      assert {:ok, %{devices: devices, custom_id: ^c}} = Accounts.account(u)
+      assert devices == Enum.sort([d1, d2])
+
+      # One custom id per account; another account's identities stay theirs.
+      assert Accounts.link(u, {:custom, "custom-" <> hex(4)}) == {:error, :identity_exists}
+      {:ok, %{user_id: other}} = Accounts.authenticate_device(d3 = device_id())
+      assert Accounts.link(u, {:device, d3}) == {:error, :already_linked}
+      assert Accounts.link(other, {:custom, c}) == {:error, :already_linked}
+      assert Accounts.link(u, {:device, "bad"}) == {:error, :invalid_identity}
+      assert Accounts.link(hex(16), {:device, device_id()}) == {:error, :not_found}
+
+      # Unlinking the first device moves the account's first device to the other one.
+      assert :ok = Accounts.unlink(u, {:device, d1})
+      assert {:ok, %{device_id: ^d2}} = Accounts.get_user(u)
+      assert Accounts.unlink(u, {:device, d1}) == {:error, :not_linked}
+      assert Accounts.unlink(u, {:device, d3}) == {:error, :not_linked}
+      assert :ok = Accounts.unlink(u, {:custom, c})
+      assert Accounts.unlink(u, {:device, d2}) == {:error, :last_identity}
+      assert {:ok, %{devices: [^d2], custom_id: nil}} = Accounts.account(u)
+
+      # An unlinked device is free: it makes a new account.
+      assert {:ok, %{user_id: new, created: true}} = Accounts.authenticate_device(d1)
+      assert new != u
+    end
+  end
+
+  describe "tokens: generations, logouts, disabled accounts" do
+    setup do
+      {:ok, %{user_id: u}} = Accounts.authenticate_device(device_id())
+      key = Overworld.Auth.Token.key(:crypto.strong_rand_bytes(32))
+      sign = fn subject -> Overworld.Auth.Token.sign(key, :session, subject, 600) end
+      %{user: u, keys: [key], sign: sign}
+    end
+
+    test "a logout refuses its login's tokens only", %{user: u, keys: keys, sign: sign} do
+      {:ok, s1} = Accounts.subject(u)
+      {:ok, s2} = Accounts.subject(u)
+      assert s1.sid != s2.sid and s1.generation == 0
+      {t1, t2} = {sign.(s1), sign.(s2)}
+      assert {:ok, %{user_id: ^u}} = Accounts.verify_token(keys, t1, :session)
+
+      assert :ok = Accounts.logout(s1.sid, System.system_time(:second) + 60)
+      assert Accounts.verify_token(keys, t1, :session) == {:error, :revoked}
+      # A refresh keeps the sid: what is refreshed from a logged-out login is refused too.
+      {:ok, same_login} = Accounts.subject(u, s1.sid)
+      assert Accounts.verify_token(keys, sign.(same_login), :session) == {:error, :revoked}
+      assert {:ok, _} = Accounts.verify_token(keys, t2, :session)
+    end
+
+    test "revoke_all/1 refuses every token made before, and version 1 tokens", %{
+      user: u,
+      keys: keys,
+      sign: sign
+    } do
+      {:ok, s} = Accounts.subject(u)
+      t = sign.(s)
+      [key] = keys
+
+      payload =
+        <<1, 1, key.kid::32, System.system_time(:second) + 60::64, byte_size(u), u::binary>>
+
+      v1 =
+        Base.url_encode64(payload, padding: false) <>
+          "." <>
+          Base.url_encode64(:crypto.mac(:hmac, :sha256, key.secret, payload), padding: false)
+
+      assert {:ok, %{sid: nil}} = Accounts.verify_token(keys, v1, :session)
+      assert :ok = Accounts.revoke_all(u)
+      assert Accounts.verify_token(keys, t, :session) == {:error, :revoked}
+      assert Accounts.verify_token(keys, v1, :session) == {:error, :revoked}
+      assert {:ok, %{generation: 1} = s2} = Accounts.subject(u)
+      assert {:ok, _} = Accounts.verify_token(keys, sign.(s2), :session)
+    end
+
+    test "a disabled account's tokens are refused and it gets none until enabled", %{
+      user: u,
+      keys: keys,
+      sign: sign
+    } do
+      {:ok, s} = Accounts.subject(u)
+      t = sign.(s)
+      assert :ok = Accounts.disable(u)
+      assert Accounts.verify_token(keys, t, :session) == {:error, :disabled}
+      assert Accounts.subject(u) == {:error, :disabled}
+      assert {:ok, %{disabled: true}} = Accounts.account(u)
+      assert :ok = Accounts.enable(u)
+      # Enabled again: its old tokens stay refused, new ones work.
+      assert Accounts.verify_token(keys, t, :session) == {:error, :revoked}
+      {:ok, s2} = Accounts.subject(u)
+      assert {:ok, _} = Accounts.verify_token(keys, sign.(s2), :session)
+      assert Accounts.disable(hex(16)) == {:error, :not_found}
+    end
+
+    test "sweep/1 forgets revocations past their time", %{user: u} do
+      {:ok, s} = Accounts.subject(u)
+      :ok = Accounts.logout(s.sid, System.system_time(:second) + 5)
+      assert :mnesia.dirty_read(:overworld_revoked, s.sid) != []
+      Accounts.sweep(System.system_time(:second))
+      assert :mnesia.dirty_read(:overworld_revoked, s.sid) != []
+      assert Accounts.sweep(System.system_time(:second) + 10) >= 1
+      assert :mnesia.dirty_read(:overworld_revoked, s.sid) == []
+    end
+  end
+
+  # HELLO with a token on a new WebSocket of 127.0.0.1:port: the server's answer.
+  defp hello(port, token) do
+    {:ok, conn} = Overworld.Client.connect("127.0.0.1", port, "/ws")
+
+    :ok =
+      Overworld.Client.send_msg(conn, %{
+        type: :hello,
+        version: Overworld.Protocol.version(),
+        token: token
+      })
+
+    {msg, _conn} = Overworld.Test.ServerCase.recv_msg(conn)
+    msg
   end
 
   describe "a cluster's accounts" do
@@ -226,19 +381,21 @@ defmodule Overworld.AccountsTest do
         end
         |> Map.new()
 
-      {:ok, %{"token" => token}} =
+      {:ok, %{"token" => token, "user_id" => user}} =
         Overworld.Client.authenticate_device("127.0.0.1", ports[a], device_id())
 
-      {:ok, conn} = Overworld.Client.connect("127.0.0.1", ports[b], "/ws")
+      assert %{type: :handshake} = hello(ports[b], token)
 
-      :ok =
-        Overworld.Client.send_msg(conn, %{
-          type: :hello,
-          version: Overworld.Protocol.version(),
-          token: token
-        })
+      # Logged out everywhere on a: b refuses the token from then on (the generation is
+      # replicated before revoke_all/1 answers... on a; b applies it right after).
+      :ok = :erpc.call(a, Accounts, :revoke_all, [user])
+      keys = :erpc.call(b, Overworld.Server, :config, [:accounts_cluster_server]).keys
 
-      assert {%{type: :handshake}, _} = Overworld.Test.ServerCase.recv_msg(conn)
+      eventually(fn ->
+        :erpc.call(b, Accounts, :verify_token, [keys, token, :session]) == {:error, :revoked}
+      end)
+
+      assert %{type: :error} = hello(ports[b], token)
     end
 
     test "a partition heals with the majority's copy: the minority makes no account meanwhile, and reloads",

@@ -5,11 +5,18 @@ defmodule Overworld.Auth.Token do
   A token is two unpadded base64url parts joined by a dot: a compact binary payload and the
   HMAC-SHA256 of the payload bytes.
 
-      payload = <<version::8, type::8, kid::32, expires_at::64, user_id_size::8, user_id::binary>>
+      payload = <<version::8, type::8, kid::32, expires_at::64, generation::32, sid::binary-8,
+                  user_id_size::8, user_id::binary>>
 
-  `version` is 1, `type` is 1 for `:session` and 2 for `:refresh`, `kid` names the key that
-  signed the token (see `Overworld.Auth.Token.Key`), `expires_at` is in unix seconds, and the user
-  id is at most 255 bytes. All integers are big-endian and unsigned.
+  `version` is 2, `type` is 1 for `:session` and 2 for `:refresh`, `kid` names the key that
+  signed the token (see `Overworld.Auth.Token.Key`), `expires_at` is in unix seconds,
+  `generation` is the account's token generation when the token was made and `sid` the id of
+  the login it belongs to (8 random bytes, shared by the session and refresh tokens of one
+  login and those refreshed from them): `Overworld.Accounts.check_token/1` refuses a token
+  whose generation is behind its account's (the account was disabled, or logged out
+  everywhere) or whose login was logged out. The user id is at most 255 bytes. All integers
+  are big-endian and unsigned. Tokens of version 1 (without generation and sid) still verify,
+  as generation 0 and sid nil.
 
   `verify/4` takes one key or a list of keys, so a server can rotate its secret: sign with the
   new key and verify with `[new, old]` until the old tokens have expired. It never raises on what
@@ -42,7 +49,8 @@ defmodule Overworld.Auth.Token do
     end
   end
 
-  @version 1
+  @version 2
+  @sid_size 8
   @max_token_size 1024
   @max_user_id_size 255
   @min_secret_size 32
@@ -53,7 +61,16 @@ defmodule Overworld.Auth.Token do
   @type type :: :session | :refresh
 
   @typedoc "What a valid token says."
-  @type claims :: %{user_id: binary, expires_at: integer, type: type}
+  @type claims :: %{
+          user_id: binary,
+          expires_at: integer,
+          type: type,
+          generation: non_neg_integer,
+          sid: binary | nil
+        }
+
+  @typedoc "Whom a token is for: a user id (generation 0, a new sid), or all three."
+  @type subject :: binary | %{user_id: binary, generation: non_neg_integer, sid: binary}
 
   @typedoc "Why a token was refused."
   @type error :: :malformed | :unknown_key | :bad_signature | :expired | :wrong_type
@@ -147,28 +164,45 @@ defmodule Overworld.Auth.Token do
   end
 
   @doc """
-  Signs a token of `type` for `user_id` (at most 255 bytes) that expires `ttl_seconds` after
+  Signs a token of `type` for a subject (a user id of at most 255 bytes, or a map with the
+  user id, the account's generation and the login's sid) that expires `ttl_seconds` after
   `now` (unix seconds).
 
       iex> key = Overworld.Auth.Token.key(:binary.copy("k", 32))
-      iex> token = Overworld.Auth.Token.sign(key, :session, "user-1", 60, 1_700_000_000)
+      iex> subject = %{user_id: "user-1", generation: 3, sid: "8 bytes!"}
+      iex> token = Overworld.Auth.Token.sign(key, :session, subject, 60, 1_700_000_000)
       iex> Overworld.Auth.Token.verify(key, token, :session, 1_700_000_030)
-      {:ok, %{user_id: "user-1", expires_at: 1_700_000_060, type: :session}}
+      {:ok, %{user_id: "user-1", expires_at: 1_700_000_060, type: :session, generation: 3, sid: "8 bytes!"}}
       iex> Overworld.Auth.Token.verify(key, token, :session, 1_700_000_060)
       {:error, :expired}
   """
-  @spec sign(Key.t(), type, binary, pos_integer, integer) :: binary
-  def sign(key, type, user_id, ttl_seconds, now \\ System.system_time(:second))
+  @spec sign(Key.t(), type, subject, pos_integer, integer) :: binary
+  def sign(key, type, subject, ttl_seconds, now \\ System.system_time(:second))
 
-  def sign(%Key{kid: kid, secret: secret}, type, user_id, ttl, now)
+  def sign(key, type, user_id, ttl, now) when is_binary(user_id),
+    do: sign(key, type, %{user_id: user_id, generation: 0, sid: new_sid()}, ttl, now)
+
+  def sign(
+        %Key{kid: kid, secret: secret},
+        type,
+        %{user_id: user_id, generation: gen, sid: sid},
+        ttl,
+        now
+      )
       when type in [:session, :refresh] and is_binary(user_id) and
-             byte_size(user_id) <= @max_user_id_size and is_integer(ttl) and ttl > 0 and
+             byte_size(user_id) <= @max_user_id_size and is_integer(gen) and gen >= 0 and
+             gen < 1 <<< 32 and byte_size(sid) == @sid_size and is_integer(ttl) and ttl > 0 and
              is_integer(now) and now + ttl < 1 <<< 64 and now + ttl >= 0 do
     payload =
-      <<@version, type_byte(type), kid::32, now + ttl::64, byte_size(user_id), user_id::binary>>
+      <<@version, type_byte(type), kid::32, now + ttl::64, gen::32, sid::binary,
+        byte_size(user_id), user_id::binary>>
 
     encode(payload) <> "." <> encode(:crypto.mac(:hmac, :sha256, secret, payload))
   end
+
+  @doc "A new login id (`sid`): 8 random bytes."
+  @spec new_sid() :: binary
+  def new_sid, do: :crypto.strong_rand_bytes(@sid_size)
 
   @doc """
   Verifies a token of `type` with one key or a list of keys at `now` (unix seconds).
@@ -195,12 +229,13 @@ defmodule Overworld.Auth.Token do
   def verify(keys, token, type, now)
       when is_list(keys) and type in [:session, :refresh] and is_integer(now) do
     with {:ok, payload, mac} <- decode(token),
-         {:ok, token_type, kid, expires_at, user_id} <- parse(payload),
+         {:ok, token_type, kid, expires_at, gen, sid, user_id} <- parse(payload),
          {:ok, candidates} <- keys_for(keys, kid),
          :ok <- check_mac(candidates, payload, mac),
          :ok <- check_type(token_type, type),
          :ok <- check_expiry(expires_at, now) do
-      {:ok, %{user_id: user_id, expires_at: expires_at, type: token_type}}
+      {:ok,
+       %{user_id: user_id, expires_at: expires_at, type: token_type, generation: gen, sid: sid}}
     end
   end
 
@@ -225,9 +260,17 @@ defmodule Overworld.Auth.Token do
     end
   end
 
-  defp parse(<<@version, type, kid::32, expires_at::64, size, user_id::binary-size(size)>>)
+  defp parse(
+         <<@version, type, kid::32, expires_at::64, gen::32, sid::binary-size(@sid_size), size,
+           user_id::binary-size(size)>>
+       )
        when type in [1, 2],
-       do: {:ok, type_atom(type), kid, expires_at, user_id}
+       do: {:ok, type_atom(type), kid, expires_at, gen, sid, user_id}
+
+  # Version 1, before generations and sids.
+  defp parse(<<1, type, kid::32, expires_at::64, size, user_id::binary-size(size)>>)
+       when type in [1, 2],
+       do: {:ok, type_atom(type), kid, expires_at, 0, nil, user_id}
 
   defp parse(_payload), do: {:error, :malformed}
 

@@ -69,4 +69,25 @@ defmodule Overworld.Bench.Peer do
       15_000 -> raise "the server did not start"
     end
   end
+
+  @doc """
+  Starts a child spec on this node (call it through `:erpc` to place it on another) under a
+  process of its own, so that it outlives the call: `{:ok, pid}` or `{:error, reason}`.
+  """
+  @spec hold(Supervisor.child_spec() | {module, term}) :: {:ok, pid} | {:error, term}
+  def hold(spec) do
+    me = self()
+
+    spawn(fn ->
+      send(me, {:held, Supervisor.start_link([spec], strategy: :one_for_one)})
+      Process.sleep(:infinity)
+    end)
+
+    receive do
+      {:held, {:ok, _} = ok} -> ok
+      {:held, {:error, reason}} -> {:error, reason}
+    after
+      15_000 -> {:error, :timeout}
+    end
+  end
 end

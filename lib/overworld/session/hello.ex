@@ -9,7 +9,6 @@ defmodule Overworld.Session.Hello do
   require Logger
 
   alias Overworld.{Interest, Protocol, Session}
-  alias Overworld.Auth.Token
   alias Overworld.Session.Outbox
 
   @version Protocol.version()
@@ -45,7 +44,7 @@ defmodule Overworld.Session.Hello do
   defp hello_user("", %{token_user: user}), do: {:ok, user}
 
   defp hello_user(token, st) do
-    case Token.verify(st.cfg.keys, token, :session) do
+    case Overworld.Accounts.verify_token(st.cfg.keys, token, :session) do
       {:ok, %{user_id: user}} -> {:ok, user}
       {:error, why} -> Session.close(st, 4003, "unauthorized: #{why}", 3)
     end

@@ -9,7 +9,6 @@ defmodule Overworld.Session.Upgrade do
   require Logger
 
   alias Overworld.{Server, Session}
-  alias Overworld.Auth.Token
   alias Overworld.Transport.{Conn, HTTP, WebSocket}
 
   @doc """
@@ -89,7 +88,7 @@ defmodule Overworld.Session.Upgrade do
   end
 
   defp url_token(cfg, %{"token" => token}) when token != "" do
-    case Token.verify(cfg.keys, token, :session) do
+    case Overworld.Accounts.verify_token(cfg.keys, token, :session) do
       {:ok, %{user_id: user}} -> {:ok, user}
       {:error, why} -> {:error, 401, [], "invalid token: #{why}"}
     end

@@ -21,7 +21,6 @@ defmodule Overworld.Storage.Mnesia do
   """
   @behaviour Overworld.Storage
 
-  alias Overworld.Accounts.Sync
   alias Overworld.Storage.Object
 
   @attributes [:id, :value, :version, :read, :write, :created_at, :updated_at]
@@ -64,31 +63,18 @@ defmodule Overworld.Storage.Mnesia do
   # (The handle of a transaction is the table.)
   @impl true
   def transaction(%{table: t}, fun) do
-    if Overworld.Cluster.quorate?() do
-      tx = fn ->
-        case fun.(t) do
-          {:ok, result} -> result
-          {:error, reason} -> :mnesia.abort({:refused, reason})
-        end
+    tx = fn ->
+      case fun.(t) do
+        {:ok, result} -> result
+        {:error, reason} -> :mnesia.abort({:refused, reason})
       end
+    end
 
-      case :mnesia.transaction(tx) do
-        {:atomic, result} ->
-          case Sync.await() do
-            :ok -> {:ok, result}
-            {:error, reason} -> {:error, {:unavailable, reason}}
-          end
-
-        {:aborted, {:refused, reason}} ->
-          {:error, reason}
-
-        {:aborted, reason} ->
-          {:error, {:unavailable, reason}}
-      end
-    else
-      # (A node cut off from its cluster's majority writes nothing: the majority's copy wins
-      # when the partition heals.)
-      {:error, :no_quorum}
+    # (A node cut off from its cluster's majority writes nothing: the majority's copy wins
+    # when the partition heals.)
+    case Overworld.Accounts.transaction(tx) do
+      {:error, {:aborted, reason}} -> {:error, {:unavailable, reason}}
+      other -> other
     end
   end
 

@@ -25,13 +25,13 @@ defmodule Overworld.Transport.Conn do
     Process.flag(:priority, :high)
 
     receive do
-      {:go, sock} -> serve(sock, Server.config(name))
+      {:go, sock} -> serve(sock, Server.config(name), address(sock))
     after
       5_000 -> exit(:normal)
     end
   end
 
-  defp serve(sock, cfg) do
+  defp serve(sock, cfg, address) do
     case HTTP.read(sock, cfg.request_timeout, @max_body) do
       {:ok, %{path: "/ws"} = req} ->
         # Returns only when the upgrade was refused (the response is sent).
@@ -39,11 +39,11 @@ defmodule Overworld.Transport.Conn do
         done(sock, cfg)
 
       {:ok, req} ->
-        {status, headers, body} = Overworld.Web.handle(req, cfg)
+        {status, headers, body} = Overworld.Web.handle(%{req | peer: address}, cfg)
         keep? = HTTP.keep_alive?(req)
 
         case :gen_tcp.send(sock, HTTP.response(status, headers, body, keep?)) do
-          :ok when keep? -> serve(sock, cfg)
+          :ok when keep? -> serve(sock, cfg, address)
           _ -> done(sock, cfg)
         end
 
@@ -71,6 +71,14 @@ defmodule Overworld.Transport.Conn do
 
   @doc false
   def json, do: {"content-type", "application/json"}
+
+  # The client's IP address (the rate limits of the password routes count per address).
+  defp address(sock) do
+    case :inet.peername(sock) do
+      {:ok, {ip, _port}} -> ip
+      _ -> nil
+    end
+  end
 
   @doc false
   def peer(sock) do

@@ -7,7 +7,7 @@ defmodule Overworld.Transport.HTTP do
 
   defmodule Request do
     @moduledoc false
-    defstruct [:method, :path, :query, :version, headers: %{}, body: <<>>]
+    defstruct [:method, :path, :query, :version, :peer, headers: %{}, body: <<>>]
 
     @type t :: %__MODULE__{
             method: binary,

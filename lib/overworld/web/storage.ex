@@ -14,7 +14,6 @@ defmodule Overworld.Web.Storage do
   # permission, 409 a version condition, 413 too large, 503 storage unavailable.
   require Logger
 
-  alias Overworld.Auth.Token
   alias Overworld.Web
 
   @doc false
@@ -75,13 +74,7 @@ defmodule Overworld.Web.Storage do
   defp query(_req), do: %{}
 
   defp user(req, cfg) do
-    with "Bearer " <> token <- Map.get(req.headers, "authorization", ""),
-         {:ok, %{user_id: user}} <- Token.verify(cfg.keys, String.trim(token), :session) do
-      {:ok, user}
-    else
-      {:error, why} -> Web.error(401, "invalid_token", Atom.to_string(why))
-      _ -> Web.error(401, "invalid_token", "expected authorization: Bearer <session token>")
-    end
+    with {:ok, %{user_id: user}} <- Web.session(req, cfg), do: {:ok, user}
   end
 
   defp store(%{storage: nil}),

@@ -52,8 +52,12 @@ defmodule Overworld.Auth.TokenTest do
       assert is_binary(token)
       refute token =~ "="
 
-      assert Token.verify(key, token, :session, @now) ==
-               {:ok, %{user_id: "user-42", expires_at: @now + 300, type: :session}}
+      assert {:ok, %{user_id: "user-42", expires_at: expires, type: :session} = claims} =
+               Token.verify(key, token, :session, @now)
+
+      assert expires == @now + 300
+      # A user id alone: generation 0 and a new login id.
+      assert %{generation: 0, sid: <<_::binary-size(8)>>} = claims
 
       refresh = Token.sign(key, :refresh, "user-42", 86_400, @now)
       assert {:ok, %{type: :refresh}} = Token.verify([key], refresh, :refresh, @now + 86_399)
@@ -63,8 +67,22 @@ defmodule Overworld.Auth.TokenTest do
       {payload, mac} = parts(Token.sign(key, :refresh, "abc", 10, @now))
       kid = key.kid
       expires_at = @now + 10
-      assert <<1, 2, ^kid::32, ^expires_at::64, 3, "abc">> = payload
+      assert <<2, 2, ^kid::32, ^expires_at::64, 0::32, _sid::binary-size(8), 3, "abc">> = payload
+
       assert mac == :crypto.mac(:hmac, :sha256, key.secret, payload)
+
+      subject = %{user_id: "abc", generation: 7, sid: "ABCDEFGH"}
+      {payload, _mac} = parts(Token.sign(key, :session, subject, 10, @now))
+      assert <<2, 1, ^kid::32, ^expires_at::64, 7::32, "ABCDEFGH", 3, "abc">> = payload
+    end
+
+    test "tokens of version 1 still verify, as generation 0 without a sid", %{key: key} do
+      payload = <<1, 1, key.kid::32, @now + 60::64, 3, "abc">>
+      token = join(payload, :crypto.mac(:hmac, :sha256, key.secret, payload))
+
+      assert Token.verify(key, token, :session, @now) ==
+               {:ok,
+                %{user_id: "abc", expires_at: @now + 60, type: :session, generation: 0, sid: nil}}
     end
 
     test "user ids of 0 to 255 bytes, any bytes", %{key: key} do
@@ -132,21 +150,21 @@ defmodule Overworld.Auth.TokenTest do
 
     test "a changed type byte", %{key: key} do
       {payload, mac} = parts(Token.sign(key, :session, "u", 60, @now))
-      <<1, 1, rest::binary>> = payload
+      <<2, 1, rest::binary>> = payload
 
-      assert Token.verify(key, join(<<1, 2, rest::binary>>, mac), :refresh, @now) ==
+      assert Token.verify(key, join(<<2, 2, rest::binary>>, mac), :refresh, @now) ==
                {:error, :bad_signature}
 
-      assert Token.verify(key, join(<<1, 3, rest::binary>>, mac), :session, @now) ==
+      assert Token.verify(key, join(<<2, 3, rest::binary>>, mac), :session, @now) ==
                {:error, :malformed}
 
-      assert Token.verify(key, join(<<2, 1, rest::binary>>, mac), :session, @now) ==
+      assert Token.verify(key, join(<<3, 1, rest::binary>>, mac), :session, @now) ==
                {:error, :malformed}
     end
 
     test "a changed kid is an unknown key", %{key: key} do
-      {<<1, 1, kid::32, rest::binary>>, mac} = parts(Token.sign(key, :session, "u", 60, @now))
-      tampered = join(<<1, 1, bxor(kid, 1)::32, rest::binary>>, mac)
+      {<<2, 1, kid::32, rest::binary>>, mac} = parts(Token.sign(key, :session, "u", 60, @now))
+      tampered = join(<<2, 1, bxor(kid, 1)::32, rest::binary>>, mac)
       assert Token.verify(key, tampered, :session, @now) == {:error, :unknown_key}
     end
 
@@ -401,8 +419,11 @@ defmodule Overworld.Auth.TokenTest do
             user_id = binary_part(user_id, 0, min(byte_size(user_id), 255))
             token = Token.sign(key, type, user_id, ttl, now)
 
-            Token.verify(key, token, type, now + ttl - 1) ==
-              {:ok, %{user_id: user_id, expires_at: now + ttl, type: type}} and
+            match?(
+              {:ok, %{user_id: ^user_id, expires_at: e, type: ^type, generation: 0}}
+              when e == now + ttl,
+              Token.verify(key, token, type, now + ttl - 1)
+            ) and
               Token.verify(key, token, type, now + ttl) == {:error, :expired}
           end
         )

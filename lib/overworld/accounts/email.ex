@@ -1,0 +1,235 @@
+defmodule Overworld.Accounts.Email do
+  @moduledoc """
+  Email and password accounts: registration, confirmation, login, and linking an address to an
+  existing account (a guest's device account upgraded keeps its id and data).
+
+  Passwords are hashed with PBKDF2-HMAC-SHA256 (`Overworld.Accounts.Password`) in the node's
+  bounded pool (`Overworld.Accounts.Hasher`): a call finding the pool full answers
+  `{:error, {:busy, retry_after_seconds}}`. Passwords are never logged nor kept but hashed.
+
+  **Nothing tells a stranger whether an address has an account.**
+
+    * `login/3` with an unknown address and with a wrong password answer the same
+      `{:error, :invalid_credentials}` after the same work: an unknown address is checked
+      against a hash made at start with the same iteration count, so both take one PBKDF2.
+    * With confirmation (the default, `Overworld.Accounts.Settings`), `register/3` and
+      `link/4` answer `{:ok, :pending}` for any well-formed address after hashing the password,
+      taken or not: a new address is mailed a code (`confirm/2` with it makes the account, or
+      links the address), a taken one is mailed a notice to its owner
+      (`Overworld.Accounts.Mailer`), after the answer.
+
+  Addresses are kept trimmed and lowercased (`normalize/1`).
+  """
+
+  alias Overworld.Accounts
+  alias Overworld.Accounts.{Hasher, Mailer}
+
+  @pending :overworld_pending
+  @identities :overworld_identities
+  @max_password_bytes 256
+
+  @type error ::
+          :invalid_email
+          | :invalid_password
+          | :invalid_credentials
+          | :invalid_code
+          | :email_taken
+          | :disabled
+          | :no_quorum
+          | {:busy, pos_integer}
+          | term
+
+  @doc """
+  An address as kept: trimmed and lowercased; `:error` unless it looks like one (3 to 254
+  bytes of UTF-8 without spaces or control characters, one `@` with something on each side,
+  a dot in the domain).
+
+      iex> Overworld.Accounts.Email.normalize("  Goblin@Example.COM ")
+      {:ok, "goblin@example.com"}
+      iex> Overworld.Accounts.Email.normalize("no-at-sign.example.com")
+      :error
+      iex> Overworld.Accounts.Email.normalize("two@@example.com")
+      :error
+      iex> Overworld.Accounts.Email.normalize("a b@example.com")
+      :error
+  """
+  @spec normalize(term) :: {:ok, binary} | :error
+  def normalize(address) when is_binary(address) do
+    a = address |> String.trim() |> String.downcase()
+
+    with true <- byte_size(a) in 3..254 and String.valid?(a),
+         false <- String.match?(a, ~r/[\s[:cntrl:]]/u),
+         [local, domain] when local != "" <- String.split(a, "@"),
+         [_, _ | _] <- String.split(domain, "."),
+         false <- Enum.any?(String.split(domain, "."), &(&1 == "")) do
+      {:ok, a}
+    else
+      _ -> :error
+    end
+  end
+
+  def normalize(_address), do: :error
+
+  @doc """
+  Registers an address with a password. With confirmation: `{:ok, :pending}` (see the module
+  doc); without: `{:ok, %{user_id, created: true}}` or `{:error, :email_taken}`.
+  """
+  @spec register(term, term, Accounts.Settings.t()) ::
+          {:ok, :pending | %{user_id: binary, created: true}} | {:error, error}
+  def register(address, password, settings), do: add(address, password, nil, settings)
+
+  @doc """
+  Links an address to `user_id`'s account (as `register/3`, but the code, or the link without
+  confirmation, adds the address to that account). `{:error, :identity_exists}` when the
+  account has an address already (unlink it first).
+  """
+  @spec link(binary, term, term, Accounts.Settings.t()) ::
+          {:ok, :pending | %{user_id: binary, created: false}} | {:error, error}
+  def link(user_id, address, password, settings), do: add(address, password, user_id, settings)
+
+  defp add(address, password, user_id, s) do
+    with {:ok, a} <- address(address),
+         :ok <- password(password, s),
+         {:ok, hash} <- Hasher.hash(password, s.password_iterations) do
+      if s.email_confirmation, do: pending(a, hash, user_id, s), else: add_now(a, hash, user_id)
+    end
+  end
+
+  defp pending(a, hash, user_id, s) do
+    if taken?(a) do
+      Mailer.send_later(s.mailer, :already_registered, a, %{})
+      {:ok, :pending}
+    else
+      code = Base.url_encode64(:crypto.strong_rand_bytes(18), padding: false)
+      expires = System.system_time(:second) + s.confirmation_ttl
+
+      with :ok <-
+             Accounts.change(fn ->
+               :mnesia.write({@pending, digest(code), a, user_id, hash, expires})
+             end) do
+        kind = if user_id, do: :confirm_link, else: :confirm_registration
+        Mailer.send_later(s.mailer, kind, a, %{code: code})
+        {:ok, :pending}
+      end
+    end
+  end
+
+  defp add_now(a, hash, nil) do
+    Accounts.change(fn ->
+      if taken_tx?(a), do: :mnesia.abort({:refused, :email_taken})
+      {:ok, %{user_id: Accounts.create_tx({:email, a}, hash), created: true}}
+    end)
+  end
+
+  defp add_now(a, hash, user_id) do
+    Accounts.change(fn ->
+      if taken_tx?(a), do: :mnesia.abort({:refused, :email_taken})
+      :ok = Accounts.link_tx(user_id, {:email, a}, hash)
+      {:ok, %{user_id: user_id, created: false}}
+    end)
+  end
+
+  @doc """
+  Confirms a mailed code: makes the account (`created: true`) or links the address to the
+  account that asked. `{:error, :invalid_code}` for a code unknown, used or expired, or whose
+  address another account took meanwhile.
+  """
+  @spec confirm(term, Accounts.Settings.t()) ::
+          {:ok, %{user_id: binary, created: boolean}} | {:error, error}
+  def confirm(code, _settings) when is_binary(code) and byte_size(code) in 1..128 do
+    now = System.system_time(:second)
+
+    Accounts.change(fn ->
+      case :mnesia.read(@pending, digest(code), :write) do
+        [{@pending, key, a, user_id, hash, expires}] when expires > now ->
+          :ok = :mnesia.delete({@pending, key})
+          if taken_tx?(a), do: :mnesia.abort({:refused, :invalid_code})
+
+          if user_id do
+            :ok = Accounts.link_tx(user_id, {:email, a}, hash)
+            {:ok, %{user_id: user_id, created: false}}
+          else
+            {:ok, %{user_id: Accounts.create_tx({:email, a}, hash), created: true}}
+          end
+
+        _ ->
+          :mnesia.abort({:refused, :invalid_code})
+      end
+    end)
+  end
+
+  def confirm(_code, _settings), do: {:error, :invalid_code}
+
+  @doc """
+  Logs in with an address and a password: `{:ok, user_id}`, or `{:error,
+  :invalid_credentials}` alike for an unknown address and a wrong password (same answer, same
+  work), `{:error, :disabled}` for a disabled account (only once the password is right).
+  """
+  @spec login(term, term, Accounts.Settings.t()) :: {:ok, binary} | {:error, error}
+  def login(address, password, s) do
+    with {:ok, a} <- address(address),
+         :ok <- password(password, s) do
+      {user_id, hash} =
+        case :mnesia.dirty_read(@identities, {:email, a}) do
+          [{_, _, user_id, hash}] -> {user_id, hash}
+          [] -> {nil, decoy(s.password_iterations)}
+        end
+
+      case Hasher.verify(password, hash) do
+        {:ok, true} when user_id != nil -> enabled(user_id)
+        {:ok, _} -> {:error, :invalid_credentials}
+        {:error, _} = error -> error
+      end
+    end
+  end
+
+  defp enabled(user_id) do
+    case Accounts.subject(user_id) do
+      {:ok, _} -> {:ok, user_id}
+      error -> error
+    end
+  end
+
+  # A hash that no password matches, made once per iteration count: an unknown address costs
+  # one PBKDF2 as a known one does.
+  defp decoy(iterations) do
+    key = {__MODULE__, :decoy, iterations}
+
+    case :persistent_term.get(key, nil) do
+      nil ->
+        hash =
+          {:pbkdf2_sha256, iterations, :crypto.strong_rand_bytes(16),
+           :crypto.strong_rand_bytes(32)}
+
+        :persistent_term.put(key, hash)
+        hash
+
+      hash ->
+        hash
+    end
+  end
+
+  defp taken?(a), do: :mnesia.dirty_read(@identities, {:email, a}) != []
+  defp taken_tx?(a), do: :mnesia.read(@identities, {:email, a}, :write) != []
+
+  defp address(address) do
+    case normalize(address) do
+      {:ok, a} -> {:ok, a}
+      :error -> {:error, :invalid_email}
+    end
+  end
+
+  defp password(p, s) when is_binary(p) and byte_size(p) <= @max_password_bytes do
+    if byte_size(p) >= s.min_password_bytes, do: :ok, else: {:error, :invalid_password}
+  end
+
+  defp password(_p, _s), do: {:error, :invalid_password}
+
+  @doc false
+  # Pending codes are kept as their SHA-256: the table does not give them away.
+  def digest(code), do: :crypto.hash(:sha256, code)
+
+  @doc "The longest password accepted, in bytes."
+  @spec max_password_bytes() :: pos_integer
+  def max_password_bytes, do: @max_password_bytes
+end
