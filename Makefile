@@ -13,10 +13,11 @@ SHELL := /bin/bash
 # (accounts), crypto (tokens), PropEr for property tests, runtime_tools (scheduler utilization,
 # msacc) and tools (eprof) for the benchmarks, ssl and public_key (TLS distribution) with
 # openssl (certificates for a local TLS cluster); the PostgreSQL client (Overworld.Postgres)
-# and the PostgreSQL server its tests start (test/support/postgres.ex).
+# and the PostgreSQL server its tests start (test/support/postgres.ex); luerl, the Lua
+# interpreter of Overworld.Lua.
 APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
   erlang-proper erlang-runtime-tools erlang-tools erlang-ssl erlang-public-key openssl \
-  erlang-p1-pgsql postgresql
+  erlang-p1-pgsql postgresql erlang-luerl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # VM flags (docs/architecture.md, "Performance decisions"): schedulers bound to CPUs, so the

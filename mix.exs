@@ -14,8 +14,14 @@ defmodule Overworld.MixProject do
       aliases: aliases(),
       test_coverage: [summary: [threshold: 0]],
       # PropEr (Debian's erlang-proper) is used by the tests only. p1_pgsql (Overworld.Postgres)
-      # is a library, not an application to start: it is not in extra_applications.
-      xref: [exclude: [:proper, :proper_types, :eprof, :pgsql]],
+      # and luerl (Overworld.Lua) are libraries, not applications to start: they are not in
+      # extra_applications.
+      xref: [
+        exclude:
+          [:proper, :proper_types, :eprof, :pgsql] ++
+            [:luerl_new, :luerl_emul, :luerl_heap, :luerl_lib, :luerl_lib_table] ++
+            [:luerl_scan, :luerl_parse, :luerl_comp]
+      ],
       docs: [main: "readme", extras: ["README.md"]]
     ]
   end
@@ -46,6 +52,8 @@ defmodule Overworld.MixProject do
       system_dep(:cowlib, "~> 2.12", []),
       # PostgreSQL client (Overworld.Postgres); Debian's erlang-p1-pgsql.
       system_dep(:p1_pgsql, "~> 1.1", []),
+      # Lua interpreter (Overworld.Lua); Debian's erlang-luerl.
+      system_dep(:luerl, "~> 1.0", []),
       system_dep(:proper, "~> 1.4", only: :test, runtime: false)
     ]
     |> Enum.reject(&is_nil/1)

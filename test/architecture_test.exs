@@ -26,7 +26,9 @@ defmodule Overworld.ArchitectureTest do
     :cowlib,
     # Debian's erlang-p1-pgsql (Overworld.Postgres) and the stringprep its SCRAM login needs.
     :p1_pgsql,
-    :stringprep
+    :stringprep,
+    # Debian's erlang-luerl (Overworld.Lua).
+    :luerl
   ]
 
   setup_all do
