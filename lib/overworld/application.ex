@@ -24,7 +24,11 @@ defmodule Overworld.Application do
         # Expired revocations and email codes forgotten.
         Overworld.Accounts.Sweeper,
         # Rate limits of the password routes.
-        Overworld.RateLimit
+        Overworld.RateLimit,
+        # Matches (Overworld.Match): their table, then the matches.
+        Overworld.Match.Table,
+        Overworld.Match.Lua.Guard,
+        {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Matches}
       ] ++ Overworld.Cluster.child_specs()
 
     Supervisor.start_link(children, strategy: :one_for_one, name: Overworld.Supervisor)

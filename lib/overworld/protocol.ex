@@ -5,12 +5,15 @@ defmodule Overworld.Protocol do
 
   Client → server: `:hello` (`version`, `token`), `:input` (`seq`, `ack`, `payload`),
   `:client_event` (`seq`, `payload`), `:ping` (`client_time`), `:resync` (`reason`,
-  `last_tick`).
+  `last_tick`), `:request` (`id`, `method`, `body`: JSON text), `:match_send` (`match_id`,
+  `op`, `payload`).
 
   Server → client: `:handshake` (`version`, `tick_rate`, `entity_id`, `width`, `height`,
   `cell_size`, `cols`, `rows`, `templates`, `input`: an input layout or nil, `extensions`:
   `[{type, bytes}]`), `:event` (the server's RELIABLE: `seq`, `payload`), `:pong`
-  (`client_time`, `server_tick`), `:error` (`code`, `message`). Snapshots come with interest
+  (`client_time`, `server_tick`), `:error` (`code`, `message`), `:response` (`id`, `status`,
+  `body`: JSON text), `:match_data` (`match_id`, `messages`: `[{op, sender, payload}]`),
+  `:notify` (`kind`, `body`: JSON text). Snapshots come with interest
   management (`Overworld.Protocol.Snapshot`).
 
   `decode/1` never raises and never creates atoms: bad bytes answer `{:error, reason}`;
@@ -82,6 +85,20 @@ defmodule Overworld.Protocol do
   def encode(%{type: :ping, client_time: t}), do: <<0x43, varint(t)::binary>>
   def encode(%{type: :resync, reason: r, last_tick: t}), do: <<0x44, r::8, varint(t)::binary>>
 
+  def encode(%{type: :request, id: id, method: m, body: b}),
+    do: <<0x45, varint(id)::binary, string(m)::binary, b::binary>>
+
+  def encode(%{type: :match_send, match_id: id, op: op, payload: p}),
+    do: <<0x46, string(id)::binary, varint(op)::binary, p::binary>>
+
+  def encode(%{type: :response, id: id, status: st, body: b}),
+    do: <<0x06, varint(id)::binary, st::16, b::binary>>
+
+  def encode(%{type: :match_data, match_id: id, messages: ms}),
+    do: IO.iodata_to_binary(match_data(id, Enum.map(ms, &match_message/1)))
+
+  def encode(%{type: :notify, kind: k, body: b}), do: <<0x08, string(k)::binary, b::binary>>
+
   def encode(%{type: :handshake} = m) do
     IO.iodata_to_binary([
       <<0x01, m.version::16, m.tick_rate::16>>,
@@ -107,6 +124,25 @@ defmodule Overworld.Protocol do
     do: <<0x04, varint(t)::binary, varint(k)::binary>>
 
   def encode(%{type: :error, code: c, message: msg}), do: <<0x05, c::16, string(msg)::binary>>
+
+  @doc """
+  A MATCH_DATA frame's iodata from messages already encoded (`match_message/1`): a match
+  encodes each message once and joins them per recipient.
+  """
+  @spec match_data(binary, [iodata]) :: iodata
+  def match_data(match_id, encoded),
+    do: [0x07, string(match_id), varint(length(encoded)) | encoded]
+
+  @doc """
+  One message of a MATCH_DATA frame: `{op, sender, payload}` (sender: a user id, "" for the
+  server).
+
+      iex> Overworld.Protocol.match_message({3, "u1", "hi"}) |> IO.iodata_to_binary()
+      <<3, 2, "u1", 2, "hi">>
+  """
+  @spec match_message({non_neg_integer, binary, binary}) :: iodata
+  def match_message({op, sender, payload}),
+    do: [varint(op), string(sender), varint(byte_size(payload)), payload]
 
   @doc false
   # Extensions (room for later versions' additions): a varint count, then per extension its
@@ -183,6 +219,44 @@ defmodule Overworld.Protocol do
          do: {:ok, %{type: :resync, reason: r, last_tick: t}}
   end
 
+  def decode(<<0x45, rest::binary>>) do
+    with {:ok, id, rest} <- read_varint(rest),
+         {:ok, method, body} <- read_string(rest, 64),
+         do: {:ok, %{type: :request, id: id, method: method, body: body}}
+  end
+
+  def decode(<<0x46, rest::binary>>) do
+    with {:ok, id, rest} <- read_string(rest, 128),
+         {:ok, op, payload} <- read_varint(rest),
+         do: {:ok, %{type: :match_send, match_id: id, op: op, payload: payload}}
+  end
+
+  def decode(<<0x06, rest::binary>>) do
+    case read_varint(rest) do
+      {:ok, id, <<status::16, body::binary>>} ->
+        {:ok, %{type: :response, id: id, status: status, body: body}}
+
+      {:ok, _, _} ->
+        {:error, :truncated}
+
+      error ->
+        error
+    end
+  end
+
+  def decode(<<0x07, rest::binary>>) do
+    with {:ok, id, rest} <- read_string(rest, 128),
+         {:ok, n, rest} <- read_varint(rest),
+         {:ok, ms, rest} <- read_n(rest, n, &read_match_message/1),
+         :ok <- empty(rest),
+         do: {:ok, %{type: :match_data, match_id: id, messages: ms}}
+  end
+
+  def decode(<<0x08, rest::binary>>) do
+    with {:ok, kind, body} <- read_string(rest, 64),
+         do: {:ok, %{type: :notify, kind: kind, body: body}}
+  end
+
   def decode(<<0x01, v::16, rate::16, rest::binary>>) do
     with {:ok, id, rest} <- read_varint(rest),
          {:ok, w, rest} <- read_varint(rest),
@@ -241,6 +315,13 @@ defmodule Overworld.Protocol do
 
   defp byte(<<b::8, rest::binary>>), do: {:ok, b, rest}
   defp byte(_), do: {:error, :truncated}
+
+  defp read_match_message(bin) do
+    with {:ok, op, rest} <- read_varint(bin),
+         {:ok, sender, rest} <- read_string(rest, 255),
+         {:ok, payload, rest} <- read_string(rest, 1 <<< 24),
+         do: {:ok, {op, sender, payload}, rest}
+  end
 
   defp read_n(bin, 0, _fun), do: {:ok, [], bin}
 

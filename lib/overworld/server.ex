@@ -67,6 +67,19 @@ defmodule Overworld.Server do
     started elsewhere, or nil (no storage routes: 404).
   * `:accounts` - account options (`Overworld.Accounts.Settings`: password hashing, email
     confirmation and its mailer, custom ids, rate limits).
+  * `:rpc` - RPC functions in Elixir, `%{"id" => fun/2 | {module, function}}` (`Overworld.RPC`).
+  * `:lua` - nil (the default), or the options of an `Overworld.Lua.Runtime` the server starts
+    (`dir:` or `files:` of Lua scripts, `workers:`, `timeout:`, ...; named
+    `:"<name>.Lua"`): RPC functions and match handlers in Lua, with the server API of
+    `Overworld.Lua.Server`.
+  * `:matches` - match options: `handlers:` the match handlers clients may create by name,
+    `%{"name" => module}` (`Overworld.Match`; Lua handlers are registered by the scripts),
+    `grace:` ms a player whose connection was lost stays in its matches (15,000),
+    `max_data_bytes:` the largest message a player may send a match (4,096),
+    `max_messages:` messages a match takes per tick (1,024).
+  * `:matchmaker` - `shards:` (default the schedulers), `interval:` ms (1,000), `matched:` the
+    name of the match handler that gets matched players (nil: a relayed match)
+    (`Overworld.Matchmaker`).
   """
   use Supervisor
   require Logger
@@ -105,6 +118,10 @@ defmodule Overworld.Server do
       :retry_after,
       :storage,
       :accounts,
+      :rpc,
+      :lua,
+      :matches,
+      :matchmaker,
       :started_at
     ]
 
@@ -168,8 +185,43 @@ defmodule Overworld.Server do
         {{:custom, &(is_nil(&1) or is_atom(&1) or Keyword.keyword?(&1)),
           "nil, a store's name or a keyword list of Overworld.Storage options"}, []},
       accounts:
-        {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Accounts.Settings)"}, []}
+        {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Accounts.Settings)"}, []},
+      rpc:
+        {{:custom, &valid_rpc?/1,
+          "a map of ids (strings) to functions of arity 2 or {module, function}"}, %{}},
+      lua: {{:custom, &(is_nil(&1) or Keyword.keyword?(&1)), "nil or a keyword list"}, nil},
+      matches: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
+      matchmaker: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
     ]
+  end
+
+  defp valid_rpc?(rpc) do
+    is_map(rpc) and
+      Enum.all?(rpc, fn
+        {id, f} when is_binary(id) and is_function(f, 2) -> true
+        {id, {m, f}} when is_binary(id) and is_atom(m) and is_atom(f) -> true
+        _ -> false
+      end)
+  end
+
+  defp match_schema do
+    [
+      handlers:
+        {{:custom, &valid_handlers?/1, "a map of names (strings) to Overworld.Match handlers"},
+         %{}},
+      grace: {:non_neg_integer, 15_000},
+      max_data_bytes: {:pos_integer, 4_096},
+      max_messages: {:pos_integer, 1_024}
+    ]
+  end
+
+  defp valid_handlers?(handlers) do
+    is_map(handlers) and
+      Enum.all?(handlers, fn
+        {k, {m, _}} when is_binary(k) and is_atom(m) -> true
+        {k, m} when is_binary(k) and is_atom(m) -> true
+        _ -> false
+      end)
   end
 
   defp valid_zones?(zones),
@@ -180,6 +232,17 @@ defmodule Overworld.Server do
   def start_link(opts) do
     o = Options.validate!(opts, schema(), "Overworld.Server")
     o = %{o | accounts: Overworld.Accounts.Settings.new(o.accounts)}
+
+    o = %{
+      o
+      | matches: Options.validate!(o.matches, match_schema(), "Overworld.Server matches"),
+        matchmaker:
+          Options.validate!(
+            o.matchmaker,
+            Overworld.Matchmaker.schema(),
+            "Overworld.Server matchmaker"
+          )
+    }
 
     if o.default_zone && not Map.has_key?(o.zones, o.default_zone) do
       raise ArgumentError,
@@ -231,19 +294,27 @@ defmodule Overworld.Server do
         retry_after: o.retry_after,
         storage: storage_name(o),
         accounts: o.accounts,
+        rpc: o.rpc,
+        lua: o.lua && lua_name(o),
+        matches: o.matches,
+        matchmaker: o.matchmaker,
         started_at: System.monotonic_time(:millisecond)
       }
 
+      # First, so that it stops last: the config is readable while anything else runs.
       children =
-        [
-          # First, so that it stops last: the config is readable while anything else runs.
-          {Overworld.Server.Published, {{__MODULE__, o.name}, config}},
-          storage_child(o),
-          {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
-          {Overworld.Transport.Listener, {o.name, o.port}},
-          # Last: a controller that crashes and restarts takes nobody's connection with it.
-          o.pace && {Overworld.Server.Pace, o.name}
-        ]
+        ([
+           {Overworld.Server.Published, {{__MODULE__, o.name}, config}},
+           storage_child(o),
+           lua_child(o)
+         ] ++
+           Overworld.Matchmaker.children(o.name, o.matchmaker) ++
+           [
+             {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
+             {Overworld.Transport.Listener, {o.name, o.port}},
+             # Last: a controller that crashes and restarts takes nobody's connection with it.
+             o.pace && {Overworld.Server.Pace, o.name}
+           ])
         |> Enum.filter(& &1)
 
       Supervisor.init(children, strategy: :rest_for_one)
@@ -265,6 +336,17 @@ defmodule Overworld.Server do
     do: {Overworld.Storage, Keyword.put(opts, :name, storage_name(o))}
 
   defp storage_child(_o), do: nil
+
+  defp lua_name(o), do: Keyword.get(o.lua, :name, :"#{o.name}.Lua")
+
+  # The Lua runtime of the RPC functions and match handlers, with the server API.
+  defp lua_child(%{lua: nil}), do: nil
+
+  defp lua_child(o) do
+    api = Overworld.Lua.Server.functions(o.name, storage_name(o))
+    functions = Map.merge(api, Keyword.get(o.lua, :functions, %{}))
+    {Overworld.Lua.Runtime, Keyword.merge(o.lua, name: lua_name(o), functions: functions)}
+  end
 
   # Tokens are signed with the first key. Without a `:secret`, the cluster's shared secret
   # (`Overworld.Accounts.shared_secret/1`: a single node's own); this node's own one still

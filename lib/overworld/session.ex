@@ -41,7 +41,7 @@ defmodule Overworld.Session do
   require Logger
 
   alias Overworld.{Interest, Protocol, Server}
-  alias Overworld.Session.{Hello, Outbox}
+  alias Overworld.Session.{Backend, Hello, Outbox}
   alias Overworld.Transport.WebSocket
   alias Overworld.Zone.Wire
 
@@ -93,7 +93,17 @@ defmodule Overworld.Session do
     # The send interval this client was last told (SNAPSHOT extension 1; 1 until told).
     told_interval: 1,
     # Where the session's snapshots fall among the interval's ticks (from its user: spread).
-    pace_hash: 0
+    pace_hash: 0,
+    # Backend services (Overworld.Session.Backend): the matches joined (id => {pid, monitor}),
+    # the frames for the client in order (RESPONSE, MATCH_DATA, NOTIFY), requests running
+    # apart (monitor => request id), a refused MATCH_SEND logged once.
+    matches: %{},
+    backend: %Outbox{},
+    backend_timer: false,
+    tasks: %{},
+    warned: false,
+    # Matchmaker tickets of the player (ids).
+    tickets: []
   ]
 
   @type t :: %__MODULE__{}
@@ -266,6 +276,30 @@ defmodule Overworld.Session do
     {:noreply, %{st | zone_pid: nil, zone_was: pid}}
   end
 
+  # Backend services (Overworld.Session.Backend): what matches and requests send the client.
+  def handle_info({:overworld_match_frame, _id, frame}, %{phase: :live} = st),
+    do: backend(Backend.push(st, frame))
+
+  def handle_info({:overworld_match_notify, _id, kind, body}, %{phase: :live} = st),
+    do: backend(Backend.notify(st, kind, body))
+
+  def handle_info({:overworld_response, id, status, body}, %{phase: :live} = st),
+    do: backend(Backend.response(st, id, status, body))
+
+  def handle_info(:overworld_backend_flush, st),
+    do: backend(Backend.flush(%{st | backend_timer: false}))
+
+  def handle_info({:DOWN, ref, :process, _, reason}, st) do
+    if Map.has_key?(st.tasks, ref) do
+      {:noreply, Backend.task_down(st, ref, reason)}
+    else
+      case Backend.match_down(st, ref, reason) do
+        {:handled, st} -> backend(st)
+        :not_mine -> {:noreply, st}
+      end
+    end
+  end
+
   def handle_info(_other, st), do: {:noreply, st}
 
   # A newer connection of the same user takes the player over.
@@ -395,6 +429,19 @@ defmodule Overworld.Session do
           {:drop, st} ->
             close(st, 4002, "reliable messages beyond the rate limit", 2)
         end
+    end
+  end
+
+  defp message({:ok, %{type: :request} = m}, st), do: Backend.request(st, m)
+
+  defp message({:ok, %{type: :match_send} = m}, st) do
+    case take_token(st) do
+      {:ok, st} ->
+        Backend.match_send(st, m)
+
+      {:drop, st} ->
+        :counters.add(st.cfg.counters, Server.counter(:inputs_dropped), 1)
+        {:ok, Backend.rate_limited(st, m)}
     end
   end
 
@@ -589,6 +636,18 @@ defmodule Overworld.Session do
 
   ## Sending and closing
 
+  # The backend's queue for the client: past its bound the client is too slow.
+  defp backend(st) do
+    if Backend.too_much?(st),
+      do: too_slow(st, "#{Outbox.max()} backend messages waiting"),
+      else: {:noreply, st}
+  end
+
+  @doc false
+  # Sends bytes already framed; false when the socket is busy (not sent).
+  @spec send_raw(t, iodata) :: boolean
+  def send_raw(st, data), do: send_data(st, data)
+
   @doc false
   # Sends a protocol message; false when the socket is busy (not sent).
   @spec send_msg(t, map) :: boolean
@@ -645,6 +704,7 @@ defmodule Overworld.Session do
   defp gone(st, how) do
     disconnect(st)
     how = if how == :error, do: :lost, else: how
+    Backend.gone(st, how)
 
     case how do
       :left ->

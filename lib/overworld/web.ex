@@ -19,6 +19,8 @@ defmodule Overworld.Web do
   | `POST /api/v1/auth/custom` | what the server's `Overworld.Accounts.CustomAuth` checks → tokens |
   | `POST /api/v1/auth/logout` | revokes the login of the session token (`authorization: Bearer`) |
   | `GET /api/v1/account` | the account: id, devices, email, custom id |
+  | `POST /api/v1/rpc/:id` | calls an RPC function (`Overworld.RPC`) with the JSON body → `{"payload": ...}` |
+  | `POST /api/v1/matches/list` | `{"query", "min_size", "max_size", "limit"}` → `{"matches": [...]}` (`Overworld.Match.list/1`) |
   | `POST /api/v1/account/link/{device,custom,email}`, `.../unlink/...` | links and unlinks identities |
 
   The storage routes (`Overworld.Storage`, docs/protocol.md "Storage") answer 401 without a
@@ -49,14 +51,18 @@ defmodule Overworld.Web do
             "/api/v1/storage/write" => "POST",
             "/api/v1/storage/read" => "POST",
             "/api/v1/storage/delete" => "POST",
-            "/api/v1/storage/list" => "GET"
+            "/api/v1/storage/list" => "GET",
+            "/api/v1/matches/list" => "POST"
           })
 
   @doc false
   @spec handle(Overworld.Transport.HTTP.Request.t(), Config.t()) :: response
   def handle(%{method: method, path: path} = req, cfg) do
+    # (RPC ids are part of their path: /api/v1/rpc/:id.)
+    routes = if String.starts_with?(path, "/api/v1/rpc/"), do: %{path => "POST"}, else: @routes
+
     response =
-      case @routes do
+      case routes do
         %{^path => ^method} ->
           route(method, path, req, cfg)
 
@@ -83,7 +89,13 @@ defmodule Overworld.Web do
   # messages, never in cookies.
   defp cors(path, {status, headers, body} = response) do
     if path == "/healthz" or String.starts_with?(path, "/api/"),
-      do: {status, [{"access-control-allow-origin", "*"} | headers], body},
+      do:
+        {status,
+         [
+           {"access-control-allow-origin", "*"},
+           # (So that a page of another origin reads how long to wait after a 429.)
+           {"access-control-expose-headers", "retry-after"} | headers
+         ], body},
       else: response
   end
 
@@ -95,6 +107,12 @@ defmodule Overworld.Web do
 
   defp route(_method, "/api/v1/storage/" <> _ = path, req, cfg),
     do: Overworld.Web.Storage.handle(path, req, cfg)
+
+  defp route(_method, "/api/v1/rpc/" <> _ = path, req, cfg),
+    do: Overworld.Web.Backend.handle(path, req, cfg)
+
+  defp route(_method, "/api/v1/matches/" <> _ = path, req, cfg),
+    do: Overworld.Web.Backend.handle(path, req, cfg)
 
   defp route(_method, "/api/v1/auth/device" = path, req, cfg), do: device(path, req, cfg)
   defp route(_method, "/api/v1/auth/refresh" = path, req, cfg), do: refresh(path, req, cfg)
@@ -285,6 +303,14 @@ defmodule Overworld.Web do
         nil
     end
   end
+
+  @doc false
+  # A decoded JSON value (nil for null) made ready for jiffy, which writes nil as "nil".
+  @spec nulls(term) :: term
+  def nulls(nil), do: :null
+  def nulls(list) when is_list(list), do: Enum.map(list, &nulls/1)
+  def nulls(map) when is_map(map), do: Map.new(map, fn {k, v} -> {k, nulls(v)} end)
+  def nulls(other), do: other
 
   @doc false
   @spec json(pos_integer, map) :: response

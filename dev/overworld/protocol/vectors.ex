@@ -505,6 +505,22 @@ defmodule Overworld.Protocol.Vectors do
       %{type: :pong, client_time: 1_764_000_000_123, server_tick: 90_000},
       %{type: :error, code: 1, message: "unsupported protocol version 9, this server speaks 2"},
       %{type: :error, code: 1008, message: ""},
+      %{type: :request, id: 1, method: "rpc", body: ~s({"id":"echo","payload":{"n":1}})},
+      %{type: :request, id: 300, method: "match_join", body: ~s({"match_id":"m.1"})},
+      %{type: :match_send, match_id: "m.1", op: 2, payload: <<1, 2, 255>>},
+      %{type: :response, id: 1, status: 200, body: ~s({"payload":{"n":1}})},
+      %{
+        type: :response,
+        id: 2,
+        status: 404,
+        body: ~s({"error":"not_found","message":"no rpc x"})
+      },
+      %{type: :match_data, match_id: "m.1", messages: [{1, "u1", "hi"}, {130, "", ""}]},
+      %{
+        type: :notify,
+        kind: "match_presence",
+        body: ~s({"match_id":"m.1","joins":[{"user_id":"u1"}],"leaves":[]})
+      },
       %{
         type: :handshake,
         version: 2,
@@ -533,8 +549,10 @@ defmodule Overworld.Protocol.Vectors do
           "as hex (`*_hex`) since they are bytes; a handshake's `templates` are ids of " <>
           "templates.json's `templates` (in that order), its `input` the id of templates.json's " <>
           "`input` (null: none). The second handshake is the one of a connection that joined " <>
-          "no zone (no grid: every figure 0, no templates). The TypeScript client encodes the " <>
-          "client-to-server cases and decodes the others.",
+          "no zone (no grid: every figure 0, no templates). `body` (REQUEST, RESPONSE, NOTIFY) " <>
+          "is JSON text, given as a string; a MATCH_DATA's `messages` are " <>
+          "`{op, sender, payload_hex}`. The TypeScript client encodes the client-to-server " <>
+          "cases and decodes the others.",
       "messages" =>
         Enum.map(cases, fn m ->
           %{
@@ -562,6 +580,13 @@ defmodule Overworld.Protocol.Vectors do
       {:extensions, list} ->
         {"extensions",
          for({t, b} <- list, do: %{"type" => t, "hex" => Base.encode16(b, case: :lower)})}
+
+      {:messages, list} ->
+        {"messages",
+         for(
+           {op, sender, p} <- list,
+           do: %{"op" => op, "sender" => sender, "payload_hex" => Base.encode16(p, case: :lower)}
+         )}
 
       {k, v} when k in [:payload, :token, :message] ->
         {"#{k}_hex", Base.encode16(v, case: :lower)}

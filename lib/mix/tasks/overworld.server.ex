@@ -225,11 +225,13 @@ defmodule Mix.Tasks.Overworld.Server do
   Starts the zones (`{module, zone options}`, each with `:id`; their names for clients are
   their ids as strings), a server on them and the statistics loop, with the server options of
   this task (`--port`, `--data-dir`, `--no-persist`, `--snapshot-ticks`, `--interval`,
-  `--seconds`) given as parsed `opts`. Returns when `--seconds` are over (never without).
+  `--seconds`) given as parsed `opts`, and more `Overworld.Server` options of the game's own
+  (`server_opts`: match handlers, RPC functions, Lua scripts). Returns when `--seconds` are
+  over (never without).
   Every invalid option or failed start ends the task with a one-line message.
   """
-  @spec serve([{module, keyword}], keyword) :: :ok
-  def serve([_ | _] = zones, opts) do
+  @spec serve([{module, keyword}], keyword, keyword) :: :ok
+  def serve([_ | _] = zones, opts, server_opts \\ []) do
     o = Args.positive!(opts, interval: 5)
     port = Keyword.get(opts, :port, 4000)
 
@@ -291,7 +293,7 @@ defmodule Mix.Tasks.Overworld.Server do
 
     start_server!(
       [port: port, data_dir: data_dir, zones: names, default_zone: public.(first)] ++
-        Keyword.take(opts, [:pace, :max_players])
+        Keyword.take(opts, [:pace, :max_players]) ++ server_opts
     )
 
     what =

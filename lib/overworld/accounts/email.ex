@@ -90,8 +90,20 @@ defmodule Overworld.Accounts.Email do
   defp add(address, password, user_id, s) do
     with {:ok, a} <- address(address),
          :ok <- password(password, s),
+         :ok <- no_address(user_id),
          {:ok, hash} <- Hasher.hash(password, s.password_iterations) do
       if s.email_confirmation, do: pending(a, hash, user_id, s), else: add_now(a, hash, user_id)
+    end
+  end
+
+  # An account links one address: it says so at once (it tells nothing of others' addresses).
+  defp no_address(nil), do: :ok
+
+  defp no_address(user_id) do
+    case Accounts.account(user_id) do
+      {:ok, %{email: nil}} -> :ok
+      {:ok, _} -> {:error, :identity_exists}
+      {:error, :not_found} -> {:error, :not_found}
     end
   end
 

@@ -34,6 +34,10 @@ defmodule Overworld.Session.Hello do
       # Until now the connection ran at high priority (answering within a second whatever
       # the load); a live session's snapshots yield to the zone's tick.
       Process.flag(:priority, :normal)
+      # A session in no zone (matches, RPC) holds a few KB that live, and churns through the
+      # frames it passes on: every collection sweeps it all, so its heap stays that small
+      # instead of keeping tens of KB of dead frames in an old generation.
+      if st.zone == nil, do: Process.flag(:fullsweep_after, 0)
       {:ok, Session.flush_outbox(%{st | phase: :live})}
     end
   end

@@ -124,7 +124,9 @@ defmodule Overworld.Protocol.MessageVectorsTest do
   @names Map.new(
            ~w(type hello input client_event ping resync handshake event pong error version token
               seq ack payload client_time reason last_tick tick_rate entity_id width height
-              cell_size cols rows templates extensions server_tick code message)a,
+              cell_size cols rows templates extensions server_tick code message request
+              match_send response match_data notify id method body match_id op status messages
+              kind)a,
            &{Atom.to_string(&1), &1}
          )
 
@@ -142,6 +144,13 @@ defmodule Overworld.Protocol.MessageVectorsTest do
 
       {"input", id} ->
         {:input, %{Vectors.Wire.__input__() | id: id}}
+
+      {"messages", list} ->
+        {:messages,
+         for(
+           m <- list,
+           do: {m["op"], m["sender"], Base.decode16!(m["payload_hex"], case: :lower)}
+         )}
 
       {"extensions", list} ->
         {:extensions, for(e <- list, do: {e["type"], Base.decode16!(e["hex"], case: :lower)})}

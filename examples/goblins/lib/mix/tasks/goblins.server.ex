@@ -23,7 +23,8 @@ defmodule Mix.Tasks.Goblins.Server do
   (after a crash, a `kill -9`) it recovers the goblins where the last snapshot left them, every
   acknowledged loot pickup and the players, who resume their avatar when they reconnect within
   15 s. `--no-persist` starts a fresh world without files. The server's options and its output
-  are those of `mix overworld.server` (`Mix.Tasks.Overworld.Server.serve/2`).
+  are those of `mix overworld.server` (`Mix.Tasks.Overworld.Server.serve/3`), with the
+  backend of `Goblins.Backend` (match handlers, RPC functions, the matchmaker).
   """
   use Mix.Task
 
@@ -62,6 +63,6 @@ defmodule Mix.Tasks.Goblins.Server do
         entities_per_zone: o.entities
       )
 
-    Mix.Tasks.Overworld.Server.serve([served], opts)
+    Mix.Tasks.Overworld.Server.serve([served], opts, Goblins.Backend.server_options())
   end
 end

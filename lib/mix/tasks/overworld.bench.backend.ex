@@ -1,0 +1,201 @@
+defmodule Mix.Tasks.Overworld.Bench.Backend do
+  @shortdoc "Nakama's benchmark workloads (registration, login, RPC, matches) on one core"
+  @moduledoc """
+  Reproduces the workloads of Nakama's published benchmark against Overworld, over real HTTP
+  and WebSocket clients, with the server **on one core**: a node of its own with one scheduler
+  (`+S 1`), every thread pinned to CPU 0 with `taskset`, and the load pinned to CPU 1.
+
+      mix overworld.bench.backend --workload register|login|rpc-lua|rpc-elixir|matches
+                                  [--seconds 20] [--connections 50] [--fsync-delay-ms 0]
+                                  [--players 500,1000,2000,3000] [--handler echo|echo_lua]
+                                  [--json PATH]
+
+  * `register` — closed-loop clients (wrk, `--connections`, one thread) make a new device
+    account per request (`POST /api/v1/auth/device`): each is durable (fsynced) before its
+    answer. `--fsync-delay-ms 2` adds 2 ms to every fsync of the server's Mnesia log (a
+    disk's latency; this machine's fsync takes tens of µs): group commit must carry it.
+  * `login` — the same against 2,000 accounts made before (random ones).
+  * `rpc-lua`, `rpc-elixir` — `POST /api/v1/rpc/echo_lua` (a sandboxed Lua function in the
+    server's pool) or `echo_elixir`, a small JSON payload answered back, with a session token.
+  * `matches` — players in authoritative matches of 10 at 10 ticks a second (`--handler`:
+    `echo` in Elixir, `echo_lua` in Lua); each player sends every 500 ms, alternately, an
+    echo (the handler answers its sender) and a broadcast (the handler relays it to all);
+    the latency is from the echo's send to its answer. `--players` are steps: each step adds
+    players, waits 5 s, then measures for `--seconds`. The knee is the largest step whose
+    echo p99 is at most 150 ms. Memory per player is the server node's growth from before
+    the first step, divided by the players.
+
+  Each run prints the figures, the server's CPU (of its one core) and the load generator's
+  CPU beside them, and the samples each percentile rests on; `--json PATH` writes them.
+  """
+  use Mix.Task
+
+  alias Overworld.Bench.{Args, Backend, Stats}
+  alias Overworld.Metrics.Histogram
+
+  @switches [
+    workload: :string,
+    seconds: :integer,
+    connections: :integer,
+    fsync_delay_ms: :integer,
+    players: :string,
+    handler: :string,
+    json: :string
+  ]
+
+  @impl true
+  def run(argv) do
+    opts = Args.parse!(argv, @switches, "overworld.bench.backend")
+    o = Args.positive!(opts, seconds: 20, connections: 50)
+
+    workload =
+      opts[:workload] ||
+        Mix.raise("--workload is required: register|login|rpc-lua|rpc-elixir|matches")
+
+    unless workload in ~w(register login rpc-lua rpc-elixir matches),
+      do: Mix.raise("--workload must be register, login, rpc-lua, rpc-elixir or matches")
+
+    Mix.Task.run("app.start")
+    machine = Stats.machine()
+    Mix.shell().info(Stats.machine_line(machine))
+
+    if machine.cores < 2,
+      do: Mix.raise("this bench needs 2 CPUs (the server on one, the load on the other)")
+
+    # This node (the load) on CPU 1; the server's on CPU 0.
+    Backend.pin(System.pid(), 1)
+    s = Backend.start_server(0, fsync_delay_ms: opts[:fsync_delay_ms])
+
+    Mix.shell().info(
+      "Server: one scheduler, pinned to CPU 0 (os pid #{s.os_pid}), port #{s.port}; load on CPU 1" <>
+        if(opts[:fsync_delay_ms],
+          do: "; #{opts[:fsync_delay_ms]} ms added to every fsync",
+          else: ""
+        )
+    )
+
+    try do
+      result = workload(workload, s, o, opts)
+
+      Stats.write_result(
+        opts[:json],
+        Map.merge(result, %{workload: workload, fsync_delay_ms: opts[:fsync_delay_ms] || 0}),
+        machine
+      )
+    after
+      Backend.stop_server(s)
+    end
+  end
+
+  defp workload("register", s, o, _opts) do
+    prefix = "bench-register-#{System.unique_integer([:positive])}"
+
+    http(
+      Backend.wrk(s, Backend.register_script(prefix), o.connections, o.seconds, 1),
+      "durable device registrations",
+      o
+    )
+  end
+
+  defp workload("login", s, o, _opts) do
+    prefix = "bench-login-#{System.unique_integer([:positive])}"
+    Backend.devices(s, prefix, 2_000)
+
+    http(
+      Backend.wrk(s, Backend.login_script(prefix, 2_000), o.connections, o.seconds, 1),
+      "device logins",
+      o
+    )
+  end
+
+  defp workload("rpc-" <> lang, s, o, _opts) do
+    [token] = Backend.devices(s, "bench-rpc-#{System.unique_integer([:positive])}", 1)
+
+    http(
+      Backend.wrk(s, Backend.rpc_script("echo_#{lang}", token), o.connections, o.seconds, 1),
+      "#{lang} RPC calls",
+      o
+    )
+  end
+
+  defp workload("matches", s, o, opts) do
+    handler = opts[:handler] || "echo"
+
+    steps =
+      (opts[:players] || "500,1000,2000,3000")
+      |> String.split(",")
+      |> Enum.map(&String.to_integer/1)
+
+    hist = Histogram.new()
+    frames = :atomics.new(1, signed: false)
+    :erlang.garbage_collect()
+    base_memory = Backend.memory(s)
+
+    {_, results} =
+      Enum.reduce(steps, {[], []}, fn target, {players, results} ->
+        more = target - length(players)
+
+        tokens =
+          Backend.devices(s, "bench-player-#{System.unique_integer([:positive])}", max(more, 0))
+
+        players = players ++ Backend.players(s, handler, tokens, hist, frames)
+        Process.sleep(5_000)
+        Histogram.reset(hist)
+        f0 = :atomics.get(frames, 1)
+        cpu0 = Backend.cpu_seconds(s.os_pid)
+        gen0 = Backend.cpu_seconds(System.pid())
+        t0 = System.monotonic_time(:millisecond)
+        Process.sleep(o.seconds * 1000)
+        wall = (System.monotonic_time(:millisecond) - t0) / 1000
+        summary = hist |> Histogram.snapshot() |> Histogram.summary()
+        memory = Backend.memory(s)
+
+        r = %{
+          players: length(players),
+          matches: div(length(players) + 9, 10),
+          echo_samples: summary.count,
+          echo_p50_ms: ms(summary.p50),
+          echo_p99_ms: ms(summary.p99),
+          echo_max_ms: ms(summary.max),
+          frames_per_s: round((:atomics.get(frames, 1) - f0) / wall),
+          server_cpu: (Backend.cpu_seconds(s.os_pid) - cpu0) / wall,
+          generator_cpu: (Backend.cpu_seconds(System.pid()) - gen0) / wall,
+          server_memory_bytes: memory,
+          bytes_per_player: div(memory - base_memory, max(length(players), 1))
+        }
+
+        Mix.shell().info(
+          "#{r.players} players in #{r.matches} #{handler} matches: echo p50 #{r.echo_p50_ms} ms, " <>
+            "p99 #{r.echo_p99_ms} ms, max #{r.echo_max_ms} ms (#{r.echo_samples} echoes); " <>
+            "#{r.frames_per_s} frames/s written; server CPU #{pct(r.server_cpu)} of its core, " <>
+            "generator #{pct(r.generator_cpu)}; #{div(r.bytes_per_player, 1024)} KiB per player"
+        )
+
+        {players, results ++ [r]}
+      end)
+
+    knee =
+      results
+      |> Enum.filter(&(&1.echo_p99_ms != nil and &1.echo_p99_ms <= 150))
+      |> Enum.map(& &1.players)
+      |> Enum.max(fn -> 0 end)
+
+    Mix.shell().info("Knee (echo p99 <= 150 ms): #{knee} players (#{handler})")
+    %{handler: handler, steps: results, knee_players: knee, seconds_per_step: o.seconds}
+  end
+
+  defp http(r, what, o) do
+    Mix.shell().info(
+      "#{round(r.requests_per_s || 0)} #{what}/s over #{o.seconds} s (#{r.requests} requests, " <>
+        "#{r.non_2xx} not 2xx#{if r.socket_errors, do: ", socket errors: " <> r.socket_errors, else: ""}); " <>
+        "latency p50 #{r.p50_ms} ms, p99 #{r.p99_ms} ms (wrk, #{o.connections} connections); " <>
+        "server CPU #{pct(r.server_cpu)} of its core, wrk #{pct(r.generator_cpu)}"
+    )
+
+    Map.delete(r, :output) |> Map.put(:connections, o.connections) |> Map.put(:seconds, o.seconds)
+  end
+
+  defp ms(nil), do: nil
+  defp ms(us), do: Float.round(us / 1000, 1)
+  defp pct(x), do: "#{round(x * 100)} %"
+end
