@@ -1,5 +1,7 @@
 import { ZoneConnection, type ConnectOptions, type WebSocketConstructor } from "./connection.js";
 import { Storage } from "./storage.js";
+import { Accounts, toPending, type CustomAuthBody, type EmailPending } from "./accounts.js";
+import { listArgs, toMatchList, toPayload, type ListMatchesOptions, type MatchInfo } from "./backend.js";
 
 /** Tokens of an authenticated user (docs/protocol.md, 'Transport'). Times in ms since the epoch. */
 export interface Session {
@@ -11,15 +13,22 @@ export interface Session {
   expiresAt: number;
   /** When `refreshToken` expires (ms since the epoch, by the local clock). */
   refreshExpiresAt: number;
-  /** Whether the account was created by this request (always false from a refresh). */
+  /**
+   * Whether the account was created by this request (from `authenticateDevice`,
+   * `authenticateCustom`, `confirmEmail` and `registerEmail`; always false from a refresh and an
+   * email login).
+   */
   created: boolean;
 }
 
-/** What the client needs of `fetch`: the global one fits. */
+/**
+ * What the client needs of `fetch`: the global one fits. `headers` is read for `retry-after`
+ * only (without it, a 429's `retryAfter` comes from its message).
+ */
 export type FetchLike = (
   url: string,
   init: { method: string; headers: Record<string, string>; body: string },
-) => Promise<{ status: number; statusText?: string; text(): Promise<string> }>;
+) => Promise<{ status: number; statusText?: string; headers?: { get(name: string): string | null }; text(): Promise<string> }>;
 
 export interface ClientOptions {
   /** The server's HTTP address, e.g. "http://127.0.0.1:4000". */
@@ -33,17 +42,26 @@ export interface ClientOptions {
 /**
  * An HTTP error of the server, from its `{"error": code, "message": text}` body. `status` 0 is
  * a request that got no answer (code `network_error`); a body that is not the server's error
- * JSON gives code `http_error` (or `bad_response` for a 200 without the expected fields).
+ * JSON gives code `http_error` (or `bad_response` for a success without the expected fields).
+ * The account routes' codes are the `AccountErrorCode`s.
  */
 export class OverworldHttpError extends Error {
   readonly status: number;
   readonly code: string;
+  /**
+   * Seconds to wait before trying again, when the server said (429 `rate_limited` and `busy`):
+   * from the `retry-after` header, or, where a browser hides it from a page of another origin
+   * (the server does not list it in `access-control-expose-headers`), from the message's
+   * "retry in N s". Undefined otherwise.
+   */
+  readonly retryAfter: number | undefined;
 
-  constructor(status: number, code: string, message: string, options?: { cause?: unknown }) {
+  constructor(status: number, code: string, message: string, options?: { cause?: unknown; retryAfter?: number }) {
     super(message, options);
     this.name = "OverworldHttpError";
     this.status = status;
     this.code = code;
+    this.retryAfter = options?.retryAfter;
   }
 }
 
@@ -70,6 +88,56 @@ export class Client {
   refresh(session: Session | string): Promise<Session> {
     const token = typeof session === "string" ? session : session.refreshToken;
     return this.post("/api/v1/auth/refresh", { refresh_token: token });
+  }
+
+  /**
+   * Registers an email address with a password (8 to 256 bytes). On a server that confirms
+   * addresses (the default) resolves with `EmailPending` (`"status" in result`) whether or not
+   * the address is taken, and the code mailed to a new address, given to `confirmEmail`, makes
+   * the account; on a server without confirmation (development) resolves with a session of
+   * the new account, or fails with `email_taken`.
+   */
+  registerEmail(email: string, password: string): Promise<EmailPending | Session> {
+    return this.call("POST", "/api/v1/auth/email/register", { email, password }, undefined, (json, status) =>
+      status === 202 ? toPending(json) : toSession(json, Date.now()),
+    );
+  }
+
+  /**
+   * Confirms a mailed code (within an hour of the mail): makes the account of a registration
+   * (`created` true) or links the address to the account that asked (`created` false), and
+   * signs in; `invalid_code` for a code unknown, used or expired.
+   */
+  confirmEmail(code: string): Promise<Session> {
+    return this.post("/api/v1/auth/email/confirm", { code });
+  }
+
+  /**
+   * Signs in with an email address and password. An unknown address and a wrong password fail
+   * alike with `invalid_credentials` (401); too many failures with `rate_limited` (429, see
+   * `OverworldHttpError.retryAfter`).
+   */
+  authenticateEmail(email: string, password: string): Promise<Session> {
+    return this.post("/api/v1/auth/email/login", { email, password });
+  }
+
+  /**
+   * Signs in with a custom id vouched for by the game's own auth server: `body` is what the
+   * server's custom authentication checks, sent as is (e.g. `{ assertion: "id.expires.mac" }`);
+   * the account is created on first use. `invalid_assertion` when refused, `not_found` when
+   * the server has no custom authentication.
+   */
+  authenticateCustom(body: CustomAuthBody): Promise<Session> {
+    return this.post("/api/v1/auth/custom", body);
+  }
+
+  /**
+   * Logs the session's login out: its session and refresh tokens (those refreshed from it too)
+   * are refused from now on (`invalid_token`, message `revoked`), on every node. Other logins
+   * of the account stay.
+   */
+  async logout(session: Session): Promise<void> {
+    await this.request("POST", "/api/v1/auth/logout", {}, session.token);
   }
 
   /** The WebSocket URL of a zone (`zone` undefined: the server's default zone). */
@@ -103,18 +171,60 @@ export class Client {
     return conn;
   }
 
+  /**
+   * Calls the server's RPC function `id` over HTTP (`POST /api/v1/rpc/:id`) as the session's
+   * user, with a JSON payload (undefined: none, null for the function): resolves with what it
+   * answered (null for nothing; `T` is not checked). Fails with an `OverworldHttpError` whose
+   * code is a `BackendErrorCode` (`unknown_rpc`, the function's own, `rpc_failed`,
+   * `rpc_timeout`, `busy` and `unavailable` with `retryAfter`, ...) or `invalid_token`. The
+   * same call over the WebSocket: `conn.rpc(id, payload)`.
+   */
+  async rpc<T = unknown>(session: Session, id: string, payload?: unknown): Promise<T> {
+    const path = `/api/v1/rpc/${encodeURIComponent(id)}`;
+    return (await this.call("POST", path, payload ?? null, session.token, (json) => toPayload<T>(json))).payload;
+  }
+
+  /**
+   * The matches of the whole cluster whose label satisfies `options.query` (`POST
+   * /api/v1/matches/list`); `invalid_query`. The same over the WebSocket: `conn.listMatches`.
+   */
+  listMatches(session: Session, options: ListMatchesOptions = {}): Promise<MatchInfo[]> {
+    return this.call("POST", "/api/v1/matches/list", listArgs(options), session.token, toMatchList);
+  }
+
   /** Per-user collections of JSON objects on the server (docs/protocol.md, 'Storage'). */
   readonly storage: Storage = new Storage((method, path, session, body) => this.request(method, path, body, session.token));
 
-  private async post(path: string, body: unknown): Promise<Session> {
-    const json = await this.request("POST", path, body);
-    const session = toSession(json, Date.now());
-    if (session === undefined) throw new OverworldHttpError(200, "bad_response", `POST ${path}: unexpected body ${JSON.stringify(json).slice(0, 200)}`);
-    return session;
+  /** The session's account and its identities: get, link, unlink (docs/protocol.md, 'Accounts'). */
+  readonly account: Accounts = new Accounts((method, path, session, body, convert) =>
+    this.call(method, path, body, session.token, convert),
+  );
+
+  private post(path: string, body: unknown): Promise<Session> {
+    return this.call("POST", path, body, undefined, (json) => toSession(json, Date.now()));
   }
 
-  /** One call of the HTTP API: the decoded JSON of a 200, else an `OverworldHttpError`. */
+  /** `send`, its answer converted; a body `convert` refuses (undefined) is a `bad_response`. */
+  private async call<T>(
+    method: "GET" | "POST",
+    path: string,
+    body: unknown,
+    token: string | undefined,
+    convert: (json: unknown, status: number) => T | undefined,
+  ): Promise<T> {
+    const { status, json } = await this.send(method, path, body, token);
+    const result = convert(json, status);
+    if (result === undefined) throw new OverworldHttpError(status, "bad_response", `${method} ${path}: unexpected body ${JSON.stringify(json).slice(0, 200)}`);
+    return result;
+  }
+
+  /** One call of the HTTP API: the decoded JSON of a success, else an `OverworldHttpError`. */
   private async request(method: "GET" | "POST", path: string, body?: unknown, token?: string): Promise<unknown> {
+    return (await this.send(method, path, body, token)).json;
+  }
+
+  /** One call of the HTTP API: the status and decoded JSON of a 200 or 202, else an `OverworldHttpError`. */
+  private async send(method: "GET" | "POST", path: string, body?: unknown, token?: string): Promise<{ status: number; json: unknown }> {
     let response: Awaited<ReturnType<FetchLike>>;
     let text: string;
     const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json" };
@@ -137,15 +247,32 @@ export class Client {
     } catch {
       json = undefined;
     }
-    if (response.status !== 200) {
+    if (response.status !== 200 && response.status !== 202) {
       const o = (json ?? {}) as { error?: unknown; message?: unknown };
       const code = typeof o.error === "string" ? o.error : "http_error";
       const message = typeof o.message === "string" ? o.message : `HTTP ${response.status} ${response.statusText ?? ""}`.trim();
-      throw new OverworldHttpError(response.status, code, message);
+      const header = typeof response.headers?.get === "function" ? response.headers.get("retry-after") : null;
+      const retryAfter = parseRetryAfter(header, Date.now()) ?? (response.status === 429 ? retryIn(message) : undefined);
+      throw new OverworldHttpError(response.status, code, message, retryAfter === undefined ? {} : { retryAfter });
     }
     if (json === undefined) throw new OverworldHttpError(response.status, "bad_response", `${method} ${path}: unexpected body ${text.slice(0, 200)}`);
-    return json;
+    return { status: response.status, json };
   }
+}
+
+/** A `retry-after` header's seconds: a whole number of them, or an HTTP date (rounded up from `now`). */
+function parseRetryAfter(value: string | null | undefined, now: number): number | undefined {
+  if (value === null || value === undefined) return undefined;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v);
+  const at = /[a-z]/i.test(v) ? Date.parse(v) : NaN;
+  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - now) / 1000));
+}
+
+/** The seconds of a 429's message ("too many attempts: retry in 30 s"). */
+function retryIn(message: string): number | undefined {
+  const m = /\bretry in (\d+) s\b/.exec(message);
+  return m ? Number(m[1]) : undefined;
 }
 
 function toSession(json: unknown, now: number): Session | undefined {

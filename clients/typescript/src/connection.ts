@@ -1,3 +1,23 @@
+import {
+  Requests,
+  field,
+  listArgs,
+  nothing,
+  ticketArgs,
+  toMatchJoined,
+  toMatchList,
+  toNotice,
+  toPayload,
+  type OverworldRequestError,
+  type ListMatchesOptions,
+  type MatchData,
+  type MatchInfo,
+  type MatchJoined,
+  type MatchmakerMatched,
+  type MatchmakerTicket,
+  type MatchNotice,
+  type MatchPresenceEvent,
+} from "./backend.js";
 import { backoffDelay, type BackoffOptions } from "./backoff.js";
 import { ByteReader } from "./bytes.js";
 import type { Session } from "./client.js";
@@ -124,6 +144,17 @@ export interface ConnectOptions extends EntityViewOptions {
   settle?: number;
   /** The local monotonic clock in milliseconds (default performance.now). */
   now?: () => number;
+  /**
+   * Milliseconds a backend request (`rpc`, `joinMatch`, ...) waits for its answer, from the
+   * call, before it fails with an `OverworldRequestError` `timeout` (default 10 s).
+   */
+  requestTimeout?: number;
+  /**
+   * After a reconnection, join the matches the player was in again (default true): within the
+   * server's grace (15 s by default) the player takes its own place back, unseen by the others.
+   * A failure is told as a `rejoin_failed` match notice.
+   */
+  rejoinMatches?: boolean;
 }
 
 export type ConnectionState = "connecting" | "open" | "reconnecting" | "closed";
@@ -137,7 +168,7 @@ export interface ConnectionStats {
   /** Snapshots refused (each answered or covered by a RESYNC). */
   refused: number;
   resyncs: number;
-  /** Server messages that did not decode (ignored). */
+  /** Server messages that did not decode (ignored), NOTIFYs of a kind or body not known included. */
   undecodable: number;
   inputs: number;
 }
@@ -194,6 +225,10 @@ function toBytes(data: unknown): Uint8Array | undefined {
  * after 4003 (unauthorized) only once the token was refreshed. Input sequence numbers go on
  * across reconnections.
  *
+ * The same socket carries the backend services (docs/protocol.md, 'Matches and RPC'): `rpc`,
+ * matches (`createMatch`, `joinMatch`, `sendMatchData`, `onMatchData`, ...), `listMatches` and
+ * the matchmaker. A connection to no zone (`zone: ""`) has only those.
+ *
  * It starts connecting when made. Reconnection is for a connection that was established: when
  * the first socket closes (or cannot open) before a HANDSHAKE, the connection is closed for
  * good and `connected()` rejects with a `ConnectError` (`Client.connect` awaits it).
@@ -242,6 +277,15 @@ export class ZoneConnection {
   private readonly errorListeners = new Listeners<[ServerError]>();
   private readonly closeListeners = new Listeners<[CloseInfo]>();
   private readonly eventListeners = new Listeners<[Uint8Array, number]>();
+  private readonly matchDataListeners = new Listeners<[MatchData]>();
+  private readonly presenceListeners = new Listeners<[MatchPresenceEvent]>();
+  private readonly noticeListeners = new Listeners<[MatchNotice]>();
+  private readonly matchedListeners = new Listeners<[MatchmakerMatched]>();
+  private readonly notifyListeners = new Listeners<[string, unknown]>();
+
+  private readonly requests: Requests;
+  /** The matches joined: id → the metadata they were joined with (for a rejoin). */
+  private readonly joined = new Map<string, Record<string, unknown> | undefined>();
 
   /** Settled by the first handshake, or the first socket's close before one. */
   private readonly ready: Promise<Handshake>;
@@ -265,6 +309,7 @@ export class ZoneConnection {
     this.pingInterval = options.pingInterval ?? 15_000;
     this.heartbeatTimeout = options.heartbeatTimeout ?? Math.max(3 * this.pingInterval, 10_000);
     this.entities = new EntityView(options);
+    this.requests = new Requests((m) => this.status === "open" && this.send(m), options.requestTimeout ?? 10_000);
     this.ready = new Promise<Handshake>((resolve, reject) => (this.settle = { resolve, reject }));
     // Nobody may ever ask: a rejection nobody awaits is not an unhandled one.
     this.ready.catch(() => undefined);
@@ -380,6 +425,120 @@ export class ZoneConnection {
     return this.eventListeners.add(f);
   }
 
+  /** A match's message (one call per message, in the order the match sent them: a tick's come in one frame). */
+  onMatchData(f: (message: MatchData) => void): () => void {
+    return this.matchDataListeners.add(f);
+  }
+
+  /** Other players joined or left a match the player is in. */
+  onMatchPresence(f: (event: MatchPresenceEvent) => void): () => void {
+    return this.presenceListeners.add(f);
+  }
+
+  /**
+   * A match ended, failed, kicked the player or gave its place to another connection; a
+   * `sendMatchData` was refused; a rejoin after a reconnection failed (see `MatchNotice`).
+   */
+  onMatchNotice(f: (notice: MatchNotice) => void): () => void {
+    return this.noticeListeners.add(f);
+  }
+
+  /** A ticket of this connection was matched: join `matchId` (`joinMatch`). */
+  onMatchmakerMatched(f: (matched: MatchmakerMatched) => void): () => void {
+    return this.matchedListeners.add(f);
+  }
+
+  /**
+   * Every NOTIFY of the server, its kind and its JSON body parsed (kinds this SDK knows too,
+   * before their typed listeners): for kinds of a newer server.
+   */
+  onNotify(f: (kind: string, body: unknown) => void): () => void {
+    return this.notifyListeners.add(f);
+  }
+
+  // ---- backend requests ----
+
+  /**
+   * Calls the server's RPC function `id` with a JSON payload (undefined: none): resolves with
+   * what it answered (null for nothing; `T` is not checked). Fails with an
+   * `OverworldRequestError`: `unknown_rpc`, the function's own code (`invalid_argument`,
+   * `not_found`, ...), `rpc_failed`, `rpc_timeout`, `busy`, or `timeout`, `disconnected`,
+   * `closed` when no answer came.
+   *
+   * Requests made before the connection is open (or while it reconnects) wait for it, within
+   * their `requestTimeout`; those in flight when the socket drops fail with `disconnected`.
+   */
+  async rpc<T = unknown>(id: string, payload?: unknown): Promise<T> {
+    return (await this.requests.call("rpc", { id, payload }, (j) => toPayload<T>(j))).payload;
+  }
+
+  /**
+   * Creates a match: of the handler the server registered as `name` (e.g. "echo"), with
+   * `params` for its init; or, without a name, a relayed one (each player's messages passed on
+   * to the others; `params.max_size`: players at most, default 16). Resolves with its id (the
+   * caller is not in it yet: `joinMatch`). `unknown_handler`, `match_create_failed`.
+   */
+  createMatch(name?: string, params?: Record<string, unknown>): Promise<string> {
+    return this.requests.call("match_create", { name, params }, field("match_id"));
+  }
+
+  /**
+   * Joins a match (`metadata`: for its handler's join attempt). `match_not_found`,
+   * `match_join_rejected` (the message is the handler's reason, e.g. "full"). Once joined, the
+   * match's messages come to `onMatchData`, and `sendMatchData` reaches it.
+   */
+  async joinMatch(matchId: string, metadata?: Record<string, unknown>): Promise<MatchJoined> {
+    const joined = await this.requests.call("match_join", { match_id: matchId, metadata }, toMatchJoined);
+    this.joined.set(matchId, metadata);
+    return joined;
+  }
+
+  /** Leaves a match (at once for this client: no rejoin after a reconnection). Resolves when the server is told. */
+  async leaveMatch(matchId: string): Promise<void> {
+    this.joined.delete(matchId);
+    await this.requests.call("match_leave", { match_id: matchId }, nothing);
+  }
+
+  /** The matches of the whole cluster whose label satisfies `options.query`; `invalid_query`. */
+  listMatches(options: ListMatchesOptions = {}): Promise<MatchInfo[]> {
+    return this.requests.call("match_list", listArgs(options), toMatchList);
+  }
+
+  /**
+   * Adds a matchmaker ticket: resolves with its id. When it is matched, `onMatchmakerMatched`
+   * tells the match to join. A ticket belongs to this socket: it is dropped by the server
+   * when the socket closes (a reconnection included: add it again then). `invalid_ticket`,
+   * `too_many_tickets` (3 at once), `unavailable`.
+   */
+  addMatchmaker(ticket: MatchmakerTicket): Promise<string> {
+    return this.requests.call("matchmaker_add", ticketArgs(ticket), field("ticket"));
+  }
+
+  /** Removes a matchmaker ticket; `ticket_not_found` (unknown, or matched already). */
+  async removeMatchmaker(ticket: string): Promise<void> {
+    await this.requests.call("matchmaker_remove", { ticket }, nothing);
+  }
+
+  /** The matches joined (and not left, ended, failed or kicked since). */
+  get joinedMatches(): string[] {
+    return [...this.joined.keys()];
+  }
+
+  /**
+   * Sends a message to a match the player joined: `op` (an integer 0..2^32-1, the game's
+   * message type) and bytes (a string is sent as UTF-8). It reaches the match's next tick, in
+   * order. Answers false when not connected (nothing is sent). The server refuses data for a
+   * match the player is not in, or too large (4,096 bytes by default), with a `MatchNotice`
+   * `error`; it counts them with the inputs against its input rate (60 a second by default)
+   * and drops the excess silently.
+   */
+  sendMatchData(matchId: string, op: number, data: Uint8Array | string): boolean {
+    if (!Number.isInteger(op) || op < 0 || op >= 2 ** 32) throw new RangeError(`op must be an integer in 0..2^32-1, got ${op}`);
+    if (this.status !== "open") return false;
+    const payload = typeof data === "string" ? new TextEncoder().encode(data) : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    return this.send({ type: "match_send", match_id: matchId, op, payload });
+  }
+
   // ---- sending ----
 
   /**
@@ -441,6 +600,7 @@ export class ZoneConnection {
     this.status = "closed";
     clearTimeout(this.reconnectTimer);
     this.drop(1000, "client closed");
+    this.requests.closed();
     this.settle.reject(new ConnectError(1000, "client closed"));
     this.closeListeners.emit({ code: 1000, reason: "client closed", willReconnect: false });
   }
@@ -546,6 +706,7 @@ export class ZoneConnection {
   /** The socket is gone: tell, and reconnect when that is right. */
   private closed(code: number, reason: string): void {
     if (this.status === "closed") return;
+    this.requests.disconnected();
     // The first socket never got a handshake: connecting failed, nothing is tried again.
     if (this.hs === undefined) return this.finish(code, reason);
     const limit = this.options.reconnect === false ? 0 : (this.options.reconnect?.maxAttempts ?? Infinity);
@@ -571,6 +732,7 @@ export class ZoneConnection {
   private finish(code: number, reason: string): void {
     if (this.status === "closed") return;
     this.status = "closed";
+    this.requests.closed();
     this.settle.reject(new ConnectError(code, reason, this.lastError));
     this.closeListeners.emit({ code, reason, willReconnect: false });
   }
@@ -642,6 +804,55 @@ export class ZoneConnection {
         return this.errorListeners.emit({ code: v.code, message: v.message });
       case "event":
         return this.eventListeners.emit(v.payload, v.seq);
+      case "response":
+        // (One for a request that timed out is dropped.)
+        this.requests.response(v.id, v.status, v.body);
+        return;
+      case "match_data":
+        for (const m of v.messages) this.matchDataListeners.emit({ matchId: v.match_id, op: m.op, sender: m.sender, data: m.payload });
+        return;
+      case "notify":
+        return this.notified(v.kind, v.body);
+    }
+  }
+
+  private notified(kind: string, text: string): void {
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      this.stats.undecodable++;
+      return;
+    }
+    this.notifyListeners.emit(kind, body);
+    const n = toNotice(kind, body);
+    if (n === undefined) {
+      this.stats.undecodable++;
+      return;
+    }
+    switch (n.kind) {
+      case "match_presence":
+        return this.presenceListeners.emit(n.event);
+      case "matchmaker_matched":
+        return this.matchedListeners.emit(n.matched);
+      case "notice": {
+        const notice = n.notice;
+        if (notice.kind !== "error" && notice.matchId !== undefined) this.joined.delete(notice.matchId);
+        return this.noticeListeners.emit(notice);
+      }
+    }
+  }
+
+  /** After a reconnection: the matches joined, joined again (before any request that waited). */
+  private rejoin(): void {
+    if (this.options.rejoinMatches === false) return;
+    for (const [matchId, metadata] of this.joined) {
+      this.requests.call("match_join", { match_id: matchId, metadata }, toMatchJoined).catch((e: OverworldRequestError) => {
+        // No answer (the socket dropped again, too slow, closed): tried again after the next reconnection, if any.
+        if (e.status === 0 || !this.joined.has(matchId)) return;
+        this.joined.delete(matchId);
+        this.noticeListeners.emit({ kind: "rejoin_failed", matchId, error: e });
+      });
     }
   }
 
@@ -667,6 +878,8 @@ export class ZoneConnection {
     this.ping();
     clearInterval(this.pingTimer);
     this.pingTimer = setInterval(() => this.ping(), this.pingInterval);
+    if (this.stats.handshakes > 1) this.rejoin();
+    this.requests.opened();
     this.settle.resolve(h);
     this.handshakeListeners.emit(h);
   }

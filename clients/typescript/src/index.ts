@@ -25,3 +25,22 @@ export { Client, OverworldHttpError } from "./client.js";
 export type { ClientOptions, FetchLike, Session } from "./client.js";
 export { Storage } from "./storage.js";
 export type { ListOptions, StorageAck, StorageDelete, StorageId, StorageObject, StoragePage, StorageWrite } from "./storage.js";
+export { ACCOUNT_ERROR_CODES, Accounts } from "./accounts.js";
+export type { Account, AccountErrorCode, CustomAuthBody, EmailPending } from "./accounts.js";
+export { BACKEND_ERROR_CODES, OverworldRequestError } from "./backend.js";
+export type {
+  BackendErrorCode,
+  ListMatchesOptions,
+  MatchData,
+  MatchInfo,
+  MatchJoined,
+  MatchLabel,
+  MatchNotice,
+  MatchPresenceEvent,
+  MatchQuery,
+  MatchmakerMatched,
+  MatchmakerTicket,
+  QueryValue,
+  RequestErrorCode,
+  RequestFailureCode,
+} from "./backend.js";

@@ -19,7 +19,18 @@ export type ClientMessage =
   | { type: "input"; seq: number; ack: number; payload: Uint8Array }
   | { type: "client_event"; seq: number; payload: Uint8Array }
   | { type: "ping"; client_time: number }
-  | { type: "resync"; reason: number; last_tick: number };
+  | { type: "resync"; reason: number; last_tick: number }
+  /** A backend call: `body` is the JSON text of the arguments, an object ("" reads as `{}`). */
+  | { type: "request"; id: number; method: string; body: string }
+  /** Bytes for a match the player joined. */
+  | { type: "match_send"; match_id: string; op: number; payload: Uint8Array };
+
+/** One message of a MATCH_DATA frame: `sender` is a user id, "" for the server. */
+export interface MatchMessage {
+  op: number;
+  sender: string;
+  payload: Uint8Array;
+}
 
 /** Messages the server sends (snapshots come with interest management). */
 export type ServerMessage =
@@ -41,7 +52,13 @@ export type ServerMessage =
     }
   | { type: "event"; seq: number; payload: Uint8Array }
   | { type: "pong"; client_time: number; server_tick: number }
-  | { type: "error"; code: number; message: string };
+  | { type: "error"; code: number; message: string }
+  /** The answer to a REQUEST: an HTTP-like status, `body` the JSON text of the result or of `{error, message}`. */
+  | { type: "response"; id: number; status: number; body: string }
+  /** A tick's messages of a match for this player, in order. */
+  | { type: "match_data"; match_id: string; messages: MatchMessage[] }
+  /** A notification: `body` is JSON text. */
+  | { type: "notify"; kind: string; body: string };
 
 /** Encodes a client message. */
 export function encodeClientMessage(m: ClientMessage): Uint8Array {
@@ -57,8 +74,15 @@ export function encodeClientMessage(m: ClientMessage): Uint8Array {
       return w.u8(0x43).varint(m.client_time).toBytes();
     case "resync":
       return w.u8(0x44).u8(m.reason).varint(m.last_tick).toBytes();
+    case "request":
+      return w.u8(0x45).varint(m.id).string(m.method).bytes(utf8.encode(m.body)).toBytes();
+    case "match_send":
+      return w.u8(0x46).string(m.match_id).varint(m.op).bytes(m.payload).toBytes();
   }
 }
+
+const utf8 = new TextEncoder();
+const text = (b: Uint8Array): string => new TextDecoder().decode(b);
 
 const FIELD_TYPES: FieldType[] = ["uint", "int", "fixed", "angle", "enum", "bool"];
 const fail = <T>(error: string): Result<T> => ({ ok: false, error });
@@ -68,6 +92,7 @@ const fail = <T>(error: string): Result<T> => ({ ok: false, error });
  * refuses'): `truncated`, `trailing_bytes`, `varint_too_long`, `string_too_long`, `empty`,
  * `unknown_opcode N`, and in a HANDSHAKE `bad_input_layout`, `unknown_field_type T`,
  * `bad_field_bits`, `bad_field_step`, `bad_enum_values`, `bad_enum_value`, `bad_template`.
+ * A RESPONSE's and a NOTIFY's JSON body is the rest of the message, as text (not parsed here).
  */
 export function decodeServerMessage(bytes: Uint8Array): Result<ServerMessage> {
   const r = new ByteReader(bytes);
@@ -96,9 +121,42 @@ export function decodeServerMessage(bytes: Uint8Array): Result<ServerMessage> {
       if (r.remaining > 0) return fail("trailing_bytes");
       return { ok: true, value: { type: "error", code, message } };
     }
+    case 0x06: {
+      const id = r.varint();
+      const status = id === undefined ? undefined : r.u16();
+      if (id === undefined || status === undefined) return fail(r.error);
+      return { ok: true, value: { type: "response", id, status, body: text(r.rest()) } };
+    }
+    case 0x07:
+      return matchData(r);
+    case 0x08: {
+      const kind = r.string(64);
+      if (kind === undefined) return fail(r.error);
+      return { ok: true, value: { type: "notify", kind, body: text(r.rest()) } };
+    }
     default:
       return fail(`unknown_opcode ${op}`);
   }
+}
+
+/** A MATCH_DATA: match id (at most 128 bytes), a count, then op, sender (at most 255 bytes) and payload each. */
+function matchData(r: ByteReader): Result<ServerMessage> {
+  const match_id = r.string(128);
+  const n = match_id === undefined ? undefined : r.varint();
+  if (match_id === undefined || n === undefined) return fail(r.error);
+  const messages: MatchMessage[] = [];
+  for (let i = 0; i < n; i++) {
+    const op = r.varint();
+    const sender = op === undefined ? undefined : r.string(255);
+    const length = sender === undefined ? undefined : r.varint();
+    if (op === undefined || sender === undefined || length === undefined) return fail(r.error);
+    if (length > 2 ** 24) return fail("string_too_long");
+    const payload = r.bytesOf(length);
+    if (payload === undefined) return fail(r.error);
+    messages.push({ op, sender, payload });
+  }
+  if (r.remaining > 0) return fail("trailing_bytes");
+  return { ok: true, value: { type: "match_data", match_id, messages } };
 }
 
 function handshake(r: ByteReader): Result<ServerMessage> {

@@ -6,5 +6,5 @@ export { ByteReader, ByteWriter, zigzag, unzigzag } from "./bytes.js";
 export { decodeKeyframe, decodeDelta, dequantize, decodeValue, encodeInput, quantizeValue } from "./template.js";
 export type { AngleUnit, FieldSchema, FieldType, InputValues, TemplateSchema, Result, Value } from "./template.js";
 export { PROTOCOL_VERSION, encodeClientMessage, decodeServerMessage, readExtensions } from "./messages.js";
-export type { ClientMessage, Extension, ServerMessage } from "./messages.js";
+export type { ClientMessage, Extension, MatchMessage, ServerMessage } from "./messages.js";
 export { indexBits } from "./snapshot.js";

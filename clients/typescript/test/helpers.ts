@@ -191,6 +191,22 @@ export function encodeSnapshot(s: {
 
 export const pong = (clientTime: number, serverTick: number) => new ByteWriter().u8(0x04).varint(clientTime).varint(serverTick).toBytes();
 export const error = (code: number, message: string) => new ByteWriter().u8(0x05).u16(code).string(message).toBytes();
+const utf8 = (s: string) => new TextEncoder().encode(s);
+/** A RESPONSE: `body` is JSON'd (a string is sent as it is). */
+export const response = (id: number, status: number, body: unknown) =>
+  new ByteWriter().u8(0x06).varint(id).u16(status).bytes(utf8(typeof body === "string" ? body : JSON.stringify(body))).toBytes();
+/** A MATCH_DATA frame: payloads as strings (UTF-8) or bytes. */
+export function matchData(matchId: string, messages: Array<{ op: number; sender: string; payload: string | Uint8Array }>): Uint8Array {
+  const w = new ByteWriter().u8(0x07).string(matchId).varint(messages.length);
+  for (const m of messages) {
+    const p = typeof m.payload === "string" ? utf8(m.payload) : m.payload;
+    w.varint(m.op).string(m.sender).varint(p.length).bytes(p);
+  }
+  return w.toBytes();
+}
+/** A NOTIFY: `body` is JSON'd (a string is sent as it is). */
+export const notify = (kind: string, body: unknown) =>
+  new ByteWriter().u8(0x08).string(kind).bytes(utf8(typeof body === "string" ? body : JSON.stringify(body))).toBytes();
 
 /** A client message decoded (what the fake server received). */
 export type Sent =
@@ -198,6 +214,9 @@ export type Sent =
   | { type: "input"; seq: number; ack: number; payload: number[] }
   | { type: "ping"; client_time: number }
   | { type: "resync"; reason: number; last_tick: number }
+  /** `body`: the JSON parsed. */
+  | { type: "request"; id: number; method: string; body: any }
+  | { type: "match_send"; match_id: string; op: number; payload: number[] }
   | { type: "other"; bytes: number[] };
 
 export function decodeClient(bytes: Uint8Array): Sent {
@@ -211,6 +230,10 @@ export function decodeClient(bytes: Uint8Array): Sent {
       return { type: "ping", client_time: r.varint()! };
     case 0x44:
       return { type: "resync", reason: r.u8()!, last_tick: r.varint()! };
+    case 0x45:
+      return { type: "request", id: r.varint()!, method: r.string()!, body: JSON.parse(new TextDecoder().decode(r.rest())) };
+    case 0x46:
+      return { type: "match_send", match_id: r.string()!, op: r.varint()!, payload: [...r.rest()] };
     default:
       return { type: "other", bytes: [...bytes] };
   }

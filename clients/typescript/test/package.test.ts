@@ -43,6 +43,8 @@ const API = [
   "ServerClock",
   "backoffDelay",
   "PROTOCOL_VERSION",
+  "OverworldRequestError",
+  "BACKEND_ERROR_CODES",
 ];
 
 describe("the built package", () => {
