@@ -17,7 +17,7 @@ SHELL := /bin/bash
 # interpreter of Overworld.Lua.
 APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
   erlang-proper erlang-runtime-tools erlang-tools erlang-ssl erlang-public-key openssl \
-  erlang-p1-pgsql postgresql erlang-luerl
+  erlang-p1-pgsql postgresql wrk tsung erlang-luerl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # VM flags (docs/architecture.md, "Performance decisions"): schedulers bound to CPUs, so the
@@ -176,6 +176,11 @@ bench: deps owload
 	cd $(GAME) && mix overworld.bench.world --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 2000 --seconds 3 --warmup 1 --rounds 1 --migrate 0.25 --observers 4 --json ../../$(SHORT)/world.json
 	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --zones 2x2 --entities-per-zone 500 --kills 2 --probe-seconds 2 --observers 1,100 --sessions 60 --players 12 --player-seconds 3 --json ../../$(SHORT)/cluster.json
 	$(call with_server_args,$(BENCH_PORT),--zones 2x2 --entities 1000 --players border --no-persist,$(call crossing,20,4,$(BENCH_PORT),10,$(SHORT)/world-crossing,5))
+	mix overworld.bench.backend --workload register --seconds 3 --json $(SHORT)/backend-register.json
+	mix overworld.bench.backend --workload login --seconds 3 --json $(SHORT)/backend-login.json
+	mix overworld.bench.backend --workload rpc-lua --seconds 3 --json $(SHORT)/backend-rpc-lua.json
+	mix overworld.bench.backend --workload matches --handler echo_lua --players 100 --seconds 3 --json $(SHORT)/backend-matches-lua.json
+	mix overworld.bench.backend --tsung bench/tsung/register.xml --json $(SHORT)/backend-tsung-register.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -214,6 +219,16 @@ bench-full: deps owload
 	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 3 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 3 --players 250 --player-seconds 30 --json ../../bench/results/cluster-players-250-3-nodes.json
 	cd $(GAME) && mix overworld.bench.cluster --zone Goblins --wire Goblins.Wire --nodes 1 --zones 2x2 --entities-per-zone 1000 --kills 0 --probe-seconds 0 --sessions 1 --players 250 --player-seconds 30 --json ../../bench/results/cluster-players-250-1-node.json
 	$(call with_server_args,4100,--zones 2x2 --entities 2500 --players border --no-persist,$(call crossing,180,20,4100,75,bench/results/world-crossing,60))
+	mix overworld.bench.backend --workload register --seconds 30 --json bench/results/backend-register.json
+	mix overworld.bench.backend --workload register --seconds 30 --fsync-delay-ms 2 --json bench/results/backend-register-fsync-2ms.json
+	mix overworld.bench.backend --workload login --seconds 30 --json bench/results/backend-login.json
+	mix overworld.bench.backend --workload rpc-lua --seconds 30 --json bench/results/backend-rpc-lua.json
+	mix overworld.bench.backend --workload rpc-elixir --seconds 30 --json bench/results/backend-rpc-elixir.json
+	mix overworld.bench.backend --workload matches --handler echo_lua --players 1000,2000,3000,4000,5000 --seconds 20 --json bench/results/backend-matches-lua.json
+	mix overworld.bench.backend --workload matches --handler echo --players 1000,2000,3000,4000,5000 --seconds 20 --json bench/results/backend-matches-elixir.json
+	mix overworld.bench.backend --tsung bench/tsung/register.xml --json bench/results/backend-tsung-register.json
+	mix overworld.bench.backend --tsung bench/tsung/login.xml --json bench/results/backend-tsung-login.json
+	mix overworld.bench.backend --tsung bench/tsung/rpc.xml --json bench/results/backend-tsung-rpc.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

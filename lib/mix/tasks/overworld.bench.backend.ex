@@ -9,6 +9,7 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
                                   [--seconds 20] [--connections 50] [--fsync-delay-ms 0]
                                   [--players 500,1000,2000,3000] [--handler echo|echo_lua]
                                   [--json PATH]
+      mix overworld.bench.backend --tsung bench/tsung/register.xml [--json PATH]
 
   * `register` — closed-loop clients (wrk, `--connections`, one thread) make a new device
     account per request (`POST /api/v1/auth/device`): each is durable (fsynced) before its
@@ -25,6 +26,11 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
     echo p99 is at most 150 ms. Memory per player is the server node's growth from before
     the first step, divided by the players.
 
+  `--tsung FILE` runs one of the Tsung scenarios of `bench/tsung/` (Debian's `tsung`, the
+  tool of Nakama's benchmark) against the same one-core server instead of wrk: the scenario's
+  port 4000 is replaced by the server's, tsung is pinned to CPU 1, and its log's request
+  counts and mean response times are summed up.
+
   Each run prints the figures, the server's CPU (of its one core) and the load generator's
   CPU beside them, and the samples each percentile rests on; `--json PATH` writes them.
   """
@@ -40,6 +46,7 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
     fsync_delay_ms: :integer,
     players: :string,
     handler: :string,
+    tsung: :string,
     json: :string
   ]
 
@@ -49,11 +56,28 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
     o = Args.positive!(opts, seconds: 20, connections: 50)
 
     workload =
-      opts[:workload] ||
-        Mix.raise("--workload is required: register|login|rpc-lua|rpc-elixir|matches")
+      cond do
+        opts[:tsung] ->
+          "tsung"
 
-    unless workload in ~w(register login rpc-lua rpc-elixir matches),
+        w = opts[:workload] ->
+          w
+
+        true ->
+          Mix.raise(
+            "--workload (register|login|rpc-lua|rpc-elixir|matches) or --tsung is required"
+          )
+      end
+
+    unless workload in ~w(register login rpc-lua rpc-elixir matches tsung),
       do: Mix.raise("--workload must be register, login, rpc-lua, rpc-elixir or matches")
+
+    if opts[:tsung] && not File.regular?(opts[:tsung]),
+      do: Mix.raise("--tsung #{opts[:tsung]}: no such file")
+
+    for tool <- ["taskset", if(opts[:tsung], do: "tsung", else: "wrk")],
+        System.find_executable(tool) == nil,
+        do: Mix.raise("#{tool} is not installed (make deps installs it: apt-get install #{tool})")
 
     Mix.Task.run("app.start")
     machine = Stats.machine()
@@ -116,6 +140,18 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
       "#{lang} RPC calls",
       o
     )
+  end
+
+  defp workload("tsung", s, _o, opts) do
+    r = Backend.tsung(s, opts[:tsung], 1)
+
+    Mix.shell().info(
+      "tsung #{Path.basename(opts[:tsung])}: #{r.requests} requests in #{r.seconds} s = " <>
+        "#{round(r.requests_per_s)}/s, mean response #{r.mean_ms} ms (#{r.errors} errors, HTTP " <>
+        "statuses #{inspect(r.statuses)}); server CPU #{pct(r.server_cpu)} of its core, tsung #{pct(r.generator_cpu)}"
+    )
+
+    Map.put(r, :scenario, opts[:tsung])
   end
 
   defp workload("matches", s, o, opts) do

@@ -165,6 +165,77 @@ defmodule Overworld.Bench.Backend do
     end
   end
 
+  @doc """
+  Runs a Tsung scenario (its port 4000 made the server's) pinned to CPU `cpu`; sums up its
+  log: requests, their mean response time, HTTP statuses, errors, and both sides' CPU.
+  """
+  @spec tsung(map, Path.t(), non_neg_integer) :: map
+  def tsung(s, file, cpu) do
+    tmp = Path.join(System.tmp_dir!(), "overworld-tsung-#{System.unique_integer([:positive])}")
+    File.mkdir_p!(tmp)
+    xml = file |> File.read!() |> String.replace(~s(port="4000"), ~s(port="#{s.port}"))
+    scenario = Path.join(tmp, Path.basename(file))
+    File.write!(scenario, xml)
+    cpu0 = cpu_seconds(s.os_pid)
+    t0 = System.monotonic_time(:millisecond)
+
+    cmd =
+      "taskset -c #{cpu} tsung -f #{scenario} -l #{tmp}/log start > #{tmp}/out 2>&1; cat /proc/$$/stat"
+
+    {out, _} = System.cmd("sh", ["-c", cmd], stderr_to_stdout: true)
+    wall = (System.monotonic_time(:millisecond) - t0) / 1000
+    server_cpu = cpu_seconds(s.os_pid) - cpu0
+    log = Path.wildcard(Path.join([tmp, "log", "**", "tsung.log"])) |> List.first()
+
+    # The scenario's length: its <load duration="N" unit="second">.
+    seconds =
+      case Regex.run(~r/<load duration="(\d+)" unit="second"/, xml) do
+        [_, n] -> String.to_integer(n)
+        _ -> wall
+      end
+
+    stats =
+      if log,
+        do: Map.put(tsung_stats(File.read!(log)), :seconds, seconds),
+        else: %{requests: 0, mean_ms: nil, statuses: %{}, errors: 0, seconds: seconds}
+
+    File.rm_rf(tmp)
+
+    Map.merge(stats, %{
+      requests_per_s: stats.requests / max(stats.seconds, 1),
+      server_cpu: server_cpu / wall,
+      generator_cpu: wrk_cpu(out) / wall
+    })
+  end
+
+  # tsung.log: a dump every 10 s of "stats: request <count> <mean ms> ..." (the dump's), HTTP
+  # status counts ("stats: 200 <count> <total>") and errors ("stats: error_... <count>").
+  defp tsung_stats(text) do
+    dumps = Regex.scan(~r/^# stats: dump at (\d+)/m, text, capture: :all_but_first)
+    times = Enum.map(dumps, fn [t] -> String.to_integer(t) end)
+
+    requests =
+      for [count, mean] <-
+            Regex.scan(~r/^stats: request (\d+) ([\d.]+)/m, text, capture: :all_but_first),
+          do: {String.to_integer(count), to_float(mean)}
+
+    total = requests |> Enum.map(&elem(&1, 0)) |> Enum.sum()
+    mean = if total > 0, do: Float.round(Enum.sum(for {n, m} <- requests, do: n * m) / total, 2)
+
+    statuses =
+      Regex.scan(~r/^stats: (\d{3}) (\d+)/m, text, capture: :all_but_first)
+      |> Enum.reduce(%{}, fn [code, n], acc ->
+        Map.update(acc, code, String.to_integer(n), &(&1 + String.to_integer(n)))
+      end)
+
+    errors =
+      Regex.scan(~r/^stats: error_\S+ (\d+)/m, text, capture: :all_but_first)
+      |> Enum.map(fn [n] -> String.to_integer(n) end)
+      |> Enum.sum()
+
+    %{requests: total, mean_ms: mean, statuses: statuses, errors: errors, dumps: length(times)}
+  end
+
   @doc "wrk's script for new device accounts (`prefix`-1, -2, ...)."
   def register_script(prefix) do
     """
