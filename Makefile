@@ -226,6 +226,8 @@ bench-full: deps owload
 	mix overworld.bench.backend --workload rpc-elixir --seconds 30 --json bench/results/backend-rpc-elixir.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 1000,2000,3000,4000,5000 --seconds 20 --json bench/results/backend-matches-lua.json
 	mix overworld.bench.backend --workload matches --handler echo --players 1000,2000,3000,4000,5000 --seconds 20 --json bench/results/backend-matches-elixir.json
+	mix overworld.bench.backend --workload matches --handler echo_lua --players 1000 --seconds 10 --json bench/results/backend-matches-1000-echo_lua.json
+	mix overworld.bench.backend --workload matches --handler echo --players 1000 --seconds 10 --json bench/results/backend-matches-1000-echo.json
 	mix overworld.bench.backend --tsung bench/tsung/register.xml --json bench/results/backend-tsung-register.json
 	mix overworld.bench.backend --tsung bench/tsung/login.xml --json bench/results/backend-tsung-login.json
 	mix overworld.bench.backend --tsung bench/tsung/rpc.xml --json bench/results/backend-tsung-rpc.json

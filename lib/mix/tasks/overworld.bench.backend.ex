@@ -164,7 +164,12 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
 
     hist = Histogram.new()
     frames = :atomics.new(1, signed: false)
-    :erlang.garbage_collect()
+    idle = Backend.idle_matches(s, handler, 100)
+
+    Mix.shell().info(
+      "Idle #{handler} matches (100 made, no player): #{div(idle, 1024)} KiB each on the server"
+    )
+
     base_memory = Backend.memory(s)
 
     {_, results} =
@@ -217,7 +222,14 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
       |> Enum.max(fn -> 0 end)
 
     Mix.shell().info("Knee (echo p99 <= 150 ms): #{knee} players (#{handler})")
-    %{handler: handler, steps: results, knee_players: knee, seconds_per_step: o.seconds}
+
+    %{
+      handler: handler,
+      idle_match_bytes: idle,
+      steps: results,
+      knee_players: knee,
+      seconds_per_step: o.seconds
+    }
   end
 
   defp http(r, what, o) do

@@ -414,6 +414,40 @@ defmodule Overworld.Bench.Backend do
     end
   end
 
+  @doc """
+  The server's memory growth per match of `handler` with no player: `count` made (and ended),
+  a second after they started ticking.
+  """
+  @spec idle_matches(map, binary, pos_integer) :: non_neg_integer
+  def idle_matches(s, handler, count) do
+    m0 = collected_memory(s)
+
+    code = """
+    handler = case #{inspect(handler)} do
+      "echo" -> Overworld.Bench.EchoMatch
+      name -> {Overworld.Match.Lua, {Overworld.Server.config(#{inspect(@server)}).lua, name}}
+    end
+    for _ <- 1..#{count}, do: elem(Overworld.Match.create(handler, %{"rate" => 10}), 1)
+    """
+
+    {ids, _} = :erpc.call(s.node, Code, :eval_string, [code])
+    Process.sleep(1_000)
+    grown = collected_memory(s) - m0
+    for id <- ids, do: :erpc.call(s.node, Overworld.Match, :shutdown, [id, 0])
+    Process.sleep(500)
+    max(div(grown, count), 0)
+  end
+
+  # The server node's memory once every process was collected (no garbage counted).
+  defp collected_memory(s) do
+    {m, _} =
+      :erpc.call(s.node, Code, :eval_string, [
+        "for p <- Process.list(), do: :erlang.garbage_collect(p)\n:erlang.memory(:total)"
+      ])
+
+    m
+  end
+
   @doc "The server node's memory (bytes)."
   def memory(s), do: :erpc.call(s.node, :erlang, :memory, [:total])
 end

@@ -235,7 +235,8 @@ defmodule Overworld.Match.Server do
 
         cond do
           st.ending && System.monotonic_time(:millisecond) >= st.ending -> ended(st, [])
-          st.sleep -> {:noreply, schedule(st), :hibernate}
+          # (A match without players sleeps compacted too: many idle matches stay cheap.)
+          st.sleep or st.presences == %{} -> {:noreply, schedule(st), :hibernate}
           true -> {:noreply, schedule(st)}
         end
 
