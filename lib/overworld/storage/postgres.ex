@@ -61,16 +61,31 @@ defmodule Overworld.Storage.Postgres do
   end
 
   @impl true
-  def read(%{pool: pool, table: t}, ids) do
-    Enum.reduce_while(ids, {:ok, []}, fn {c, k, u}, {:ok, acc} ->
-      case Postgres.query(pool, select(t, ""), [c, u, k]) do
-        {:ok, %{rows: rows}} ->
-          {:cont, {:ok, Enum.map(rows, &Object.from_row/1) ++ acc}}
+  def read(_state, []), do: {:ok, []}
 
-        {:error, reason} ->
-          {:halt, {:error, {:unavailable, reason}}}
-      end
-    end)
+  # One statement for the batch: WHERE (collection, user_id, key) IN ((...), (...)).
+  def read(%{pool: pool, table: t}, ids) do
+    tuples =
+      ids
+      |> Enum.with_index()
+      |> Enum.map_join(", ", fn {_, i} -> "($#{3 * i + 1}, $#{3 * i + 2}, $#{3 * i + 3})" end)
+
+    params = Enum.flat_map(ids, fn {c, k, u} -> [c, u, k] end)
+    sql = "SELECT #{@columns} FROM #{t} WHERE (collection, user_id, key) IN (#{tuples})"
+
+    case Postgres.query(pool, sql, params) do
+      {:ok, %{rows: rows}} ->
+        objects =
+          Map.new(rows, fn row ->
+            o = Object.from_row(row)
+            {{o.collection, o.key, o.user_id}, o}
+          end)
+
+        {:ok, for(id <- ids, o = objects[id], do: o)}
+
+      {:error, reason} ->
+        {:error, {:unavailable, reason}}
+    end
   end
 
   # (The handle of a transaction is `{connection, table}`.) An object made by another
