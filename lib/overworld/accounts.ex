@@ -529,10 +529,13 @@ defmodule Overworld.Accounts do
   # A durable transaction of this node's Mnesia (the accounts', the embedded storage's): on a
   # node that sees its cluster's majority, run, then fsynced (`Overworld.Accounts.Sync`)
   # before the answer. A transaction aborted with {:refused, reason} answers {:error, reason}.
-  @spec transaction((() -> term)) :: {:ok, term} | {:error, term}
-  def transaction(fun) do
+  # `:sync`: it answers once every replica committed it too (mnesia:sync_transaction).
+  @spec transaction((() -> term), :async | :sync) :: {:ok, term} | {:error, term}
+  def transaction(fun, mode \\ :async) do
+    run = if mode == :sync, do: &:mnesia.sync_transaction/1, else: &:mnesia.transaction/1
+
     if Overworld.Cluster.quorate?() do
-      case :mnesia.transaction(fun) do
+      case run.(fun) do
         {:atomic, result} ->
           case Overworld.Accounts.Sync.await() do
             :ok -> {:ok, result}
@@ -552,9 +555,9 @@ defmodule Overworld.Accounts do
 
   @doc false
   # A change to the accounts (`transaction/1`) answering what the transaction's fun answers.
-  @spec change((() -> term)) :: term
-  def change(fun) do
-    case transaction(fun) do
+  @spec change((() -> term), :async | :sync) :: term
+  def change(fun, mode \\ :async) do
+    case transaction(fun, mode) do
       {:ok, result} -> result
       error -> error
     end
@@ -622,13 +625,13 @@ defmodule Overworld.Accounts do
   end
 
   @doc """
-  Logs a login out: every token of its `sid` (session and refresh, and those refreshed from
-  them) is refused from now on, on every node. `until`: the unix second after which none of
+  Logs a login of `user_id` out: every token of its `sid` (session and refresh, and those
+  refreshed from them) is refused from now on, on every node, and its live sessions are closed. `until`: the unix second after which none of
   them could be valid anyway (the refresh token's expiry), when the revocation is forgotten.
   """
-  @spec logout(binary, integer) :: :ok | {:error, term}
-  def logout(sid, until) when is_binary(sid) do
-    change(fn -> :mnesia.write({@revoked, sid, until}) end)
+  @spec logout(binary, binary, integer) :: :ok | {:error, term}
+  def logout(user_id, sid, until) when is_binary(sid) do
+    revoking(user_id, fn -> :mnesia.write({@revoked, sid, until}) end)
   end
 
   @doc "Logs an account out everywhere: every token made before is refused (a new generation)."
@@ -647,8 +650,21 @@ defmodule Overworld.Accounts do
   @spec enable(user_id) :: :ok | {:error, term}
   def enable(user_id), do: set_state(user_id, fn gen, _ -> {gen, nil} end)
 
+  # A revocation: replicated on every node before it answers (a synchronous transaction), then
+  # the user's live sessions, on every node, check their tokens again.
+  defp revoking(user_id, fun) do
+    case change(fun, :sync) do
+      :ok ->
+        Overworld.Session.revoked(user_id)
+        :ok
+
+      error ->
+        error
+    end
+  end
+
   defp set_state(user_id, fun) do
-    change(fn ->
+    revoking(user_id, fn ->
       if :mnesia.read(@users, user_id) == [], do: :mnesia.abort({:refused, :not_found})
 
       {gen, disabled} =

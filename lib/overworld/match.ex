@@ -193,12 +193,12 @@ defmodule Overworld.Match do
     :ets.foldl(
       fn {id, pid, handler, label, size, rate}, acc ->
         cond do
-          length(acc) >= limit or size < min or size > max or not Query.match?(q, label) ->
-            acc
-
           # (A match killed, without its own clean-up: its row goes now.)
           not Process.alive?(pid) ->
             :ets.delete(@table, id)
+            acc
+
+          length(acc) >= limit or size < min or size > max or not Query.match?(q, label) ->
             acc
 
           true ->

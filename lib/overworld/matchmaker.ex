@@ -63,8 +63,11 @@ defmodule Overworld.Matchmaker do
       id = "#{Base.encode16(:crypto.strong_rand_bytes(8), case: :lower)}.#{i}.#{node}"
 
       case call(node, cfg.name, i, {:add, %{ticket | id: id}}) do
-        :ok -> {:ok, id}
-        {:error, _} -> {:error, 503, "unavailable", "the matchmaker is unavailable: retry"}
+        :ok ->
+          {:ok, id}
+
+        {:error, _} ->
+          {:error, 503, "unavailable", "the matchmaker is full or unavailable: retry"}
       end
     else
       {:error, message} -> {:error, 400, "invalid_ticket", message}
@@ -78,7 +81,9 @@ defmodule Overworld.Matchmaker do
   def remove(id, user, cfg) do
     with true <- is_binary(id),
          [_, i, node_name] <- String.split(id, ".", parts: 3),
-         {i, ""} <- Integer.parse(i),
+         {i, ""} when i >= 0 <- Integer.parse(i),
+         # (A shard's name is an atom: made only for the server's own shards.)
+         true <- i < cfg.matchmaker.shards,
          node when node != nil <-
            Enum.find(Overworld.Cluster.live(), &(Atom.to_string(&1) == node_name)),
          :ok <- call(node, cfg.name, i, {:remove, id, user}) do

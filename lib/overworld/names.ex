@@ -120,6 +120,15 @@ defmodule Overworld.Names do
   @spec zones() :: [term]
   def zones, do: Registry.select(@registry, [{{{:zone, :"$1"}, :_, :_}, [], [:"$1"]}])
 
+  @doc false
+  # The sessions of a user on this node, of every server.
+  @spec sessions_of(term) :: [pid]
+  def sessions_of(user),
+    do:
+      Registry.select(@registry, [
+        {{{:session, :_, :"$1"}, :"$2", :_}, [{:==, :"$1", user}], [:"$2"]}
+      ])
+
   @doc "Registers the calling process under `key`."
   @spec register(key, term) :: {:ok, pid} | {:error, {:already_registered, pid}}
   def register(key, value \\ nil), do: Registry.register(@registry, key, value)

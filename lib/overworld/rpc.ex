@@ -9,7 +9,8 @@ defmodule Overworld.RPC do
       same way), where `context` is `%{user_id: user_id, server: server_name}` and `payload`
       the request's JSON value (nil when there is none). It answers `{:ok, result}` (any JSON
       value) or `{:error, code, message}` with a code of `t:code/0`. It runs in the calling
-      connection's process.
+      connection's process (over HTTP, at normal priority) or, over the WebSocket, in a task of
+      the session's (at most 16 at once per connection).
     * `lua: [dir: "priv/lua", ...]` — the scripts of an `Overworld.Lua.Runtime` started by the
       server; they register functions with `overworld.register_rpc(id, function(payload)
       ... end)`, run sandboxed in a pool, each call under a time and memory limit. The calling
@@ -49,11 +50,28 @@ defmodule Overworld.RPC do
   @doc "Calls the function `id` of a server's config for `user_id` with `payload`."
   @spec call(Overworld.Server.Config.t(), term, binary | nil, term) :: answer
   def call(cfg, id, user_id, payload) do
-    case cfg.rpc do
-      %{^id => fun} -> elixir(fun, id, %{user_id: user_id, server: cfg.name}, payload)
-      _ -> lua(cfg.lua, id, user_id, payload)
-    end
+    answer =
+      case cfg.rpc do
+        %{^id => fun} -> elixir(fun, id, %{user_id: user_id, server: cfg.name}, payload)
+        _ -> lua(cfg.lua, id, user_id, payload)
+      end
+
+    json(answer, id)
   end
+
+  # A result goes to the client as JSON: one that cannot be (a tuple, a pid, bytes that are
+  # not UTF-8) is the function's failure, said here, not the connection's.
+  defp json({:ok, value}, id) do
+    value = Overworld.Web.nulls(value)
+    _ = :jiffy.encode(value)
+    {:ok, value}
+  catch
+    _, _ ->
+      Logger.error("rpc #{inspect(id)}: answered a value that is not JSON")
+      {:error, 500, "rpc_failed", "the function answered a value that is not JSON"}
+  end
+
+  defp json(error, _id), do: error
 
   defp elixir(fun, id, ctx, payload) do
     result =
@@ -73,9 +91,9 @@ defmodule Overworld.RPC do
         Logger.error("rpc #{id}: answered #{inspect(other, limit: 10)}")
         {:error, 500, "rpc_failed", "the function failed"}
     end
-  rescue
-    e ->
-      Logger.error("rpc #{id} raised: " <> Exception.format(:error, e, __STACKTRACE__))
+  catch
+    kind, reason ->
+      Logger.error("rpc #{id} failed: " <> Exception.format(kind, reason, __STACKTRACE__))
       {:error, 500, "rpc_failed", "the function failed"}
   end
 

@@ -76,7 +76,8 @@ defmodule Overworld.Server do
     `%{"name" => module}` (`Overworld.Match`; Lua handlers are registered by the scripts),
     `grace:` ms a player whose connection was lost stays in its matches (15,000),
     `max_data_bytes:` the largest message a player may send a match (4,096),
-    `max_messages:` messages a match takes per tick (1,024).
+    `max_messages:` messages a match takes per tick (1,024), `empty_timeout:` ms a match
+    made by a client, the matchmaker or a script lives without players (30,000; `:infinity`).
   * `:matchmaker` - `shards:` (default the schedulers), `interval:` ms (1,000), `matched:` the
     name of the match handler that gets matched players (nil: a relayed match)
     (`Overworld.Matchmaker`).
@@ -211,7 +212,9 @@ defmodule Overworld.Server do
          %{}},
       grace: {:non_neg_integer, 15_000},
       max_data_bytes: {:pos_integer, 4_096},
-      max_messages: {:pos_integer, 1_024}
+      max_messages: {:pos_integer, 1_024},
+      empty_timeout:
+        {{:custom, &(&1 == :infinity or (is_integer(&1) and &1 > 0)), "ms or :infinity"}, 30_000}
     ]
   end
 

@@ -59,7 +59,10 @@ defmodule Overworld.Session do
     :cfg,
     :zone,
     :user,
+    # The claims of the token given in the URL (until HELLO), then of the session's token:
+    # checked again when its account's tokens are revoked (`revoked/1`).
     :token_user,
+    :claims,
     :zone_pid,
     # The monitor of the zone server (one at a time: a crossing replaces it).
     :zone_mon,
@@ -102,8 +105,9 @@ defmodule Overworld.Session do
     backend_timer: false,
     tasks: %{},
     warned: false,
-    # Matchmaker tickets of the player (ids).
-    tickets: []
+    # Matchmaker tickets of the player (ids); matches this connection created.
+    tickets: [],
+    created: 0
   ]
 
   @type t :: %__MODULE__{}
@@ -113,6 +117,24 @@ defmodule Overworld.Session do
   # user's registration and takeover, the zone joined and re-attached), `Overworld.Session.Outbox`
   # (the reliable messages for the client, a value); here the session's life: frames from the
   # client, snapshots to it, timeouts and the end.
+
+  @doc """
+  Tells `user_id`'s sessions, on every node of the cluster, that tokens of the user were
+  revoked (`Overworld.Accounts.logout/2`, `revoke_all/1`, `disable/1`): each checks its own
+  token again and a refused one is closed with 4003 (ERROR 3, "token revoked" or "token
+  disabled"). Called by the accounts once the revocation is replicated.
+  """
+  @spec revoked(binary) :: :ok
+  def revoked(user_id) do
+    :erpc.multicast(Overworld.Cluster.live(), __MODULE__, :revoked_here, [user_id])
+    :ok
+  end
+
+  @doc false
+  def revoked_here(user_id) do
+    for pid <- Overworld.Names.sessions_of(user_id), do: send(pid, :overworld_revoked)
+    :ok
+  end
 
   @doc false
   # The connection's upgrade (see `Overworld.Session.Upgrade`).
@@ -276,6 +298,25 @@ defmodule Overworld.Session do
     {:noreply, %{st | zone_pid: nil, zone_was: pid}}
   end
 
+  # Tokens of the user were revoked (a logout, revoke_all, disable): this session's too?
+  def handle_info(:overworld_revoked, %{phase: phase, claims: claims} = st)
+      when phase in [:live, :detached] and claims != nil do
+    case Overworld.Accounts.check_token(claims) do
+      :ok ->
+        {:noreply, st}
+
+      {:error, why} when phase == :live ->
+        close(st, 4003, "token #{why}", 3)
+
+      {:error, _} ->
+        # (Detached: nobody to tell; the player leaves now rather than after its grace.)
+        leave(st, :left)
+        {:stop, :normal, %{st | phase: :gone}}
+    end
+  end
+
+  def handle_info(:overworld_revoked, st), do: {:noreply, st}
+
   # Backend services (Overworld.Session.Backend): what matches and requests send the client.
   def handle_info({:overworld_match_frame, _id, frame}, %{phase: :live} = st),
     do: backend(Backend.push(st, frame))
@@ -432,7 +473,12 @@ defmodule Overworld.Session do
     end
   end
 
-  defp message({:ok, %{type: :request} = m}, st), do: Backend.request(st, m)
+  defp message({:ok, %{type: :request} = m}, st) do
+    case take_token(st) do
+      {:ok, st} -> Backend.request(st, m)
+      {:drop, st} -> {:ok, Backend.too_fast(st, m)}
+    end
+  end
 
   defp message({:ok, %{type: :match_send} = m}, st) do
     case take_token(st) do

@@ -254,7 +254,7 @@ defmodule Overworld.AccountsTest do
       {t1, t2} = {sign.(s1), sign.(s2)}
       assert {:ok, %{user_id: ^u}} = Accounts.verify_token(keys, t1, :session)
 
-      assert :ok = Accounts.logout(s1.sid, System.system_time(:second) + 60)
+      assert :ok = Accounts.logout(u, s1.sid, System.system_time(:second) + 60)
       assert Accounts.verify_token(keys, t1, :session) == {:error, :revoked}
       # A refresh keeps the sid: what is refreshed from a logged-out login is refused too.
       {:ok, same_login} = Accounts.subject(u, s1.sid)
@@ -308,7 +308,7 @@ defmodule Overworld.AccountsTest do
 
     test "sweep/1 forgets revocations past their time", %{user: u} do
       {:ok, s} = Accounts.subject(u)
-      :ok = Accounts.logout(s.sid, System.system_time(:second) + 5)
+      :ok = Accounts.logout(u, s.sid, System.system_time(:second) + 5)
       assert :mnesia.dirty_read(:overworld_revoked, s.sid) != []
       Accounts.sweep(System.system_time(:second))
       assert :mnesia.dirty_read(:overworld_revoked, s.sid) != []

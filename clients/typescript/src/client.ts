@@ -105,11 +105,13 @@ export class Client {
 
   /**
    * Confirms a mailed code (within an hour of the mail): makes the account of a registration
-   * (`created` true) or links the address to the account that asked (`created` false), and
-   * signs in; `invalid_code` for a code unknown, used or expired.
+   * (`created` true), or links the address to the account that asked (`created` false): a
+   * link's code is confirmed only with that account's `session` (so a code mailed to a
+   * mistyped address gives its owner nothing); signs in. `invalid_code` for a code unknown,
+   * used, expired, or of another account's link.
    */
-  confirmEmail(code: string): Promise<Session> {
-    return this.post("/api/v1/auth/email/confirm", { code });
+  confirmEmail(code: string, session?: Session): Promise<Session> {
+    return this.call("POST", "/api/v1/auth/email/confirm", { code }, session?.token, (json) => toSession(json, Date.now()));
   }
 
   /**

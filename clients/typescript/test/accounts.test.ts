@@ -284,7 +284,10 @@ describe.skipIf(SKIP)("accounts against the real server (mix goblins.server)", (
       const guest = await client.authenticateDevice(deviceId());
       const email = `guest-${tag}@example.com`;
       expect(await client.account.linkEmail(guest, email, "guest password")).toMatchObject({ status: "confirmation_sent" });
-      const linked = await client.confirmEmail(await mailedCode("confirm_link", email));
+      const code = await mailedCode("confirm_link", email);
+      // Only with the session of the account that asked.
+      expect(await failure(client.confirmEmail(code))).toMatchObject({ status: 400, code: "invalid_code" });
+      const linked = await client.confirmEmail(code, guest);
       expect([linked.userId, linked.created]).toEqual([guest.userId, false]);
       expect(await client.account.get(guest)).toMatchObject({ userId: guest.userId, email, customId: null });
       // An account has one address: unlink it first (said at once: it tells nothing of others' addresses).

@@ -107,22 +107,26 @@ defmodule Overworld.Accounts.Email do
     end
   end
 
+  # A taken address costs what a new one does (a pending row written and fsynced, never to be
+  # confirmed: its code is mailed to nobody), so the answer's time tells nothing either.
   defp pending(a, hash, user_id, s) do
-    if taken?(a) do
-      Mailer.send_later(s.mailer, :already_registered, a, %{})
-      {:ok, :pending}
-    else
-      code = Base.url_encode64(:crypto.strong_rand_bytes(18), padding: false)
-      expires = System.system_time(:second) + s.confirmation_ttl
+    taken? = taken?(a)
+    code = Base.url_encode64(:crypto.strong_rand_bytes(18), padding: false)
+    expires = System.system_time(:second) + s.confirmation_ttl
 
-      with :ok <-
-             Accounts.change(fn ->
-               :mnesia.write({@pending, digest(code), a, user_id, hash, expires})
-             end) do
-        kind = if user_id, do: :confirm_link, else: :confirm_registration
-        Mailer.send_later(s.mailer, kind, a, %{code: code})
-        {:ok, :pending}
+    row =
+      if taken?,
+        do: {@pending, digest(code), a, :taken, nil, expires},
+        else: {@pending, digest(code), a, user_id, hash, expires}
+
+    with :ok <- Accounts.change(fn -> :mnesia.write(row) end) do
+      cond do
+        taken? -> Mailer.send_later(s.mailer, :already_registered, a, %{})
+        user_id -> Mailer.send_later(s.mailer, :confirm_link, a, %{code: code})
+        true -> Mailer.send_later(s.mailer, :confirm_registration, a, %{code: code})
       end
+
+      {:ok, :pending}
     end
   end
 
@@ -143,17 +147,22 @@ defmodule Overworld.Accounts.Email do
 
   @doc """
   Confirms a mailed code: makes the account (`created: true`) or links the address to the
-  account that asked. `{:error, :invalid_code}` for a code unknown, used or expired, or whose
+  account that asked, which must be the `requester` (the user id of the caller's session). `{:error, :invalid_code}` for a code unknown, used or expired, or whose
   address another account took meanwhile.
   """
-  @spec confirm(term, Accounts.Settings.t()) ::
+  @spec confirm(term, Accounts.Settings.t(), binary | nil) ::
           {:ok, %{user_id: binary, created: boolean}} | {:error, error}
-  def confirm(code, _settings) when is_binary(code) and byte_size(code) in 1..128 do
+  def confirm(code, settings, requester \\ nil)
+
+  def confirm(code, _settings, requester) when is_binary(code) and byte_size(code) in 1..128 do
     now = System.system_time(:second)
 
     Accounts.change(fn ->
       case :mnesia.read(@pending, digest(code), :write) do
-        [{@pending, key, a, user_id, hash, expires}] when expires > now ->
+        # (A link's code links only for the account that asked, logged in: a code mailed to
+        # a mistyped address gives its owner nothing.)
+        [{@pending, key, a, user_id, hash, expires}]
+        when expires > now and user_id != :taken and (user_id == nil or user_id == requester) ->
           :ok = :mnesia.delete({@pending, key})
           if taken_tx?(a), do: :mnesia.abort({:refused, :invalid_code})
 
@@ -170,7 +179,7 @@ defmodule Overworld.Accounts.Email do
     end)
   end
 
-  def confirm(_code, _settings), do: {:error, :invalid_code}
+  def confirm(_code, _settings, _requester), do: {:error, :invalid_code}
 
   @doc """
   Logs in with an address and a password: `{:ok, user_id}`, or `{:error,
@@ -188,11 +197,38 @@ defmodule Overworld.Accounts.Email do
         end
 
       case Hasher.verify(password, hash) do
-        {:ok, true} when user_id != nil -> enabled(user_id)
-        {:ok, _} -> {:error, :invalid_credentials}
-        {:error, _} = error -> error
+        {:ok, true} when user_id != nil ->
+          rehash(a, user_id, password, hash, s)
+          enabled(user_id)
+
+        {:ok, _} ->
+          {:error, :invalid_credentials}
+
+        {:error, _} = error ->
+          error
       end
     end
+  end
+
+  # A hash of another iteration count than the server's is made again (after the answer): an
+  # unknown address is checked against the server's count, so old counts would tell known
+  # addresses by their time.
+  defp rehash(_a, _user_id, _password, {:pbkdf2_sha256, n, _, _}, %{password_iterations: n}),
+    do: :ok
+
+  defp rehash(a, user_id, password, _hash, s) do
+    spawn(fn ->
+      with {:ok, new} <- Hasher.hash(password, s.password_iterations) do
+        Accounts.change(fn ->
+          case :mnesia.read(@identities, {:email, a}, :write) do
+            [{@identities, key, ^user_id, _}] -> :mnesia.write({@identities, key, user_id, new})
+            _ -> :ok
+          end
+        end)
+      end
+    end)
+
+    :ok
   end
 
   defp enabled(user_id) do

@@ -3,7 +3,7 @@ defmodule Overworld.Match.Relay do
   The relayed match (what a client creates without naming a handler, and what the
   matchmaker makes when no handler is set): the server runs no game logic, it passes each
   player's messages on to every other player, batched per tick (30 a second). Params:
-  `"max_size"` (players at most, default 16; more are rejected with "full").
+  `"max_size"` (players at most, 1..64, default 16; more are rejected with "full").
   """
   @behaviour Overworld.Match
 
@@ -11,9 +11,9 @@ defmodule Overworld.Match.Relay do
   def init(params) do
     max = Map.get(params, "max_size", 16)
 
-    if is_integer(max) and max in 1..256,
+    if is_integer(max) and max in 1..64,
       do: {:ok, %{max: max, players: MapSet.new()}, 30, %{"relayed" => true}},
-      else: {:error, "max_size: expected an integer in 1..256"}
+      else: {:error, "max_size: expected an integer in 1..64"}
   end
 
   @impl true

@@ -44,6 +44,9 @@ defmodule Overworld.Match.Server do
             dropped: 0,
             grace: Keyword.get(opts, :grace, 15_000),
             max_messages: Keyword.get(opts, :max_messages, 1_024),
+            # Without players for this long, the match ends (:infinity: never).
+            empty_timeout: Keyword.get(opts, :empty_timeout, :infinity),
+            empty_since: System.monotonic_time(:millisecond),
             next: System.monotonic_time(:millisecond),
             ending: nil,
             # Between ticks a match whose handler says so sleeps compacted (hibernation: a full
@@ -233,8 +236,11 @@ defmodule Overworld.Match.Server do
       {:ok, result} ->
         st = result(st, result)
 
+        now = System.monotonic_time(:millisecond)
+
         cond do
-          st.ending && System.monotonic_time(:millisecond) >= st.ending -> ended(st, [])
+          st.ending && now >= st.ending -> ended(st, [])
+          abandoned?(st, now) -> ended(st, [])
           # (A match without players sleeps compacted too: many idle matches stay cheap.)
           st.sleep or st.presences == %{} -> {:noreply, schedule(st), :hibernate}
           true -> {:noreply, schedule(st)}
@@ -283,6 +289,11 @@ defmodule Overworld.Match.Server do
   def handle_info({:EXIT, _pid, reason}, st), do: {:stop, reason, st}
   def handle_info(_other, st), do: {:noreply, st}
 
+  defp abandoned?(%{empty_timeout: :infinity}, _now), do: false
+
+  defp abandoned?(st, now),
+    do: st.presences == %{} and now - st.empty_since >= st.empty_timeout
+
   defp lost(st, user, session) do
     case st.presences do
       %{^user => %{session: ^session, timer: nil} = p} ->
@@ -307,7 +318,7 @@ defmodule Overworld.Match.Server do
         if p.timer, do: Process.cancel_timer(p.timer)
       end
 
-      st = %{st | presences: presences}
+      st = %{st | presences: presences, empty_since: System.monotonic_time(:millisecond)}
       publish(st)
       notify(st, Map.keys(presences), kind, presence_event(st, [], Map.keys(left)))
 
@@ -353,7 +364,8 @@ defmodule Overworld.Match.Server do
        when is_integer(op) and op >= 0 and op < 4_294_967_296 and is_binary(data) and
               (to == nil or is_list(to)) and (from == nil or is_binary(from)) do
     encoded = Protocol.match_message({op, from || "", data})
-    {st, [{to, encoded} | out]}
+    # (A set: each recipient is looked up in it, per message.)
+    {st, [{to && MapSet.new(to), encoded} | out]}
   end
 
   defp out(acc, op, data, to, from),
@@ -400,7 +412,7 @@ defmodule Overworld.Match.Server do
     else
       live
       |> Enum.group_by(
-        fn {u, _} -> for({to, m} <- out, to == nil or u in to, do: m) end,
+        fn {u, _} -> for({to, m} <- out, to == nil or MapSet.member?(to, u), do: m) end,
         fn {_, s} -> s end
       )
       |> Enum.each(fn

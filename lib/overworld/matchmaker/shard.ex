@@ -7,6 +7,11 @@ defmodule Overworld.Matchmaker.Shard do
 
   alias Overworld.Match.Query
 
+  # Tickets a shard holds at most (a bounded queue: one more is answered "unavailable"). A
+  # shard's work grows with the square of its tickets: the bound keeps an interval's look
+  # within tens of milliseconds.
+  @max_tickets 5_000
+
   def name(server, i), do: :"#{server}.Matchmaker.#{i}"
 
   def start_link({server, i, o}),
@@ -19,6 +24,9 @@ defmodule Overworld.Matchmaker.Shard do
   end
 
   @impl true
+  def handle_call({:add, _t}, _from, %{tickets: ts} = st) when length(ts) >= @max_tickets,
+    do: {:reply, {:error, :full}, st}
+
   def handle_call({:add, t}, _from, st) do
     st = watch(st, t.session)
     st = %{st | tickets: st.tickets ++ [t]}
@@ -113,6 +121,11 @@ defmodule Overworld.Matchmaker.Shard do
 
       {:error, why} ->
         Logger.error("matchmaker #{st.server}: cannot create the match: #{inspect(why)}")
+
+        for t <- group do
+          body = %{ticket: t.id, message: "the match could not be created"}
+          send(t.session, {:overworld_match_notify, nil, "matchmaker_failed", body})
+        end
     end
 
     %{st | tickets: Enum.reject(st.tickets, &(&1.id in ids))}

@@ -14,6 +14,8 @@ defmodule Overworld.Session.Backend do
 
   # Requests that run apart from the session (rpc, match_list) at once, at most.
   @max_tasks 16
+  # Matches a connection may create.
+  @max_created 16
   # Methods a client may call.
   @methods ~w(rpc match_create match_join match_leave match_list matchmaker_add matchmaker_remove)
 
@@ -81,12 +83,20 @@ defmodule Overworld.Session.Backend do
     end
   end
 
+  defp call(%{created: n} = st, id, "match_create", _args) when n >= @max_created do
+    {:ok,
+     respond(st, id, 429, %{
+       error: "too_many_matches",
+       message: "a connection creates #{@max_created} matches at most"
+     })}
+  end
+
   defp call(st, id, "match_create", args) do
     with {:ok, handler} <- handler(st.cfg, Map.get(args, "name")),
          {:ok, params} <- object(args, "params") do
       case Match.create(handler, params, match_options(st.cfg)) do
         {:ok, match_id} ->
-          {:ok, respond(st, id, 200, %{match_id: match_id})}
+          {:ok, respond(%{st | created: st.created + 1}, id, 200, %{match_id: match_id})}
 
         {:error, why} ->
           {:ok, respond(st, id, 400, %{error: "match_create_failed", message: message(why)})}
@@ -155,6 +165,15 @@ defmodule Overworld.Session.Backend do
     end
   end
 
+  @doc "A REQUEST beyond the session's rate (`:input_rate`): answered 429, not run."
+  @spec too_fast(Session.t(), map) :: Session.t()
+  def too_fast(st, %{id: id}) do
+    respond(st, id, 429, %{
+      error: "too_many_requests",
+      message: "more than #{st.cfg.input_rate} messages a second"
+    })
+  end
+
   @doc "A task's answer: the RESPONSE."
   @spec response(Session.t(), non_neg_integer, pos_integer, map) :: Session.t()
   def response(st, id, status, body), do: respond(st, id, status, body)
@@ -189,7 +208,8 @@ defmodule Overworld.Session.Backend do
 
   @doc false
   @spec match_options(Overworld.Server.Config.t()) :: keyword
-  def match_options(cfg), do: Map.take(cfg.matches, [:grace, :max_messages]) |> Map.to_list()
+  def match_options(cfg),
+    do: Map.take(cfg.matches, [:grace, :max_messages, :empty_timeout]) |> Map.to_list()
 
   defp message(why) when is_binary(why), do: why
   defp message(why), do: inspect(why, limit: 5)
@@ -251,8 +271,11 @@ defmodule Overworld.Session.Backend do
         st
 
       _ ->
-        pid = Match.whereis(match_id)
-        %{st | matches: Map.put(st.matches, match_id, {pid, Process.monitor(pid)})}
+        case Match.whereis(match_id) do
+          # (It ended right after the join: its end is on the way to the client.)
+          nil -> st
+          pid -> %{st | matches: Map.put(st.matches, match_id, {pid, Process.monitor(pid)})}
+        end
     end
   end
 
@@ -295,6 +318,12 @@ defmodule Overworld.Session.Backend do
   """
   @spec gone(Session.t(), atom) :: :ok
   def gone(st, how) do
+    # (Tickets go with the connection, even while a zone keeps the player for its grace.)
+    if st.tickets != [] do
+      {tickets, user, cfg} = {st.tickets, st.user, st.cfg}
+      spawn(fn -> for t <- tickets, do: Overworld.Matchmaker.remove(t, user, cfg) end)
+    end
+
     for {match_id, {pid, _}} <- st.matches do
       if how == :left,
         do: spawn(fn -> Match.leave(match_id, st.user) end),
@@ -328,22 +357,42 @@ defmodule Overworld.Session.Backend do
 
   def flush(st), do: st
 
-  @doc "Whether more waits than the client may leave unread."
+  @doc """
+  Whether more waits than the client may leave unread: more than `Outbox.max/0` frames, or
+  four times the server's `:max_outbound` bytes (a match's frame may be large).
+  """
   @spec too_much?(Session.t()) :: boolean
-  def too_much?(st), do: Outbox.size(st.backend) > Outbox.max()
+  def too_much?(st),
+    do:
+      Outbox.size(st.backend) > Outbox.max() or
+        Outbox.bytes(st.backend) > 4 * st.cfg.max_outbound
 
   @doc "A notification (NOTIFY) for the client (a matched ticket is no longer the player's)."
   @spec notify(Session.t(), binary, map) :: Session.t()
-  def notify(st, "matchmaker_matched" = kind, %{ticket: t} = body),
-    do: notify_client(%{st | tickets: List.delete(st.tickets, t)}, kind, body)
+  def notify(st, kind, %{ticket: t} = body)
+      when kind in ["matchmaker_matched", "matchmaker_failed"],
+      do: notify_client(%{st | tickets: List.delete(st.tickets, t)}, kind, body)
 
   def notify(st, kind, body), do: notify_client(st, kind, body)
 
   defp notify_client(st, kind, body),
     do: push(st, frame(%{type: :notify, kind: kind, body: :jiffy.encode(body)}))
 
-  defp respond(st, id, status, body),
-    do: push(st, frame(%{type: :response, id: id, status: status, body: :jiffy.encode(body)}))
+  defp respond(st, id, status, body) do
+    {status, json} =
+      try do
+        {status, :jiffy.encode(body)}
+      catch
+        _, _ ->
+          Logger.error(
+            "session #{st.user}: an answer that is not JSON: #{inspect(body, limit: 5)}"
+          )
+
+          {500, ~s({"error":"internal","message":"the answer could not be encoded"})}
+      end
+
+    push(st, frame(%{type: :response, id: id, status: status, body: json}))
+  end
 
   defp frame(msg), do: IO.iodata_to_binary(WebSocket.binary(Protocol.encode(msg)))
 

@@ -27,9 +27,9 @@ defmodule Overworld.Session.Hello do
   end
 
   def hello(%{token: token}, st) do
-    with {:ok, user} <- hello_user(token, st),
+    with {:ok, %{user_id: user} = claims} <- hello_user(token, st),
          {:ok, handoff} <- register(st.cfg.name, user, 3),
-         st = %{st | user: user, pace_hash: :erlang.phash2(user)},
+         st = %{st | user: user, claims: claims, pace_hash: :erlang.phash2(user)},
          {:ok, st} <- enter_zone(st, handoff) do
       # Until now the connection ran at high priority (answering within a second whatever
       # the load); a live session's snapshots yield to the zone's tick.
@@ -45,11 +45,11 @@ defmodule Overworld.Session.Hello do
   defp hello_user("", %{token_user: nil} = st),
     do: Session.close(st, 4003, "unauthorized: no token", 3)
 
-  defp hello_user("", %{token_user: user}), do: {:ok, user}
+  defp hello_user("", %{token_user: claims}), do: {:ok, claims}
 
   defp hello_user(token, st) do
     case Overworld.Accounts.verify_token(st.cfg.keys, token, :session) do
-      {:ok, %{user_id: user}} -> {:ok, user}
+      {:ok, claims} -> {:ok, claims}
       {:error, why} -> Session.close(st, 4003, "unauthorized: #{why}", 3)
     end
   end

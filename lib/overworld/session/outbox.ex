@@ -8,12 +8,13 @@ defmodule Overworld.Session.Outbox do
 
   @max 1_024
 
-  defstruct seq: 0, queue: :queue.new(), size: 0, dropping: false
+  defstruct seq: 0, queue: :queue.new(), size: 0, bytes: 0, dropping: false
 
   @type t :: %__MODULE__{
           seq: non_neg_integer,
           queue: :queue.queue({pos_integer, binary}),
           size: non_neg_integer,
+          bytes: non_neg_integer,
           dropping: boolean
         }
 
@@ -29,11 +30,22 @@ defmodule Overworld.Session.Outbox do
   @spec size(t) :: non_neg_integer
   def size(%__MODULE__{size: n}), do: n
 
+  @doc "Bytes of the messages waiting."
+  @spec bytes(t) :: non_neg_integer
+  def bytes(%__MODULE__{bytes: n}), do: n
+
   @doc "A message for the client, numbered on this connection (the next `reliable_seq`)."
   @spec enqueue(t, binary) :: t
   def enqueue(%__MODULE__{} = o, payload) do
     seq = o.seq + 1
-    %{o | seq: seq, queue: :queue.in({seq, payload}, o.queue), size: o.size + 1}
+
+    %{
+      o
+      | seq: seq,
+        queue: :queue.in({seq, payload}, o.queue),
+        size: o.size + 1,
+        bytes: o.bytes + byte_size(payload)
+    }
   end
 
   @doc """
@@ -55,7 +67,8 @@ defmodule Overworld.Session.Outbox do
     if o.size <= @max do
       {o, :ok}
     else
-      o = %{o | queue: :queue.drop(o.queue), size: o.size - 1}
+      {{:value, {_, dropped}}, rest} = :queue.out(o.queue)
+      o = %{o | queue: rest, size: o.size - 1, bytes: o.bytes - byte_size(dropped)}
       if o.dropping, do: {o, :ok}, else: {%{o | dropping: true}, :dropping}
     end
   end
@@ -77,7 +90,7 @@ defmodule Overworld.Session.Outbox do
     {{:value, {seq, payload}}, rest} = :queue.out(o.queue)
 
     if send.(seq, payload),
-      do: flush(%{o | queue: rest, size: o.size - 1}, send),
+      do: flush(%{o | queue: rest, size: o.size - 1, bytes: o.bytes - byte_size(payload)}, send),
       else: o
   end
 
@@ -88,6 +101,6 @@ defmodule Overworld.Session.Outbox do
   @spec drain(t) :: {[binary], t}
   def drain(o) do
     payloads = for {_seq, p} <- :queue.to_list(o.queue), do: p
-    {payloads, %{o | queue: :queue.new(), size: 0}}
+    {payloads, %{o | queue: :queue.new(), size: 0, bytes: 0}}
   end
 end

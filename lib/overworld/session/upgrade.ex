@@ -89,7 +89,7 @@ defmodule Overworld.Session.Upgrade do
 
   defp url_token(cfg, %{"token" => token}) when token != "" do
     case Overworld.Accounts.verify_token(cfg.keys, token, :session) do
-      {:ok, %{user_id: user}} -> {:ok, user}
+      {:ok, claims} -> {:ok, claims}
       {:error, why} -> {:error, 401, [], "invalid token: #{why}"}
     end
   end

@@ -39,7 +39,7 @@ defmodule Overworld.Transport.Conn do
         done(sock, cfg)
 
       {:ok, req} ->
-        {status, headers, body} = Overworld.Web.handle(%{req | peer: address}, cfg)
+        {status, headers, body} = answer(%{req | peer: address}, cfg)
         keep? = HTTP.keep_alive?(req)
 
         case :gen_tcp.send(sock, HTTP.response(status, headers, body, keep?)) do
@@ -60,6 +60,33 @@ defmodule Overworld.Transport.Conn do
         :gen_tcp.send(sock, HTTP.response(status, [json()], body, false))
         done(sock, cfg)
     end
+  end
+
+  # A route that fails (a game's RPC that exits, a value that is no JSON) answers 500 and
+  # logs: the connection, and its count, carry on.
+  defp answer(req, cfg) do
+    # The game's code (RPC), storage and listings yield to zones and sessions: the connection
+    # runs them at normal priority (its own high priority is for the upgrade, HELLO and
+    # authentication, small and bounded).
+    if String.starts_with?(req.path, ["/api/v1/rpc/", "/api/v1/storage/", "/api/v1/matches/"]) do
+      Process.flag(:priority, :normal)
+
+      try do
+        Overworld.Web.handle(req, cfg)
+      after
+        Process.flag(:priority, :high)
+      end
+    else
+      Overworld.Web.handle(req, cfg)
+    end
+  catch
+    kind, reason ->
+      Logger.error(
+        "http: #{req.method} #{String.slice(req.path, 0, 100)} failed: " <>
+          Exception.format(kind, reason, __STACKTRACE__)
+      )
+
+      {500, [json()], HTTP.error_body("internal", "the request failed")}
   end
 
   @doc false

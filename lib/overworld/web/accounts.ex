@@ -49,7 +49,13 @@ defmodule Overworld.Web.Accounts do
   def handle("/api/v1/auth/email/confirm", req, cfg) do
     with :ok <- per_address(req, cfg),
          {:ok, body} <- Web.json_body(req) do
-      case Email.confirm(body["code"], cfg.accounts) do
+      requester =
+        case Web.session(req, cfg) do
+          {:ok, %{user_id: u}} -> u
+          _ -> nil
+        end
+
+      case Email.confirm(body["code"], cfg.accounts, requester) do
         {:ok, %{user_id: user, created: c}} -> Web.token_response(cfg, user, nil, created: c)
         {:error, reason} -> failed(reason)
       end
@@ -62,14 +68,14 @@ defmodule Overworld.Web.Accounts do
     with :ok <- per_address(req, cfg),
          {:ok, body} <- Web.json_body(req),
          account = {:login_account, cfg.name, normalized(body["email"])},
-         :ok <- limited(RateLimit.check(account, s.login_limit_per_account)) do
+         # (Counted before the hash: attempts in flight at once count too.)
+         :ok <- limited(RateLimit.hit(account, s.login_limit_per_account)) do
       case Email.login(body["email"], body["password"], s) do
         {:ok, user} ->
           RateLimit.reset(account, elem(s.login_limit_per_account, 1))
           Web.token_response(cfg, user, nil, [])
 
         {:error, :invalid_credentials} ->
-          RateLimit.hit(account, s.login_limit_per_account)
           failed(:invalid_credentials)
 
         {:error, reason} ->
@@ -97,7 +103,7 @@ defmodule Overworld.Web.Accounts do
 
         sid ->
           until = System.system_time(:second) + cfg.refresh_ttl
-          answer(Accounts.logout(sid, until), fn -> %{} end)
+          answer(Accounts.logout(claims.user_id, sid, until), fn -> %{} end)
       end
     end
   end

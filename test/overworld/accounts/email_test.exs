@@ -47,8 +47,11 @@ defmodule Overworld.Accounts.EmailTest do
     {_, code} = code(a)
     {:ok, %{user_id: u}} = Email.confirm(code, s)
 
+    pending = :mnesia.table_info(:overworld_pending, :size)
     assert Email.register(a, "stranger's password", s) == {:ok, :pending}
     assert_receive {:mail, :already_registered, ^a, %{}}, 2_000
+    # The same work as for a new address: a pending row written (never to be confirmed).
+    assert :mnesia.table_info(:overworld_pending, :size) == pending + 1
     refute_receive {:mail, _, _, _}, 100
     # The owner's password still holds.
     assert {:ok, ^u} = Email.login(a, "first password", s)
@@ -82,7 +85,10 @@ defmodule Overworld.Accounts.EmailTest do
     a = address()
     assert Email.link(u, a, "upgrade password", s) == {:ok, :pending}
     {:confirm_link, code} = code(a)
-    assert {:ok, %{user_id: ^u, created: false}} = Email.confirm(code, s)
+    # A link's code links for the account that asked only (a stranger holding it gets nothing).
+    assert Email.confirm(code, s) == {:error, :invalid_code}
+    assert Email.confirm(code, s, "someone-else") == {:error, :invalid_code}
+    assert {:ok, %{user_id: ^u, created: false}} = Email.confirm(code, s, u)
 
     assert {:ok, ^u} = Email.login(a, "upgrade password", s)
 
@@ -140,5 +146,22 @@ defmodule Overworld.Accounts.EmailTest do
       )
 
     assert Email.confirm(code, s) == {:error, :invalid_code}
+  end
+
+  test "a password hashed with another iteration count is hashed again at login", %{s: s} do
+    s = %{s | email_confirmation: false}
+    a = address()
+    {:ok, %{user_id: u}} = Email.register(a, "old hash here", s)
+    s2 = %{s | password_iterations: 1_500}
+    assert {:ok, ^u} = Email.login(a, "old hash here", s2)
+
+    Overworld.Test.Cluster.eventually(fn ->
+      match?(
+        [{_, _, ^u, {:pbkdf2_sha256, 1_500, _, _}}],
+        :mnesia.dirty_read(:overworld_identities, {:email, a})
+      )
+    end)
+
+    assert {:ok, ^u} = Email.login(a, "old hash here", s2)
   end
 end

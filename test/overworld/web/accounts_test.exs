@@ -235,7 +235,32 @@ defmodule Overworld.Web.AccountsTest do
     {:ok, two} = Client.authenticate_device(host(), w.port, device)
     assert one["user_id"] == two["user_id"]
 
+    # A live connection of the login that logs out is closed (4003); the other login's stays.
+    live = connect(w, "/ws?zone=")
+
+    :ok =
+      Client.send_msg(live, %{
+        type: :hello,
+        version: Overworld.Protocol.version(),
+        token: one["token"]
+      })
+
+    {%{type: :handshake}, live} = recv_msg(live)
+    other = connect(w, "/ws?zone=")
+
+    :ok =
+      Client.send_msg(other, %{
+        type: :hello,
+        version: Overworld.Protocol.version(),
+        token: first["token"]
+      })
+
+    {%{type: :handshake}, other} = recv_msg(other)
+
     assert {200, %{}} = post(w, "/api/v1/auth/logout", %{}, one["token"])
+    assert {%{type: :error, code: 3, message: "token revoked"}, live} = recv_msg(live)
+    assert {{:close, 4003, _}, _} = recv_msg(live)
+    assert {{:error, :timeout}, _} = recv_msg(other, 200)
 
     assert {401, %{"error" => "invalid_token", "message" => "revoked"}} =
              post(w, "/api/v1/auth/logout", %{}, one["token"])
@@ -260,7 +285,11 @@ defmodule Overworld.Web.AccountsTest do
     w = world(:web_accounts_disabled, [])
     device = "dev-disabled-#{System.unique_integer([:positive])}"
     {:ok, %{"user_id" => u, "token" => t}} = Client.authenticate_device(host(), w.port, device)
+    live = connect(w, "/ws?zone=")
+    :ok = Client.send_msg(live, %{type: :hello, version: Overworld.Protocol.version(), token: t})
+    {%{type: :handshake}, live} = recv_msg(live)
     :ok = Overworld.Accounts.disable(u)
+    assert {%{type: :error, code: 3, message: "token disabled"}, _} = recv_msg(live)
     assert %{type: :error} = hello(w, t)
 
     assert {403, %{"error" => "account_disabled"}} =
@@ -296,9 +325,12 @@ defmodule Overworld.Web.AccountsTest do
              post(w, "/api/v1/account/link/email", %{email: a, password: "upgraded guest"}, t)
 
     assert_receive {:mail, :confirm_link, ^a, %{code: code}}, 2_000
+    # Only the account that asked confirms its link (logged in).
+    assert {400, %{"error" => "invalid_code"}} =
+             post(w, "/api/v1/auth/email/confirm", %{code: code})
 
     assert {200, %{"user_id" => ^u, "created" => false}} =
-             post(w, "/api/v1/auth/email/confirm", %{code: code})
+             post(w, "/api/v1/auth/email/confirm", %{code: code}, t)
 
     assert {200, %{"user_id" => ^u}} =
              post(w, "/api/v1/auth/email/login", %{email: a, password: "upgraded guest"})
