@@ -16,14 +16,17 @@ defmodule Overworld.MatchTest do
         matches: [
           handlers: %{"echo" => Overworld.Bench.EchoMatch},
           grace: 400,
-          max_data_bytes: 64
+          max_data_bytes: 64,
+          empty_timeout: 1_500
         ],
         rpc: %{
           "add" => fn %{user_id: u}, %{"a" => a, "b" => b} ->
             {:ok, %{"sum" => a + b, "user" => u}}
           end,
           "refuse" => fn _, _ -> {:error, :permission_denied, "not you"} end,
-          "raise" => fn _, _ -> raise "boom" end
+          "raise" => fn _, _ -> raise "boom" end,
+          "exits" => fn _, _ -> exit(:gone) end,
+          "not_json" => fn _, _ -> {:ok, %{"pid" => self(), "bytes" => <<255, 254>>}} end
         }
       )
 
@@ -226,5 +229,38 @@ defmodule Overworld.MatchTest do
 
                 {s, r}
               end).()
+  end
+
+  test "RPC answers that fail or are not JSON: 500, and the server counts its connections right",
+       %{world: w} do
+    a = player(w)
+    {a, 500, %{"error" => "rpc_failed"}} = request(a, "rpc", %{id: "exits"})
+    {a, 500, %{"error" => "rpc_failed"}} = request(a, "rpc", %{id: "not_json"})
+    {_a, 200, _} = request(a, "rpc", %{id: "add", payload: %{a: 1, b: 1}})
+    before = Overworld.Server.stats(w.name).connections
+
+    for id <- ["exits", "not_json"] do
+      {:ok, 500, _, _} =
+        Client.request(host(), w.port, "POST", "/api/v1/rpc/#{id}", "",
+          headers: [{"authorization", "Bearer " <> a.token}]
+        )
+    end
+
+    Process.sleep(100)
+    assert Overworld.Server.stats(w.name).connections == before
+  end
+
+  test "a connection creates 16 matches at most; matches without players end", %{world: w} do
+    a = player(w)
+
+    {a, ids} =
+      Enum.reduce(1..16, {a, []}, fn _, {a, ids} ->
+        {a, id} = create(a)
+        {a, [id | ids]}
+      end)
+
+    {_a, 429, %{"error" => "too_many_matches"}} = request(a, "match_create", %{name: "echo"})
+    # (empty_timeout: 1.5 s here.)
+    Overworld.Test.Cluster.eventually(fn -> Enum.all?(ids, &(Match.whereis(&1) == nil)) end)
   end
 end

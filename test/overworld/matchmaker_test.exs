@@ -114,4 +114,24 @@ defmodule Overworld.MatchmakerTest do
     {b, _} = add(b, %{ticket | query: %{"mode" => "other2"}})
     {_b, 409, %{"error" => "too_many_tickets"}} = request(b, "matchmaker_add", ticket)
   end
+
+  test "a ticket id naming a shard the server lacks is refused without making an atom", %{
+    world: w
+  } do
+    p = player(w)
+    atoms = :erlang.system_info(:atom_count)
+
+    p =
+      Enum.reduce(1..50, p, fn i, p ->
+        ticket = "x.#{1_000_000 + i}.#{node()}"
+
+        {p, 404, %{"error" => "ticket_not_found"}} =
+          request(p, "matchmaker_remove", %{ticket: ticket})
+
+        p
+      end)
+
+    assert :erlang.system_info(:atom_count) - atoms < 20
+    _ = p
+  end
 end

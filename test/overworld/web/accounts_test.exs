@@ -54,6 +54,17 @@ defmodule Overworld.Web.AccountsTest do
     {a, u}
   end
 
+  # A WebSocket in no zone, past its HANDSHAKE.
+  defp live(w, token) do
+    conn = connect(w, "/ws?zone=")
+
+    :ok =
+      Client.send_msg(conn, %{type: :hello, version: Overworld.Protocol.version(), token: token})
+
+    {%{type: :handshake}, conn} = recv_msg(conn)
+    conn
+  end
+
   defp hello(w, token) do
     conn = connect(w)
 
@@ -236,26 +247,8 @@ defmodule Overworld.Web.AccountsTest do
     assert one["user_id"] == two["user_id"]
 
     # A live connection of the login that logs out is closed (4003); the other login's stays.
-    live = connect(w, "/ws?zone=")
-
-    :ok =
-      Client.send_msg(live, %{
-        type: :hello,
-        version: Overworld.Protocol.version(),
-        token: one["token"]
-      })
-
-    {%{type: :handshake}, live} = recv_msg(live)
-    other = connect(w, "/ws?zone=")
-
-    :ok =
-      Client.send_msg(other, %{
-        type: :hello,
-        version: Overworld.Protocol.version(),
-        token: first["token"]
-      })
-
-    {%{type: :handshake}, other} = recv_msg(other)
+    live = live(w, one["token"])
+    other = live(w, first["token"])
 
     assert {200, %{}} = post(w, "/api/v1/auth/logout", %{}, one["token"])
     assert {%{type: :error, code: 3, message: "token revoked"}, live} = recv_msg(live)
@@ -285,9 +278,7 @@ defmodule Overworld.Web.AccountsTest do
     w = world(:web_accounts_disabled, [])
     device = "dev-disabled-#{System.unique_integer([:positive])}"
     {:ok, %{"user_id" => u, "token" => t}} = Client.authenticate_device(host(), w.port, device)
-    live = connect(w, "/ws?zone=")
-    :ok = Client.send_msg(live, %{type: :hello, version: Overworld.Protocol.version(), token: t})
-    {%{type: :handshake}, live} = recv_msg(live)
+    live = live(w, t)
     :ok = Overworld.Accounts.disable(u)
     assert {%{type: :error, code: 3, message: "token disabled"}, _} = recv_msg(live)
     assert %{type: :error} = hello(w, t)
