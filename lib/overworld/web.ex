@@ -82,8 +82,22 @@ defmodule Overworld.Web do
           error(404, "not_found", "no route for #{method} #{printable(path)}")
       end
 
+    refused(method, path, response)
     cors(path, response)
   end
+
+  # A request refused for what it was (4xx): one line, with the error's code.
+  defp refused(method, path, {status, _headers, body}) when status in 400..499 do
+    code =
+      case safe_decode(IO.iodata_to_binary(body)) do
+        {:ok, %{"error" => c}} -> c
+        _ -> ""
+      end
+
+    Logger.info("http: #{status} #{code} for #{method} #{printable(path)}")
+  end
+
+  defp refused(_method, _path, _response), do: :ok
 
   # The API may be called from game pages of any origin: tokens travel in bodies and
   # messages, never in cookies.

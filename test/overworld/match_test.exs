@@ -263,4 +263,23 @@ defmodule Overworld.MatchTest do
     # (empty_timeout: 1.5 s here.)
     Overworld.Test.Cluster.eventually(fn -> Enum.all?(ids, &(Match.whereis(&1) == nil)) end)
   end
+
+  test "bad input is logged once, with its code", %{world: w} do
+    a = player(w)
+    # (The suite logs warnings and worse; refusals are info lines.)
+    Logger.configure(level: :info)
+    on_exit(fn -> Logger.configure(level: :warning) end)
+
+    log =
+      ExUnit.CaptureLog.capture_log(fn ->
+        {_a, 400, %{"error" => "bad_json"}} = raw_request(a, "rpc", "{nope")
+
+        {:ok, 400, _, _} =
+          Client.request(host(), w.port, "POST", "/api/v1/matches/list", "{nope",
+            headers: [{"authorization", "Bearer " <> a.token}]
+          )
+      end)
+
+    assert length(String.split(log, "bad_json")) == 3, log
+  end
 end

@@ -391,6 +391,12 @@ defmodule Overworld.Session.Backend do
           {500, ~s({"error":"internal","message":"the answer could not be encoded"})}
       end
 
+    if status >= 400,
+      do:
+        Logger.info(
+          "session #{st.user}: request #{id} answered #{status} #{String.slice(json, 0, 120)}"
+        )
+
     push(st, frame(%{type: :response, id: id, status: status, body: json}))
   end
 
