@@ -5,7 +5,7 @@ defmodule Overworld.MatchTest do
   import Overworld.Test.ServerCase
   import Overworld.Test.MatchCase
 
-  alias Overworld.{Client, Match, Protocol}
+  alias Overworld.{Client, Match}
 
   @name Overworld.MatchTest.Server
 

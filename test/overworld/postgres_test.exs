@@ -47,7 +47,7 @@ defmodule Overworld.PostgresTest do
         end)
       end)
 
-    assert_receive {:holding, pid}
+    assert_receive {:holding, pid}, 5_000
     assert pid == task.pid
     task
   end
@@ -339,7 +339,7 @@ defmodule Overworld.PostgresTest do
     {:ok, pg} = Postgres.transaction(pool, fn conn -> {:ok, conn.pid} end)
     ref = Process.monitor(pg)
     Process.exit(pg, :kill)
-    assert_receive {:DOWN, ^ref, _, _, :killed}
+    assert_receive {:DOWN, ^ref, _, _, :killed}, 5_000
     assert {:ok, %{rows: [[1]]}} = Postgres.query(pool, "SELECT 1")
     replaced = backend_pid(pool)
     assert replaced != backend
@@ -349,7 +349,7 @@ defmodule Overworld.PostgresTest do
     [{_, owner, :worker, _}] = Supervisor.which_children(conns)
     ref = Process.monitor(owner)
     Process.exit(owner, :kill)
-    assert_receive {:DOWN, ^ref, _, _, :killed}
+    assert_receive {:DOWN, ^ref, _, _, :killed}, 5_000
     assert {:ok, %{rows: [[1]]}} = Postgres.query(pool, "SELECT 1")
     assert backend_pid(pool) not in [backend, replaced]
     assert %{connected: 1, busy: 0} = Postgres.info(pool)
@@ -370,7 +370,7 @@ defmodule Overworld.PostgresTest do
         end)
       end)
 
-    assert_receive {:inserted, backend}
+    assert_receive {:inserted, backend}, 5_000
     Process.exit(holder, :kill)
 
     # The same connection (not a new one), and the insert was rolled back.

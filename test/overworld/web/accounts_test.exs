@@ -29,7 +29,7 @@ defmodule Overworld.Web.AccountsTest do
     :ok
   end
 
-  defp call(w, method, path, body \\ nil, token \\ nil) do
+  defp call(w, method, path, body, token \\ nil) do
     headers = if token, do: [headers: [{"authorization", "Bearer " <> token}]], else: []
     body = if body, do: :jiffy.encode(body), else: ""
     {:ok, status, headers, reply} = Client.request(host(), w.port, method, path, body, headers)
