@@ -95,6 +95,29 @@ defmodule Overworld.Match do
     end
   end
 
+  @doc false
+  # The handler a server's clients, scripts and matchmaker name: one the server registered
+  # (`matches: [handlers: ...]`), else a Lua handler of its scripts (`Overworld.Match.Lua`).
+  @spec handler(Overworld.Server.Config.t(), binary) :: {:ok, module | {module, term}} | :error
+  def handler(cfg, name) do
+    cond do
+      Map.has_key?(cfg.matches.handlers, name) ->
+        {:ok, cfg.matches.handlers[name]}
+
+      name in Overworld.Match.Lua.handlers(cfg.lua) ->
+        {:ok, {Overworld.Match.Lua, {cfg.lua, name}}}
+
+      true ->
+        :error
+    end
+  end
+
+  @doc false
+  # The `create/3` options of the matches of a server.
+  @spec options(Overworld.Server.Config.t()) :: keyword
+  def options(cfg),
+    do: cfg.matches |> Map.take([:grace, :max_messages, :empty_timeout]) |> Map.to_list()
+
   @doc "The process of a match, on any node of the cluster; nil when there is none."
   @spec whereis(term) :: pid | nil
   def whereis(id) when is_binary(id) do

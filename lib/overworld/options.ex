@@ -146,4 +146,10 @@ defmodule Overworld.Options do
     |> Enum.max_by(fn {d, _} -> d end, fn -> {0, nil} end)
     |> elem(1)
   end
+
+  @doc false
+  # The child spec of a supervisor started by `module.start_link(opts)` under `id`.
+  @spec supervisor_spec(module, keyword, term) :: Supervisor.child_spec()
+  def supervisor_spec(module, opts, id),
+    do: %{id: id, start: {module, :start_link, [opts]}, type: :supervisor}
 end

@@ -168,13 +168,9 @@ defmodule Overworld.Postgres do
 
   @doc false
   @spec child_spec(keyword) :: Supervisor.child_spec()
-  def child_spec(opts) do
-    %{
-      id: {__MODULE__, Keyword.get(opts, :name)},
-      start: {__MODULE__, :start_link, [opts]},
-      type: :supervisor
-    }
-  end
+  def child_spec(opts),
+    do:
+      Overworld.Options.supervisor_spec(__MODULE__, opts, {__MODULE__, Keyword.get(opts, :name)})
 
   @doc """
   Runs a statement, with `params` for its `$1`, `$2`, ... placeholders.

@@ -44,10 +44,16 @@ defmodule Overworld.RPC do
     internal: 500
   }
 
-  @typedoc "An answer: the result, or the HTTP status, code and message of the error."
-  @type answer :: {:ok, term} | {:error, pos_integer, binary, binary}
+  @typedoc """
+  An answer: the result as JSON text (encoded once, here), or the HTTP status, code and
+  message of the error.
+  """
+  @type answer :: {:ok, iodata} | {:error, pos_integer, binary, binary}
 
-  @doc "Calls the function `id` of a server's config for `user_id` with `payload`."
+  @doc """
+  Calls the function `id` of a server's config for `user_id` with `payload`; answers its
+  result as JSON text (`payload/1` makes the body clients get).
+  """
   @spec call(Overworld.Server.Config.t(), term, binary | nil, term) :: answer
   def call(cfg, id, user_id, payload) do
     answer =
@@ -62,9 +68,7 @@ defmodule Overworld.RPC do
   # A result goes to the client as JSON: one that cannot be (a tuple, a pid, bytes that are
   # not UTF-8) is the function's failure, said here, not the connection's.
   defp json({:ok, value}, id) do
-    value = Overworld.Web.nulls(value)
-    _ = :jiffy.encode(value)
-    {:ok, value}
+    {:ok, :jiffy.encode(Overworld.Web.nulls(value))}
   catch
     _, _ ->
       Logger.error("rpc #{inspect(id)}: answered a value that is not JSON")
@@ -72,6 +76,15 @@ defmodule Overworld.RPC do
   end
 
   defp json(error, _id), do: error
+
+  @doc ~S"""
+  The body of a call's answer: `{"payload": result}`, from the result's JSON text.
+
+      iex> Overworld.RPC.payload("[1,2]") |> IO.iodata_to_binary()
+      ~s({"payload":[1,2]})
+  """
+  @spec payload(iodata) :: iodata
+  def payload(json), do: [~s({"payload":), json, "}"]
 
   defp elixir(fun, id, ctx, payload) do
     result =
@@ -130,11 +143,6 @@ defmodule Overworld.RPC do
   defp lua(_runtime, id, _user, _payload), do: unknown(id)
 
   defp unknown(id) do
-    shown =
-      if is_binary(id) and byte_size(id) <= 64 and String.printable?(id),
-        do: id,
-        else: "(unprintable)"
-
-    {:error, 404, "unknown_rpc", "no function #{shown}"}
+    {:error, 404, "unknown_rpc", "no function #{Overworld.Web.printable(id)}"}
   end
 end

@@ -257,13 +257,8 @@ defmodule Overworld.Server do
   end
 
   @doc false
-  def child_spec(opts) do
-    %{
-      id: Keyword.get(opts, :name, __MODULE__),
-      start: {__MODULE__, :start_link, [opts]},
-      type: :supervisor
-    }
-  end
+  def child_spec(opts),
+    do: Overworld.Options.supervisor_spec(__MODULE__, opts, Keyword.get(opts, :name, __MODULE__))
 
   @impl true
   def init(o) do

@@ -119,13 +119,8 @@ defmodule Overworld.Storage do
   end
 
   @doc false
-  def child_spec(opts) do
-    %{
-      id: Keyword.get(opts, :name, __MODULE__),
-      start: {__MODULE__, :start_link, [opts]},
-      type: :supervisor
-    }
-  end
+  def child_spec(opts),
+    do: Overworld.Options.supervisor_spec(__MODULE__, opts, Keyword.get(opts, :name, __MODULE__))
 
   @doc false
   @spec put_config(store, map) :: :ok

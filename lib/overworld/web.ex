@@ -79,7 +79,7 @@ defmodule Overworld.Web do
           error(405, "method_not_allowed", "use #{allowed}", [{"allow", allowed}])
 
         _ ->
-          error(404, "not_found", "no route for #{method} #{printable(path)}")
+          error(404, "not_found", "no route for #{method} #{printable(path, 100)}")
       end
 
     refused(method, path, response)
@@ -89,12 +89,12 @@ defmodule Overworld.Web do
   # A request refused for what it was (4xx): one line, with the error's code.
   defp refused(method, path, {status, _headers, body}) when status in 400..499 do
     code =
-      case safe_decode(IO.iodata_to_binary(body)) do
+      case decode_json(IO.iodata_to_binary(body)) do
         {:ok, %{"error" => c}} -> c
         _ -> ""
       end
 
-    Logger.info("http: #{status} #{code} for #{method} #{printable(path)}")
+    Logger.info("http: #{status} #{code} for #{method} #{printable(path, 100)}")
   end
 
   defp refused(_method, _path, _response), do: :ok
@@ -208,15 +208,19 @@ defmodule Overworld.Web do
   # A request's body as a JSON object, or the error response.
   @spec json_body(Overworld.Transport.HTTP.Request.t()) :: {:ok, map} | response
   def json_body(%{body: body}) do
-    case safe_decode(body) do
+    case decode_json(body) do
       {:ok, map} when is_map(map) -> {:ok, map}
       {:ok, _} -> error(400, "invalid_body", "expected a JSON object")
       :error -> error(400, "bad_json", "the body is not valid JSON")
     end
   end
 
-  defp safe_decode(body) do
-    {:ok, :jiffy.decode(body, [:return_maps])}
+  @doc false
+  # JSON text decoded (objects as maps; `opts`: more of jiffy's, e.g. `null_term: nil`), or
+  # :error; never raises.
+  @spec decode_json(iodata, keyword) :: {:ok, term} | :error
+  def decode_json(text, opts \\ []) do
+    {:ok, :jiffy.decode(text, [:return_maps | opts])}
   catch
     _, _ -> :error
   end
@@ -339,7 +343,15 @@ defmodule Overworld.Web do
   end
 
   # Paths come from the network: shown only when short and printable.
-  defp printable(path) do
-    if byte_size(path) <= 100 and String.printable?(path), do: path, else: "(unprintable path)"
+  @doc false
+  # What a client sent, fit to show in a message or a log line: as it is when short (at most
+  # `max` bytes) and printable, else "(unprintable)".
+  @spec printable(term, pos_integer) :: String.t()
+  def printable(text, max \\ 64)
+
+  def printable(text, max) when is_binary(text) do
+    if byte_size(text) <= max and String.printable?(text), do: text, else: "(unprintable)"
   end
+
+  def printable(_text, _max), do: "(not a string)"
 end

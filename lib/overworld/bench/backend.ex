@@ -6,7 +6,7 @@ defmodule Overworld.Bench.Backend do
   # matches, both pinned to CPU 1).
 
   alias Overworld.{Client, Protocol}
-  alias Overworld.Metrics.Histogram
+  alias Overworld.Metrics.{CPU, Histogram}
 
   @host "127.0.0.1"
   @server :backend_bench
@@ -71,19 +71,9 @@ defmodule Overworld.Bench.Backend do
     :ok
   end
 
-  @doc "CPU seconds (user + system) an OS process has used."
+  @doc "CPU seconds (user + system) an OS process has used (0.0 when gone)."
   @spec cpu_seconds(String.t() | integer) :: float
-  def cpu_seconds(os_pid) do
-    case File.read("/proc/#{os_pid}/stat") do
-      {:ok, stat} ->
-        [_, rest] = String.split(stat, ") ", parts: 2)
-        fields = String.split(rest)
-        (String.to_integer(Enum.at(fields, 11)) + String.to_integer(Enum.at(fields, 12))) / 100
-
-      _ ->
-        0.0
-    end
-  end
+  def cpu_seconds(os_pid), do: CPU.os_seconds(os_pid) || 0.0
 
   ## HTTP workloads with wrk
 
@@ -155,13 +145,9 @@ defmodule Overworld.Bench.Backend do
 
   # The shell's children's CPU (cutime + cstime of /proc/$$/stat, printed after wrk ended).
   defp wrk_cpu(out) do
-    case Regex.run(~r/^\d+ \(sh\) (.+)$/m, out, capture: :all_but_first) do
-      [rest] ->
-        fields = String.split(rest)
-        (String.to_integer(Enum.at(fields, 13)) + String.to_integer(Enum.at(fields, 14))) / 100
-
-      _ ->
-        0.0
+    case Regex.run(~r/^\d+ \(sh\) .+$/m, out) do
+      [line] -> CPU.stat_seconds(line, :children) || 0.0
+      _ -> 0.0
     end
   end
 

@@ -55,18 +55,9 @@ defmodule Overworld.Bench.Peer do
   """
   @spec serve(keyword) :: :inet.port_number()
   def serve(opts) do
-    me = self()
-
-    spawn(fn ->
-      {:ok, _} = Overworld.Server.start_link(opts)
-      send(me, {:port, Overworld.Server.port(Keyword.fetch!(opts, :name))})
-      Process.sleep(:infinity)
-    end)
-
-    receive do
-      {:port, port} -> port
-    after
-      15_000 -> raise "the server did not start"
+    case hold({Overworld.Server, opts}) do
+      {:ok, _} -> Overworld.Server.port(Keyword.fetch!(opts, :name))
+      {:error, reason} -> raise "the server did not start: #{inspect(reason)}"
     end
   end
 
@@ -79,8 +70,12 @@ defmodule Overworld.Bench.Peer do
     me = self()
 
     spawn(fn ->
-      send(me, {:held, Supervisor.start_link([spec], strategy: :one_for_one)})
-      Process.sleep(:infinity)
+      # (A failed start's exit signal must not kill the holder before it answers.)
+      Process.flag(:trap_exit, true)
+      started = Supervisor.start_link([spec], strategy: :one_for_one)
+      send(me, {:held, started})
+      # (Held for good once started; a start that failed leaves nothing to hold.)
+      if match?({:ok, _}, started), do: Process.sleep(:infinity)
     end)
 
     receive do

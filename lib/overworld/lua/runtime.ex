@@ -147,13 +147,9 @@ defmodule Overworld.Lua.Runtime do
 
   @doc false
   @spec child_spec(keyword) :: Supervisor.child_spec()
-  def child_spec(opts) do
-    %{
-      id: {__MODULE__, Keyword.get(opts, :name)},
-      start: {__MODULE__, :start_link, [opts]},
-      type: :supervisor
-    }
-  end
+  def child_spec(opts),
+    do:
+      Overworld.Options.supervisor_spec(__MODULE__, opts, {__MODULE__, Keyword.get(opts, :name)})
 
   defp files(%{files: [], dir: nil}),
     do: raise(ArgumentError, "expected :files or :dir for #{inspect(__MODULE__)}")
@@ -202,7 +198,8 @@ defmodule Overworld.Lua.Runtime do
   @impl true
   def init({o, base}) do
     # The runtime's table, owned by this supervisor: callers read it, workers write their
-    # row when they start. Only this module touches its rows.
+    # row when they start. Only this module touches its rows, but for the names of the
+    # scripts' match handlers that Overworld.Match.Lua keeps there once read.
     table = :ets.new(o.name, [:named_table, :public, read_concurrency: true])
     counter = :atomics.new(1, signed: false)
     :ets.insert(table, {:config, o.workers, o.timeout, o.max_queue, counter})

@@ -103,18 +103,12 @@ defmodule Overworld.Lua.Server do
     params = List.first(rest) || %{}
     cfg = Overworld.Server.config(server)
 
-    handler =
-      case cfg.matches.handlers do
-        %{^name => h} -> h
-        _ -> {Overworld.Match.Lua, {cfg.lua, name}}
-      end
-
-    case Match.create(
-           handler,
-           if(params == [], do: %{}, else: params),
-           Overworld.Session.Backend.match_options(cfg)
-         ) do
-      {:ok, id} -> id
+    with {:ok, handler} <- Match.handler(cfg, name),
+         {:ok, id} <-
+           Match.create(handler, if(params == [], do: %{}, else: params), Match.options(cfg)) do
+      id
+    else
+      :error -> {:error, "match_create: no match handler #{name}"}
       {:error, why} -> {:error, "match_create: #{inspect(why)}"}
     end
   end

@@ -60,6 +60,22 @@ defmodule Overworld.Match.Lua do
   def handlers(nil), do: []
 
   def handlers(runtime) do
+    # Read once from the loaded scripts, then kept in the runtime's own table (made again
+    # with the runtime, which loads the scripts again).
+    case :ets.lookup(runtime, :match_handlers) do
+      [{_, names}] ->
+        names
+
+      [] ->
+        names = read_handlers(runtime)
+        :ets.insert(runtime, {:match_handlers, names})
+        names
+    end
+  rescue
+    ArgumentError -> []
+  end
+
+  defp read_handlers(runtime) do
     with {:ok, base, _} <- Lua.Runtime.base(runtime),
          {:ok, [names | _], _} <-
            Lua.eval(

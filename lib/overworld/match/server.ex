@@ -23,9 +23,9 @@ defmodule Overworld.Match.Server do
   @impl true
   def init({id, handler, params, opts}) do
     Process.flag(:trap_exit, true)
-    {module, hstate0} = handler_module(handler)
+    {module, init_arg} = init_arg(handler, params)
 
-    case safe(fn -> module.init(with_handler(hstate0, params)) end) do
+    case safe(fn -> module.init(init_arg) end) do
       {:ok, {:ok, hs, rate, label}} when is_integer(rate) and rate in 1..60 ->
         with {:ok, label} <- check_label(label) do
           :ok = :pg.join(Overworld.Cluster.scope(), {:match, id}, self())
@@ -75,10 +75,8 @@ defmodule Overworld.Match.Server do
   end
 
   # A Lua handler carries its module's name to init (Overworld.Match.Lua).
-  defp handler_module({module, arg}), do: {module, {:arg, arg}}
-  defp handler_module(module) when is_atom(module), do: {module, nil}
-  defp with_handler(nil, params), do: params
-  defp with_handler({:arg, arg}, params), do: {arg, params}
+  defp init_arg({module, arg}, params), do: {module, {arg, params}}
+  defp init_arg(module, params) when is_atom(module), do: {module, params}
 
   defp handler_name({_module, {_runtime, name}}) when is_binary(name), do: name
   defp handler_name({module, arg}), do: "#{inspect(module)} #{inspect(arg, limit: 3)}"

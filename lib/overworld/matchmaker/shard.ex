@@ -133,15 +133,23 @@ defmodule Overworld.Matchmaker.Shard do
 
   defp create(st, entries, size) do
     cfg = Overworld.Server.config(st.server)
-    opts = Overworld.Session.Backend.match_options(cfg)
 
     case st.o.matched do
       nil ->
-        Overworld.Match.create(Overworld.Match.Relay, %{"max_size" => size}, opts)
+        Overworld.Match.create(
+          Overworld.Match.Relay,
+          %{"max_size" => size},
+          Overworld.Match.options(cfg)
+        )
 
       name ->
-        handler = Map.get(cfg.matches.handlers, name, {Overworld.Match.Lua, {cfg.lua, name}})
-        Overworld.Match.create(handler, %{"matched" => entries}, opts)
+        case Overworld.Match.handler(cfg, name) do
+          {:ok, handler} ->
+            Overworld.Match.create(handler, %{"matched" => entries}, Overworld.Match.options(cfg))
+
+          :error ->
+            {:error, {:no_match_handler, name}}
+        end
     end
   end
 end

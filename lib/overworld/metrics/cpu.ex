@@ -93,12 +93,42 @@ defmodule Overworld.Metrics.CPU do
 
   # utime + stime of this OS process in clock ticks, from /proc/self/stat.
   defp os_ticks do
-    with {:ok, stat} <- File.read("/proc/self/stat"),
-         [_, rest] <- String.split(stat, ") ", parts: 2),
+    case File.read("/proc/self/stat") do
+      {:ok, stat} -> stat_ticks(stat, :own)
+      _ -> nil
+    end
+  end
+
+  @doc false
+  # CPU seconds of an OS process (its pid, or "self") from /proc: its own (user + system), or
+  # those of its children it waited for (`:children`). Nil when unreadable.
+  @spec os_seconds(integer | String.t(), :own | :children) :: float | nil
+  def os_seconds(os_pid \\ "self", which \\ :own) do
+    case File.read("/proc/#{os_pid}/stat") do
+      {:ok, stat} -> stat_seconds(stat, which)
+      _ -> nil
+    end
+  end
+
+  @doc false
+  # The same from the text of a /proc/PID/stat line.
+  @spec stat_seconds(String.t(), :own | :children) :: float | nil
+  def stat_seconds(stat, which) do
+    case stat_ticks(stat, which) do
+      nil -> nil
+      ticks -> ticks / clock_ticks_per_second()
+    end
+  end
+
+  # Fields after the command's ")": utime, stime at 11, 12; cutime, cstime at 13, 14.
+  defp stat_ticks(stat, which) do
+    at = if which == :own, do: 11, else: 13
+
+    with [_, rest] <- String.split(stat, ") ", parts: 2),
          fields <- String.split(rest, " "),
-         {utime, ""} <- Integer.parse(Enum.at(fields, 11, "")),
-         {stime, ""} <- Integer.parse(Enum.at(fields, 12, "")) do
-      utime + stime
+         {user, ""} <- Integer.parse(Enum.at(fields, at, "")),
+         {system, ""} <- Integer.parse(Enum.at(fields, at + 1, "")) do
+      user + system
     else
       _ -> nil
     end

@@ -42,12 +42,10 @@ defmodule Overworld.Session.Backend do
   defp decode(""), do: {:ok, %{}}
 
   defp decode(body) do
-    case :jiffy.decode(body, [:return_maps, {:null_term, nil}]) do
-      map when is_map(map) -> {:ok, map}
+    case Overworld.Web.decode_json(body, null_term: nil) do
+      {:ok, map} when is_map(map) -> {:ok, map}
       _ -> :error
     end
-  catch
-    _, _ -> :error
   end
 
   defp call(st, id, "match_join", args) do
@@ -94,7 +92,7 @@ defmodule Overworld.Session.Backend do
   defp call(st, id, "match_create", args) do
     with {:ok, handler} <- handler(st.cfg, Map.get(args, "name")),
          {:ok, params} <- object(args, "params") do
-      case Match.create(handler, params, match_options(st.cfg)) do
+      case Match.create(handler, params, Match.options(st.cfg)) do
         {:ok, match_id} ->
           {:ok, respond(%{st | created: st.created + 1}, id, 200, %{match_id: match_id})}
 
@@ -192,24 +190,13 @@ defmodule Overworld.Session.Backend do
   defp handler(_cfg, nil), do: {:ok, Overworld.Match.Relay}
 
   defp handler(cfg, name) when is_binary(name) do
-    cond do
-      Map.has_key?(cfg.matches.handlers, name) ->
-        {:ok, cfg.matches.handlers[name]}
-
-      name in Overworld.Match.Lua.handlers(cfg.lua) ->
-        {:ok, {Overworld.Match.Lua, {cfg.lua, name}}}
-
-      true ->
-        {:error, 404, "unknown_handler", "no match handler #{printable(name)}"}
+    case Match.handler(cfg, name) do
+      {:ok, handler} -> {:ok, handler}
+      :error -> {:error, 404, "unknown_handler", "no match handler #{printable(name)}"}
     end
   end
 
   defp handler(_cfg, _name), do: {:error, "name: expected a string"}
-
-  @doc false
-  @spec match_options(Overworld.Server.Config.t()) :: keyword
-  def match_options(cfg),
-    do: Map.take(cfg.matches, [:grace, :max_messages, :empty_timeout]) |> Map.to_list()
 
   defp message(why) when is_binary(why), do: why
   defp message(why), do: inspect(why, limit: 5)
@@ -378,10 +365,13 @@ defmodule Overworld.Session.Backend do
   defp notify_client(st, kind, body),
     do: push(st, frame(%{type: :notify, kind: kind, body: :jiffy.encode(body)}))
 
+  defp respond(st, id, status, {:json, json}),
+    do: push_response(st, id, status, IO.iodata_to_binary(json))
+
   defp respond(st, id, status, body) do
     {status, json} =
       try do
-        {status, :jiffy.encode(body)}
+        {status, IO.iodata_to_binary(:jiffy.encode(body))}
       catch
         _, _ ->
           Logger.error(
@@ -391,6 +381,10 @@ defmodule Overworld.Session.Backend do
           {500, ~s({"error":"internal","message":"the answer could not be encoded"})}
       end
 
+    push_response(st, id, status, json)
+  end
+
+  defp push_response(st, id, status, json) do
     if status >= 400,
       do:
         Logger.info(
@@ -402,9 +396,5 @@ defmodule Overworld.Session.Backend do
 
   defp frame(msg), do: IO.iodata_to_binary(WebSocket.binary(Protocol.encode(msg)))
 
-  defp printable(s) when is_binary(s) do
-    if byte_size(s) <= 64 and String.printable?(s), do: s, else: "(unprintable)"
-  end
-
-  defp printable(_), do: "(not a string)"
+  defp printable(s), do: Overworld.Web.printable(s)
 end

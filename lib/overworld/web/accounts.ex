@@ -184,13 +184,10 @@ defmodule Overworld.Web.Accounts do
   defp custom_id(_body, _cfg),
     do: Web.error(404, "not_found", "custom ids are not configured on this server")
 
-  # (JSON null for what the account has not: jiffy writes nil as "nil".)
+  # (JSON null for what the account has not.)
   defp account!(user) do
     {:ok, account} = Accounts.account(user)
-
-    account
-    |> Map.delete(:disabled)
-    |> Map.new(fn {k, v} -> {k, if(v == nil, do: :null, else: v)} end)
+    account |> Map.delete(:disabled) |> Web.nulls()
   end
 
   # (Per server: several servers of a node count apart.)

@@ -12,7 +12,7 @@ defmodule Overworld.Web.Backend do
     with {:ok, %{user_id: user}} <- Web.session(req, cfg),
          {:ok, payload} <- payload(req) do
       case Overworld.RPC.call(cfg, URI.decode(id), user, payload) do
-        {:ok, value} -> Web.json(200, %{payload: Web.nulls(value)})
+        {:ok, json} -> {200, [Overworld.Transport.Conn.json()], Overworld.RPC.payload(json)}
         {:error, 503, code, message} -> Web.error(503, code, message, [{"retry-after", "1"}])
         {:error, status, code, message} -> Web.error(status, code, message)
       end
@@ -31,8 +31,9 @@ defmodule Overworld.Web.Backend do
   defp payload(%{body: ""}), do: {:ok, nil}
 
   defp payload(%{body: body}) do
-    {:ok, :jiffy.decode(body, [:return_maps, {:null_term, nil}])}
-  catch
-    _, _ -> Web.error(400, "bad_json", "the body is not valid JSON")
+    case Web.decode_json(body, null_term: nil) do
+      {:ok, value} -> {:ok, value}
+      :error -> Web.error(400, "bad_json", "the body is not valid JSON")
+    end
   end
 end

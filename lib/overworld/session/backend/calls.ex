@@ -5,12 +5,14 @@ defmodule Overworld.Session.Backend.Calls do
 
   alias Overworld.{Match, RPC}
 
-  @spec run(binary, map, binary, Overworld.Server.Config.t(), pid) :: {pos_integer, map}
+  # (A body is a map, or JSON text already: {:json, iodata}.)
+  @spec run(binary, map, binary, Overworld.Server.Config.t(), pid) ::
+          {pos_integer, map | {:json, iodata}}
   def run("rpc", args, user, cfg, _session) do
     case args do
       %{"id" => id} when is_binary(id) ->
         case RPC.call(cfg, id, user, Map.get(args, "payload")) do
-          {:ok, value} -> {200, %{payload: Overworld.Web.nulls(value)}}
+          {:ok, json} -> {200, {:json, RPC.payload(json)}}
           {:error, status, code, message} -> {status, %{error: code, message: message}}
         end
 
