@@ -99,9 +99,19 @@ defmodule Overworld.Matchmaker do
     :exit, _ -> {:error, :unavailable}
   end
 
-  # The node and shard of tickets whose queries have these exact terms.
+  # The node and shard of tickets whose queries have these exact terms: among the cluster's
+  # members that run this server's matchmaker (a member without this server, or not started
+  # yet, gets none).
   defp shard_of(cfg, fixed) do
-    node = Enum.max_by(Overworld.Cluster.nodes(), &:erlang.phash2({&1, fixed}), fn -> node() end)
+    with_shards =
+      Overworld.Cluster.scope()
+      |> :pg.get_members({:matchmaker, cfg.name})
+      |> MapSet.new(&node/1)
+
+    node =
+      Overworld.Cluster.nodes()
+      |> Enum.filter(&MapSet.member?(with_shards, &1))
+      |> Enum.max_by(&:erlang.phash2({&1, fixed}), fn -> node() end)
 
     {node, rem(:erlang.phash2(fixed), cfg.matchmaker.shards)}
   end

@@ -19,6 +19,8 @@ defmodule Overworld.Matchmaker.Shard do
 
   @impl true
   def init({server, o}) do
+    # (The nodes whose servers of this name have a matchmaker: where tickets may go.)
+    :ok = :pg.join(Overworld.Cluster.scope(), {:matchmaker, server}, self())
     :erlang.send_after(o.interval, self(), :interval)
     {:ok, %{server: server, o: o, tickets: [], sessions: %{}}}
   end

@@ -12,9 +12,10 @@ defmodule Overworld.Match.ClusterTest do
   test "a match on one node, players through both; listing and matchmaking across the nodes", %{
     tmp_dir: tmp
   } do
-    [{_, a}, {_, b}] = Cluster.start_peers(2)
-    config = %Overworld.Cluster.Config{nodes: [a, b]}
-    for n <- [a, b], do: {:ok, _} = :erpc.call(n, Overworld.Cluster, :join, [config])
+    # (c is a member of the cluster without this server: it must get no tickets.)
+    [{_, a}, {_, b}, {_, c}] = Cluster.start_peers(3)
+    config = %Overworld.Cluster.Config{nodes: [a, b, c]}
+    for n <- [a, b, c], do: {:ok, _} = :erpc.call(n, Overworld.Cluster, :join, [config])
 
     # (One node makes the accounts' database first; the other joins it.)
     ports =
@@ -34,7 +35,14 @@ defmodule Overworld.Match.ClusterTest do
 
     on_a = player(%{port: ports[a]})
     on_b = player(%{port: ports[b]})
-    mode = "cluster-#{System.unique_integer([:positive])}"
+    # A mode whose tickets' rendezvous would pick c if c had the server's matchmaker.
+    mode =
+      Stream.repeatedly(fn -> "cluster-#{System.unique_integer([:positive])}" end)
+      |> Enum.find(fn m ->
+        {:ok, q} = Overworld.Match.Query.parse(%{"mode" => m})
+        fixed = Overworld.Match.Query.fixed(q)
+        Enum.max_by([a, b, c], &:erlang.phash2({&1, fixed})) == c
+      end)
 
     {on_a, 200, %{"match_id" => id}} =
       request(on_a, "match_create", %{name: "echo", params: %{"mode" => mode}})
