@@ -179,6 +179,7 @@ bench: deps owload
 	mix overworld.bench.backend --workload register --seconds 3 --json $(SHORT)/backend-register.json
 	mix overworld.bench.backend --workload login --seconds 3 --json $(SHORT)/backend-login.json
 	mix overworld.bench.backend --workload rpc-lua --seconds 3 --json $(SHORT)/backend-rpc-lua.json
+	mix overworld.bench.backend --workload storage --storage postgres --seconds 3 --json $(SHORT)/backend-storage-postgres.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 100 --seconds 3 --json $(SHORT)/backend-matches-lua.json
 	mix overworld.bench.backend --tsung bench/tsung/register.xml --json $(SHORT)/backend-tsung-register.json
 
@@ -231,6 +232,14 @@ bench-full: deps owload
 	mix overworld.bench.backend --tsung bench/tsung/register.xml --json bench/results/backend-tsung-register.json
 	mix overworld.bench.backend --tsung bench/tsung/login.xml --json bench/results/backend-tsung-login.json
 	mix overworld.bench.backend --tsung bench/tsung/rpc.xml --json bench/results/backend-tsung-rpc.json
+	mix overworld.bench.backend --workload storage --storage embedded --json bench/results/backend-storage-embedded.json
+	mix overworld.bench.backend --workload storage --storage postgres --json bench/results/backend-storage-postgres.json
+	mix overworld.bench.backend --workload register --storage postgres --json bench/results/backend-register-postgres.json
+	mix overworld.bench.backend --workload login --storage postgres --json bench/results/backend-login-postgres.json
+	mix overworld.bench.backend --workload rpc-lua --storage postgres --json bench/results/backend-rpc-lua-postgres.json
+	mix overworld.bench.backend --workload rpc-elixir --storage postgres --json bench/results/backend-rpc-elixir-postgres.json
+	mix overworld.bench.backend --workload matches --handler echo_lua --storage postgres --players 3000,4000 --json bench/results/backend-matches-lua-postgres.json
+	mix overworld.bench.backend --workload matches --handler echo_lua --players 3000,4000 --json bench/results/backend-matches-lua-embedded-3000-4000.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

@@ -1,9 +1,9 @@
 defmodule Overworld.PostgresTest do
-  # Against a real PostgreSQL server (Overworld.Test.Postgres), started once for the module.
+  # Against a real PostgreSQL server (Overworld.Bench.PostgresServer), started once for the module.
   use ExUnit.Case, async: true
 
   alias Overworld.Postgres
-  alias Overworld.Test.Postgres, as: Server
+  alias Overworld.Bench.PostgresServer, as: Server
 
   setup_all do
     server = Server.start!()

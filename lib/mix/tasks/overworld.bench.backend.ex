@@ -5,7 +5,8 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
   and WebSocket clients, with the server **on one core**: a node of its own with one scheduler
   (`+S 1`), every thread pinned to CPU 0 with `taskset`, and the load pinned to CPU 1.
 
-      mix overworld.bench.backend --workload register|login|rpc-lua|rpc-elixir|matches
+      mix overworld.bench.backend --workload register|login|rpc-lua|rpc-elixir|storage|matches
+                                  [--storage embedded|postgres]
                                   [--seconds 20] [--connections 50] [--fsync-delay-ms 0]
                                   [--players 500,1000,2000,3000] [--handler echo|echo_lua]
                                   [--json PATH]
@@ -18,6 +19,9 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
   * `login` — the same against 2,000 accounts made before (random ones).
   * `rpc-lua`, `rpc-elixir` — `POST /api/v1/rpc/echo_lua` (a sandboxed Lua function in the
     server's pool) or `echo_elixir`, a small JSON payload answered back, with a session token.
+  * `storage` — 100 users' sessions (a random one per request): every other request writes
+    one object (a random key of 100 of collection "bench", a small JSON value; durable
+    before its answer), the others read one (`POST /api/v1/storage/write` and `/read`).
   * `matches` — players in authoritative matches of 10 at 10 ticks a second (`--handler`:
     `echo` in Elixir, `echo_lua` in Lua); each player sends every 500 ms, alternately, an
     echo (the handler answers its sender) and a broadcast (the handler relays it to all);
@@ -25,6 +29,13 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
     players, waits 5 s, then measures for `--seconds`. The knee is the largest step whose
     echo p99 is at most 150 ms. Memory per player is the server node's growth from before
     the first step, divided by the players.
+
+  `--storage postgres` gives the server the PostgreSQL storage adapter: a PostgreSQL server
+  (Debian's package, PostgreSQL's durable defaults: fsync on, synchronous commit) started in
+  a fresh directory, pinned to CPU 0 beside the server (it shares the server's core), as
+  Nakama's benchmark ran its database on loopback. Accounts stay in the embedded replicated
+  store either way (docs/backend.md): only storage objects go to PostgreSQL. The default,
+  `embedded`, is the Mnesia adapter (group commit, fsynced).
 
   `--tsung FILE` runs one of the Tsung scenarios of `bench/tsung/` (Debian's `tsung`, the
   tool of Nakama's benchmark) against the same one-core server instead of wrk: the scenario's
@@ -36,7 +47,7 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
   """
   use Mix.Task
 
-  alias Overworld.Bench.{Args, Backend, Stats}
+  alias Overworld.Bench.{Args, Backend, PostgresServer, Stats}
   alias Overworld.Metrics.Histogram
 
   @switches [
@@ -47,6 +58,7 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
     players: :string,
     handler: :string,
     tsung: :string,
+    storage: :string,
     json: :string
   ]
 
@@ -65,12 +77,17 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
 
         true ->
           Mix.raise(
-            "--workload (register|login|rpc-lua|rpc-elixir|matches) or --tsung is required"
+            "--workload (register|login|rpc-lua|rpc-elixir|storage|matches) or --tsung is required"
           )
       end
 
-    unless workload in ~w(register login rpc-lua rpc-elixir matches tsung),
-      do: Mix.raise("--workload must be register, login, rpc-lua, rpc-elixir or matches")
+    unless workload in ~w(register login rpc-lua rpc-elixir storage matches tsung),
+      do: Mix.raise("--workload must be register, login, rpc-lua, rpc-elixir, storage or matches")
+
+    storage = opts[:storage] || "embedded"
+
+    unless storage in ~w(embedded postgres),
+      do: Mix.raise("--storage must be embedded or postgres")
 
     if opts[:tsung] && not File.regular?(opts[:tsung]),
       do: Mix.raise("--tsung #{opts[:tsung]}: no such file")
@@ -86,30 +103,73 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
     if machine.cores < 2,
       do: Mix.raise("this bench needs 2 CPUs (the server on one, the load on the other)")
 
-    # This node (the load) on CPU 1; the server's on CPU 0.
-    Backend.pin(System.pid(), 1)
-    s = Backend.start_server(0, fsync_delay_ms: opts[:fsync_delay_ms])
-
-    Mix.shell().info(
-      "Server: one scheduler, pinned to CPU 0 (os pid #{s.os_pid}), port #{s.port}; load on CPU 1" <>
-        if(opts[:fsync_delay_ms],
-          do: "; #{opts[:fsync_delay_ms]} ms added to every fsync",
-          else: ""
-        )
-    )
+    # This node (the load) on CPU 1 for the run; the server's on CPU 0.
+    cpus = Backend.pin(System.pid(), 1)
 
     try do
-      result = workload(workload, s, o, opts)
-
-      Stats.write_result(
-        opts[:json],
-        Map.merge(result, %{workload: workload, fsync_delay_ms: opts[:fsync_delay_ms] || 0}),
-        machine
-      )
+      run(workload, storage, machine, o, opts)
     after
-      Backend.stop_server(s)
+      Backend.pin(System.pid(), cpus)
     end
   end
+
+  defp run(workload, storage, machine, o, opts) do
+    pg = if storage == "postgres", do: PostgresServer.start!(durable: true, cpu: 0)
+
+    try do
+      s =
+        Backend.start_server(0,
+          fsync_delay_ms: opts[:fsync_delay_ms],
+          storage: storage_options(pg)
+        )
+
+      Mix.shell().info(
+        "Server: one scheduler, pinned to CPU 0 (os pid #{s.os_pid}), port #{s.port}; load on CPU 1; " <>
+          "storage: #{storage_line(pg)}" <>
+          if(opts[:fsync_delay_ms],
+            do: "; #{opts[:fsync_delay_ms]} ms added to every fsync",
+            else: ""
+          )
+      )
+
+      try do
+        result = workload(workload, s, o, opts)
+
+        Stats.write_result(
+          opts[:json],
+          Map.merge(result, %{
+            workload: workload,
+            storage: storage,
+            fsync_delay_ms: opts[:fsync_delay_ms] || 0
+          }),
+          machine
+        )
+      after
+        Backend.stop_server(s)
+      end
+    after
+      if pg, do: PostgresServer.stop(pg)
+    end
+  end
+
+  defp storage_options(nil), do: []
+
+  defp storage_options(pg) do
+    pool = [
+      host: pg.host,
+      port: pg.port,
+      database: pg.database,
+      user: pg.user,
+      password: pg.password
+    ]
+
+    [adapter: Overworld.Storage.Postgres, adapter_options: [pool: pool]]
+  end
+
+  defp storage_line(nil), do: "embedded (Mnesia, group commit fsynced)"
+
+  defp storage_line(pg),
+    do: "PostgreSQL (port #{pg.port}, fsync and synchronous commit on, pinned to CPU 0)"
 
   defp workload("register", s, o, _opts) do
     prefix = "bench-register-#{System.unique_integer([:positive])}"
@@ -138,6 +198,16 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
     http(
       Backend.wrk(s, Backend.rpc_script("echo_#{lang}", token), o.connections, o.seconds, 1),
       "#{lang} RPC calls",
+      o
+    )
+  end
+
+  defp workload("storage", s, o, _opts) do
+    users = Backend.device_sessions(s, "bench-storage-#{System.unique_integer([:positive])}", 100)
+
+    http(
+      Backend.wrk(s, Backend.storage_script(users), o.connections, o.seconds, 1),
+      "storage calls (half writes, half reads)",
       o
     )
   end

@@ -24,7 +24,7 @@ defmodule Overworld.Bench.Backend do
     name = :"backend_server_#{System.unique_integer([:positive])}"
     {peer, node} = Overworld.Bench.Peer.start(name, [~c"+S", ~c"1:1", ~c"+SDcpu", ~c"1:1"])
     os_pid = :erpc.call(node, System, :pid, [])
-    pin(os_pid, cpu)
+    _ = pin(os_pid, cpu)
 
     dir =
       Path.join(
@@ -58,10 +58,15 @@ defmodule Overworld.Bench.Backend do
   @doc "The Lua scripts of the workload (priv/bench/lua)."
   def lua_dir, do: Application.app_dir(:overworld, "priv/bench/lua")
 
-  @doc "Pins every thread of an OS process to one CPU."
-  def pin(os_pid, cpu) do
-    {_, 0} = System.cmd("taskset", ["-a", "-p", "-c", "#{cpu}", "#{os_pid}"])
-    :ok
+  @doc """
+  Pins every thread of an OS process to one CPU (or, given a list as taskset prints it,
+  `"0-1"`, to those); answers the CPU list it had, to restore it.
+  """
+  @spec pin(String.t() | integer, non_neg_integer | String.t()) :: String.t()
+  def pin(os_pid, cpus) do
+    {was, 0} = System.cmd("taskset", ["-c", "-p", "#{os_pid}"])
+    {_, 0} = System.cmd("taskset", ["-a", "-p", "-c", "#{cpus}", "#{os_pid}"])
+    was |> String.split(":") |> List.last() |> String.trim()
   end
 
   @doc "Stops the server's node and removes its data."
@@ -257,19 +262,59 @@ defmodule Overworld.Bench.Backend do
     """
   end
 
+  @doc """
+  wrk's script for the storage workload: each request is one user's (a random one of
+  `users`, `[{token, user_id}]`) write of one object (a random key of 100 in collection
+  "bench", a small JSON value, durable before the answer) or, every other request, a read of
+  one (owner-readable).
+  """
+  def storage_script(users) do
+    list = Enum.map_join(users, ",\n", fn {t, u} -> ~s({"#{t}", "#{u}"}) end)
+
+    """
+    users = {
+    #{list}
+    }
+    counter = 0
+    wrk.method = "POST"
+    wrk.headers["Content-Type"] = "application/json"
+    request = function()
+      counter = counter + 1
+      local u = users[math.random(1, #users)]
+      local key = "k" .. math.random(1, 100)
+      wrk.headers["Authorization"] = "Bearer " .. u[1]
+      if counter % 2 == 1 then
+        return wrk.format(nil, "/api/v1/storage/write", nil,
+          '{"objects":[{"collection":"bench","key":"' .. key .. '","value":{"score":' .. counter .. ',"name":"bench"},"read":1}]}')
+      else
+        return wrk.format(nil, "/api/v1/storage/read", nil,
+          '{"object_ids":[{"collection":"bench","key":"' .. key .. '","user_id":"' .. u[2] .. '"}]}')
+      end
+    end
+    """
+  end
+
   @doc "Makes `count` device accounts `prefix`-1.. (in parallel); answers their tokens."
-  @spec devices(map, binary, pos_integer) :: [binary]
-  def devices(s, prefix, count) do
+  @spec devices(map, binary, non_neg_integer) :: [binary]
+  def devices(s, prefix, count), do: s |> device_sessions(prefix, count) |> Enum.map(&elem(&1, 0))
+
+  @doc "Makes `count` device accounts `prefix`-1.. (in parallel): `[{token, user_id}]`."
+  @spec device_sessions(map, binary, non_neg_integer) :: [{binary, binary}]
+  def device_sessions(_s, _prefix, 0), do: []
+
+  def device_sessions(s, prefix, count) do
     1..count
     |> Task.async_stream(
       fn i ->
-        {:ok, %{"token" => t}} = Client.authenticate_device(@host, s.port, "#{prefix}-#{i}")
-        t
+        {:ok, %{"token" => t, "user_id" => u}} =
+          Client.authenticate_device(@host, s.port, "#{prefix}-#{i}")
+
+        {t, u}
       end,
       max_concurrency: 32,
       timeout: 60_000
     )
-    |> Enum.map(fn {:ok, t} -> t end)
+    |> Enum.map(fn {:ok, tu} -> tu end)
   end
 
   ## The match workload

@@ -90,7 +90,7 @@ defmodule Overworld.Postgres.Wire do
 
     case started do
       {:ok, pg} ->
-        with :ok <- patch_types(pg),
+        with :ok <- patch(pg),
              :ok <- simple(pg, "SET client_min_messages TO error", o.timeout) do
           {:ok, pg}
         else
@@ -104,13 +104,18 @@ defmodule Overworld.Postgres.Wire do
     end
   end
 
-  # The connection's state is pgsql_proto's `#state{}` record: its 9th field is the oid map,
-  # a dict of oid => type name. The shape is checked before anything is changed.
-  defp patch_types(pg) do
+  # The connection's state is pgsql_proto's `#state{}` record: its 8th field is the socket
+  # (`{gen_tcp, port}`), its 9th the oid map, a dict of oid => type name. The shape is checked
+  # before anything is changed. The socket gets TCP_NODELAY: pgsql sends a query's messages in
+  # several writes, and Nagle's algorithm held the last one for the server's delayed ACK
+  # (about 40 ms per statement on loopback).
+  defp patch(pg) do
     state = :sys.get_state(pg, 5_000)
 
-    if is_tuple(state) and tuple_size(state) == 10 and elem(state, 0) == :state and
-         is_tuple(elem(state, 8)) and elem(elem(state, 8), 0) == :dict do
+    with true <- is_tuple(state) and tuple_size(state) == 10 and elem(state, 0) == :state,
+         {:gen_tcp, socket} when is_port(socket) <- elem(state, 7),
+         oids when is_tuple(oids) and elem(oids, 0) == :dict <- elem(state, 8),
+         :ok <- :inet.setopts(socket, nodelay: true) do
       :sys.replace_state(pg, fn state ->
         oids = :dict.map(fn _oid, name -> Map.get(@renamed, name, name) end, elem(state, 8))
         put_elem(state, 8, oids)
@@ -118,7 +123,8 @@ defmodule Overworld.Postgres.Wire do
 
       :ok
     else
-      {:error, :unsupported_pgsql_version}
+      {:error, reason} -> {:error, {:disconnected, reason}}
+      _ -> {:error, :unsupported_pgsql_version}
     end
   catch
     :exit, reason -> {:error, {:disconnected, reason}}

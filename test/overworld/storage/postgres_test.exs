@@ -1,9 +1,9 @@
 defmodule Overworld.Storage.PostgresTest do
-  # The storage contract against a real PostgreSQL server (Overworld.Test.Postgres).
+  # The storage contract against a real PostgreSQL server (Overworld.Bench.PostgresServer).
   use ExUnit.Case, async: true
   use Overworld.Test.StorageContract
 
-  alias Overworld.Test.Postgres, as: Server
+  alias Overworld.Bench.PostgresServer, as: Server
 
   setup_all do
     server = Server.start!()

@@ -1,9 +1,13 @@
-defmodule Overworld.Test.Postgres do
+defmodule Overworld.Bench.PostgresServer do
   @moduledoc false
-  # A real PostgreSQL server for the tests: `start!/0` makes a cluster with `initdb` in a fresh
+  # A real PostgreSQL server for the tests and benches: `start!/1` makes a cluster with `initdb` in a fresh
   # temporary directory, runs `postgres` on a free TCP port of 127.0.0.1 (no Unix socket), with
   # SCRAM-SHA-256 password authentication, creates a database, and returns where it is;
-  # `stop/1` stops it and removes the directory. A second or two in all (durability is off).
+  # `stop/1` stops it and removes the directory. A second or two in all.
+  #
+  # Options: `durable: true` keeps PostgreSQL's defaults (fsync on, synchronous commit: a
+  # commit answers once its WAL is flushed), for benches; the tests' default is false (fsync
+  # and synchronous commit off). `cpu: n` pins the server's processes to CPU n (taskset).
   #
   # PostgreSQL refuses to run as root: under root the binaries run as the `postgres` OS user
   # (`runuser -u postgres --`), which owns the directory; any other user runs them directly.
@@ -40,8 +44,8 @@ defmodule Overworld.Test.Postgres do
   """
 
   @doc "Starts a server; raises with the reason (and the server's log) when it cannot."
-  @spec start!() :: server
-  def start! do
+  @spec start!(keyword) :: server
+  def start!(opts \\ []) do
     bin = bin_dir!()
     as = run_as!()
 
@@ -68,7 +72,7 @@ defmodule Overworld.Test.Postgres do
         reraise e, __STACKTRACE__
     end
 
-    {:ok, pid} = GenServer.start(__MODULE__, {bin, as, dir})
+    {:ok, pid} = GenServer.start(__MODULE__, {bin, as, dir, opts})
 
     server = %{
       host: "127.0.0.1",
@@ -214,8 +218,20 @@ defmodule Overworld.Test.Postgres do
   ## The process that owns the server's port
 
   @impl true
-  def init({bin, as, dir}) do
-    {:ok, %{bin: bin, as: as, dir: dir, port: nil, tcp: nil, log: [], waiting: nil, tries: 0}}
+  def init({bin, as, dir, opts}) do
+    {:ok,
+     %{
+       bin: bin,
+       as: as,
+       dir: dir,
+       durable: Keyword.get(opts, :durable, false),
+       cpu: Keyword.get(opts, :cpu),
+       port: nil,
+       tcp: nil,
+       log: [],
+       waiting: nil,
+       tries: 0
+     }}
   end
 
   @impl true
@@ -281,31 +297,25 @@ defmodule Overworld.Test.Postgres do
   defp launch(s) do
     tcp = free_port()
 
-    {exe, args} =
-      command(s.as, System.find_executable("sh"), [
-        "-c",
-        @runner,
-        "sh",
-        Path.join(s.bin, "postgres"),
-        "-D",
-        Path.join(s.dir, "data"),
-        "-p",
-        Integer.to_string(tcp),
-        "-c",
+    settings =
+      [
         "listen_addresses=127.0.0.1",
-        "-c",
         "unix_socket_directories=",
-        "-c",
-        "fsync=off",
-        "-c",
-        "synchronous_commit=off",
-        "-c",
-        "full_page_writes=off",
-        "-c",
         "shared_buffers=16MB",
-        "-c",
         "max_connections=50"
-      ])
+      ] ++
+        if s.durable,
+          do: [],
+          else: ["fsync=off", "synchronous_commit=off", "full_page_writes=off"]
+
+    postgres =
+      [Path.join(s.bin, "postgres"), "-D", Path.join(s.dir, "data"), "-p", "#{tcp}"] ++
+        Enum.flat_map(settings, &["-c", &1])
+
+    pinned = if s.cpu, do: [System.find_executable("taskset"), "-c", "#{s.cpu}"], else: []
+
+    {exe, args} =
+      command(s.as, System.find_executable("sh"), ["-c", @runner, "sh"] ++ pinned ++ postgres)
 
     port =
       Port.open({:spawn_executable, exe}, [
