@@ -40,7 +40,9 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
   `--tsung FILE` runs one of the Tsung scenarios of `bench/tsung/` (Debian's `tsung`, the
   tool of Nakama's benchmark) against the same one-core server instead of wrk: the scenario's
   port 4000 is replaced by the server's, tsung is pinned to CPU 1, and its log's request
-  counts and mean response times are summed up.
+  counts and mean response times are summed up (and, for WebSocket scenarios, messages sent
+  and frames received). `matches.xml`'s matches are made first (`--handler`, default
+  `echo_lua`), one per ten of its users, their ids in the file it reads.
 
   Each run prints the figures, the server's CPU (of its one core) and the load generator's
   CPU beside them, and the samples each percentile rests on; `--json PATH` writes them.
@@ -213,13 +215,26 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
   end
 
   defp workload("tsung", s, _o, opts) do
-    r = Backend.tsung(s, opts[:tsung], 1)
+    r = Backend.tsung(s, opts[:tsung], 1, opts[:handler] || "echo_lua")
 
     Mix.shell().info(
       "tsung #{Path.basename(opts[:tsung])}: #{r.requests} requests in #{r.seconds} s = " <>
         "#{round(r.requests_per_s)}/s, mean response #{r.mean_ms} ms (#{r.errors} errors, HTTP " <>
         "statuses #{inspect(r.statuses)}); server CPU #{pct(r.server_cpu)} of its core, tsung #{pct(r.generator_cpu)}"
     )
+
+    case r.websocket do
+      %{websockets: n} = ws when n > 0 ->
+        Mix.shell().info(
+          "  WebSocket: #{n} connections; #{ws.messages_sent} messages sent " <>
+            "(#{round(ws.messages_sent / r.seconds)}/s), #{ws.receives} receives of server data " <>
+            "(#{round(ws.receives / r.seconds)}/s, #{ws.bytes_received} bytes: " <>
+            "#{round(ws.bytes_received / r.seconds / 1024)} KiB/s)"
+        )
+
+      _ ->
+        :ok
+    end
 
     Map.put(r, :scenario, opts[:tsung])
   end

@@ -161,10 +161,11 @@ defmodule Overworld.Bench.Backend do
   log: requests, their mean response time, HTTP statuses, errors, and both sides' CPU.
   """
   @spec tsung(map, Path.t(), non_neg_integer) :: map
-  def tsung(s, file, cpu) do
+  def tsung(s, file, cpu, handler \\ "echo_lua") do
     tmp = Path.join(System.tmp_dir!(), "overworld-tsung-#{System.unique_integer([:positive])}")
     File.mkdir_p!(tmp)
     xml = file |> File.read!() |> String.replace(~s(port="4000"), ~s(port="#{s.port}"))
+    xml = if xml =~ "MATCHES_CSV", do: tsung_matches(s, xml, handler, tmp), else: xml
     scenario = Path.join(tmp, Path.basename(file))
     File.write!(scenario, xml)
     cpu0 = cpu_seconds(s.os_pid)
@@ -188,7 +189,14 @@ defmodule Overworld.Bench.Backend do
     stats =
       if log,
         do: Map.put(tsung_stats(File.read!(log)), :seconds, seconds),
-        else: %{requests: 0, mean_ms: nil, statuses: %{}, errors: 0, seconds: seconds}
+        else: %{
+          requests: 0,
+          mean_ms: nil,
+          statuses: %{},
+          errors: 0,
+          seconds: seconds,
+          websocket: %{}
+        }
 
     File.rm_rf(tmp)
 
@@ -197,6 +205,22 @@ defmodule Overworld.Bench.Backend do
       server_cpu: server_cpu / wall,
       generator_cpu: wrk_cpu(out) / wall
     })
+  end
+
+  # A match scenario: its users' matches (ten users each) made on the server, their ids in a
+  # file (each id on ten lines, a user takes the next), named where the scenario says
+  # MATCHES_CSV.
+  defp tsung_matches(s, xml, handler, tmp) do
+    users =
+      case Regex.run(~r/<users maxnumber="(\d+)"/, xml) do
+        [_, n] -> String.to_integer(n)
+        _ -> raise "the scenario has no <users maxnumber=...>"
+      end
+
+    ids = create_matches(s, handler, div(users + 9, 10))
+    csv = Path.join(tmp, "matches.csv")
+    File.write!(csv, Enum.map(ids, &String.duplicate(&1 <> "\n", 10)))
+    String.replace(xml, "MATCHES_CSV", csv)
   end
 
   # tsung.log: a dump every 10 s of "stats: request <count> <mean ms> ..." (the dump's), HTTP
@@ -224,7 +248,33 @@ defmodule Overworld.Bench.Backend do
       |> Enum.map(fn [n] -> String.to_integer(n) end)
       |> Enum.sum()
 
-    %{requests: total, mean_ms: mean, statuses: statuses, errors: errors, dumps: length(times)}
+    # WebSocket counts (cumulative, the last dump's): messages sent without waiting for an
+    # answer, receives of server data (a read of one or more frames), connections upgraded,
+    # bytes received.
+    websocket =
+      for {key, name} <- [
+            messages_sent: "request_noack",
+            receives: "async_unknown_data_rcv",
+            websockets: "websocket_succ",
+            bytes_received: "size_rcv"
+          ],
+          into: %{} do
+        last =
+          Regex.scan(~r/^stats: #{name} \d+ (\d+)/m, text, capture: :all_but_first)
+          |> Enum.map(fn [n] -> String.to_integer(n) end)
+          |> Enum.max(fn -> 0 end)
+
+        {key, last}
+      end
+
+    %{
+      requests: total,
+      mean_ms: mean,
+      statuses: statuses,
+      errors: errors,
+      dumps: length(times),
+      websocket: websocket
+    }
   end
 
   @doc "wrk's script for new device accounts (`prefix`-1, -2, ...)."
@@ -452,21 +502,27 @@ defmodule Overworld.Bench.Backend do
   @spec idle_matches(map, binary, pos_integer) :: non_neg_integer
   def idle_matches(s, handler, count) do
     m0 = collected_memory(s)
-
-    code = """
-    handler = case #{inspect(handler)} do
-      "echo" -> Overworld.Bench.EchoMatch
-      name -> {Overworld.Match.Lua, {Overworld.Server.config(#{inspect(@server)}).lua, name}}
-    end
-    for _ <- 1..#{count}, do: elem(Overworld.Match.create(handler, %{"rate" => 10}), 1)
-    """
-
-    {ids, _} = :erpc.call(s.node, Code, :eval_string, [code])
+    ids = create_matches(s, handler, count)
     Process.sleep(1_000)
     grown = collected_memory(s) - m0
     for id <- ids, do: :erpc.call(s.node, Overworld.Match, :shutdown, [id, 0])
     Process.sleep(500)
     max(div(grown, count), 0)
+  end
+
+  @doc "Makes `count` matches of `handler` (echo or echo_lua) on the server: their ids."
+  @spec create_matches(map, binary, non_neg_integer) :: [binary]
+  def create_matches(s, handler, count) do
+    code = """
+    handler = case #{inspect(handler)} do
+      "echo" -> Overworld.Bench.EchoMatch
+      name -> {Overworld.Match.Lua, {Overworld.Server.config(#{inspect(@server)}).lua, name}}
+    end
+    for _ <- 1..#{count}//1, do: elem(Overworld.Match.create(handler, %{"rate" => 10}), 1)
+    """
+
+    {ids, _} = :erpc.call(s.node, Code, :eval_string, [code])
+    ids
   end
 
   # The server node's memory once every process was collected (no garbage counted).
