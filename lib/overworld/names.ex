@@ -19,6 +19,8 @@ defmodule Overworld.Names do
   #                            leaves it (no replica of it starts meanwhile)
   #   {:bucket, id, index}     a zone's bucket worker
   #   {:session, server, user} a user's session on a server
+  #   {:observer, server, i}   an operator's observer connection on a server, in slot i
+  #                            (1..the server's `observers`: the cap)
   #   {:connections, server}   a server's connection supervisor
   #   {:listener, server}      a server's listener
 
@@ -36,6 +38,7 @@ defmodule Overworld.Names do
           | {:arriving, term}
           | {:bucket, term, non_neg_integer}
           | {:session, atom, term}
+          | {:observer, atom, pos_integer}
           | {:connections, atom}
           | {:listener, atom}
 
@@ -71,6 +74,9 @@ defmodule Overworld.Names do
 
   @spec session(atom, term) :: key
   def session(server, user), do: {:session, server, user}
+
+  @spec observer(atom, pos_integer) :: key
+  def observer(server, i), do: {:observer, server, i}
 
   @spec connections(atom) :: key
   def connections(server), do: {:connections, server}

@@ -81,6 +81,10 @@ defmodule Overworld.Server do
   * `:matchmaker` - `shards:` (default the schedulers), `interval:` ms (1,000), `matched:` the
     name of the match handler that gets matched players (nil: a relayed match)
     (`Overworld.Matchmaker`).
+  * `:observers` - operators' observer connections (the live visualizer,
+    `Overworld.Session.Observer`): `max:` how many at once on this server (3), `budget:` the
+    bytes per second each may be sent (16 MiB: a whole zone's changes, where a player's view
+    has `interest: [budget: ...]`).
   """
   use Supervisor
   require Logger
@@ -123,6 +127,7 @@ defmodule Overworld.Server do
       :lua,
       :matches,
       :matchmaker,
+      :observers,
       :started_at
     ]
 
@@ -192,7 +197,15 @@ defmodule Overworld.Server do
           "a map of ids (strings) to functions of arity 2 or {module, function}"}, %{}},
       lua: {{:custom, &(is_nil(&1) or Keyword.keyword?(&1)), "nil or a keyword list"}, nil},
       matches: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
-      matchmaker: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
+      matchmaker: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
+      observers: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
+    ]
+  end
+
+  defp observer_schema do
+    [
+      max: {:non_neg_integer, 3},
+      budget: {:pos_integer, 16 * 1024 * 1024}
     ]
   end
 
@@ -244,7 +257,8 @@ defmodule Overworld.Server do
             o.matchmaker,
             Overworld.Matchmaker.schema(),
             "Overworld.Server matchmaker"
-          )
+          ),
+        observers: Options.validate!(o.observers, observer_schema(), "Overworld.Server observers")
     }
 
     if o.default_zone && not Map.has_key?(o.zones, o.default_zone) do
@@ -296,6 +310,7 @@ defmodule Overworld.Server do
         lua: o.lua && lua_name(o),
         matches: o.matches,
         matchmaker: o.matchmaker,
+        observers: o.observers,
         started_at: System.monotonic_time(:millisecond)
       }
 

@@ -107,7 +107,10 @@ defmodule Overworld.Session do
     warned: false,
     # Matchmaker tickets of the player (ids); matches this connection created.
     tickets: [],
-    created: 0
+    created: 0,
+    # An operator's observer connection (the operator's name; `Overworld.Session.Observer`):
+    # no avatar, the whole zone in view.
+    observer: nil
   ]
 
   @type t :: %__MODULE__{}
@@ -423,6 +426,16 @@ defmodule Overworld.Session do
   defp message({:ok, _}, %{phase: :hello} = st),
     do: close(st, 4002, "expected HELLO first", 2)
 
+  # An observer only watches: its inputs are dropped, anything else it would send closes it.
+  defp message({:ok, %{type: :input}}, %{observer: op} = st) when op != nil do
+    :counters.add(st.cfg.counters, Server.counter(:inputs_dropped), 1)
+    {:ok, st}
+  end
+
+  defp message({:ok, %{type: type}}, %{observer: op} = st)
+       when op != nil and type in [:client_event, :request, :match_send],
+       do: close(st, 4002, "an observer sends no #{type}: it only watches", 2)
+
   defp message({:ok, %{type: :input, seq: seq, payload: p}}, st) do
     :counters.add(st.cfg.counters, Server.counter(:inputs), 1)
 
@@ -619,7 +632,11 @@ defmodule Overworld.Session do
         st
 
       {x, y} = pos ->
-        obs = Interest.acknowledge(st.obs, Wire.input_ack(st.table, st.entity))
+        obs =
+          if st.entity,
+            do: Interest.acknowledge(st.obs, Wire.input_ack(st.table, st.entity)),
+            else: st.obs
+
         obs = if k != st.told_interval, do: Interest.announce(obs, k), else: obs
 
         case frame(obs, st.zone, n, x, y) do
@@ -656,6 +673,9 @@ defmodule Overworld.Session do
 
   defp frame(%Interest.World{} = obs, zone, n, x, y), do: Interest.World.frame(obs, zone, n, x, y)
   defp frame(obs, _zone, n, x, y), do: Interest.frame(obs, n, x, y)
+
+  # (An observer stays where it stands: `pos`.)
+  defp position(%{entity: nil} = st), do: st.pos
 
   defp position(st) do
     case Wire.position(st.table, st.entity) do

@@ -163,8 +163,7 @@ defmodule Overworld.Session.Hello do
   def reattach(st, pid, tries) do
     # The claim is a call: answered once the new server has finished starting (its players
     # read back), so what follows sees its players, never a half-loaded table.
-    with :ok <- Overworld.Zone.claim_session(st.zone, st.user, self(), 10_000),
-         true <- Overworld.Zone.player_entity(st.zone, st.user) == st.entity,
+    with :ok <- reclaim(st),
          :ok <- Overworld.Zone.subscribe(st.zone, self()) do
       mon = Process.monitor(pid)
       obs = st.obs && Interest.resync(st.obs, :zone_restarted)
@@ -179,6 +178,15 @@ defmodule Overworld.Session.Hello do
   catch
     :exit, _ -> reattach_later(st, pid, tries)
   end
+
+  # Our player in the new server (an observer has none): still ours, with its avatar.
+  defp reclaim(%Session{observer: nil} = st) do
+    with :ok <- Overworld.Zone.claim_session(st.zone, st.user, self(), 10_000) do
+      if Overworld.Zone.player_entity(st.zone, st.user) == st.entity, do: :ok, else: :lost
+    end
+  end
+
+  defp reclaim(_observer), do: :ok
 
   # The server `pid` is gone (or was never up): the next one, unless it is too late. A server
   # still alive that did not answer (a timeout) is not waited for again.
@@ -363,7 +371,9 @@ defmodule Overworld.Session.Hello do
     end
   end
 
-  defp zone_config(zone) do
+  @doc false
+  @spec zone_config(term) :: {:ok, Overworld.Zone.Config.t()} | {:error, term}
+  def zone_config(zone) do
     case Overworld.Zone.config(zone) do
       nil -> {:error, :not_running}
       %{wire: nil} -> {:error, :no_wire}
@@ -425,9 +435,11 @@ defmodule Overworld.Session.Hello do
     :exit, _ -> {:error, :not_running}
   end
 
-  defp handshake(nil, entity), do: Protocol.handshake(entity_id: entity)
+  @doc false
+  @spec handshake(Overworld.Zone.Config.t() | nil, non_neg_integer) :: map
+  def handshake(nil, entity), do: Protocol.handshake(entity_id: entity)
 
-  defp handshake(config, entity) do
+  def handshake(config, entity) do
     Protocol.handshake(
       tick_rate: config.tick_rate,
       entity_id: entity,

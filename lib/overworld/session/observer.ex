@@ -1,0 +1,126 @@
+defmodule Overworld.Session.Observer do
+  @moduledoc false
+  # An operator's observer connection (the live visualizer): a session with no avatar that
+  # sees a whole zone, or a whole world of zones, over the same protocol as the players
+  # (HANDSHAKE, then SNAPSHOT frames built by `Overworld.Interest` from the cell blocks the
+  # zone's workers encode once per tick). So every frame the visualizer draws went through
+  # the real encoder and the real client decoder.
+  #
+  # * Its view: the observer stands at the centre of the zone's (the world's) area with a
+  #   view radius reaching every corner, and a byte budget of its own (the server option
+  #   `observers:`), so nothing of the zone is left out while the budget holds.
+  # * At most `observers: [max: n]` observers per server at once (default 3): each holds one
+  #   of n registry slots while it lives (`Overworld.Names.observer/2`); one more is closed
+  #   with 4008. No process counts them: a slot goes with its holder.
+  # * It sends nothing to the zone: inputs are dropped (counted), events, requests and match
+  #   messages close it with 4002. The zone does not know it (no player, no entity).
+  # * A restarted zone server is subscribed to again and the view starts over from
+  #   keyframes, as a player's session's.
+
+  alias Overworld.{Interest, Names, Session}
+  alias Overworld.Session.Hello
+
+  @doc """
+  The observer's HELLO, after the operator's token was checked (`operator`: its name): the
+  slot taken, the zone (the world) subscribed to, HANDSHAKE sent (avatar id 0).
+  """
+  @spec hello(Session.t(), binary) :: {:ok, Session.t()} | tuple
+  def hello(st, operator) do
+    st = %{st | user: "operator:" <> operator, observer: operator}
+
+    with {:ok, st} <- slot(st, st.cfg.observers.max),
+         {:ok, home} <- home(st),
+         {:ok, config} <- Hello.zone_config(home),
+         {:ok, obs} <- interest(st, home, config),
+         :ok <- Overworld.Zone.subscribe(home, self()),
+         pid when is_pid(pid) <- Overworld.Zone.whereis(home) || {:error, :not_running} do
+      Session.send_msg(st, Hello.handshake(config, 0))
+
+      {:ok,
+       %{
+         st
+         | zone: home,
+           zone_pid: pid,
+           zone_mon: Process.monitor(pid),
+           table: config.shared.wire,
+           obs: obs,
+           pos: centre(config),
+           module: config.module,
+           input: config.wire.__input__()
+       }}
+    else
+      {:error, :no_zone} ->
+        Session.close(st, 4006, "an observer watches a zone: name it in the URL (zone=)", 6)
+
+      {:error, why} ->
+        Session.close(st, 4006, "zone unavailable: #{inspect(why)}", 6)
+
+      closed ->
+        closed
+    end
+  end
+
+  # One of the server's `max` observer slots, or closed: full.
+  defp slot(st, max) do
+    if Enum.any?(1..max//1, &match?({:ok, _}, Names.register(Names.observer(st.cfg.name, &1)))),
+      do: {:ok, st},
+      else:
+        Session.close(
+          st,
+          4008,
+          "retry_after=5; at most #{max} observers at once on this server",
+          8
+        )
+  end
+
+  # The zone whose ticks pace the frames: the zone, or a world's first zone.
+  defp home(%{zone: nil}), do: {:error, :no_zone}
+
+  defp home(%{zone: {:world, name}}) do
+    case Overworld.World.zones(name) |> Enum.sort() do
+      [] -> {:error, :not_running}
+      [zone | _] -> {:ok, zone}
+    end
+  end
+
+  defp home(%{zone: zone}), do: {:ok, zone}
+
+  defp interest(st, home, config) do
+    opts = [radius: radius_m(config), budget: st.cfg.observers.budget]
+
+    case config.world do
+      %Overworld.World.Place{name: name} -> Interest.World.new(name, opts)
+      _ -> Interest.new(home, opts)
+    end
+  end
+
+  @doc false
+  # The centre of the zone's (the world's) area, in units.
+  @spec centre(Overworld.Zone.Config.t()) :: {integer, integer}
+  def centre(config), do: {div(config.width, 2), div(config.height, 2)}
+
+  @doc false
+  # A view radius (metres) from the centre that reaches every corner.
+  @spec radius_m(Overworld.Zone.Config.t()) :: pos_integer
+  def radius_m(config) do
+    half_diagonal = :math.sqrt(config.width * config.width + config.height * config.height) / 2
+    ceil(half_diagonal / Overworld.Entity.meters(1)) + 1
+  end
+
+  @doc """
+  The zone server restarted (`pid`): subscribed to again, the view starts over.
+  """
+  @spec reattach(Session.t(), pid) :: tuple
+  def reattach(st, pid) do
+    case Overworld.Zone.subscribe(st.zone, self()) do
+      :ok ->
+        obs = Interest.resync(st.obs, :zone_restarted)
+        {:noreply, %{st | zone_pid: pid, zone_mon: Process.monitor(pid), obs: obs}}
+
+      _ ->
+        Hello.zone_lost(st)
+    end
+  catch
+    :exit, _ -> Hello.zone_lost(st)
+  end
+end
