@@ -81,6 +81,11 @@ defmodule Overworld.Server do
   * `:matchmaker` - `shards:` (default the schedulers), `interval:` ms (1,000), `matched:` the
     name of the match handler that gets matched players (nil: a relayed match)
     (`Overworld.Matchmaker`).
+  * `:operators` - the operators of the configuration, `[%{name: "alice", password_hash:
+    "pbkdf2-sha256$...", role: "operator" | "viewer"}]` (default `[]`; more are added at run
+    time: `Overworld.Operators`), who log in to the operator API (docs/operator-api.md).
+  * `:operator_api` - the operator API's token lifetime, login limit and audit log
+    (`Overworld.Operators.Settings`).
   """
   use Supervisor
   require Logger
@@ -123,6 +128,7 @@ defmodule Overworld.Server do
       :lua,
       :matches,
       :matchmaker,
+      :operators,
       :started_at
     ]
 
@@ -192,7 +198,10 @@ defmodule Overworld.Server do
           "a map of ids (strings) to functions of arity 2 or {module, function}"}, %{}},
       lua: {{:custom, &(is_nil(&1) or Keyword.keyword?(&1)), "nil or a keyword list"}, nil},
       matches: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
-      matchmaker: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
+      matchmaker: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
+      operators: {{:custom, &is_list/1, "a list of operators (maps)"}, []},
+      operator_api:
+        {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Operators.Settings)"}, []}
     ]
   end
 
@@ -236,6 +245,13 @@ defmodule Overworld.Server do
     o = Options.validate!(opts, schema(), "Overworld.Server")
     o = %{o | accounts: Overworld.Accounts.Settings.new(o.accounts)}
 
+    o =
+      Map.put(
+        o,
+        :operator_settings,
+        Overworld.Operators.Settings.new(o.operators, o.operator_api, o.name, o.data_dir)
+      )
+
     o = %{
       o
       | matches: Options.validate!(o.matches, match_schema(), "Overworld.Server matches"),
@@ -263,6 +279,8 @@ defmodule Overworld.Server do
   @impl true
   def init(o) do
     with :ok <- Overworld.Accounts.start(o.data_dir),
+         :ok <- Overworld.Accounts.LastSeen.start(),
+         :ok <- Overworld.Operators.start(),
          {:ok, keys} <- keys(o) do
       config = %Config{
         name: o.name,
@@ -296,6 +314,7 @@ defmodule Overworld.Server do
         lua: o.lua && lua_name(o),
         matches: o.matches,
         matchmaker: o.matchmaker,
+        operators: o.operator_settings,
         started_at: System.monotonic_time(:millisecond)
       }
 
@@ -310,6 +329,9 @@ defmodule Overworld.Server do
            [
              {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
              {Overworld.Transport.Listener, {o.name, o.port}},
+             # After the listener: a writer that crashes and restarts takes nobody's
+             # connection with it (a call meanwhile is answered an error, and logged).
+             {Overworld.Operators.Audit, {o.name, o.operator_settings}},
              # Last: a controller that crashes and restarts takes nobody's connection with it.
              o.pace && {Overworld.Server.Pace, o.name}
            ])
