@@ -10,6 +10,12 @@ defmodule Overworld.Web.Operator.Zones do
   alias Overworld.Web.Operator
 
   @max_reason 100
+  # The zone actions written to the audit log, by their names there.
+  @audited %{
+    "stop" => "zone_stop",
+    "snapshot" => "zone_snapshot",
+    "history" => "history_download"
+  }
 
   @doc false
   @spec handle([binary], map, Overworld.Server.Config.t(), Overworld.Operators.claims()) ::
@@ -39,8 +45,7 @@ defmodule Overworld.Web.Operator.Zones do
         zone(action, {ref, node, id}, req, cfg, op)
 
       {:error, :not_found} = error ->
-        if action != "sessions" and action != "history",
-          do: Operator.audit(cfg, req, op.name, "zone_" <> action, ref, error)
+        if audited = @audited[action], do: Operator.audit(cfg, req, op.name, audited, ref, error)
 
         Operator.not_found("no running zone has the ref #{Web.printable(ref, 32)}")
     end
