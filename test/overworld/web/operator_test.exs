@@ -273,6 +273,22 @@ defmodule Overworld.Web.OperatorTest do
            ] = audit(w, token, 100)
 
     assert {:ok, _, _} = DateTime.from_iso8601(failed["at"])
+
+    # The writer killed: the server starts another, which appends to the same file.
+    writer = Overworld.Names.whereis(Overworld.Names.audit(w.name))
+    Process.exit(writer, :kill)
+
+    eventually(fn ->
+      Overworld.Names.whereis(Overworld.Names.audit(w.name)) not in [nil, writer]
+    end)
+
+    {200, _} = post(w, "/api/v1/operator/logout", nil, token)
+    token = login(w, "alice", "alice's password")
+
+    assert [%{"action" => "login"}, %{"action" => "logout"}, %{"action" => "login"} | rest] =
+             audit(w, token, 100)
+
+    assert length(rest) == 3
     refute inspect(audit(w, token, 100)) =~ "guess"
     assert [%{"action" => "login"}] = audit(w, token, 1)
     assert {400, %{"error" => "invalid_query"}} = get(w, "/api/v1/operator/audit?limit=0", token)
