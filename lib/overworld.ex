@@ -13,13 +13,19 @@ defmodule Overworld do
 
   @doc """
   Starts a zone running `module` (an `Overworld.Zone`) under the sharded zone supervisor.
-  Options are validated (see `Overworld.Zone`); invalid options raise `ArgumentError`.
+  Options are validated (see `Overworld.Zone`); invalid options raise `ArgumentError`. The
+  node remembers how (an operator may start it again once stopped: docs/operator-api.md).
   """
   @spec start_zone(module, keyword) :: {:ok, pid} | {:error, term}
   def start_zone(module, opts) do
     # (The options are validated first: a missing id is said as such.)
     spec = Overworld.Zone.child_spec({module, opts})
-    start_child(Keyword.fetch!(opts, :id), spec)
+    id = Keyword.fetch!(opts, :id)
+
+    with {:ok, pid} <- start_child(id, spec) do
+      :ok = Overworld.Zone.Started.put(id, module, opts)
+      {:ok, pid}
+    end
   end
 
   @doc "Stops a zone (its `terminate/2` runs). Returns `{:error, :not_found}` if it is not running."

@@ -634,6 +634,20 @@ defmodule Overworld.Accounts do
     revoking(user_id, fn -> :mnesia.write({@revoked, sid, until}) end)
   end
 
+  @doc false
+  # A login id (`sid`) revoked until `until` (unix seconds), with no account to tell: an
+  # operator's logout (`Overworld.Operators`). Replicated before it answers, fsynced; swept
+  # with the accounts' logouts.
+  @spec revoke_sid(binary, integer) :: :ok | {:error, term}
+  def revoke_sid(sid, until) when is_binary(sid),
+    do: change(fn -> :mnesia.write({@revoked, sid, until}) end, :sync)
+
+  @doc false
+  # Whether a login id was revoked (`logout/3`, `revoke_sid/2`): a dirty read.
+  @spec revoked_sid?(binary | nil) :: boolean
+  def revoked_sid?(nil), do: false
+  def revoked_sid?(sid), do: :mnesia.dirty_read(@revoked, sid) != []
+
   @doc "Logs an account out everywhere: every token made before is refused (a new generation)."
   @spec revoke_all(user_id) :: :ok | {:error, term}
   def revoke_all(user_id), do: set_state(user_id, fn gen, disabled -> {gen + 1, disabled} end)

@@ -8,6 +8,8 @@ defmodule Overworld.Application do
       [
         {Registry,
          keys: :unique, name: Overworld.Registry, partitions: System.schedulers_online()},
+        # How the zones were started (an operator may start a stopped one again).
+        Overworld.Zone.Started,
         {PartitionSupervisor, child_spec: DynamicSupervisor, name: Overworld.Zones},
         # This node's mirrors of zones running on other nodes (Overworld.Zone.Mirror).
         {DynamicSupervisor, name: Overworld.Mirrors, strategy: :one_for_one},

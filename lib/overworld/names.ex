@@ -23,6 +23,7 @@ defmodule Overworld.Names do
   #                            (1..the server's `observers`: the cap)
   #   {:connections, server}   a server's connection supervisor
   #   {:listener, server}      a server's listener
+  #   {:audit, server}         a server's operator audit log writer (Overworld.Operators.Audit)
 
   @registry Overworld.Registry
 
@@ -41,6 +42,7 @@ defmodule Overworld.Names do
           | {:observer, atom, pos_integer}
           | {:connections, atom}
           | {:listener, atom}
+          | {:audit, atom}
 
   @spec zone(term) :: key
   def zone(id), do: {:zone, id}
@@ -83,6 +85,9 @@ defmodule Overworld.Names do
 
   @spec listener(atom) :: key
   def listener(server), do: {:listener, server}
+
+  @spec audit(atom) :: key
+  def audit(server), do: {:audit, server}
 
   @doc "A via-tuple naming a process by `key` (with `value`, registered when it starts)."
   @spec via(key) :: {:via, module, term}
@@ -134,6 +139,23 @@ defmodule Overworld.Names do
       Registry.select(@registry, [
         {{{:session, :_, :"$1"}, :"$2", :_}, [{:==, :"$1", user}], [:"$2"]}
       ])
+
+  @doc false
+  # What a session registered with (`Overworld.Session.Hello`): `{server, user, value}` of the
+  # session `pid` of this node, or nil.
+  @spec session_of(pid) :: {atom, term, term} | nil
+  def session_of(pid) do
+    Enum.find_value(Registry.keys(@registry, pid), fn
+      {:session, server, user} = key ->
+        case Registry.lookup(@registry, key) do
+          [{^pid, value}] -> {server, user, value}
+          _ -> nil
+        end
+
+      _ ->
+        nil
+    end)
+  end
 
   @doc "Registers the calling process under `key`."
   @spec register(key, term) :: {:ok, pid} | {:error, {:already_registered, pid}}

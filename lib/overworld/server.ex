@@ -85,6 +85,11 @@ defmodule Overworld.Server do
     `Overworld.Session.Observer`): `max:` how many at once on this server (3), `budget:` the
     bytes per second each may be sent (16 MiB: a whole zone's changes, where a player's view
     has `interest: [budget: ...]`).
+  * `:operators` - the operators of the configuration, `[%{name: "alice", password_hash:
+    "pbkdf2-sha256$...", role: "operator" | "viewer"}]` (default `[]`; more are added at run
+    time: `Overworld.Operators`), who log in to the operator API (docs/operator-api.md).
+  * `:operator_api` - the operator API's token lifetime, login limit and audit log
+    (`Overworld.Operators.Settings`).
   """
   use Supervisor
   require Logger
@@ -128,6 +133,7 @@ defmodule Overworld.Server do
       :matches,
       :matchmaker,
       :observers,
+      :operators,
       :started_at
     ]
 
@@ -198,7 +204,10 @@ defmodule Overworld.Server do
       lua: {{:custom, &(is_nil(&1) or Keyword.keyword?(&1)), "nil or a keyword list"}, nil},
       matches: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
       matchmaker: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
-      observers: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
+      observers: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
+      operators: {{:custom, &is_list/1, "a list of operators (maps)"}, []},
+      operator_api:
+        {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Operators.Settings)"}, []}
     ]
   end
 
@@ -249,6 +258,13 @@ defmodule Overworld.Server do
     o = Options.validate!(opts, schema(), "Overworld.Server")
     o = %{o | accounts: Overworld.Accounts.Settings.new(o.accounts)}
 
+    o =
+      Map.put(
+        o,
+        :operator_settings,
+        Overworld.Operators.Settings.new(o.operators, o.operator_api, o.name, o.data_dir)
+      )
+
     o = %{
       o
       | matches: Options.validate!(o.matches, match_schema(), "Overworld.Server matches"),
@@ -277,6 +293,8 @@ defmodule Overworld.Server do
   @impl true
   def init(o) do
     with :ok <- Overworld.Accounts.start(o.data_dir),
+         :ok <- Overworld.Accounts.LastSeen.start(),
+         :ok <- Overworld.Operators.start(),
          {:ok, keys} <- keys(o) do
       config = %Config{
         name: o.name,
@@ -311,6 +329,7 @@ defmodule Overworld.Server do
         matches: o.matches,
         matchmaker: o.matchmaker,
         observers: o.observers,
+        operators: o.operator_settings,
         started_at: System.monotonic_time(:millisecond)
       }
 
@@ -325,6 +344,9 @@ defmodule Overworld.Server do
            [
              {PartitionSupervisor, child_spec: DynamicSupervisor, name: connections(o.name)},
              {Overworld.Transport.Listener, {o.name, o.port}},
+             # After the listener: a writer that crashes and restarts takes nobody's
+             # connection with it (a call meanwhile is answered an error, and logged).
+             {Overworld.Operators.Audit, {o.name, o.operator_settings}},
              # Last: a controller that crashes and restarts takes nobody's connection with it.
              o.pace && {Overworld.Server.Pace, o.name}
            ])

@@ -139,6 +139,32 @@ defmodule Overworld.Session do
     :ok
   end
 
+  @doc """
+  Closes `user_id`'s sessions, on every node of the cluster, with 4009 (ERROR 9, `kicked:
+  <why>`; an operator's kick: `Overworld.Operators.Sessions`): the player leaves its zone at
+  once (a session within its grace period too), the zone and the other players carry on.
+  Answers how many sessions were told. `why` is cut to 100 bytes.
+  """
+  @spec kick(binary, String.t()) :: non_neg_integer
+  def kick(user_id, why) when is_binary(why) do
+    why = if byte_size(why) > 100, do: String.slice(why, 0, 100), else: why
+
+    Overworld.Cluster.live()
+    |> :erpc.multicall(__MODULE__, :kick_here, [user_id, why], 5_000)
+    |> Enum.map(fn
+      {:ok, n} when is_integer(n) -> n
+      _ -> 0
+    end)
+    |> Enum.sum()
+  end
+
+  @doc false
+  def kick_here(user_id, why) do
+    pids = Overworld.Names.sessions_of(user_id)
+    for pid <- pids, do: send(pid, {:overworld_kick, why})
+    length(pids)
+  end
+
   @doc false
   # The connection's upgrade (see `Overworld.Session.Upgrade`).
   @spec upgrade(:gen_tcp.socket(), Server.Config.t(), Overworld.Transport.HTTP.Request.t()) :: :ok
@@ -319,6 +345,17 @@ defmodule Overworld.Session do
   end
 
   def handle_info(:overworld_revoked, st), do: {:noreply, st}
+
+  # An operator kicked the player (`kick/2`).
+  def handle_info({:overworld_kick, why}, %{phase: phase} = st) when phase in [:hello, :live],
+    do: close(st, 4009, "kicked: #{why}", 9)
+
+  def handle_info({:overworld_kick, _why}, %{phase: :detached} = st) do
+    leave(st, :left)
+    {:stop, :normal, %{st | phase: :gone}}
+  end
+
+  def handle_info({:overworld_kick, _why}, st), do: {:noreply, st}
 
   # Backend services (Overworld.Session.Backend): what matches and requests send the client.
   def handle_info({:overworld_match_frame, _id, frame}, %{phase: :live} = st),
@@ -737,7 +774,7 @@ defmodule Overworld.Session do
     send_data(st, WebSocket.close(code, why))
     :gen_tcp.shutdown(st.sock, :write)
     :erlang.start_timer(@linger, self(), :linger)
-    grace = if code in [4003, 4004, 4006, 4008], do: :left, else: :lost
+    grace = if code in [4003, 4004, 4006, 4008, 4009], do: :left, else: :lost
     {:noreply, %{st | phase: :closing, grace: grace}}
   end
 

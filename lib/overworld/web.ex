@@ -22,6 +22,7 @@ defmodule Overworld.Web do
   | `POST /api/v1/rpc/:id` | calls an RPC function (`Overworld.RPC`) with the JSON body → `{"payload": ...}` |
   | `POST /api/v1/matches/list` | `{"query", "min_size", "max_size", "limit"}` → `{"matches": [...]}` (`Overworld.Match.list/1`) |
   | `POST /api/v1/account/link/{device,custom,email}`, `.../unlink/...` | links and unlinks identities |
+  | `/api/v1/operator/...` | the operator API (`Overworld.Web.Operator`, docs/operator-api.md) |
 
   The storage routes (`Overworld.Storage`, docs/protocol.md "Storage") answer 401 without a
   valid session token, 403/409/413 for a permission, a version condition or a size. The
@@ -58,8 +59,14 @@ defmodule Overworld.Web do
   @doc false
   @spec handle(Overworld.Transport.HTTP.Request.t(), Config.t()) :: response
   def handle(%{method: method, path: path} = req, cfg) do
-    # (RPC ids are part of their path: /api/v1/rpc/:id.)
-    routes = if String.starts_with?(path, "/api/v1/rpc/"), do: %{path => "POST"}, else: @routes
+    # (RPC ids are part of their path: /api/v1/rpc/:id; the operator API's refs and user ids
+    # part of theirs.)
+    routes =
+      cond do
+        String.starts_with?(path, "/api/v1/rpc/") -> %{path => "POST"}
+        String.starts_with?(path, "/api/v1/operator/") -> Overworld.Web.Operator.routes(path)
+        true -> @routes
+      end
 
     response =
       case routes do
@@ -128,6 +135,9 @@ defmodule Overworld.Web do
   defp route(_method, "/api/v1/matches/" <> _ = path, req, cfg),
     do: Overworld.Web.Backend.handle(path, req, cfg)
 
+  defp route(_method, "/api/v1/operator/" <> _ = path, req, cfg),
+    do: Overworld.Web.Operator.handle(path, req, cfg)
+
   defp route(_method, "/api/v1/auth/device" = path, req, cfg), do: device(path, req, cfg)
   defp route(_method, "/api/v1/auth/refresh" = path, req, cfg), do: refresh(path, req, cfg)
 
@@ -172,6 +182,7 @@ defmodule Overworld.Web do
     case Overworld.Accounts.subject(user, sid) do
       {:ok, subject} ->
         [key | _] = cfg.keys
+        Overworld.Accounts.LastSeen.touch(user)
 
         json(
           200,

@@ -647,6 +647,32 @@ defmodule Overworld.Zone do
   end
 
   @doc """
+  Writes a snapshot of the zone's last completed tick now (a zone with a `:data_dir`), and
+  answers `{:ok, tick}` once it is on disk: a tick running, or a snapshot being written, is
+  waited for first. `{:error, :no_data_dir}` for a zone without files, `{:error, :moved}` for
+  one letting another node run it, `{:error, :not_found}`.
+  """
+  @spec snapshot(zone, timeout) :: {:ok, non_neg_integer} | {:error, term}
+  def snapshot(zone, timeout \\ 60_000), do: tagged_call(zone, :snapshot, timeout)
+
+  @doc """
+  The zone's players: `{player, avatar entity id, session pid or nil}` (nil: joined from
+  Elixir, or its session has not come back after a restart), read from the zone's in-memory
+  copy without a message to the zone. A zone on another node answers `[]` here (ask its
+  node).
+  """
+  @spec players(zone) :: [{player, pos_integer, pid | nil}]
+  def players(zone) do
+    case config(zone) do
+      %Config{shared: %{mirror: nil, memory: table}} when table != nil ->
+        Overworld.Zone.Memory.players(table)
+
+      _ ->
+        []
+    end
+  end
+
+  @doc """
   Writes the zone's history to a file, for `mix overworld.replay FILE` (which replays it
   offline and checks it against the zone's recorded hashes and keyframes).
   """

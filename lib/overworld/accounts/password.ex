@@ -16,7 +16,9 @@ defmodule Overworld.Accounts.Password do
   runs in `Overworld.Accounts.Hasher`'s low-priority workers, so hashing only takes the CPU the
   rest of the node leaves.
 
-  A stored hash is `{:pbkdf2_sha256, iterations, salt, derived_key}`.
+  A stored hash is `{:pbkdf2_sha256, iterations, salt, derived_key}`; as text (`encode/1`,
+  `decode/1`: operators' hashes in a server's configuration, `Overworld.Operators`) it is
+  `pbkdf2-sha256$<iterations>$<salt>$<derived key>`, salt and key in unpadded base64.
   """
 
   import Bitwise
@@ -56,6 +58,45 @@ defmodule Overworld.Accounts.Password do
   def verify(password, {:pbkdf2_sha256, iterations, salt, key}) do
     :crypto.hash_equals(derive(password, salt, iterations, byte_size(key)), key)
   end
+
+  @doc """
+  A hash as text: `pbkdf2-sha256$<iterations>$<salt>$<derived key>` (unpadded base64).
+
+      iex> Overworld.Accounts.Password.encode({:pbkdf2_sha256, 1000, "salty salt", <<1, 2, 3>>})
+      "pbkdf2-sha256$1000$c2FsdHkgc2FsdA$AQID"
+  """
+  @spec encode(hash) :: String.t()
+  def encode({:pbkdf2_sha256, iterations, salt, key}),
+    do: "pbkdf2-sha256$#{iterations}$#{b64(salt)}$#{b64(key)}"
+
+  @doc """
+  A hash from its text (`encode/1`; base64 with or without padding): `:error` unless it is
+  one, with 1 to 100,000,000 iterations, a salt of at least 8 bytes and a key of 16 to 32.
+
+      iex> h = Overworld.Accounts.Password.hash("pw", 10)
+      iex> Overworld.Accounts.Password.decode(Overworld.Accounts.Password.encode(h)) == {:ok, h}
+      true
+      iex> Overworld.Accounts.Password.decode("pbkdf2-sha256$0$c2FsdHkgc2FsdA$AQID")
+      :error
+      iex> Overworld.Accounts.Password.decode("md5$abc")
+      :error
+  """
+  @spec decode(term) :: {:ok, hash} | :error
+  def decode(text) when is_binary(text) do
+    with ["pbkdf2-sha256", n, salt, key] <- String.split(text, "$"),
+         {iterations, ""} when iterations in 1..100_000_000 <- Integer.parse(n),
+         {:ok, salt} when byte_size(salt) >= 8 <- unb64(salt),
+         {:ok, key} when byte_size(key) in 16..@key_bytes <- unb64(key) do
+      {:ok, {:pbkdf2_sha256, iterations, salt, key}}
+    else
+      _ -> :error
+    end
+  end
+
+  def decode(_text), do: :error
+
+  defp b64(bytes), do: Base.encode64(bytes, padding: false)
+  defp unb64(text), do: Base.decode64(String.trim_trailing(text, "="), padding: false)
 
   @doc """
   PBKDF2-HMAC-SHA256 of `password` and `salt`: `length` bytes (at most 32: one block).

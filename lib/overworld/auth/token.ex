@@ -1,6 +1,6 @@
 defmodule Overworld.Auth.Token do
   @moduledoc """
-  HMAC-SHA256 signed session and refresh tokens.
+  HMAC-SHA256 signed session, refresh and operator tokens.
 
   A token is two unpadded base64url parts joined by a dot: a compact binary payload and the
   HMAC-SHA256 of the payload bytes.
@@ -8,7 +8,9 @@ defmodule Overworld.Auth.Token do
       payload = <<version::8, type::8, kid::32, expires_at::64, generation::32, sid::binary-8,
                   user_id_size::8, user_id::binary>>
 
-  `version` is 2, `type` is 1 for `:session` and 2 for `:refresh`, `kid` names the key that
+  `version` is 2, `type` is 1 for `:session`, 2 for `:refresh` and 3 for `:operator` (an
+  operator's token, `Overworld.Operators`: its "user id" is the operator's name, its
+  generation a fingerprint of the operator's password hash), `kid` names the key that
   signed the token (see `Overworld.Auth.Token.Key`), `expires_at` is in unix seconds,
   `generation` is the account's token generation when the token was made and `sid` the id of
   the login it belongs to (8 random bytes, shared by the session and refresh tokens of one
@@ -57,8 +59,13 @@ defmodule Overworld.Auth.Token do
   @mac_size 32
   @secret_file "secret"
 
-  @typedoc "The kind of a token: a short-lived session token or a long-lived refresh token."
-  @type type :: :session | :refresh
+  @typedoc """
+  The kind of a token: a player's short-lived session token or long-lived refresh token, or
+  an operator's token. A token of one type is refused (`:wrong_type`) where another is
+  expected: a player's token never opens the operator API, an operator's never a player's
+  route or WebSocket.
+  """
+  @type type :: :session | :refresh | :operator
 
   @typedoc "What a valid token says."
   @type claims :: %{
@@ -189,7 +196,7 @@ defmodule Overworld.Auth.Token do
         ttl,
         now
       )
-      when type in [:session, :refresh] and is_binary(user_id) and
+      when type in [:session, :refresh, :operator] and is_binary(user_id) and
              byte_size(user_id) <= @max_user_id_size and is_integer(gen) and gen >= 0 and
              gen < 1 <<< 32 and byte_size(sid) == @sid_size and is_integer(ttl) and ttl > 0 and
              is_integer(now) and now + ttl < 1 <<< 64 and now + ttl >= 0 do
@@ -227,7 +234,7 @@ defmodule Overworld.Auth.Token do
   def verify(%Key{} = key, token, type, now), do: verify([key], token, type, now)
 
   def verify(keys, token, type, now)
-      when is_list(keys) and type in [:session, :refresh] and is_integer(now) do
+      when is_list(keys) and type in [:session, :refresh, :operator] and is_integer(now) do
     with {:ok, payload, mac} <- decode(token),
          {:ok, token_type, kid, expires_at, gen, sid, user_id} <- parse(payload),
          {:ok, candidates} <- keys_for(keys, kid),
@@ -264,7 +271,7 @@ defmodule Overworld.Auth.Token do
          <<@version, type, kid::32, expires_at::64, gen::32, sid::binary-size(@sid_size), size,
            user_id::binary-size(size)>>
        )
-       when type in [1, 2],
+       when type in [1, 2, 3],
        do: {:ok, type_atom(type), kid, expires_at, gen, sid, user_id}
 
   # Version 1, before generations and sids.
@@ -300,7 +307,9 @@ defmodule Overworld.Auth.Token do
 
   defp type_byte(:session), do: 1
   defp type_byte(:refresh), do: 2
+  defp type_byte(:operator), do: 3
 
   defp type_atom(1), do: :session
   defp type_atom(2), do: :refresh
+  defp type_atom(3), do: :operator
 end

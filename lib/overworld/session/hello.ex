@@ -28,7 +28,10 @@ defmodule Overworld.Session.Hello do
 
   def hello(%{token: token}, st) do
     with {:ok, %{user_id: user} = claims} <- hello_user(token, st),
-         {:ok, handoff} <- register(st.cfg.name, user, 3),
+         # (What operators see of the session: `Overworld.Operators.Sessions`.)
+         seen = %{since: System.system_time(:second), sock: st.sock},
+         {:ok, handoff} <- register(st.cfg.name, user, seen, 3),
+         :ok <- Overworld.Accounts.LastSeen.touch(user),
          st = %{st | user: user, claims: claims, pace_hash: :erlang.phash2(user)},
          {:ok, st} <- enter_zone(st, handoff) do
       # Until now the connection ran at high priority (answering within a second whatever
@@ -55,8 +58,8 @@ defmodule Overworld.Session.Hello do
   end
 
   # Registers as the user's session, taking over an earlier one.
-  defp register(name, user, tries) do
-    case Overworld.Names.register(Overworld.Names.session(name, user)) do
+  defp register(name, user, value, tries) do
+    case Overworld.Names.register(Overworld.Names.session(name, user), value) do
       {:ok, _} ->
         {:ok, nil}
 
@@ -68,7 +71,7 @@ defmodule Overworld.Session.Hello do
             :exit, _ -> nil
           end
 
-        case register(name, user, tries - 1) do
+        case register(name, user, value, tries - 1) do
           {:ok, nil} -> {:ok, handoff}
           other -> other
         end

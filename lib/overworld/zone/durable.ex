@@ -142,6 +142,43 @@ defmodule Overworld.Zone.Durable do
   def snapshot_now(%State{snapshotting: false} = st),
     do: take(st, st.tick, System.monotonic_time(:millisecond))
 
+  @doc """
+  A snapshot asked for now (`Overworld.Zone.snapshot/1`): taken once no tick runs and no other
+  snapshot is being written, answered `{:ok, tick}` once written (`snapshot_written/2`).
+  Callers who ask while one is waiting to be taken share it.
+  """
+  @spec ask_snapshot(State.t(), GenServer.from()) :: State.t()
+  def ask_snapshot(st, from), do: take_asked(%{st | snapshot_asked: [from | st.snapshot_asked]})
+
+  @doc """
+  Takes the snapshot asked for, if any and nothing is under way (called after a tick and after
+  a snapshot is written). A zone letting go of its state (`Overworld.Zone.Release`) takes its
+  own instead.
+  """
+  @spec take_asked(State.t()) :: State.t()
+  def take_asked(
+        %State{snapshot_asked: [_ | _] = froms, running: nil, snapshotting: false, release: nil} =
+          st
+      ) do
+    {st, job} = snapshot_now(st)
+    for pid <- Tuple.to_list(st.workers), do: send(pid, {:jobs_now, st.epoch, [job]})
+    %{st | snapshot_asked: [], snapshot_answer: {st.tick, froms}}
+  end
+
+  def take_asked(st), do: st
+
+  @doc """
+  A snapshot of `tick` was written (or dropped: the store logs why): those who asked for it
+  are answered, and the next asked for is taken.
+  """
+  @spec snapshot_written(State.t(), non_neg_integer) :: State.t()
+  def snapshot_written(%State{snapshot_answer: {tick, froms}} = st, tick) do
+    for from <- froms, do: GenServer.reply(from, {:ok, tick})
+    take_asked(%{st | snapshot_answer: nil})
+  end
+
+  def snapshot_written(st, _tick), do: take_asked(st)
+
   defp take(st, n, now) do
     c = st.config
     # A new journal segment: the records after this snapshot start there.

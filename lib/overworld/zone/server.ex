@@ -267,7 +267,9 @@ defmodule Overworld.Zone.Server do
     st = Joins.gone(st, st.running.n, stats.gone)
     st = %{st | running: Dispatch.collect(st.running, w, stats)}
     # (A zone being released goes on once its last tick is done.)
-    if st.running.pending == 0, do: Release.step(finish_tick(st, simulated?)), else: st
+    if st.running.pending == 0,
+      do: st |> finish_tick(simulated?) |> Release.step() |> Durable.take_asked(),
+      else: st
   end
 
   defp finish_tick(st, simulated?) do
@@ -340,6 +342,16 @@ defmodule Overworld.Zone.Server do
 
   @impl true
   def handle_call(:release, from, st), do: Release.begin(st, from)
+
+  # A snapshot now (Overworld.Zone.snapshot/1), answered once written: not of a zone without
+  # files, nor of one letting go of its state.
+  def handle_call(:snapshot, _from, %State{store: nil} = st),
+    do: {:reply, {:error, :no_data_dir}, st}
+
+  def handle_call(:snapshot, _from, %State{release: r} = st) when r != nil,
+    do: {:reply, {:error, :moved}, st}
+
+  def handle_call(:snapshot, from, st), do: {:noreply, Durable.ask_snapshot(st, from)}
 
   # A released zone's state went to its next incarnation, a fenced one's node owns it no
   # more: it changes no more.
@@ -561,8 +573,10 @@ defmodule Overworld.Zone.Server do
     end
   end
 
-  def handle_info({:snapshot_done, tick}, st),
-    do: {:noreply, Release.snapshot_done(%{st | snapshotting: false}, tick)}
+  def handle_info({:snapshot_done, tick}, st) do
+    st = Durable.snapshot_written(%{st | snapshotting: false}, tick)
+    {:noreply, Release.snapshot_done(st, tick)}
+  end
 
   # Players whose session never came back leave.
   def handle_info(:orphans, st), do: {:noreply, Joins.orphans_expired(st)}

@@ -40,6 +40,8 @@ defmodule Overworld.Zone.State do
                 snap_tick: nil,
                 snap_at: 0,
                 snapshotting: false,
+                snapshot_asked: [],
+                snapshot_answer: nil,
                 rewinds: [],
                 world: nil,
                 release: nil
@@ -74,6 +76,9 @@ defmodule Overworld.Zone.State do
     the journal and not yet on disk (ref => {events, memory rows}).
   * `snap_tick`, `snap_at` — the tick and time (ms) of the last snapshot; `snapshotting`:
     one is being written (only one at a time).
+  * `snapshot_asked` — callers of `Overworld.Zone.snapshot/1` waiting for a snapshot to be
+    taken (once no tick runs and no other is written); `snapshot_answer` nil, or `{tick,
+    callers}`: the snapshot taken for them, answered once written.
   * `rewinds` — rewinds asked for during a tick (debug zones), newest first.
   * `world` — in a world of zones, the neighbours' messages and our transfers
     (`Overworld.Zone.Neighbours`); nil for a zone of its own.
@@ -111,6 +116,8 @@ defmodule Overworld.Zone.State do
           snap_tick: non_neg_integer | nil,
           snap_at: integer,
           snapshotting: boolean,
+          snapshot_asked: [GenServer.from()],
+          snapshot_answer: {non_neg_integer, [GenServer.from()]} | nil,
           rewinds: list,
           world: Overworld.Zone.Neighbours.t() | nil,
           started: integer

@@ -155,11 +155,29 @@ defmodule Overworld.Auth.TokenTest do
       assert Token.verify(key, join(<<2, 2, rest::binary>>, mac), :refresh, @now) ==
                {:error, :bad_signature}
 
-      assert Token.verify(key, join(<<2, 3, rest::binary>>, mac), :session, @now) ==
+      # (3 is an operator's token: the signature no longer matches.)
+      assert Token.verify(key, join(<<2, 3, rest::binary>>, mac), :operator, @now) ==
+               {:error, :bad_signature}
+
+      assert Token.verify(key, join(<<2, 4, rest::binary>>, mac), :session, @now) ==
                {:error, :malformed}
 
       assert Token.verify(key, join(<<3, 1, rest::binary>>, mac), :session, @now) ==
                {:error, :malformed}
+    end
+
+    test "an operator's token is refused where a player's is expected, and the reverse",
+         %{key: key} do
+      subject = %{user_id: "alice", generation: 7, sid: "8 bytes!"}
+      operator = Token.sign(key, :operator, subject, 60, @now)
+
+      assert {:ok, %{user_id: "alice", type: :operator, generation: 7}} =
+               Token.verify(key, operator, :operator, @now)
+
+      assert Token.verify(key, operator, :session, @now) == {:error, :wrong_type}
+      assert Token.verify(key, operator, :refresh, @now) == {:error, :wrong_type}
+      session = Token.sign(key, :session, subject, 60, @now)
+      assert Token.verify(key, session, :operator, @now) == {:error, :wrong_type}
     end
 
     test "a changed kid is an unknown key", %{key: key} do

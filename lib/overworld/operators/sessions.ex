@@ -1,0 +1,94 @@
+defmodule Overworld.Operators.Sessions do
+  @moduledoc """
+  The players' sessions as the operator API sees them: those of a zone, and a kick.
+
+  A zone's players come from its in-memory copy (`Overworld.Zone.players/1`, no message to the
+  zone); each one's session is described by the node it runs on, from what the session
+  registered with (`Overworld.Session.Hello`: when it connected, its socket), without a
+  message to the session: the client's address and the bytes sent on its socket
+  (`:inet.peername/1`, `:inet.getstat/2`).
+  """
+
+  @doc """
+  The sessions of the zone `id` of this node, at most `limit` (by user id), and how many
+  players it has: `{:ok, sessions, total}`. Each session: `user_id` (text), `entity`,
+  `connected` (its socket is open: false for a player waiting in its grace period, or joined
+  without a session), `connected_at` (unix seconds), `address`, `bytes_out`, `node`.
+  """
+  @spec of_zone(term, pos_integer) :: {:ok, [map], non_neg_integer}
+  def of_zone(id, limit) do
+    players = Overworld.Zone.players(id)
+    chosen = players |> Enum.sort_by(&elem(&1, 0)) |> Enum.take(limit)
+
+    described =
+      chosen
+      |> Enum.map(&elem(&1, 2))
+      |> Enum.filter(&is_pid/1)
+      |> Enum.group_by(&node/1)
+      |> Enum.flat_map(fn
+        {n, pids} when n == node() ->
+          describe(pids)
+
+        {n, pids} ->
+          try do
+            :erpc.call(n, __MODULE__, :describe, [pids], 2_000)
+          catch
+            _, _ -> []
+          end
+      end)
+      |> Map.new()
+
+    sessions =
+      for {player, entity, pid} <- chosen do
+        Map.merge(
+          %{
+            user_id: text(player),
+            entity: entity,
+            connected: false,
+            connected_at: nil,
+            address: nil,
+            bytes_out: nil,
+            node: if(is_pid(pid), do: Atom.to_string(node(pid)))
+          },
+          Map.get(described, pid, %{})
+        )
+      end
+
+    {:ok, sessions, length(players)}
+  end
+
+  @doc false
+  # The sessions `pids` of this node: `{pid, what operators see}`.
+  @spec describe([pid]) :: [{pid, map}]
+  def describe(pids) do
+    for pid <- pids,
+        {_server, _user, %{since: since, sock: sock}} <- [Overworld.Names.session_of(pid)] do
+      address =
+        case :inet.peername(sock) do
+          {:ok, {ip, port}} -> "#{:inet.ntoa(ip)}:#{port}"
+          _ -> nil
+        end
+
+      bytes =
+        case :inet.getstat(sock, [:send_oct]) do
+          {:ok, [send_oct: n]} -> n
+          _ -> nil
+        end
+
+      {pid, %{connected: address != nil, connected_at: since, address: address, bytes_out: bytes}}
+    end
+  end
+
+  @doc """
+  Kicks `user_id`: its sessions, on every node, are closed with 4009 and the reason
+  (`Overworld.Session.kick/2`). Answers how many there were.
+  """
+  @spec kick(binary, String.t()) :: non_neg_integer
+  def kick(user_id, why), do: Overworld.Session.kick(user_id, why)
+
+  defp text(p) when is_binary(p) do
+    if String.printable?(p) and byte_size(p) <= 200, do: p, else: inspect(p, limit: 20)
+  end
+
+  defp text(p), do: inspect(p, limit: 20, printable_limit: 200)
+end

@@ -1,0 +1,4 @@
+defmodule Overworld.Operators.SettingsTest do
+  use ExUnit.Case, async: true
+  doctest Overworld.Operators.Settings
+end
