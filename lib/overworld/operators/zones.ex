@@ -71,7 +71,8 @@ defmodule Overworld.Operators.Zones do
 
   @doc """
   A zone of this node as the API shows it (nil when it is not running): `ref`, `id` (text),
-  `name` (its public name in `names`, or nil), `module`, `world` (the name of its world, or
+  `name` (its public name in `names`, or nil), `watch` (the name an observer connection gives
+  in `zone=`: its own, or its world's; nil when the server serves neither), `module`, `world` (the name of its world, or
   nil), `node`, `tick`, `tick_rate`, `players`, `entities`, `tick_p50_us`, `tick_p99_us`,
   `tick_samples`, `debug`, `history` (ticks it keeps), `persistent` (it has a data directory).
   """
@@ -83,6 +84,11 @@ defmodule Overworld.Operators.Zones do
         ref: ref(id),
         id: text(id),
         name: Enum.find_value(names, fn {n, zid} -> zid == id && n end),
+        # The name to watch it by (an observer's `zone=`): its own, or its world's.
+        watch:
+          Enum.find_value(names, fn {n, zid} ->
+            (zid == id or (c.world != nil and zid == {:world, c.world.name})) && n
+          end),
         module: inspect(c.module),
         world: c.world && text(c.world.name),
         node: Atom.to_string(node()),

@@ -27,6 +27,38 @@ defmodule Overworld.Session.Hello do
   end
 
   def hello(%{token: token}, st) do
+    case operator(token, st) do
+      {:ok, op} -> observe(op, st)
+      :player -> player(token, st)
+      closed -> closed
+    end
+  end
+
+  # An operator's token opens an observer connection (`Overworld.Session.Observer`); a token
+  # that is no operator's goes the player's way (and is refused there if it is nobody's).
+  defp operator("", _st), do: :player
+
+  defp operator(token, st) do
+    case Overworld.Operators.verify(st.cfg, token) do
+      {:ok, op} ->
+        {:ok, op}
+
+      {:error, why} when why in [:malformed, :unknown_key, :bad_signature, :wrong_type] ->
+        :player
+
+      {:error, why} ->
+        Session.close(st, 4003, "unauthorized: operator token #{why}", 3)
+    end
+  end
+
+  defp observe(op, st) do
+    with {:ok, st} <- Overworld.Session.Observer.hello(st, op.name) do
+      Process.flag(:priority, :normal)
+      {:ok, %{st | phase: :live}}
+    end
+  end
+
+  defp player(token, st) do
     with {:ok, %{user_id: user} = claims} <- hello_user(token, st),
          # (What operators see of the session: `Overworld.Operators.Sessions`.)
          seen = %{since: System.system_time(:second), sock: st.sock},

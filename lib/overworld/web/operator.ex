@@ -32,6 +32,10 @@ defmodule Overworld.Web.Operator do
     {["zones", :_, "snapshot"], "POST"},
     {["zones", :_, "history"], "GET"},
     {["zones", :_, "sessions"], "GET"},
+    {["zones", :_, "entities", :_], "GET"},
+    {["zones", :_, "history", "range"], "GET"},
+    {["zones", :_, "history", "state"], "GET"},
+    {["zones", :_, "rewind"], "POST"},
     {["sessions", :_, "kick"], "POST"}
   ]
 

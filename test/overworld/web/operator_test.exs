@@ -130,12 +130,16 @@ defmodule Overworld.Web.OperatorTest do
     assert {:error, {:status, 401, _}} =
              Client.connect(host(), w.port, "/ws?token=" <> URI.encode_www_form(token))
 
+    # In HELLO it opens an observer connection (no player, no avatar: docs/protocol.md,
+    # "Observers"), not a player's session.
+    players = Overworld.Zone.info(w.zone).players
     conn = connect(w)
 
     :ok =
       Client.send_msg(conn, %{type: :hello, version: Overworld.Protocol.version(), token: token})
 
-    assert {4003, [3]} = expect_close(conn)
+    assert {%{type: :handshake, entity_id: 0}, _conn} = recv_msg(conn)
+    assert Overworld.Zone.info(w.zone).players == players
   end
 
   test "a viewer reads and may not act; a logout refuses the token from then on" do

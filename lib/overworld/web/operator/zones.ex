@@ -39,6 +39,43 @@ defmodule Overworld.Web.Operator.Zones do
     end
   end
 
+  # The visualizer's: an entity's whole state, the history's range and past states, rewind
+  # (`Overworld.Web.Inspect`, run on the zone's node).
+  def handle(["zones", ref | inspect], req, cfg, op)
+      when inspect in [["history", "range"], ["history", "state"], ["rewind"]] or
+             (length(inspect) == 2 and hd(inspect) == "entities") do
+    case {Zones.find(ref), inspect} do
+      {{:ok, node, id}, ["entities", entity]} ->
+        on_node(node, :show_entity, [id, entity])
+
+      {{:ok, node, id}, ["history", "range"]} ->
+        on_node(node, :history_range, [id])
+
+      {{:ok, node, id}, ["history", "state"]} ->
+        on_node(node, :history_state, [id, Operator.query(req)])
+
+      {{:ok, node, id}, ["rewind"]} ->
+        with {:ok, body} <- Web.json_body(req) do
+          {status, _, _} = answer = on_node(node, :rewind, [id, body])
+          result = if status == 200, do: :ok, else: {:error, status}
+
+          Operator.audit(
+            cfg,
+            req,
+            op.name,
+            "zone_rewind",
+            "#{target(ref, id)} to #{inspect(body["tick"])}",
+            result
+          )
+
+          answer
+        end
+
+      {{:error, :not_found}, _} ->
+        Operator.not_found("no running zone has the ref #{Web.printable(ref, 32)}")
+    end
+  end
+
   def handle(["zones", ref, action], req, cfg, op) do
     case Zones.find(ref) do
       {:ok, node, id} ->
@@ -103,6 +140,15 @@ defmodule Overworld.Web.Operator.Zones do
   end
 
   defp target(ref, id), do: "#{ref} #{Zones.text(id)}"
+
+  defp on_node(node, fun, args) do
+    if node == node(),
+      do: apply(Overworld.Web.Inspect, fun, args),
+      else: :erpc.call(node, Overworld.Web.Inspect, fun, args, 60_000)
+  catch
+    kind, _ when kind in [:error, :exit] ->
+      Web.error(503, "node_unavailable", "the zone's node did not answer")
+  end
 
   # A kick's reason: the body's "reason" (printable, at most 100 bytes), else a default.
   defp reason(%{body: body}) when body in ["", nil], do: {:ok, "by an operator"}

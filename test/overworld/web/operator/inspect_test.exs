@@ -1,0 +1,85 @@
+defmodule Overworld.Web.Operator.InspectTest do
+  # The visualizer's operator routes over HTTP: a zone's ref from the list, an entity's whole
+  # state, the history's range and a past tick, a rewind (audited); a player's token refused.
+  use ExUnit.Case, async: false
+  import Overworld.Test.ServerCase
+
+  alias Overworld.Accounts.Password
+  alias Overworld.Client
+
+  @iterations 1_000
+
+  setup do
+    hash = Password.encode(Password.hash("ida's password", @iterations))
+
+    audit =
+      Path.join(
+        Overworld.Test.DataDir.path(),
+        "audit-inspect-#{System.unique_integer([:positive])}.log"
+      )
+
+    world =
+      start_world(:inspect_server, {:inspect_zone, make_ref()},
+        critters: 50,
+        zone_opts: [debug: true, history: 100, keyframe_ticks: 10],
+        accounts: [password_iterations: @iterations],
+        operators: [%{name: "ida", password_hash: hash}],
+        operator_api: [audit_file: audit]
+      )
+
+    {200, %{"token" => token}} =
+      call(world, "POST", "/api/v1/operator/login", %{name: "ida", password: "ida's password"})
+
+    {:ok, world: Map.put(world, :token, token)}
+  end
+
+  defp call(w, method, path, body, token \\ nil) do
+    headers = if token, do: [headers: [{"authorization", "Bearer " <> token}]], else: []
+    body = if is_map(body), do: :jiffy.encode(body), else: ""
+    {:ok, status, _headers, reply} = Client.request(host(), w.port, method, path, body, headers)
+    {status, :jiffy.decode(reply, [:return_maps])}
+  end
+
+  test "entity, history and rewind of a debug zone, by its ref", %{world: w} do
+    {200, %{"zones" => [zone]}} = call(w, "GET", "/api/v1/operator/zones", nil, w.token)
+    assert zone["watch"] == "critters"
+    ref = zone["ref"]
+    base = "/api/v1/operator/zones/#{ref}"
+
+    assert {200, %{"id" => 3, "state" => %{"x" => x}, "cell" => cell}} =
+             call(w, "GET", base <> "/entities/3", nil, w.token)
+
+    assert is_float(x) and is_integer(cell)
+    assert {404, _} = call(w, "GET", base <> "/entities/123456", nil, w.token)
+
+    eventually(fn ->
+      match?(
+        {200, %{"newest" => n}} when n > 12,
+        call(w, "GET", base <> "/history/range", nil, w.token)
+      )
+    end)
+
+    {200, %{"oldest" => oldest, "newest" => newest}} =
+      call(w, "GET", base <> "/history/range", nil, w.token)
+
+    assert {200, %{"tick" => ^newest, "entities" => es}} =
+             call(w, "GET", base <> "/history/state?tick=#{newest}", nil, w.token)
+
+    assert length(es) == 50
+
+    assert {200, %{"tick" => ^oldest}} =
+             call(w, "POST", base <> "/rewind", %{tick: oldest}, w.token)
+
+    {200, %{"entries" => [last | _]}} =
+      call(w, "GET", "/api/v1/operator/audit?limit=5", nil, w.token)
+
+    assert last["action"] == "zone_rewind" and last["operator"] == "ida"
+
+    # A player's token is no operator's.
+    player = auth(w)
+    assert {401, _} = call(w, "GET", base <> "/entities/3", nil, player["token"])
+
+    assert {404, _} =
+             call(w, "GET", "/api/v1/operator/zones/nosuchref0000000/entities/3", nil, w.token)
+  end
+end
