@@ -5,6 +5,7 @@ defmodule Overworld.Web do
   | route | answer |
   | --- | --- |
   | `GET /` | the status page (HTML and a little JS polling `/api/v1/status` every second) |
+  | `GET /console`, `/console/*` | the visualizer and operator console (`Overworld.Web.Static`: clients/console's build in priv/static/console) |
   | `GET /api/v1/status` | zones (players, entities, tick p50/p99; a world's zone by zone, with their crossings), sessions, bytes sent |
   | `GET /healthz` | `{"status":"ok"}` |
   | `POST /api/v1/auth/device` | `{"device_id"}` → tokens (the account is made on first use) |
@@ -58,8 +59,13 @@ defmodule Overworld.Web do
   @doc false
   @spec handle(Overworld.Transport.HTTP.Request.t(), Config.t()) :: response
   def handle(%{method: method, path: path} = req, cfg) do
-    # (RPC ids are part of their path: /api/v1/rpc/:id.)
-    routes = if String.starts_with?(path, "/api/v1/rpc/"), do: %{path => "POST"}, else: @routes
+    # (RPC ids are part of their path: /api/v1/rpc/:id; the console's files are under /console.)
+    routes =
+      cond do
+        String.starts_with?(path, "/api/v1/rpc/") -> %{path => "POST"}
+        Overworld.Web.Static.path?(path) -> %{path => "GET"}
+        true -> @routes
+      end
 
     response =
       case routes do
@@ -115,6 +121,8 @@ defmodule Overworld.Web do
 
   defp route("GET", "/", _req, _cfg),
     do: {200, [{"content-type", "text/html; charset=utf-8"}], Overworld.Web.StatusPage.html()}
+
+  defp route("GET", "/console" <> _ = path, req, _cfg), do: Overworld.Web.Static.serve(path, req)
 
   defp route("GET", "/healthz", _req, _cfg), do: json(200, %{status: "ok"})
   defp route("GET", "/api/v1/status", _req, cfg), do: json(200, status(cfg))
