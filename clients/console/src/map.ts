@@ -70,6 +70,7 @@ export class MapTab {
   private sessionTimer: ReturnType<typeof setInterval> | undefined;
   private drag: { x: number; y: number; moved: boolean; id: number } | null = null;
   private disposed = false;
+  private zoneTimer: ReturnType<typeof setInterval> | undefined;
 
   constructor(o: MapOptions) {
     this.o = o;
@@ -118,6 +119,8 @@ export class MapTab {
       this.panelState,
     );
     requestAnimationFrame(this.frame);
+    // The zone list's figures (and zones started or stopped) follow while the tab is open.
+    this.zoneTimer = setInterval(() => this.visible && void this.loadZones(), 5000);
   }
 
   /**
@@ -148,6 +151,7 @@ export class MapTab {
   /** Stops watching and drawing for good (logout). */
   dispose(): void {
     this.stop();
+    clearInterval(this.zoneTimer);
     this.disposed = true;
   }
 
@@ -230,7 +234,7 @@ export class MapTab {
     this.colours = new ColourTable(hs.templates);
     this.zoneBorders = this.target === null ? [] : borders(this.target, hs);
     this.message.textContent = "";
-    if (!this.fitted) this.fit();
+    // (The first frame drawn fits the world: the canvas has its size only while shown.)
   }
 
   private world(): Rect | null {
@@ -262,6 +266,7 @@ export class MapTab {
     this.lastDraw = now;
     const { width, height } = this.renderer.fit();
     this.camera.resize(width, height);
+    if (!this.fitted && this.hs !== undefined && width > 1 && height > 1) this.fit();
     const src = this.source;
     if (src !== null) {
       const fresh = src.take();
