@@ -2,7 +2,8 @@
 // operator token lives in sessionStorage; any 401 (an expired or revoked token) comes back
 // here and shows the login again. The server's status is polled every second for the charts
 // whichever tab is open, so their five minutes are there when looked at.
-import { Api, ApiError, TokenStore } from "./api.js";
+import { Api, ApiError } from "./api.js";
+import { TokenStore } from "./token.js";
 import { ConsoleTab } from "./console-tab.js";
 import { fill, h, show } from "./dom.js";
 import { MapTab } from "./map.js";

@@ -3,9 +3,10 @@
 import { ApiError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
 import { Camera, wheelFactor, type Rect } from "./camera.js";
 import { ChartsPanel } from "./charts.js";
-import { ColourTable, css } from "./colors.js";
-import { fill, h, show } from "./dom.js";
-import { formatField, formatJson } from "./format.js";
+import { ColourTable } from "./colors.js";
+import { fill, h } from "./dom.js";
+import { legendItems, swatchColours, zoneItems } from "./map-side.js";
+import { EntityPanel } from "./entity-panel.js";
 import { borders, targets, zoneAt, type Target } from "./layout.js";
 import { InlineSource, WorkerSource, type LiveEvents, type LiveSource } from "./live.js";
 import { observerUrl, type ObserverHandshake } from "./observer.js";
@@ -38,11 +39,7 @@ export class MapTab {
   private readonly zoneList = h("ul", { class: "zones", testid: "zone-list" });
   private readonly status = h("div", { class: "map-status mono", testid: "map-status" });
   private readonly legend = h("div", { class: "legend", testid: "legend" });
-  private readonly panel = h("div", { class: "entity", testid: "entity-panel", hidden: true });
-  private readonly panelFields = h("tbody", { testid: "entity-fields" });
-  private readonly panelHead = h("div", { testid: "entity-summary" });
-  private readonly panelState = h("pre", { testid: "entity-state", class: "state" });
-  private readonly followBox = h("input", { type: "checkbox", testid: "follow-toggle" });
+  private readonly panel = new EntityPanel({ close: () => this.select(null), refresh: () => void this.loadState() });
   private readonly gridBox = h("input", { type: "checkbox", testid: "grid-toggle", checked: true });
   private readonly message = h("div", { class: "message", testid: "map-message" });
   private readonly scrubber: Scrubber;
@@ -81,7 +78,6 @@ export class MapTab {
       failed: (e) => this.failed(e),
     });
     this.canvasEvents();
-    this.followBox.addEventListener("change", () => this.followBox.checked && this.selectedId === null && (this.followBox.checked = false));
     this.root = h(
       "div",
       { class: "map-tab" },
@@ -92,7 +88,7 @@ export class MapTab {
         this.zoneList,
         h("h3", {}, "Legend"),
         this.legend,
-        this.panel,
+        this.panel.root,
       ),
       h(
         "main",
@@ -109,14 +105,6 @@ export class MapTab {
         this.scrubber.root,
         this.charts.root,
       ),
-    );
-    fill(
-      this.panel,
-      h("div", { class: "row" }, h("h3", {}, "Entity"), h("label", {}, this.followBox, " follow"), h("button", { testid: "entity-close", onclick: () => this.select(null) }, "×")),
-      this.panelHead,
-      h("table", { class: "fields" }, this.panelFields),
-      h("div", { class: "row" }, h("h4", {}, "Server-side state"), h("button", { testid: "entity-refresh", onclick: () => void this.loadState() }, "Refresh")),
-      this.panelState,
     );
     requestAnimationFrame(this.frame);
     // The zone list's figures (and zones started or stopped) follow while the tab is open.
@@ -174,19 +162,7 @@ export class MapTab {
       return this.failed(e);
     }
     const ts = targets(zones);
-    fill(
-      this.zoneList,
-      ...ts.map((t) =>
-        h(
-          "li",
-          { class: this.target?.name === t.name ? "current" : "" },
-          h("button", { testid: "zone-item", "data-zone": t.name, onclick: () => this.watch(t) }, t.name),
-          h("span", { class: "dim" }, t.world ? ` world of ${t.zones.length} zones` : ` ${t.zones[0]?.module ?? ""}`),
-          h("span", { class: "dim" }, ` · ${sum(t.zones, (z) => z.entities)} entities · ${sum(t.zones, (z) => z.players)} players`),
-        ),
-      ),
-    );
-    if (ts.length === 0) fill(this.zoneList, h("li", { class: "dim" }, "no zones"));
+    fill(this.zoneList, ...zoneItems(ts, this.target?.name ?? null, (t) => this.watch(t)));
     // The target watched gets its zones' new details (history, regions).
     const same = this.target === null ? undefined : ts.find((t) => t.name === this.target!.name);
     if (same !== undefined) this.target = same;
@@ -291,7 +267,7 @@ export class MapTab {
       stats.mode = "live";
       stats.sceneTick = scene.tick;
     }
-    if (this.followBox.checked && this.selected >= 0) this.camera.centreOn(scene.xs[this.selected]!, scene.ys[this.selected]!);
+    if (this.panel.following && this.selected >= 0) this.camera.centreOn(scene.xs[this.selected]!, scene.ys[this.selected]!);
     const info = this.renderer.draw(scene, this.camera, this.colours, this.overlays(scene));
     stats.frames++;
     if (full && info.processed === scene.count) stats.fullFrames++;
@@ -331,29 +307,8 @@ export class MapTab {
     const mode = this.history !== null ? `history tick ${this.history.state.tick}` : st === undefined ? "not watching" : `${st.state} tick ${this.live.tick}`;
     const rtt = st?.rtt === null || st?.rtt === undefined ? "" : ` · RTT ${st.rtt.toFixed(0)} ms`;
     this.status.textContent = `${mode} · ${scene.count} entities · ${stats.fps} fps (${stats.fullFps} full) · frame ${stats.frameMs.toFixed(1)} ms · decode ${stats.applyMs.toFixed(1)} ms (${stats.decoder})${rtt}`;
-    fill(
-      this.legend,
-      ...this.colours.rgb.flatMap((rgb, slot) =>
-        (scene.perSlot[slot] ?? 0) === 0 && slot === this.colours.unknown
-          ? []
-          : [h("div", { "data-slot": slot }, h("span", { class: `swatch swatch-${slot}` }), ` ${this.colours.labels[slot]} (${scene.perSlot[slot] ?? 0})`)],
-      ),
-      h("div", {}, h("span", { class: "swatch ring-band" }), " in a border band (not handed yet)"),
-      h("div", {}, h("span", { class: "swatch ring-handed" }), " handed to the next zone"),
-      h("div", {}, h("span", { class: "swatch stale" }), " in a cell held back (older tick)"),
-    );
-    // Swatch colours come from the zone's templates: a style sheet rule per slot (no inline styles).
-    this.swatchRules();
-  }
-
-  private swatchSheet: CSSStyleSheet | null = null;
-  private swatchRules(): void {
-    if (typeof CSSStyleSheet === "undefined" || !("adoptedStyleSheets" in document)) return;
-    if (this.swatchSheet === null) {
-      this.swatchSheet = new CSSStyleSheet();
-      document.adoptedStyleSheets = [...document.adoptedStyleSheets, this.swatchSheet];
-    }
-    this.swatchSheet.replaceSync(this.colours.rgb.map((c, i) => `.swatch-${i}{background:${css(c)}}`).join("\n"));
+    fill(this.legend, ...legendItems(this.colours, scene.perSlot));
+    swatchColours(this.colours);
   }
 
   // ---- selection ----
@@ -371,7 +326,7 @@ export class MapTab {
       const dy = e.offsetY - d.y;
       if (!d.moved && Math.hypot(dx, dy) < 4) return;
       d.moved = true;
-      this.followBox.checked = false;
+      this.panel.stopFollowing();
       this.camera.panBy(dx, dy);
       d.x = e.offsetX;
       d.y = e.offsetY;
@@ -405,10 +360,8 @@ export class MapTab {
 
   select(id: number | null): void {
     this.selectedId = id;
-    if (id === null) this.followBox.checked = false;
+    this.panel.select(id);
     this.reselect();
-    show(this.panel, id !== null);
-    this.panelState.textContent = "";
     this.lastPanel = 0;
     if (id !== null) void this.loadState();
   }
@@ -430,53 +383,47 @@ export class MapTab {
     if (id === null) return;
     const i = this.selected;
     const hs = this.hs;
-    if (i < 0 || hs === undefined) {
-      fill(this.panelHead, h("div", { testid: "entity-id" }, `#${id}`), h("div", { class: "dim" }, "not in view"));
-      fill(this.panelFields);
-      return;
-    }
-    const t = hs.templates[scene.templates[i]!];
+    if (i < 0 || hs === undefined) return this.panel.missing(id);
     const key = scene.cells[i]!;
-    const cell = key < 0 ? null : cellOf(key, hs.cols, hs.rows);
-    const zone = this.history?.zone ?? (this.target === null ? undefined : zoneAt(this.target, this.zoneBorders, scene.xs[i]!, scene.ys[i]!));
-    fill(
-      this.panelHead,
-      h("div", { testid: "entity-id" }, `#${id}`),
-      h("div", { testid: "entity-template" }, t?.name ?? "?"),
-      h("div", { testid: "entity-cell" }, key < 0 ? "cell –" : `cell ${key}${cell !== null && cell.col >= 0 ? ` (col ${cell.col}, row ${cell.row})` : ""}`),
-      h("div", { testid: "entity-zone" }, `zone ${zone?.name ?? "–"}${zone?.world !== null && zone !== undefined ? ` (${zone.id})` : ""}`),
-    );
-    const show = (values: Array<[string, unknown]>) =>
-      fill(this.panelFields, ...values.map(([k, v]) => h("tr", { testid: "entity-field", "data-field": k }, h("th", {}, k), h("td", {}, formatField(v)))));
+    this.panel.summary({
+      id,
+      template: hs.templates[scene.templates[i]!]?.name ?? "?",
+      key,
+      cell: key < 0 ? null : cellOf(key, hs.cols, hs.rows),
+      zone: this.zoneOf(scene, i),
+    });
     if (scene !== this.live || this.source === null)
-      return show([
+      return this.panel.fields([
         ["x", scene.xs[i]],
         ["y", scene.ys[i]],
       ]);
     // The fields as the template decodes them, from the SDK's entry (in the decoding worker).
     void this.source.entity(id, i).then((d) => {
-      if (d !== null && this.selectedId === id && this.history === null) show(Object.entries(d.values));
+      if (d !== null && this.selectedId === id && this.history === null) this.panel.fields(Object.entries(d.values));
     });
   }
 
   /** The selected entity's full server-side state (operator API). */
   private async loadState(): Promise<void> {
     const id = this.selectedId;
-    const scene = this.scene();
-    const t = this.target;
-    if (id === null || t === null) return;
-    const i = this.selected;
-    const zone = this.history?.zone ?? (i >= 0 ? zoneAt(t, this.zoneBorders, scene.xs[i]!, scene.ys[i]!) : t.zones[0]);
-    if (zone === undefined) return;
-    this.panelState.textContent = "loading…";
+    const zone = this.zoneOf(this.scene(), this.selected);
+    if (id === null || zone === undefined) return;
+    this.panel.state("loading…");
     try {
       const d = await this.o.api.entity(zone.ref, id);
-      if (this.selectedId !== id) return;
-      this.panelState.textContent = formatJson({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, fields: d.fields, state: d.state });
+      if (this.selectedId === id) this.panel.state({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, fields: d.fields, state: d.state });
     } catch (e) {
-      if (e instanceof ApiError && e.status !== 401) this.panelState.textContent = `${e.message} (${e.status})`;
-      else this.failed(e);
+      if (!(e instanceof ApiError) || e.status === 401) this.failed(e);
+      else if (this.selectedId === id) this.panel.state(`${e.message} (${e.status})`);
     }
+  }
+
+  /** The zone of an entity of a scene (index -1: the target's first): the history's, else by the borders. */
+  private zoneOf(scene: Scene, i: number): ZoneInfo | undefined {
+    if (this.history !== null) return this.history.zone;
+    const t = this.target;
+    if (t === null) return undefined;
+    return i >= 0 ? zoneAt(t, this.zoneBorders, scene.xs[i]!, scene.ys[i]!) : t.zones[0];
   }
 
   private async loadSessions(): Promise<void> {
@@ -499,17 +446,4 @@ export class MapTab {
     if (e instanceof ApiError && e.status !== 401) this.message.textContent = e.message;
     else this.o.failed(e);
   }
-}
-
-function sum(zones: readonly ZoneInfo[], f: (z: ZoneInfo) => number | null): string {
-  let n = 0;
-  let any = false;
-  for (const z of zones) {
-    const v = f(z);
-    if (v !== null) {
-      n += v;
-      any = true;
-    }
-  }
-  return any ? String(n) : "–";
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { Api, ApiError, PATHS, TokenStore, toRect, type FetchFn } from "../src/api.js";
+import { Api, ApiError, PATHS, toRect, type FetchFn } from "../src/api.js";
+import { TokenStore } from "../src/token.js";
 
 interface Call {
   url: string;
