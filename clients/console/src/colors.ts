@@ -43,6 +43,11 @@ export function colourOf(name: string): Rgb {
   return NAMED[name] ?? PALETTE[hashName(name) % PALETTE.length]!;
 }
 
+/** A colour at 45 % of its brightness. */
+export function dimmed(c: Rgb): Rgb {
+  return [Math.round(c[0] * 0.45), Math.round(c[1] * 0.45), Math.round(c[2] * 0.45)];
+}
+
 /** `#rrggbb`. */
 export function css(c: Rgb): string {
   return "#" + c.map((v) => v.toString(16).padStart(2, "0")).join("");
@@ -70,6 +75,8 @@ export function kindField(t: TemplateSchema): number {
 export class ColourTable {
   readonly rgb: Rgb[] = [];
   readonly pixels: Uint32Array;
+  /** The same colours darker: entities in a cell the server's budget held back (an older tick). */
+  readonly dim: Uint32Array;
   readonly labels: string[] = [];
   /** First slot of each template. */
   private readonly base: number[] = [];
@@ -84,14 +91,12 @@ export class ColourTable {
       this.base.push(this.rgb.length);
       this.kind.push(k);
       if (k < 0) {
-        this.rgb.push(colourOf(t.name));
-        this.labels.push(t.name);
+        this.add(t.name, t.name);
       } else {
         // The first kind is the template's usual look: its own name's colour when it has one.
         for (const [i, v] of (t.fields[k]!.values ?? []).entries()) {
           const name = String(v);
-          this.rgb.push(i === 0 && NAMED[name] === undefined ? colourOf(t.name) : colourOf(name));
-          this.labels.push(name === t.name ? name : `${t.name}: ${name}`);
+          this.add(i === 0 && NAMED[name] === undefined ? t.name : name, name === t.name ? name : `${t.name}: ${name}`);
         }
       }
     }
@@ -99,6 +104,22 @@ export class ColourTable {
     this.rgb.push([255, 255, 255]);
     this.labels.push("?");
     this.pixels = Uint32Array.from(this.rgb, (c) => pixel(c));
+    this.dim = Uint32Array.from(this.rgb, (c) => pixel(dimmed(c)));
+  }
+
+  /**
+   * A slot coloured by `name`: its own colour, or, when a slot of this table has it already
+   * (two names hashing alike), the next palette colour no slot has (while there is one).
+   */
+  private add(name: string, label: string): void {
+    let c = colourOf(name);
+    const used = (x: Rgb) => this.rgb.some((y) => y[0] === x[0] && y[1] === x[1] && y[2] === x[2]);
+    if (used(c) && NAMED[name] === undefined) {
+      const start = hashName(name) % PALETTE.length;
+      for (let i = 1; i < PALETTE.length && used(c); i++) c = PALETTE[(start + i) % PALETTE.length]!;
+    }
+    this.rgb.push(c);
+    this.labels.push(label);
   }
 
   /** The slot of template index `t` whose kind field holds the quantized value `q` (any when it has none). */

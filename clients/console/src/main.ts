@@ -124,8 +124,12 @@ function showApp(): void {
   select("map");
   void map.loadZones().then(() => {
     // ?zone=NAME watches a zone (or world) at once: for links and the benchmark.
+    // (Not in the zone list, or no list: watched by name all the same.)
     const want = params.get("zone");
-    if (want !== null) document.querySelector<HTMLButtonElement>(`[data-testid="zone-item"][data-zone="${CSS.escape(want)}"]`)?.click();
+    if (want === null || map === null) return;
+    const item = document.querySelector<HTMLButtonElement>(`[data-testid="zone-item"][data-zone="${CSS.escape(want)}"]`);
+    if (item !== null) item.click();
+    else map.watch({ name: want, world: false, zones: [] });
   });
   const poll = () =>
     api.status().then(

@@ -43,7 +43,7 @@ export function legendItems(colours: ColourTable, perSlot: readonly number[]): H
     ...slots,
     h("div", {}, h("span", { class: "swatch ring-band" }), " in a border band (not handed yet)"),
     h("div", {}, h("span", { class: "swatch ring-handed" }), " handed to the next zone"),
-    h("div", {}, h("span", { class: "swatch stale" }), " in a cell held back (older tick)"),
+    h("div", { class: "dim" }, "darker: in a cell the server held back (an older tick)"),
   ];
 }
 

@@ -49,7 +49,6 @@ const GRID = pixel([44, 50, 62]);
 const BORDER = pixel([230, 200, 60]);
 const BAND_RING = pixel([255, 230, 90]);
 const HANDED_RING = pixel([255, 255, 255]);
-const STALE_DOT = pixel([110, 110, 110]);
 
 export class Renderer {
   readonly canvas: HTMLCanvasElement;
@@ -103,6 +102,7 @@ export class Renderer {
     const slots = scene.slots;
     const flags = scene.flags;
     const table = colours.pixels;
+    const dim = colours.dim;
     const n = scene.count;
     let drawn = 0;
     for (let i = 0; i < n; i++) {
@@ -111,7 +111,7 @@ export class Renderer {
       if (x0 >= w || y0 >= h || x0 + s <= 0 || y0 + s <= 0) continue;
       drawn++;
       const f = flags[i]!;
-      const c = f & STALE ? STALE_DOT : table[slots[i]!]!;
+      const c = f & STALE ? dim[slots[i]!]! : table[slots[i]!]!;
       if (x0 >= 0 && y0 >= 0 && x0 + s <= w && y0 + s <= h) {
         let o = y0 * w + x0;
         for (let r = 0; r < s; r++, o += w) for (let k = 0; k < s; k++) px[o + k] = c;
@@ -189,10 +189,11 @@ export class Renderer {
     const v = camera.visible();
     const c0 = Math.max(0, Math.floor((v.x0 - world.x0) / g.cellSize));
     const c1 = Math.min(g.cols, Math.ceil((v.x1 - world.x0) / g.cellSize));
-    for (let c = c0; c <= c1; c++) this.vline(Math.round(camera.screenX(world.x0 + c * g.cellSize)), ya, yb, GRID);
+    // (The grid's last column and row hold the far edges: lines past the world are not drawn.)
+    for (let c = c0; c <= c1 && c * g.cellSize <= world.x1 - world.x0; c++) this.vline(Math.round(camera.screenX(world.x0 + c * g.cellSize)), ya, yb, GRID);
     const r0 = Math.max(0, Math.floor((v.y0 - world.y0) / g.cellSize));
     const r1 = Math.min(g.rows, Math.ceil((v.y1 - world.y0) / g.cellSize));
-    for (let r = r0; r <= r1; r++) this.hline(xa, xb, Math.round(camera.screenY(world.y0 + r * g.cellSize)), GRID);
+    for (let r = r0; r <= r1 && r * g.cellSize <= world.y1 - world.y0; r++) this.hline(xa, xb, Math.round(camera.screenY(world.y0 + r * g.cellSize)), GRID);
   }
 
   /** What is drawn as vectors over the pixels: interest cells, view circles, zone labels, the selection. */

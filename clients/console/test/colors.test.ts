@@ -45,3 +45,15 @@ describe("colours", () => {
     expect(css([255, 8, 0])).toBe("#ff0800");
   });
 });
+
+describe("colour slots of names that hash alike", () => {
+  it("take the next free palette colour, so that a template's kinds stay apart", () => {
+    const kinds = (values: string[]): TemplateSchema => ({ id: 3, name: "critter", fields: [field("x", "fixed"), field("y", "fixed"), field("kind", "enum", values)] });
+    const t = new ColourTable([kinds(["beetle", "mouse", "newt", "toad", "moth", "slug"])]);
+    const seen = new Set(t.rgb.slice(0, 6).map((c) => c.join(",")));
+    expect(seen.size).toBe(6);
+    // The dimmed colours (held-back cells) are darker versions of the same.
+    expect(t.dim.length).toBe(t.pixels.length);
+    expect(t.dim[0]).not.toBe(t.pixels[0]);
+  });
+});
