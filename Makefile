@@ -77,6 +77,8 @@ deps-ts:
 	  $(SUDO) apt-get install -y -q --no-install-recommends chromium || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium; }; }
 	@cd clients/typescript && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || \
 	  npm ci --no-audit --no-fund --loglevel=silent || npm install --no-save --no-audit --no-fund --loglevel=error; }
+	@cd clients/console && { [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ] || \
+	  npm ci --no-audit --no-fund --loglevel=silent || npm install --no-save --no-audit --no-fund --loglevel=error; }
 
 # The native load generator (bench/loadgen: Go, standard library only), which
 # `mix overworld.bench.capacity` and `overworld.bench.profile` build and run: the machine's Go (on PATH or in /usr/local/go),
@@ -115,6 +117,7 @@ test-rust:
 
 test-ts:
 	cd clients/typescript && npx tsc -p tsconfig.json --noEmit && npx vitest run
+	cd clients/console && npx tsc -p tsconfig.json --noEmit && npm run --silent check && npm test --silent
 
 test-go:
 	cd bench/loadgen && $(GO) vet ./... && $(GO) test ./...

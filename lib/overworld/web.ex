@@ -5,6 +5,7 @@ defmodule Overworld.Web do
   | route | answer |
   | --- | --- |
   | `GET /` | the status page (HTML and a little JS polling `/api/v1/status` every second) |
+  | `GET /console`, `/console/*` | the visualizer and operator console (`Overworld.Web.Static`: clients/console's build in priv/static/console) |
   | `GET /api/v1/status` | zones (players, entities, tick p50/p99; a world's zone by zone, with their crossings), sessions, bytes sent |
   | `GET /healthz` | `{"status":"ok"}` |
   | `POST /api/v1/auth/device` | `{"device_id"}` → tokens (the account is made on first use) |
@@ -60,11 +61,12 @@ defmodule Overworld.Web do
   @spec handle(Overworld.Transport.HTTP.Request.t(), Config.t()) :: response
   def handle(%{method: method, path: path} = req, cfg) do
     # (RPC ids are part of their path: /api/v1/rpc/:id; the operator API's refs and user ids
-    # part of theirs.)
+    # part of theirs; the console's files are under /console.)
     routes =
       cond do
         String.starts_with?(path, "/api/v1/rpc/") -> %{path => "POST"}
         String.starts_with?(path, "/api/v1/operator/") -> Overworld.Web.Operator.routes(path)
+        Overworld.Web.Static.path?(path) -> %{path => "GET"}
         true -> @routes
       end
 
@@ -122,6 +124,8 @@ defmodule Overworld.Web do
 
   defp route("GET", "/", _req, _cfg),
     do: {200, [{"content-type", "text/html; charset=utf-8"}], Overworld.Web.StatusPage.html()}
+
+  defp route("GET", "/console" <> _ = path, req, _cfg), do: Overworld.Web.Static.serve(path, req)
 
   defp route("GET", "/healthz", _req, _cfg), do: json(200, %{status: "ok"})
   defp route("GET", "/api/v1/status", _req, cfg), do: json(200, status(cfg))

@@ -1,0 +1,460 @@
+// Every HTTP call of the console, typed: the operator API (/api/v1/operator/..., versioned; every
+// call but the login carries the operator token as `authorization: Bearer`) and the public
+// status. The server's answers are read field by field into the types below, tolerating missing
+// fields (null), so a renamed field is a one-line change here and the pages never see raw JSON
+// they would have to guess about. A 401 anywhere calls `onUnauthorized` (the app shows the
+// login again) before the call fails.
+import type { Rect } from "./camera.js";
+import type { HistoryEntity } from "./scene.js";
+
+/** The routes, in one place. */
+export const PATHS = {
+  login: "/api/v1/operator/login",
+  zones: "/api/v1/operator/zones",
+  zoneStart: "/api/v1/operator/zones/start",
+  zoneStop: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/stop`,
+  zoneSnapshot: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/snapshot`,
+  entity: (ref: string, id: number) => `/api/v1/operator/zones/${seg(ref)}/entities/${id}`,
+  historyRange: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/history/range`,
+  historyState: (ref: string, tick: number) => `/api/v1/operator/zones/${seg(ref)}/history/state?tick=${tick}`,
+  historyDump: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/history`,
+  rewind: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/rewind`,
+  sessions: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/sessions`,
+  kick: (user: string) => `/api/v1/operator/sessions/${seg(user)}/kick`,
+  accounts: (q: string) => `/api/v1/operator/accounts?q=${encodeURIComponent(q)}`,
+  account: (id: string) => `/api/v1/operator/accounts/${seg(id)}`,
+  accountDisable: (id: string) => `/api/v1/operator/accounts/${seg(id)}/disable`,
+  accountEnable: (id: string) => `/api/v1/operator/accounts/${seg(id)}/enable`,
+  audit: (limit: number) => `/api/v1/operator/audit?limit=${limit}`,
+  status: "/api/v1/status",
+} as const;
+
+function seg(s: string): string {
+  return encodeURIComponent(s);
+}
+
+/** A failed call: the server's `{"error", "message"}`, or status 0 `network_error`, or `bad_response`. */
+export class ApiError extends Error {
+  readonly status: number;
+  readonly code: string;
+  constructor(status: number, code: string, message: string) {
+    super(message);
+    this.name = "ApiError";
+    this.status = status;
+    this.code = code;
+  }
+}
+
+export interface ResponseLike {
+  status: number;
+  headers?: { get(name: string): string | null };
+  text(): Promise<string>;
+  blob?(): Promise<Blob>;
+}
+
+export type FetchFn = (url: string, init: { method: string; headers: Record<string, string>; body?: string }) => Promise<ResponseLike>;
+
+export interface ApiOptions {
+  /** Default "" (the page's own server). */
+  baseUrl?: string;
+  /** Default globalThis.fetch. */
+  fetch?: FetchFn;
+  /** The operator token to send (null: none). */
+  token: () => string | null;
+  /** Called on any 401 before the call fails. */
+  onUnauthorized?: (e: ApiError) => void;
+}
+
+// ---- what the calls answer ----
+
+export interface LoginReply {
+  token: string;
+  /** Seconds (null: not said). */
+  expiresIn: number | null;
+}
+
+export interface ZoneInfo {
+  /** What the zone's operator routes take. */
+  ref: string;
+  /** The zone's id as the server prints it (what `zones/start` takes). */
+  id: string;
+  /** The public name to put in the WebSocket URL (`/ws?zone=NAME`). */
+  name: string;
+  /** The world the zone belongs to (null: a zone of its own). */
+  world: string | null;
+  module: string | null;
+  players: number | null;
+  entities: number | null;
+  tickP50Ms: number | null;
+  tickP99Ms: number | null;
+  node: string | null;
+  debug: boolean;
+  /** Whether the zone keeps a history (the scrubber). */
+  history: boolean;
+  /** Whether it runs (null: not said: taken as running). */
+  running: boolean | null;
+  /** The zone's region in metres, for a zone of a world (null: not said). */
+  region: Rect | null;
+}
+
+export interface EntityDetails {
+  id: number;
+  template: string | null;
+  fields: Record<string, unknown>;
+  owner: string | null;
+  cell: number | null;
+  zone: string | null;
+  /** The full server-side state (any JSON). */
+  state: unknown;
+}
+
+export interface HistoryRange {
+  oldest: number;
+  newest: number;
+  tickRate: number | null;
+}
+
+export interface HistoryState {
+  tick: number;
+  entities: HistoryEntity[];
+}
+
+export interface SessionInfo {
+  userId: string;
+  connectedAt: string | number | null;
+  address: string | null;
+  bytesOut: number | null;
+  rttMs: number | null;
+  frameJitterMs: number | null;
+  deferrals: number | null;
+  /** The player's entity, its view radius (metres) and the cells its interest holds, when the server tells. */
+  entityId: number | null;
+  viewRadius: number | null;
+  cells: number[] | null;
+}
+
+export interface AccountSummary {
+  id: string;
+  disabled: boolean | null;
+  lastSeen: string | number | null;
+  /** Every field the server sent, for display. */
+  raw: Record<string, unknown>;
+}
+
+export interface AccountDetails extends AccountSummary {
+  devices: string[];
+  email: string | null;
+  customId: string | null;
+}
+
+export interface AuditEntry {
+  at: string | number | null;
+  operator: string | null;
+  action: string | null;
+  target: string | null;
+  result: string | null;
+  address: string | null;
+}
+
+/** GET /api/v1/status (Overworld.Web.status/1), the fields the charts read. */
+export interface StatusReply {
+  now_ms?: number;
+  sessions?: number;
+  bytes_out?: number;
+  inputs_dropped?: number;
+  zones?: StatusZone[];
+  [more: string]: unknown;
+}
+
+export interface StatusZone {
+  name?: string;
+  world?: string | null;
+  tick?: number;
+  entities?: number;
+  players?: number;
+  tick_p50_us?: number | null;
+  tick_p99_us?: number | null;
+  recent_tick_p50_us?: number | null;
+  recent_tick_p99_us?: number | null;
+  overruns?: number;
+  phases_us?: Record<string, number> | null;
+  phases?: Record<string, number> | null;
+  [more: string]: unknown;
+}
+
+// ---- reading JSON ----
+
+type Json = Record<string, unknown>;
+
+const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const str = (v: unknown): string | null => (typeof v === "string" ? v : typeof v === "number" ? String(v) : null);
+const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
+const bool = (v: unknown): boolean | null => (typeof v === "boolean" ? v : null);
+const time = (v: unknown): string | number | null => (typeof v === "string" || (typeof v === "number" && Number.isFinite(v)) ? v : null);
+const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
+/** The first of several names a field may have. */
+const pick = (o: Json, ...names: string[]): unknown => {
+  for (const n of names) if (o[n] !== undefined) return o[n];
+  return undefined;
+};
+
+/** A region as `[x0, y0, x1, y1]` or `{x0, y0, x1, y1}` (metres). */
+export function toRect(v: unknown): Rect | null {
+  const a = Array.isArray(v) ? v : isObject(v) ? [v.x0, v.y0, v.x1, v.y1] : null;
+  if (a === null || a.length !== 4 || !a.every((x) => typeof x === "number" && Number.isFinite(x))) return null;
+  const [x0, y0, x1, y1] = a as number[];
+  return { x0: x0!, y0: y0!, x1: x1!, y1: y1! };
+}
+
+export function toZone(o: Json): ZoneInfo {
+  const id = str(o.id) ?? str(o.ref) ?? "";
+  return {
+    ref: str(o.ref) ?? id,
+    id,
+    name: str(o.name) ?? "",
+    world: str(o.world),
+    module: str(o.module),
+    players: num(o.players),
+    entities: num(o.entities),
+    tickP50Ms: num(o.tick_p50_ms),
+    tickP99Ms: num(o.tick_p99_ms),
+    node: str(o.node),
+    debug: bool(o.debug) ?? false,
+    history: bool(o.history) ?? (isObject(o.history) || num(o.history) !== null),
+    running: bool(pick(o, "running", "alive")),
+    region: toRect(pick(o, "region", "bounds")),
+  };
+}
+
+export function toEntity(o: Json): EntityDetails {
+  return {
+    id: num(o.id) ?? 0,
+    template: str(o.template),
+    fields: isObject(o.fields) ? o.fields : {},
+    owner: str(o.owner),
+    cell: num(o.cell),
+    zone: str(o.zone),
+    state: o.state ?? null,
+  };
+}
+
+export function toSession(o: Json): SessionInfo {
+  const cells = Array.isArray(o.cells) ? o.cells.filter((k): k is number => typeof k === "number") : null;
+  return {
+    userId: str(pick(o, "user_id", "user")) ?? "",
+    connectedAt: time(o.connected_at),
+    address: str(o.address),
+    bytesOut: num(o.bytes_out),
+    rttMs: num(o.rtt_ms),
+    frameJitterMs: num(o.frame_jitter_ms),
+    deferrals: num(o.deferrals),
+    entityId: num(pick(o, "entity_id", "entity")),
+    viewRadius: num(o.view_radius),
+    cells,
+  };
+}
+
+export function toAccount(o: Json): AccountDetails {
+  const disabled = bool(o.disabled) ?? (typeof o.status === "string" ? o.status === "disabled" : null);
+  const devices = list(pick(o, "devices", "device_ids"))
+    .map((d) => (isObject(d) ? str(pick(d, "id", "device_id")) : str(d)))
+    .filter((d): d is string => d !== null);
+  return {
+    id: str(pick(o, "id", "user_id")) ?? "",
+    disabled,
+    lastSeen: time(pick(o, "last_seen", "last_seen_at")),
+    raw: o,
+    devices,
+    email: str(o.email),
+    customId: str(o.custom_id),
+  };
+}
+
+export function toAudit(o: Json): AuditEntry {
+  const s = (v: unknown) => (v === undefined || v === null ? null : typeof v === "string" ? v : JSON.stringify(v));
+  return {
+    at: time(o.at),
+    operator: s(o.operator),
+    action: s(o.action),
+    target: s(o.target),
+    result: s(o.result),
+    address: s(o.address),
+  };
+}
+
+function toHistoryEntity(o: Json): HistoryEntity | null {
+  const id = num(o.id);
+  const x = num(o.x);
+  const y = num(o.y);
+  if (id === null || x === null || y === null) return null;
+  const t = o.template;
+  return { id, x, y, template: typeof t === "number" || typeof t === "string" ? t : -1, kind: (o.kind as string | number | null | undefined) ?? null };
+}
+
+// ---- the client ----
+
+export class Api {
+  private readonly base: string;
+  private readonly fetch: FetchFn;
+  private readonly token: () => string | null;
+  private readonly onUnauthorized: ((e: ApiError) => void) | undefined;
+
+  constructor(options: ApiOptions) {
+    this.base = (options.baseUrl ?? "").replace(/\/+$/, "");
+    const f = options.fetch ?? (globalThis as { fetch?: FetchFn }).fetch?.bind(globalThis);
+    if (f === undefined) throw new TypeError("no fetch implementation");
+    this.fetch = f;
+    this.token = options.token;
+    this.onUnauthorized = options.onUnauthorized;
+  }
+
+  /** Logs an operator in: the token (not kept here: the caller stores it). */
+  async login(name: string, password: string): Promise<LoginReply> {
+    const o = await this.json("POST", PATHS.login, { name, password }, false);
+    const token = str(o.token);
+    if (token === null || token === "") throw new ApiError(200, "bad_response", "the login answer has no token");
+    return { token, expiresIn: num(o.expires_in) };
+  }
+
+  async zones(): Promise<ZoneInfo[]> {
+    const o = await this.json("GET", PATHS.zones);
+    return list(o.zones).filter(isObject).map(toZone);
+  }
+
+  async entity(ref: string, id: number): Promise<EntityDetails> {
+    return toEntity(await this.json("GET", PATHS.entity(ref, id)));
+  }
+
+  async historyRange(ref: string): Promise<HistoryRange> {
+    const o = await this.json("GET", PATHS.historyRange(ref));
+    const oldest = num(o.oldest);
+    const newest = num(o.newest);
+    if (oldest === null || newest === null) throw new ApiError(200, "bad_response", "the history range has no oldest and newest tick");
+    return { oldest, newest, tickRate: num(o.tick_rate) };
+  }
+
+  async historyState(ref: string, tick: number): Promise<HistoryState> {
+    const o = await this.json("GET", PATHS.historyState(ref, tick));
+    const entities = list(o.entities)
+      .filter(isObject)
+      .map(toHistoryEntity)
+      .filter((e): e is HistoryEntity => e !== null);
+    return { tick: num(o.tick) ?? tick, entities };
+  }
+
+  /** Rewinds a debug zone to a kept tick (a 409 `{error, message}` when it cannot). */
+  async rewind(ref: string, tick: number): Promise<Json> {
+    return this.json("POST", PATHS.rewind(ref), { tick });
+  }
+
+  async sessions(ref: string): Promise<SessionInfo[]> {
+    const o = await this.json("GET", PATHS.sessions(ref));
+    return list(o.sessions).filter(isObject).map(toSession);
+  }
+
+  /** The server's status (public: no token sent). */
+  async status(): Promise<StatusReply> {
+    return (await this.json("GET", PATHS.status, undefined, false)) as StatusReply;
+  }
+
+  async accounts(q: string): Promise<AccountSummary[]> {
+    const o = await this.json("GET", PATHS.accounts(q));
+    return list(o.accounts).filter(isObject).map(toAccount);
+  }
+
+  async account(id: string): Promise<AccountDetails> {
+    const o = await this.json("GET", PATHS.account(id));
+    // (An answer may wrap the account: {"account": {...}}.)
+    return toAccount(isObject(o.account) ? o.account : o);
+  }
+
+  async disableAccount(id: string): Promise<Json> {
+    return this.json("POST", PATHS.accountDisable(id), {});
+  }
+
+  async enableAccount(id: string): Promise<Json> {
+    return this.json("POST", PATHS.accountEnable(id), {});
+  }
+
+  async stopZone(ref: string): Promise<Json> {
+    return this.json("POST", PATHS.zoneStop(ref), {});
+  }
+
+  async startZone(id: string): Promise<Json> {
+    return this.json("POST", PATHS.zoneStart, { id });
+  }
+
+  async snapshotZone(ref: string): Promise<Json> {
+    return this.json("POST", PATHS.zoneSnapshot(ref), {});
+  }
+
+  async kick(userId: string): Promise<Json> {
+    return this.json("POST", PATHS.kick(userId), {});
+  }
+
+  async audit(limit = 100): Promise<AuditEntry[]> {
+    const o = await this.json("GET", PATHS.audit(limit));
+    return list(o.entries).filter(isObject).map(toAudit);
+  }
+
+  /** A zone's history dump, as a blob, and the file name the server suggests (else null). */
+  async historyDump(ref: string): Promise<{ blob: Blob; filename: string | null }> {
+    const res = await this.send("GET", PATHS.historyDump(ref), undefined, true);
+    if (res.status < 200 || res.status > 299) throw await this.failure(res);
+    const blob = res.blob !== undefined ? await res.blob() : new Blob([await res.text()]);
+    const cd = res.headers?.get("content-disposition") ?? "";
+    const m = /filename="?([^";]+)"?/i.exec(cd);
+    return { blob, filename: m?.[1] ?? null };
+  }
+
+  // ---- plumbing ----
+
+  private async send(method: string, path: string, body: unknown, auth: boolean): Promise<ResponseLike> {
+    const headers: Record<string, string> = { accept: "application/json" };
+    if (body !== undefined) headers["content-type"] = "application/json";
+    if (auth) {
+      const token = this.token();
+      if (token !== null) headers.authorization = `Bearer ${token}`;
+    }
+    const init: { method: string; headers: Record<string, string>; body?: string } = { method, headers };
+    if (body !== undefined) init.body = JSON.stringify(body);
+    try {
+      return await this.fetch(this.base + path, init);
+    } catch (e) {
+      throw new ApiError(0, "network_error", `${method} ${path}: ${(e as Error)?.message ?? String(e)}`);
+    }
+  }
+
+  /** A call answering a JSON object (an empty 2xx body reads as `{}`). */
+  private async json(method: string, path: string, body?: unknown, auth = true): Promise<Json> {
+    const res = await this.send(method, path, body, auth);
+    if (res.status < 200 || res.status > 299) throw await this.failure(res);
+    const text = await res.text();
+    if (text.trim() === "") return {};
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      throw new ApiError(res.status, "bad_response", `${method} ${path}: the answer is not JSON`);
+    }
+    if (!isObject(value)) throw new ApiError(res.status, "bad_response", `${method} ${path}: the answer is not a JSON object`);
+    return value;
+  }
+
+  private async failure(res: ResponseLike): Promise<ApiError> {
+    let code = "http_error";
+    let message = `HTTP ${res.status}`;
+    try {
+      const o: unknown = JSON.parse(await res.text());
+      if (isObject(o)) {
+        code = str(o.error) ?? code;
+        message = str(o.message) ?? message;
+      }
+    } catch {
+      // Not the server's error JSON: the status says it.
+    }
+    const e = new ApiError(res.status, code, message);
+    if (res.status === 401) this.onUnauthorized?.(e);
+    return e;
+  }
+}
