@@ -81,6 +81,9 @@ defmodule Overworld.Server do
   * `:matchmaker` - `shards:` (default the schedulers), `interval:` ms (1,000), `matched:` the
     name of the match handler that gets matched players (nil: a relayed match)
     (`Overworld.Matchmaker`).
+  * `:metrics` - `GET /metrics` (Prometheus, `Overworld.Web.Metrics`): `enabled:` (default
+    true), `token:` nil (default) or a bearer token of at least 16 bytes every scrape must
+    present.
   """
   use Supervisor
   require Logger
@@ -123,6 +126,7 @@ defmodule Overworld.Server do
       :lua,
       :matches,
       :matchmaker,
+      :metrics,
       :started_at
     ]
 
@@ -192,7 +196,8 @@ defmodule Overworld.Server do
           "a map of ids (strings) to functions of arity 2 or {module, function}"}, %{}},
       lua: {{:custom, &(is_nil(&1) or Keyword.keyword?(&1)), "nil or a keyword list"}, nil},
       matches: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
-      matchmaker: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
+      matchmaker: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
+      metrics: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
     ]
   end
 
@@ -244,7 +249,9 @@ defmodule Overworld.Server do
             o.matchmaker,
             Overworld.Matchmaker.schema(),
             "Overworld.Server matchmaker"
-          )
+          ),
+        metrics:
+          Options.validate!(o.metrics, Overworld.Web.Metrics.schema(), "Overworld.Server metrics")
     }
 
     if o.default_zone && not Map.has_key?(o.zones, o.default_zone) do
@@ -296,6 +303,7 @@ defmodule Overworld.Server do
         lua: o.lua && lua_name(o),
         matches: o.matches,
         matchmaker: o.matchmaker,
+        metrics: o.metrics,
         started_at: System.monotonic_time(:millisecond)
       }
 

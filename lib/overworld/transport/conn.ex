@@ -65,10 +65,11 @@ defmodule Overworld.Transport.Conn do
   # A route that fails (a game's RPC that exits, a value that is no JSON) answers 500 and
   # logs: the connection, and its count, carry on.
   defp answer(req, cfg) do
-    # The game's code (RPC), storage and listings yield to zones and sessions: the connection
-    # runs them at normal priority (its own high priority is for the upgrade, HELLO and
-    # authentication, small and bounded).
-    if String.starts_with?(req.path, ["/api/v1/rpc/", "/api/v1/storage/", "/api/v1/matches/"]) do
+    # The game's code (RPC), storage, listings and metrics scrapes yield to zones and
+    # sessions: the connection runs them at normal priority (its own high priority is for the
+    # upgrade, HELLO and authentication, small and bounded).
+    if req.path == "/metrics" or
+         String.starts_with?(req.path, ["/api/v1/rpc/", "/api/v1/storage/", "/api/v1/matches/"]) do
       Process.flag(:priority, :normal)
 
       try do

@@ -137,6 +137,13 @@ defmodule Overworld.Zone.Server do
   @impl true
   def handle_continue({:recovered, from}, st) do
     took = System.monotonic_time() - st.started
+
+    Metrics.record_recovery(
+      st.metrics,
+      from,
+      System.convert_time_unit(took, :native, :microsecond)
+    )
+
     Neighbours.hello(st)
 
     Telemetry.execute(
