@@ -14,10 +14,11 @@ SHELL := /bin/bash
 # msacc) and tools (eprof) for the benchmarks, ssl and public_key (TLS distribution) with
 # openssl (certificates for a local TLS cluster); the PostgreSQL client (Overworld.Postgres)
 # and the PostgreSQL server its tests start (test/support/postgres.ex); luerl, the Lua
-# interpreter of Overworld.Lua.
+# interpreter of Overworld.Lua; Prometheus (promtool checks GET /metrics, and the dashboard's
+# test scrapes a server with it: docs/metrics.md).
 APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
   erlang-proper erlang-runtime-tools erlang-tools erlang-ssl erlang-public-key openssl \
-  erlang-p1-pgsql postgresql wrk tsung erlang-luerl
+  erlang-p1-pgsql postgresql wrk tsung erlang-luerl prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # VM flags (docs/architecture.md, "Performance decisions"): schedulers bound to CPUs, so the
