@@ -130,9 +130,14 @@ defmodule Overworld.Metrics.Prometheus do
         whole
 
       frac ->
-        digits = frac |> Integer.to_string() |> String.pad_leading(6, "0")
-        whole <> "." <> String.trim_trailing(digits, "0")
+        # (Bytes only: the six digits after the point, trailing zeros cut.)
+        <<_, digits::binary-size(6)>> = Integer.to_string(1_000_000 + frac)
+        whole <> "." <> binary_part(digits, 0, significant(digits, 6))
     end
+  end
+
+  defp significant(digits, n) do
+    if :binary.at(digits, n - 1) == ?0, do: significant(digits, n - 1), else: n
   end
 
   defp value(v) when is_integer(v), do: Integer.to_string(v)

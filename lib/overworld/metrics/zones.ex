@@ -112,9 +112,13 @@ defmodule Overworld.Metrics.Zones do
   # The zone families, as iodata.
   @spec families() :: iodata
   def families do
+    shares = for {_, shared, _, _} = z <- Overworld.Names.zone_shares(), shared != nil, do: z
+    # (Each world's name printed once; each zone's id was when the zone started.)
+    worlds = Map.new(for {_, _, w, _} <- shares, w != nil, do: {w, inspect(w)})
+
     zones =
-      for {id, shared, world, dir} <- Overworld.Names.zone_shares(), shared != nil do
-        labels = P.labels(zone: inspect(id), world: world && inspect(world))
+      for {id, shared, world, dir} <- shares do
+        labels = P.labels(zone: shared.label || inspect(id), world: worlds[world])
         %{labels: labels, m: shared, v: Metrics.values(shared), world: world, disk: dir != nil}
       end
       |> Enum.sort_by(&IO.iodata_to_binary(&1.labels))

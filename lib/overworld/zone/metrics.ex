@@ -58,7 +58,9 @@ defmodule Overworld.Zone.Metrics do
     :fsync_us,
     :recovery_us
   ]
-  defstruct [:wire, :mirror | @enforce_keys]
+  # `label`: the zone's id as printable text (`inspect/1`), made once when the zone starts: its
+  # label in `GET /metrics` (`Overworld.Metrics.Zones`).
+  defstruct [:wire, :mirror, :label | @enforce_keys]
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
@@ -70,6 +72,7 @@ defmodule Overworld.Zone.Metrics do
           cpu: Overworld.Metrics.CPU.t(),
           wire: :ets.tid() | nil,
           mirror: pid | nil,
+          label: String.t() | nil,
           memory: :ets.tid() | nil,
           inputs: Overworld.Zone.Inputs.t()
         }
