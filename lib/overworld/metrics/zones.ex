@@ -41,7 +41,7 @@ defmodule Overworld.Metrics.Zones do
   @spec short_bounds_us() :: [pos_integer]
   def short_bounds_us, do: @short_us
 
-  # {name, type, help, counter field of Overworld.Zone.Metrics, extra labels}
+  # {name, type, help, counter field of Overworld.Zone.Metrics}
   @counters [
     {"overworld_zone_ticks_total", :counter, "Ticks run.", :ticks},
     {"overworld_zone_overruns_total", :counter,
@@ -114,11 +114,11 @@ defmodule Overworld.Metrics.Zones do
   def families do
     shares = for {_, shared, _, _} = z <- Overworld.Names.zone_shares(), shared != nil, do: z
     # (Each world's name printed once; each zone's id was when the zone started.)
-    worlds = Map.new(for {_, _, w, _} <- shares, w != nil, do: {w, inspect(w)})
+    names = Map.new(for {_, _, w, _} <- shares, w != nil, do: {w, inspect(w)})
 
     zones =
       for {id, shared, world, dir} <- shares do
-        labels = P.labels(zone: shared.label || inspect(id), world: worlds[world])
+        labels = P.labels(zone: shared.label || inspect(id), world: names[world])
         %{labels: labels, m: shared, v: Metrics.values(shared), world: world, disk: dir != nil}
       end
       |> Enum.sort_by(&IO.iodata_to_binary(&1.labels))
