@@ -16,10 +16,15 @@ defmodule Overworld.Bench.Metrics do
   # The zones' files go to a temporary directory; the server's accounts too, unless
   # `data_dir` says where (a node runs one Mnesia: the directory it already runs in).
   #
-  # Reported: the three summaries, the body's size and series, and the zones' overruns during
-  # the timed scrapes.
+  # The zones first run alone for `baseline` seconds, then during the timed scrapes: their tick
+  # durations and overruns in both windows, measured in the same run, say whether scrapes
+  # reach them.
+  #
+  # Reported: the three summaries, the body's size and series, and the zones' ticks and
+  # overruns without and during the scrapes.
 
   alias Overworld.Bench.{MetricsZone, Stats}
+  alias Overworld.Metrics.Histogram
   alias Overworld.Transport.HTTP.Request
 
   @server Overworld.Bench.Metrics.Server
@@ -73,12 +78,17 @@ defmodule Overworld.Bench.Metrics do
     req = %Request{method: "GET", path: "/metrics", headers: %{}}
     {200, _, body} = Overworld.Web.handle(req, cfg)
     body = IO.iodata_to_binary(body)
-    overruns = fn -> Enum.sum(for id <- ids, do: Overworld.Zone.metrics(id).overruns) end
-    before = overruns.()
+    shared = Enum.map(ids, &Overworld.Zone.metrics_ref/1)
+
+    print.("the zones alone for #{opts[:baseline]} s")
+    {quiet, :ok} = zones_during(shared, fn -> Process.sleep(opts[:baseline] * 1000) end)
+    print.("zones without scrapes: " <> zones_line(quiet))
 
     print.("#{opts[:samples]} scrapes, #{opts[:interval]} ms apart")
-    {windows, running} = sample(opts[:samples], req, cfg, opts[:interval])
-    during = overruns.() - before
+
+    {busy, {windows, running}} =
+      zones_during(shared, fn -> sample(opts[:samples], req, cfg, opts[:interval]) end)
+
     port = Overworld.Server.port(@server)
     http = for _ <- 1..opts[:http]//1, do: http_scrape(port)
 
@@ -90,11 +100,12 @@ defmodule Overworld.Bench.Metrics do
     print.("scrape (server side, wall time): " <> describe.(server))
     print.("scrape (server side, on a CPU): " <> describe.(cpu))
     print.("scrape over HTTP (client side): " <> describe.(client))
+    print.("zones during the scrapes: " <> zones_line(busy))
 
     series =
       body |> String.split("\n", trim: true) |> Enum.count(&(not String.starts_with?(&1, "#")))
 
-    print.("body: #{byte_size(body)} bytes, #{series} series; zone overruns meanwhile: #{during}")
+    print.("body: #{byte_size(body)} bytes, #{series} series")
 
     %{
       zones: opts[:zones],
@@ -106,8 +117,35 @@ defmodule Overworld.Bench.Metrics do
       http_scrape_us: client,
       body_bytes: byte_size(body),
       series: series,
-      zone_overruns_during: during
+      zones_without_scrapes: quiet,
+      zones_during_scrapes: busy
     }
+  end
+
+  # What the zones did while `fun` ran (and its result): their ticks' durations (every zone's,
+  # together) and overruns, over how many seconds.
+  defp zones_during(shared, fun) do
+    ticks = fn ->
+      shared |> Enum.map(&Histogram.snapshot(&1.ticks_us)) |> Enum.reduce(&Histogram.merge/2)
+    end
+
+    overruns = fn -> Enum.sum(for m <- shared, do: Overworld.Zone.Metrics.get(m, :overruns)) end
+    {h0, o0, t0} = {ticks.(), overruns.(), System.monotonic_time(:millisecond)}
+    result = fun.()
+    {h1, o1, t1} = {ticks.(), overruns.(), System.monotonic_time(:millisecond)}
+    seconds = (t1 - t0) / 1000
+
+    {%{
+       seconds: seconds,
+       tick_us: Histogram.summary(Histogram.diff(h1, h0)),
+       overruns: o1 - o0,
+       overruns_per_s: Float.round((o1 - o0) / seconds, 2)
+     }, result}
+  end
+
+  defp zones_line(z) do
+    Stats.describe(z.tick_us, [50, 99], unit: " µs", of: "ticks") <>
+      "; #{z.overruns} overruns in #{round(z.seconds)} s (#{z.overruns_per_s}/s)"
   end
 
   # `n` scrapes in a process of their own, traced: their windows `{t0, t1}` and the process's

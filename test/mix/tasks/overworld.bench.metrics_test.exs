@@ -11,7 +11,7 @@ defmodule Mix.Tasks.Overworld.Bench.MetricsTest do
     out =
       capture_io(fn ->
         Mix.Tasks.Overworld.Bench.Metrics.run(
-          ~w(--zones 2 --entities 50 --samples 50 --interval 1 --warmup 1 --http 5) ++
+          ~w(--zones 2 --entities 50 --samples 50 --interval 1 --warmup 1 --baseline 1 --http 5) ++
             ["--json", path, "--data-dir", Overworld.Test.DataDir.path()]
         )
       end)
@@ -28,6 +28,11 @@ defmodule Mix.Tasks.Overworld.Bench.MetricsTest do
     assert r["scrape_cpu_us"]["count"] == 50
     assert r["scrape_cpu_us"]["p50"] > 0 and r["scrape_cpu_us"]["max"] <= r["scrape_us"]["max"]
     assert r["body_bytes"] > 0 and r["series"] > 0
+    # The zones ticked in both windows.
+    for w <- ["zones_without_scrapes", "zones_during_scrapes"] do
+      assert r[w]["tick_us"]["count"] > 0 and r[w]["seconds"] > 0 and is_integer(r[w]["overruns"])
+    end
+
     assert is_binary(r["machine_cpu"])
     # Its zones are gone.
     refute Enum.any?(Overworld.Names.zones(), &match?({:metrics_bench, _}, &1))
