@@ -183,6 +183,7 @@ bench: deps owload
 	mix overworld.bench.backend --workload storage --storage postgres --seconds 3 --json $(SHORT)/backend-storage-postgres.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 100 --seconds 3 --json $(SHORT)/backend-matches-lua.json
 	mix overworld.bench.backend --tsung bench/tsung/register.xml --json $(SHORT)/backend-tsung-register.json
+	mix overworld.bench.metrics --zones 20 --entities 200 --samples 200 --warmup 1 --baseline 1 --http 10 --json $(SHORT)/metrics-scrape.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -241,6 +242,7 @@ bench-full: deps owload
 	mix overworld.bench.backend --workload rpc-elixir --storage postgres --json bench/results/backend-rpc-elixir-postgres.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --storage postgres --players 3000,4000 --json bench/results/backend-matches-lua-postgres.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 3000,4000 --json bench/results/backend-matches-lua-embedded-3000-4000.json
+	mix overworld.bench.metrics --json bench/results/metrics-scrape-20-zones.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist
