@@ -105,7 +105,7 @@ defmodule Overworld.Metrics.Zones do
   @recovery_h P.header(
                 "overworld_zone_recovery_duration_seconds",
                 :histogram,
-                "Durations of the zone server's recoveries, from its start to its first tick."
+                "Durations of the zone server's recoveries, from its start until it is about to tick."
               )
 
   @doc false

@@ -44,7 +44,7 @@ defmodule Overworld.Zone.Metrics do
   # `handoff_ticks`: per entity handed to a neighbour, the ticks until the neighbour confirmed
   # it owns it (a world of zones).
   # Persistence (written off the tick path): `fsync_us` the journal's fsyncs (by its writer),
-  # `recovery_us` the restarts of the zone server (from its start to its first tick); the
+  # `recovery_us` the restarts of the zone server (from its start until it is about to tick); the
   # counters `snapshots`, `snapshot_failures` (by the store) and `recoveries_memory`,
   # `recoveries_store` (by the restarted server, before its first tick).
   @enforce_keys [
