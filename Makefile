@@ -14,10 +14,11 @@ SHELL := /bin/bash
 # msacc) and tools (eprof) for the benchmarks, ssl and public_key (TLS distribution) with
 # openssl (certificates for a local TLS cluster); the PostgreSQL client (Overworld.Postgres)
 # and the PostgreSQL server its tests start (test/support/postgres.ex); luerl, the Lua
-# interpreter of Overworld.Lua.
+# interpreter of Overworld.Lua; Prometheus (promtool checks GET /metrics, and the dashboard's
+# test scrapes a server with it: docs/metrics.md).
 APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
   erlang-proper erlang-runtime-tools erlang-tools erlang-ssl erlang-public-key openssl \
-  erlang-p1-pgsql postgresql wrk tsung erlang-luerl
+  erlang-p1-pgsql postgresql wrk tsung erlang-luerl prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # VM flags (docs/architecture.md, "Performance decisions"): schedulers bound to CPUs, so the
@@ -185,6 +186,7 @@ bench: deps owload
 	mix overworld.bench.backend --workload storage --storage postgres --seconds 3 --json $(SHORT)/backend-storage-postgres.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 100 --seconds 3 --json $(SHORT)/backend-matches-lua.json
 	mix overworld.bench.backend --tsung bench/tsung/register.xml --json $(SHORT)/backend-tsung-register.json
+	mix overworld.bench.metrics --zones 20 --entities 200 --samples 200 --warmup 1 --baseline 1 --http 10 --json $(SHORT)/metrics-scrape.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -243,6 +245,7 @@ bench-full: deps owload
 	mix overworld.bench.backend --workload rpc-elixir --storage postgres --json bench/results/backend-rpc-elixir-postgres.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --storage postgres --players 3000,4000 --json bench/results/backend-matches-lua-postgres.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 3000,4000 --json bench/results/backend-matches-lua-embedded-3000-4000.json
+	mix overworld.bench.metrics --json bench/results/metrics-scrape-20-zones.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist

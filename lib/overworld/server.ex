@@ -90,6 +90,9 @@ defmodule Overworld.Server do
     time: `Overworld.Operators`), who log in to the operator API (docs/operator-api.md).
   * `:operator_api` - the operator API's token lifetime, login limit and audit log
     (`Overworld.Operators.Settings`).
+  * `:metrics` - `GET /metrics` (Prometheus, `Overworld.Web.Metrics`): `enabled:` (default
+    true), `token:` nil (default) or a bearer token of at least 16 bytes every scrape must
+    present.
   """
   use Supervisor
   require Logger
@@ -134,6 +137,7 @@ defmodule Overworld.Server do
       :matchmaker,
       :observers,
       :operators,
+      :metrics,
       :started_at
     ]
 
@@ -207,7 +211,8 @@ defmodule Overworld.Server do
       observers: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []},
       operators: {{:custom, &is_list/1, "a list of operators (maps)"}, []},
       operator_api:
-        {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Operators.Settings)"}, []}
+        {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Operators.Settings)"}, []},
+      metrics: {{:custom, &Keyword.keyword?/1, "a keyword list"}, []}
     ]
   end
 
@@ -274,7 +279,10 @@ defmodule Overworld.Server do
             Overworld.Matchmaker.schema(),
             "Overworld.Server matchmaker"
           ),
-        observers: Options.validate!(o.observers, observer_schema(), "Overworld.Server observers")
+        observers:
+          Options.validate!(o.observers, observer_schema(), "Overworld.Server observers"),
+        metrics:
+          Options.validate!(o.metrics, Overworld.Web.Metrics.schema(), "Overworld.Server metrics")
     }
 
     if o.default_zone && not Map.has_key?(o.zones, o.default_zone) do
@@ -330,6 +338,7 @@ defmodule Overworld.Server do
         matchmaker: o.matchmaker,
         observers: o.observers,
         operators: o.operator_settings,
+        metrics: o.metrics,
         started_at: System.monotonic_time(:millisecond)
       }
 

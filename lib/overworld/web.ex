@@ -8,6 +8,7 @@ defmodule Overworld.Web do
   | `GET /console`, `/console/*` | the visualizer and operator console (`Overworld.Web.Static`: clients/console's build in priv/static/console) |
   | `GET /api/v1/status` | zones (players, entities, tick p50/p99; a world's zone by zone, with their crossings), sessions, bytes sent |
   | `GET /healthz` | `{"status":"ok"}` |
+  | `GET /metrics` | Prometheus metrics (`Overworld.Web.Metrics`, docs/metrics.md; the server's `:metrics` options) |
   | `POST /api/v1/auth/device` | `{"device_id"}` → tokens (the account is made on first use) |
   | `POST /api/v1/auth/refresh` | `{"refresh_token"}` → new tokens |
   | `POST /api/v1/storage/write` | `{"objects": [...]}` → `{"acks": [...]}` (session token in `authorization: Bearer`) |
@@ -47,6 +48,7 @@ defmodule Overworld.Web do
   @routes Map.merge(Overworld.Web.Accounts.routes(), %{
             "/" => "GET",
             "/healthz" => "GET",
+            "/metrics" => "GET",
             "/api/v1/status" => "GET",
             "/api/v1/auth/device" => "POST",
             "/api/v1/auth/refresh" => "POST",
@@ -128,6 +130,7 @@ defmodule Overworld.Web do
   defp route("GET", "/console" <> _ = path, req, _cfg), do: Overworld.Web.Static.serve(path, req)
 
   defp route("GET", "/healthz", _req, _cfg), do: json(200, %{status: "ok"})
+  defp route("GET", "/metrics", req, cfg), do: Overworld.Web.Metrics.handle(req, cfg)
   defp route("GET", "/api/v1/status", _req, cfg), do: json(200, status(cfg))
 
   defp route(_method, "/api/v1/storage/" <> _ = path, req, cfg),

@@ -115,6 +115,64 @@ defmodule Overworld.Metrics.Histogram do
   end
 
   @doc """
+  Whether `bound` is the floor of a bucket: then `cumulative/2` counts the values below it
+  exactly (any integer below 64 is; above, a bucket's floor has its five bits after the
+  highest one set and zeros below them).
+
+      iex> Overworld.Metrics.Histogram.exact_bound?(100)
+      true
+      iex> Overworld.Metrics.Histogram.exact_bound?(1000)
+      false
+      iex> Overworld.Metrics.Histogram.exact_bound?(1024)
+      true
+  """
+  @spec exact_bound?(non_neg_integer) :: boolean
+  def exact_bound?(bound), do: bucket_floor(bucket(bound)) == bound
+
+  @doc """
+  Cumulative counts of a live histogram at fixed bounds, read without a snapshot (for an
+  exposition with a few fixed buckets, such as Prometheus's `le`): `{below, count, sum}`,
+  where `below` holds, for each bound of `indices` (the `bucket/1` of each bound, ascending),
+  how many values are below that bound, `count` how many values the buckets read hold (at
+  least every value below the last bound) and `sum` the histogram's sum.
+
+  A value stands for the interval up to the next integer (a duration truncated to whole
+  microseconds): the values below a bound `b` are those at most `b` before truncation. The
+  count at a bound is exact when the bound is a bucket floor (`exact_bound?/1`); for any other
+  bound the values of its bucket below it go to the next bound.
+
+  The walk stops once the buckets read hold the count the histogram had when the call began
+  (what a value recorded meanwhile adds further up is left for the next read): on a histogram
+  of tick durations it reads a few hundred of the #{@buckets} buckets.
+
+      iex> alias Overworld.Metrics.Histogram
+      iex> h = Histogram.new()
+      iex> for v <- [3, 99, 100, 5000], do: Histogram.record(h, v)
+      iex> Histogram.cumulative(h, Enum.map([100, 200], &Histogram.bucket/1))
+      {[2, 3], 4, 5202}
+  """
+  @spec cumulative(t, [non_neg_integer]) ::
+          {[non_neg_integer], non_neg_integer, non_neg_integer}
+  def cumulative(ref, indices) do
+    target = :atomics.get(ref, 1)
+    {below, i, acc} = cumulative(ref, indices, 0, 0, target, [])
+    {below, add_counts(ref, i, @buckets, acc, target), :atomics.get(ref, 2)}
+  end
+
+  defp cumulative(_ref, [], i, acc, _target, out), do: {Enum.reverse(out), i, acc}
+
+  defp cumulative(ref, [to | more], i, acc, target, out) do
+    acc = add_counts(ref, i, to, acc, target)
+    cumulative(ref, more, max(i, to), acc, target, [acc | out])
+  end
+
+  # `acc` plus the counts of buckets i..to-1, or fewer once it holds `target` values.
+  defp add_counts(_ref, i, to, acc, target) when i >= to or acc >= target, do: acc
+
+  defp add_counts(ref, i, to, acc, target),
+    do: add_counts(ref, i + 1, to, acc + :atomics.get(ref, @offset + 1 + i), target)
+
+  @doc """
   Two snapshots added together (two windows read as one).
 
       iex> alias Overworld.Metrics.Histogram

@@ -65,15 +65,16 @@ defmodule Overworld.Transport.Conn do
   # A route that fails (a game's RPC that exits, a value that is no JSON) answers 500 and
   # logs: the connection, and its count, carry on.
   defp answer(req, cfg) do
-    # The game's code (RPC), storage, listings and the operator API yield to zones and
-    # sessions: the connection runs them at normal priority (its own high priority is for the
-    # upgrade, HELLO and authentication, small and bounded).
-    if String.starts_with?(req.path, [
-         "/api/v1/rpc/",
-         "/api/v1/storage/",
-         "/api/v1/matches/",
-         "/api/v1/operator/"
-       ]) do
+    # The game's code (RPC), storage, listings, the operator API and metrics scrapes yield to
+    # zones and sessions: the connection runs them at normal priority (its own high priority
+    # is for the upgrade, HELLO and authentication, small and bounded).
+    if req.path == "/metrics" or
+         String.starts_with?(req.path, [
+           "/api/v1/rpc/",
+           "/api/v1/storage/",
+           "/api/v1/matches/",
+           "/api/v1/operator/"
+         ]) do
       Process.flag(:priority, :normal)
 
       try do

@@ -25,7 +25,11 @@ defmodule Overworld.Zone.Metrics do
     :crossings_in,
     :crossings_out,
     :shadow_messages,
-    :shadow_entities
+    :shadow_entities,
+    :snapshots,
+    :snapshot_failures,
+    :recoveries_memory,
+    :recoveries_store
   ]
   @index @fields |> Enum.with_index(1) |> Map.new()
 
@@ -39,17 +43,36 @@ defmodule Overworld.Zone.Metrics do
   # is happening now, which the lifetime histogram `ticks_us` hides).
   # `handoff_ticks`: per entity handed to a neighbour, the ticks until the neighbour confirmed
   # it owns it (a world of zones).
-  @enforce_keys [:counters, :ticks_us, :recent_us, :cpu, :memory, :inputs, :handoff_ticks]
-  defstruct [:wire, :mirror | @enforce_keys]
+  # Persistence (written off the tick path): `fsync_us` the journal's fsyncs (by its writer),
+  # `recovery_us` the restarts of the zone server (from its start until it is about to tick); the
+  # counters `snapshots`, `snapshot_failures` (by the store) and `recoveries_memory`,
+  # `recoveries_store` (by the restarted server, before its first tick).
+  @enforce_keys [
+    :counters,
+    :ticks_us,
+    :recent_us,
+    :cpu,
+    :memory,
+    :inputs,
+    :handoff_ticks,
+    :fsync_us,
+    :recovery_us
+  ]
+  # `label`: the zone's id as printable text (`inspect/1`), made once when the zone starts: its
+  # label in `GET /metrics` (`Overworld.Metrics.Zones`).
+  defstruct [:wire, :mirror, :label | @enforce_keys]
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
           ticks_us: Histogram.t(),
           recent_us: {Histogram.t(), Histogram.t()},
           handoff_ticks: Histogram.t(),
+          fsync_us: Histogram.t(),
+          recovery_us: Histogram.t(),
           cpu: Overworld.Metrics.CPU.t(),
           wire: :ets.tid() | nil,
           mirror: pid | nil,
+          label: String.t() | nil,
           memory: :ets.tid() | nil,
           inputs: Overworld.Zone.Inputs.t()
         }
@@ -61,6 +84,8 @@ defmodule Overworld.Zone.Metrics do
       ticks_us: Histogram.new(),
       recent_us: {Histogram.new(), Histogram.new()},
       handoff_ticks: Histogram.new(),
+      fsync_us: Histogram.new(),
+      recovery_us: Histogram.new(),
       cpu: Overworld.Metrics.CPU.sample(),
       memory: :ets.new(:overworld_memory, [:set, :public]),
       inputs: Overworld.Zone.Inputs.new(workers),
@@ -85,6 +110,20 @@ defmodule Overworld.Zone.Metrics do
 
   @spec get(t, atom) :: integer
   def get(%__MODULE__{counters: c}, field), do: :atomics.get(c, Map.fetch!(@index, field))
+
+  @doc false
+  # Every counter's value, read one by one (a reader's view; the writers go on meanwhile).
+  @spec values(t) :: %{atom => integer}
+  def values(%__MODULE__{counters: c}),
+    do: :maps.from_list(for {f, i} <- @index, do: {f, :atomics.get(c, i)})
+
+  @doc false
+  # A restart of the zone server recovered (`from` :memory or :store) in `us` microseconds.
+  @spec record_recovery(t, :memory | :store, non_neg_integer) :: :ok
+  def record_recovery(m, from, us) do
+    Histogram.record(m.recovery_us, us)
+    add(m, if(from == :memory, do: :recoveries_memory, else: :recoveries_store), 1)
+  end
 
   @doc false
   # Records one finished tick (all times in microseconds).

@@ -46,7 +46,10 @@ defmodule Overworld.Zone.Server do
 
   @spec start_link(Config.t()) :: GenServer.on_start()
   def start_link(%Config{} = config) do
-    metrics = config.shared || Metrics.new(config.workers, config.wire != nil)
+    metrics =
+      config.shared ||
+        %{Metrics.new(config.workers, config.wire != nil) | label: inspect(config.id)}
+
     config = %{config | shared: metrics}
 
     # The zone's config is its registry value: anybody reads it (and the shared tables and
@@ -137,6 +140,13 @@ defmodule Overworld.Zone.Server do
   @impl true
   def handle_continue({:recovered, from}, st) do
     took = System.monotonic_time() - st.started
+
+    Metrics.record_recovery(
+      st.metrics,
+      from,
+      System.convert_time_unit(took, :native, :microsecond)
+    )
+
     Neighbours.hello(st)
 
     Telemetry.execute(

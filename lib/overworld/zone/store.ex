@@ -92,6 +92,7 @@ defmodule Overworld.Zone.Store do
          {:ok, journal} <-
            Journal.open(path,
              commit_ms: config.commit_ms,
+             fsync_us: config.shared.fsync_us,
              replica: replica_fun(config, dir),
              replica_timeout: config.replica_timeout
            ) do
@@ -220,6 +221,7 @@ defmodule Overworld.Zone.Store do
 
     case SnapshotFile.install(snapshot_path(st.dir), bytes) do
       :ok ->
+        Overworld.Zone.Metrics.add(st.config.shared, :snapshots, 1)
         written = Enum.take([state.segment | st.written], 2)
         # Segments before the previous snapshot's are needed by nobody any more.
         keep_from =
@@ -233,6 +235,7 @@ defmodule Overworld.Zone.Store do
         %{st | latest: state, written: written}
 
       {:error, reason} ->
+        Overworld.Zone.Metrics.add(st.config.shared, :snapshot_failures, 1)
         Logger.error("snapshot of tick #{a.tick} not written: #{inspect(reason)}")
         %{st | latest: state}
     end

@@ -23,7 +23,8 @@ defmodule Overworld.Zone.Supervisor do
   def init(config) do
     await_leftovers(config)
     # Made here, in the supervisor's process: it survives a server restart.
-    config = %{config | shared: Overworld.Zone.Metrics.new(config.workers, config.wire != nil)}
+    shared = Overworld.Zone.Metrics.new(config.workers, config.wire != nil)
+    config = %{config | shared: %{shared | label: inspect(config.id)}}
     # The store (zones with a data directory) first: it outlives worker and server restarts.
     store = if config.data_dir, do: [Overworld.Zone.Store.child_spec(config)], else: []
     children = store ++ [Buckets.child_spec(config), Server.child_spec(config)]

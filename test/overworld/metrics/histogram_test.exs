@@ -26,6 +26,27 @@ defmodule Overworld.Metrics.HistogramTest do
     )
   end
 
+  test "cumulative counts the values below exact bounds (property)" do
+    bounds = [1, 50, 100, 160, 1024, 1600, 25_600, 409_600]
+    assert Enum.all?(bounds, &Histogram.exact_bound?/1)
+    indices = Enum.map(bounds, &Histogram.bucket/1)
+
+    Prop.check(
+      :proper.forall(
+        :proper_types.list(:proper_types.integer(0, 1_000_000)),
+        fn values ->
+          h = Histogram.new()
+          Enum.each(values, &Histogram.record(h, &1))
+          {below, count, sum} = Histogram.cumulative(h, indices)
+
+          below == Enum.map(bounds, fn b -> Enum.count(values, &(&1 < b)) end) and
+            count == length(values) and sum == Enum.sum(values)
+        end
+      ),
+      200
+    )
+  end
+
   test "diff gives the window between two snapshots" do
     h = Histogram.new()
     Enum.each(1..10, &Histogram.record(h, &1))

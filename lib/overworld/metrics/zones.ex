@@ -1,0 +1,217 @@
+defmodule Overworld.Metrics.Zones do
+  @moduledoc false
+  # The zone families of `GET /metrics` (docs/metrics.md): every zone running on this node,
+  # read from its shared atomics and histograms (`Overworld.Zone.Metrics`), found through the
+  # registry values (`Overworld.Names.zone_shares/0`). Nothing here sends a message: a scrape
+  # never reaches a zone's tick path, whatever the number of zones or entities.
+  #
+  # Labels: `zone` (the zone id, `inspect/1`ed: a stable printable text) and, for a zone of a
+  # world, `world` (the world's name, the same way). Nothing per player or per session.
+  #
+  # Histograms (tick durations, journal fsyncs, recoveries) are the zone's log-linear
+  # histograms (`Overworld.Metrics.Histogram`) read at fixed bounds, each a bucket floor of
+  # the internal histogram, so each cumulative count is exact (durations are truncated to
+  # whole microseconds: a value below a bound was at most the bound).
+
+  alias Overworld.Metrics.Histogram
+  alias Overworld.Metrics.Prometheus, as: P
+  alias Overworld.Zone.Metrics
+
+  # Tick and fsync durations: 100 µs to 409.6 ms, doubling then alternately x1.6 and x1.25
+  # through the range where ticks live (a 30 Hz tick has 33.3 ms), then doubling again.
+  @short_us [100, 200, 400, 800, 1_280, 1_600, 2_560, 3_200, 5_120, 6_400, 10_240, 12_800] ++
+              [20_480, 25_600, 40_960, 51_200, 102_400, 204_800, 409_600]
+  # Recoveries: 1.6 ms to 13.1 s, doubling.
+  @long_us for k <- 0..13, do: 1_600 * Bitwise.bsl(1, k)
+
+  for b <- @short_us ++ @long_us, not Histogram.exact_bound?(b) do
+    raise CompileError,
+      description: "#{b} µs is not a bucket floor of Overworld.Metrics.Histogram"
+  end
+
+  # At most 20 buckets, +Inf included.
+  if length(@short_us) >= 20 or length(@long_us) >= 20,
+    do: raise(CompileError, description: "more than 20 buckets")
+
+  @short {Enum.map(@short_us, &Histogram.bucket/1), Enum.map(@short_us, &P.seconds/1)}
+  @long {Enum.map(@long_us, &Histogram.bucket/1), Enum.map(@long_us, &P.seconds/1)}
+
+  @doc false
+  # The bounds of the tick and fsync histograms, in microseconds.
+  @spec short_bounds_us() :: [pos_integer]
+  def short_bounds_us, do: @short_us
+
+  # {name, type, help, counter field of Overworld.Zone.Metrics}
+  @counters [
+    {"overworld_zone_ticks_total", :counter, "Ticks run.", :ticks},
+    {"overworld_zone_overruns_total", :counter,
+     "Ticks that ended after the next tick's deadline.", :overruns},
+    {"overworld_zone_skipped_deadlines_total", :counter,
+     "Tick deadlines skipped after overruns (never run in a burst).", :skipped},
+    {"overworld_zone_stalls_total", :counter,
+     "Stall reports: a tick unfinished after the zone's stall_timeout.", :stalls},
+    {"overworld_zone_callback_exceptions_total", :counter,
+     "Game callbacks that raised, threw, exited or returned something invalid.",
+     :callback_errors},
+    {"overworld_zone_entities", :gauge, "Entities after the last tick.", :entities},
+    {"overworld_zone_players", :gauge, "Players joined, counted at the last tick.", :players}
+  ]
+
+  @world [
+    {"overworld_zone_shadow_messages_total", :counter,
+     "Shadow messages sent to neighbouring zones (a world of zones).", :shadow_messages},
+    {"overworld_zone_shadow_entities_total", :counter,
+     "Entities carried by those shadow messages.", :shadow_entities}
+  ]
+
+  @store [
+    {"overworld_zone_snapshots_written_total", :counter,
+     "Snapshots written to disk (fsynced, verified, renamed into place).", :snapshots},
+    {"overworld_zone_snapshot_failures_total", :counter, "Snapshots that could not be written.",
+     :snapshot_failures}
+  ]
+
+  @headers Map.new(
+             @counters ++ @world ++ @store,
+             fn {name, type, help, field} -> {field, {name, P.header(name, type, help)}} end
+           )
+
+  @tick_h P.header(
+            "overworld_zone_tick_duration_seconds",
+            :histogram,
+            "Tick durations, from the clock firing to the last worker done."
+          )
+  @phase_h P.header(
+             "overworld_zone_tick_phase_seconds_total",
+             :counter,
+             "Time spent per tick phase, summed: input, systems (slowest worker), grid " <>
+               "(slowest worker), other (handle_tick, messaging)."
+           )
+  @crossings_h P.header(
+                 "overworld_zone_crossings_total",
+                 :counter,
+                 "Entities adopted from (in) and handed to (out) neighbouring zones."
+               )
+  @fsync_h P.header(
+             "overworld_zone_journal_fsync_duration_seconds",
+             :histogram,
+             "Durations of the journal's fsyncs (one per group commit)."
+           )
+  @recoveries_h P.header(
+                  "overworld_zone_recoveries_total",
+                  :counter,
+                  "Restarts of the zone server, by where its state came from."
+                )
+  @recovery_h P.header(
+                "overworld_zone_recovery_duration_seconds",
+                :histogram,
+                "Durations of the zone server's recoveries, from its start until it is about to tick."
+              )
+
+  @doc false
+  # The zone families, as iodata.
+  @spec families() :: iodata
+  def families do
+    shares = for {_, shared, _, _} = z <- Overworld.Names.zone_shares(), shared != nil, do: z
+    # (Each world's name printed once; each zone's id was when the zone started.)
+    names = Map.new(for {_, _, w, _} <- shares, w != nil, do: {w, inspect(w)})
+
+    zones =
+      for {id, shared, world, dir} <- shares do
+        labels = P.labels(zone: shared.label || inspect(id), world: names[world])
+        %{labels: labels, m: shared, v: Metrics.values(shared), world: world, disk: dir != nil}
+      end
+      |> Enum.sort_by(&IO.iodata_to_binary(&1.labels))
+
+    worlds = Enum.filter(zones, & &1.world)
+    disk = Enum.filter(zones, & &1.disk)
+
+    [
+      histogram(@tick_h, "overworld_zone_tick_duration_seconds", zones, & &1.ticks_us, @short),
+      Enum.map(@counters, fn {_, _, _, field} -> counter(field, zones) end),
+      phases(zones),
+      if(worlds == [], do: [], else: world(worlds)),
+      recoveries(zones),
+      histogram(
+        @recovery_h,
+        "overworld_zone_recovery_duration_seconds",
+        zones,
+        & &1.recovery_us,
+        @long
+      ),
+      if(disk == [], do: [], else: store(disk))
+    ]
+  end
+
+  defp counter(field, zones) do
+    {name, header} = Map.fetch!(@headers, field)
+    [header, Enum.map(zones, &P.sample(name, &1.labels, Map.fetch!(&1.v, field)))]
+  end
+
+  defp histogram(header, name, zones, which, {indices, les}) do
+    [
+      header,
+      Enum.map(zones, fn z ->
+        {below, count, sum} = Histogram.cumulative(which.(z.m), indices)
+        P.histogram(name, z.labels, les, below, count, P.seconds(sum))
+      end)
+    ]
+  end
+
+  defp phases(zones) do
+    name = "overworld_zone_tick_phase_seconds_total"
+
+    [
+      @phase_h,
+      for z <- zones,
+          {phase, field} <- [
+            input: :input_us,
+            systems: :systems_us,
+            grid: :grid_us,
+            other: :other_us
+          ] do
+        P.sample(
+          name,
+          [z.labels, ",phase=\"", Atom.to_string(phase), "\""],
+          P.seconds(max(z.v[field], 0))
+        )
+      end
+    ]
+  end
+
+  defp world(zones) do
+    name = "overworld_zone_crossings_total"
+
+    [
+      @crossings_h,
+      for z <- zones, {dir, field} <- [in: :crossings_in, out: :crossings_out] do
+        P.sample(name, [z.labels, ",direction=\"", Atom.to_string(dir), "\""], z.v[field])
+      end,
+      Enum.map(@world, fn {_, _, _, field} -> counter(field, zones) end)
+    ]
+  end
+
+  defp recoveries(zones) do
+    name = "overworld_zone_recoveries_total"
+
+    [
+      @recoveries_h,
+      for z <- zones, {from, field} <- [memory: :recoveries_memory, store: :recoveries_store] do
+        P.sample(name, [z.labels, ",from=\"", Atom.to_string(from), "\""], z.v[field])
+      end
+    ]
+  end
+
+  defp store(zones) do
+    [
+      histogram(
+        @fsync_h,
+        "overworld_zone_journal_fsync_duration_seconds",
+        zones,
+        & &1.fsync_us,
+        @short
+      ),
+      Enum.map(@store, fn {_, _, _, field} -> counter(field, zones) end)
+    ]
+  end
+end
