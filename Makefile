@@ -237,6 +237,7 @@ bench-full: deps owload
 	mix overworld.bench.backend --tsung bench/tsung/register.xml --json bench/results/backend-tsung-register.json
 	mix overworld.bench.backend --tsung bench/tsung/login.xml --json bench/results/backend-tsung-login.json
 	mix overworld.bench.backend --tsung bench/tsung/rpc.xml --json bench/results/backend-tsung-rpc.json
+	mix overworld.bench.backend --tsung bench/tsung/matches.xml --json bench/results/backend-tsung-matches.json
 	mix overworld.bench.backend --workload storage --storage embedded --json bench/results/backend-storage-embedded.json
 	mix overworld.bench.backend --workload storage --storage postgres --json bench/results/backend-storage-postgres.json
 	mix overworld.bench.backend --workload register --storage postgres --json bench/results/backend-register-postgres.json

@@ -229,7 +229,8 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
           "  WebSocket: #{n} connections; #{ws.messages_sent} messages sent " <>
             "(#{round(ws.messages_sent / r.seconds)}/s), #{ws.receives} receives of server data " <>
             "(#{round(ws.receives / r.seconds)}/s, #{ws.bytes_received} bytes: " <>
-            "#{round(ws.bytes_received / r.seconds / 1024)} KiB/s)"
+            "#{round(ws.bytes_received / r.seconds / 1024)} KiB/s); at most " <>
+            "#{r.most_in_matches} players in the server's matches at once"
         )
 
       _ ->

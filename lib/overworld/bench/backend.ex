@@ -162,7 +162,12 @@ defmodule Overworld.Bench.Backend do
   """
   @spec tsung(map, Path.t(), non_neg_integer) :: map
   def tsung(s, file, cpu, handler \\ "echo_lua") do
-    tmp = Path.join(System.tmp_dir!(), "overworld-tsung-#{System.unique_integer([:positive])}")
+    tmp =
+      Path.join(
+        System.tmp_dir!(),
+        "overworld-tsung-#{Base.encode16(:crypto.strong_rand_bytes(6), case: :lower)}"
+      )
+
     File.mkdir_p!(tmp)
     xml = file |> File.read!() |> String.replace(~s(port="4000"), ~s(port="#{s.port}"))
     xml = if xml =~ "MATCHES_CSV", do: tsung_matches(s, xml, handler, tmp), else: xml
@@ -174,7 +179,11 @@ defmodule Overworld.Bench.Backend do
     cmd =
       "taskset -c #{cpu} tsung -f #{scenario} -l #{tmp}/log start > #{tmp}/out 2>&1; cat /proc/$$/stat"
 
+    # (The players in the server's matches, sampled every second while tsung runs: the most.)
+    sampler = Task.async(fn -> most_in_matches(s, 0) end)
     {out, _} = System.cmd("sh", ["-c", cmd], stderr_to_stdout: true)
+    send(sampler.pid, :stop)
+    in_matches = Task.await(sampler)
     wall = (System.monotonic_time(:millisecond) - t0) / 1000
     server_cpu = cpu_seconds(s.os_pid) - cpu0
     log = Path.wildcard(Path.join([tmp, "log", "**", "tsung.log"])) |> List.first()
@@ -201,10 +210,21 @@ defmodule Overworld.Bench.Backend do
     File.rm_rf(tmp)
 
     Map.merge(stats, %{
+      most_in_matches: in_matches,
       requests_per_s: stats.requests / max(stats.seconds, 1),
       server_cpu: server_cpu / wall,
       generator_cpu: wrk_cpu(out) / wall
     })
+  end
+
+  defp most_in_matches(s, most) do
+    receive do
+      :stop -> most
+    after
+      1_000 ->
+        sizes = :erpc.call(s.node, Overworld.Match, :list_local, [[], 0, 1_000_000, 100_000])
+        most_in_matches(s, max(most, sizes |> Enum.map(& &1.size) |> Enum.sum()))
+    end
   end
 
   # A match scenario: its users' matches (ten users each) made on the server, their ids in a
