@@ -41,9 +41,8 @@ defmodule Overworld.Session do
   require Logger
 
   alias Overworld.{Interest, Protocol, Server}
-  alias Overworld.Session.{Backend, Hello, Outbox}
+  alias Overworld.Session.{Backend, Hello, Outbox, Snapshots}
   alias Overworld.Transport.WebSocket
-  alias Overworld.Zone.Wire
 
   # A restarted zone server is looked for every 5 ms for up to 5 s (a new one that dies before
   # it answers is no answer: the zone is restarting again; see Hello.reattach/3).
@@ -118,8 +117,10 @@ defmodule Overworld.Session do
   # The code of a session, by concern: `Overworld.Session.Upgrade` (the HTTP upgrade, which
   # turns the connection process into the session), `Overworld.Session.Hello` (HELLO, the
   # user's registration and takeover, the zone joined and re-attached), `Overworld.Session.Outbox`
-  # (the reliable messages for the client, a value); here the session's life: frames from the
-  # client, snapshots to it, timeouts and the end.
+  # (the reliable messages for the client, a value), `Overworld.Session.Snapshots` (the
+  # snapshots on each tick), `Overworld.Session.Observer` (an operator's observer connection),
+  # `Overworld.Session.Backend` (requests, matches); here the session's life: frames from the
+  # client, timeouts and the end.
 
   @doc """
   Tells `user_id`'s sessions, on every node of the cluster, that tokens of the user were
@@ -193,10 +194,9 @@ defmodule Overworld.Session do
     {:noreply, st}
   end
 
-  # A session that fell behind (an overloaded node) builds one frame for the newest tick, not
-  # one per notice waiting: it catches up instead of falling further behind.
-  # While the zone restarts (and until we re-attached), its ticks may go back (a recovery from
-  # the last snapshot): no frames until the observer starts over.
+  # Ticks: snapshots (`Overworld.Session.Snapshots`). While the zone restarts (and until we
+  # re-attached), its ticks may go back (a recovery from the last snapshot): no frames until
+  # the observer starts over.
   def handle_info({:overworld_tick, _zone, _n, _t0}, %{zone_pid: nil} = st), do: {:noreply, st}
 
   # (A world's session gets the ticks of its avatar's zone; a notice of the zone it left is late.)
@@ -204,17 +204,8 @@ defmodule Overworld.Session do
       when zone != other,
       do: {:noreply, st}
 
-  def handle_info({:overworld_tick, zone, n, _t0}, %{phase: :live} = st) do
-    {n, stale} = newest_tick(zone, n, 0)
-    c = st.cfg.counters
-    if stale > 0, do: :counters.add(c, Server.counter(:frames_skipped), stale)
-    k = Overworld.Server.Pace.interval(st.cfg)
-
-    st = flush_outbox(st)
-    # Built after the next tick's notice came (`stale`): the sessions are more than a tick
-    # behind; counted with the frame when it is sent (Pace compares it with the frames sent).
-    if my_turn?(st, n, k), do: snapshot(st, n, k, stale > 0), else: {:noreply, st}
-  end
+  def handle_info({:overworld_tick, zone, n, _t0}, %{phase: :live} = st),
+    do: Snapshots.tick(flush_outbox(st), zone, n)
 
   def handle_info({:overworld_tick, _, _, _}, st), do: {:noreply, st}
 
@@ -616,125 +607,16 @@ defmodule Overworld.Session do
     end
   end
 
-  ## Snapshots
-
-  defp newest_tick(zone, n, stale) do
-    receive do
-      {:overworld_tick, ^zone, m, _t0} -> newest_tick(zone, max(n, m), stale + 1)
-    after
-      0 -> {n, stale}
-    end
-  end
-
-  # At a send interval of k, a session sends on the ticks n with rem(n + pace_hash, k) == 0
-  # (the hash of its user: the sessions spread over the k ticks), or as soon as k ticks
-  # passed since its last frame (it missed its turn: busy, or the interval changed).
-  defp my_turn?(_st, _n, 1), do: true
-
-  defp my_turn?(st, n, k),
-    do: rem(n + st.pace_hash, k) == 0 or n - last_tick(st.obs) >= k
-
-  # The zone tick of the last frame.
-  defp last_tick(%Interest.World{home_tick: t}), do: t || 0
-  defp last_tick(obs), do: obs.tick
-
-  defp snapshot(st, n, k, late?) do
-    queued = queued(st.sock)
-    cfg = st.cfg
-
-    cond do
-      queued > cfg.max_outbound ->
-        too_slow(st, "#{queued} bytes queued")
-
-      queued > 0 ->
-        # The kernel's send buffer is full (the client is a good part of a second behind):
-        # no snapshot now; the next one carries everything since (coalescing). Waiting any
-        # longer would put the client beyond the ring of recent ticks, and every catch-up
-        # would need keyframes, costing the zone's workers and the client's bandwidth more.
-        :counters.add(cfg.counters, Server.counter(:frames_skipped), 1)
-        since = st.slow_since || now()
-
-        if now() - since > cfg.slow_timeout,
-          do: too_slow(st, "no progress for #{cfg.slow_timeout} ms"),
-          else: {:noreply, %{st | slow_since: since}}
-
-      true ->
-        {:noreply, send_snapshot(%{st | slow_since: nil}, n, k, late?)}
-    end
-  end
-
-  defp send_snapshot(st, n, k, late?) do
-    case position(st) do
-      nil ->
-        st
-
-      {x, y} = pos ->
-        obs =
-          if st.entity,
-            do: Interest.acknowledge(st.obs, Wire.input_ack(st.table, st.entity)),
-            else: st.obs
-
-        obs = if k != st.told_interval, do: Interest.announce(obs, k), else: obs
-
-        case frame(obs, st.zone, n, x, y) do
-          {nil, _, obs} ->
-            %{st | obs: obs, pos: pos}
-
-          {frame, info, obs} ->
-            cond do
-              send_data(st, WebSocket.frame(2, frame, info.bytes)) ->
-                c = st.cfg.counters
-                :counters.add(c, Server.counter(:bytes_out), info.bytes)
-                :counters.add(c, Server.counter(:frames_out), 1)
-                if late?, do: :counters.add(c, Server.counter(:frames_late), 1)
-                %{st | obs: obs, pos: pos, told_interval: k}
-
-              Port.info(st.sock) == nil ->
-                # The socket is closed; its :tcp_closed message follows.
-                %{st | pos: pos}
-
-              true ->
-                # The port refused the frame: the client never saw it, so the observer stays
-                # as it was before it (the next frame carries everything since).
-                :counters.add(st.cfg.counters, Server.counter(:frames_skipped), 1)
-                %{st | pos: pos}
-            end
-        end
-    end
-  rescue
-    # The zone's tables went with it (it stopped, was fenced or moved) after this notice was
-    # sent: no frame; its :DOWN follows, and the session re-attaches.
-    e in ArgumentError ->
-      if :ets.info(st.table, :id) == :undefined, do: st, else: reraise(e, __STACKTRACE__)
-  end
-
-  defp frame(%Interest.World{} = obs, zone, n, x, y), do: Interest.World.frame(obs, zone, n, x, y)
-  defp frame(obs, _zone, n, x, y), do: Interest.frame(obs, n, x, y)
-
-  # (An observer stays where it stands: `pos`.)
-  defp position(%{entity: nil} = st), do: st.pos
-
-  defp position(st) do
-    case Wire.position(st.table, st.entity) do
-      {x, y, _n} -> {x, y}
-      nil -> st.pos
-    end
-  end
-
-  defp too_slow(st, why) do
+  @doc false
+  # Closes a client that does not keep up (4005).
+  @spec too_slow(t, String.t()) :: tuple
+  def too_slow(st, why) do
     :counters.add(st.cfg.counters, Server.counter(:closed_slow), 1)
     Logger.info("session #{st.user}: closed as too slow (#{why})")
     # Most likely refused by the busy port; sent when the socket can still take it.
     send_msg(st, %{type: :error, code: 5, message: "too slow"})
     send_data(st, WebSocket.close(4005, "too slow"))
     gone(st, :lost)
-  end
-
-  defp queued(sock) do
-    case :erlang.port_info(sock, :queue_size) do
-      {:queue_size, n} -> n
-      _ -> 0
-    end
   end
 
   ## Sending and closing
