@@ -27,27 +27,10 @@ defmodule Overworld.Session.Hello do
   end
 
   def hello(%{token: token}, st) do
-    case operator(token, st) do
-      {:ok, op} -> observe(op, st)
-      :player -> player(token, st)
+    case hello_user(token, st) do
+      {:ok, claims} -> player(claims, st)
+      {:operator, op} -> observe(op, st)
       closed -> closed
-    end
-  end
-
-  # An operator's token opens an observer connection (`Overworld.Session.Observer`); a token
-  # that is no operator's goes the player's way (and is refused there if it is nobody's).
-  defp operator("", _st), do: :player
-
-  defp operator(token, st) do
-    case Overworld.Operators.verify(st.cfg, token) do
-      {:ok, op} ->
-        {:ok, op}
-
-      {:error, why} when why in [:malformed, :unknown_key, :bad_signature, :wrong_type] ->
-        :player
-
-      {:error, why} ->
-        Session.close(st, 4003, "unauthorized: operator token #{why}", 3)
     end
   end
 
@@ -58,11 +41,11 @@ defmodule Overworld.Session.Hello do
     end
   end
 
-  defp player(token, st) do
-    with {:ok, %{user_id: user} = claims} <- hello_user(token, st),
-         # (What operators see of the session: `Overworld.Operators.Sessions`.)
-         seen = %{since: System.system_time(:second), sock: st.sock},
-         {:ok, handoff} <- register(st.cfg.name, user, seen, 3),
+  defp player(%{user_id: user} = claims, st) do
+    # (What operators see of the session: `Overworld.Operators.Sessions`.)
+    seen = %{since: System.system_time(:second), sock: st.sock}
+
+    with {:ok, handoff} <- register(st.cfg.name, user, seen, 3),
          :ok <- Overworld.Accounts.LastSeen.touch(user),
          st = %{st | user: user, claims: claims, pace_hash: :erlang.phash2(user)},
          {:ok, st} <- enter_zone(st, handoff) do
@@ -82,9 +65,19 @@ defmodule Overworld.Session.Hello do
 
   defp hello_user("", %{token_user: claims}), do: {:ok, claims}
 
+  # A player's session token, or an operator's (`{:operator, claims}`: an observer connection,
+  # `Overworld.Session.Observer`), checked once each.
   defp hello_user(token, st) do
     case Overworld.Accounts.verify_token(st.cfg.keys, token, :session) do
       {:ok, claims} -> {:ok, claims}
+      {:error, :wrong_type} -> operator(token, st)
+      {:error, why} -> Session.close(st, 4003, "unauthorized: #{why}", 3)
+    end
+  end
+
+  defp operator(token, st) do
+    case Overworld.Operators.verify(st.cfg, token) do
+      {:ok, op} -> {:operator, op}
       {:error, why} -> Session.close(st, 4003, "unauthorized: #{why}", 3)
     end
   end
