@@ -334,19 +334,31 @@ defmodule Overworld.Session.Hello do
   # ticks (subscribed), the zone server watched.
   defp attach(st, zone, config) do
     with {:ok, slot} <- Overworld.Zone.input_slot(zone, st.user),
-         {:ok, obs} <- observer(st, zone, config),
-         :ok <- Overworld.Zone.subscribe(zone, self()),
-         pid when is_pid(pid) <- Overworld.Zone.whereis(zone) || {:error, :not_running} do
-      {:ok, pid, Process.monitor(pid), slot, obs}
+         {:ok, pid, mon, obs} <- watch(st, zone, config, st.cfg.interest) do
+      {:ok, pid, mon, slot, obs}
     end
   end
 
-  defp observer(%{obs: %Interest.World{} = obs}, _zone, _config), do: {:ok, obs}
+  @doc false
+  # An observer of `zone` (of its whole world for a zone of one; a session's world observer is
+  # kept across crossings) with the interest options `opts`, the zone's ticks subscribed to,
+  # its server monitored: `{:ok, pid, monitor, observer}`.
+  @spec watch(Session.t(), term, Overworld.Zone.Config.t(), keyword) ::
+          {:ok, pid, reference, Interest.t() | Interest.World.t()} | {:error, term}
+  def watch(st, zone, config, opts) do
+    with {:ok, obs} <- observer(st, zone, config, opts),
+         :ok <- Overworld.Zone.subscribe(zone, self()),
+         pid when is_pid(pid) <- Overworld.Zone.whereis(zone) || {:error, :not_running} do
+      {:ok, pid, Process.monitor(pid), obs}
+    end
+  end
 
-  defp observer(st, _zone, %{world: %Overworld.World.Place{name: name}}),
-    do: Interest.World.new(name, st.cfg.interest)
+  defp observer(%{obs: %Interest.World{} = obs}, _zone, _config, _opts), do: {:ok, obs}
 
-  defp observer(st, zone, _config), do: Interest.new(zone, st.cfg.interest)
+  defp observer(_st, _zone, %{world: %Overworld.World.Place{name: name}}, opts),
+    do: Interest.World.new(name, opts)
+
+  defp observer(_st, zone, _config, opts), do: Interest.new(zone, opts)
 
   defp catch_exit(fun) do
     fun.()

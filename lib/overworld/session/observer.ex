@@ -15,9 +15,9 @@ defmodule Overworld.Session.Observer do
   # * It sends nothing to the zone: inputs are dropped (counted), events, requests and match
   #   messages close it with 4002. The zone does not know it (no player, no entity).
   # * A restarted zone server is subscribed to again and the view starts over from
-  #   keyframes, as a player's session's.
+  #   keyframes, as a player's session's (`Overworld.Session.Hello.reattach/3`).
 
-  alias Overworld.{Interest, Names, Session}
+  alias Overworld.{Names, Session}
   alias Overworld.Session.Hello
 
   @doc """
@@ -31,9 +31,8 @@ defmodule Overworld.Session.Observer do
     with {:ok, st} <- slot(st, st.cfg.observers.max),
          {:ok, home} <- home(st),
          {:ok, config} <- Hello.zone_config(home),
-         {:ok, obs} <- interest(st, home, config),
-         :ok <- Overworld.Zone.subscribe(home, self()),
-         pid when is_pid(pid) <- Overworld.Zone.whereis(home) || {:error, :not_running} do
+         view = [radius: radius_m(config), budget: st.cfg.observers.budget],
+         {:ok, pid, mon, obs} <- Hello.watch(st, home, config, view) do
       Session.send_msg(st, Hello.handshake(config, 0))
 
       {:ok,
@@ -41,7 +40,7 @@ defmodule Overworld.Session.Observer do
          st
          | zone: home,
            zone_pid: pid,
-           zone_mon: Process.monitor(pid),
+           zone_mon: mon,
            table: config.shared.wire,
            obs: obs,
            pos: centre(config),
@@ -85,42 +84,12 @@ defmodule Overworld.Session.Observer do
 
   defp home(%{zone: zone}), do: {:ok, zone}
 
-  defp interest(st, home, config) do
-    opts = [radius: radius_m(config), budget: st.cfg.observers.budget]
-
-    case config.world do
-      %Overworld.World.Place{name: name} -> Interest.World.new(name, opts)
-      _ -> Interest.new(home, opts)
-    end
-  end
-
-  @doc false
   # The centre of the zone's (the world's) area, in units.
-  @spec centre(Overworld.Zone.Config.t()) :: {integer, integer}
-  def centre(config), do: {div(config.width, 2), div(config.height, 2)}
+  defp centre(config), do: {div(config.width, 2), div(config.height, 2)}
 
-  @doc false
   # A view radius (metres) from the centre that reaches every corner.
-  @spec radius_m(Overworld.Zone.Config.t()) :: pos_integer
-  def radius_m(config) do
+  defp radius_m(config) do
     half_diagonal = :math.sqrt(config.width * config.width + config.height * config.height) / 2
     ceil(half_diagonal / Overworld.Entity.meters(1)) + 1
-  end
-
-  @doc """
-  The zone server restarted (`pid`): subscribed to again, the view starts over.
-  """
-  @spec reattach(Session.t(), pid) :: tuple
-  def reattach(st, pid) do
-    case Overworld.Zone.subscribe(st.zone, self()) do
-      :ok ->
-        obs = Interest.resync(st.obs, :zone_restarted)
-        {:noreply, %{st | zone_pid: pid, zone_mon: Process.monitor(pid), obs: obs}}
-
-      _ ->
-        Hello.zone_lost(st)
-    end
-  catch
-    :exit, _ -> Hello.zone_lost(st)
   end
 end
