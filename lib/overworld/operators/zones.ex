@@ -141,23 +141,19 @@ defmodule Overworld.Operators.Zones do
   end
 
   @doc """
-  Runs `fun` (a function of this module taking the zone's id) on the node of the zone of
-  `ref`: its answer, `{:error, :not_found}`, or `{:error, {:node, reason}}` when that node did
-  not answer.
+  Runs `fun` (one of this module's `*_here` functions, or `{module, function}`) with the zone
+  `id` and `args` on `node`, where the zone runs (`find/1`); `{:error, {:node, reason}}` when
+  that node does not answer.
   """
-  @spec on_zone(term, :stop_here | :snapshot_here | :history_here | :sessions_here, list) ::
-          term
-  def on_zone(ref, fun, args \\ []) do
-    with {:ok, node, id} <- find(ref), do: run(node, id, fun, args)
-  end
-
-  @doc "Runs `fun` (as `on_zone/3`) for the zone `id` of `node` (`find/1`)."
-  @spec run(node, term, atom, list) :: term
+  @spec run(node, term, atom | {module, atom}, list) :: term
   def run(node, id, fun, args \\ [])
-      when fun in [:stop_here, :snapshot_here, :history_here, :sessions_here] do
+
+  def run(node, id, fun, args) when is_atom(fun), do: run(node, id, {__MODULE__, fun}, args)
+
+  def run(node, id, {module, fun}, args) do
     if node == node(),
-      do: apply(__MODULE__, fun, [id | args]),
-      else: :erpc.call(node, __MODULE__, fun, [id | args], 60_000)
+      do: apply(module, fun, [id | args]),
+      else: :erpc.call(node, module, fun, [id | args], 60_000)
   catch
     kind, reason when kind in [:error, :exit] -> {:error, {:node, reason}}
   end

@@ -217,6 +217,8 @@ defmodule Overworld.Web.Operator do
   defp outcome({:ok, _}), do: "ok"
   defp outcome({:ok, _, _}), do: "ok"
   defp outcome({:error, reason}), do: elem(error_of(reason), 1)
+  # (An answer refused already made, with its error code.)
+  defp outcome({:refused, code}) when is_binary(code), do: code
 
   @doc false
   # The query string's parameters (none when it is not a valid one).

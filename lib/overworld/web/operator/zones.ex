@@ -12,9 +12,10 @@ defmodule Overworld.Web.Operator.Zones do
   @max_reason 100
   # The zone actions written to the audit log, by their names there.
   @audited %{
-    "stop" => "zone_stop",
-    "snapshot" => "zone_snapshot",
-    "history" => "history_download"
+    ["stop"] => "zone_stop",
+    ["snapshot"] => "zone_snapshot",
+    ["history"] => "history_download",
+    ["rewind"] => "zone_rewind"
   }
 
   @doc false
@@ -39,44 +40,7 @@ defmodule Overworld.Web.Operator.Zones do
     end
   end
 
-  # The visualizer's: an entity's whole state, the history's range and past states, rewind
-  # (`Overworld.Web.Inspect`, run on the zone's node).
-  def handle(["zones", ref | inspect], req, cfg, op)
-      when inspect in [["history", "range"], ["history", "state"], ["rewind"]] or
-             (length(inspect) == 2 and hd(inspect) == "entities") do
-    case {Zones.find(ref), inspect} do
-      {{:ok, node, id}, ["entities", entity]} ->
-        on_node(node, :show_entity, [id, entity])
-
-      {{:ok, node, id}, ["history", "range"]} ->
-        on_node(node, :history_range, [id])
-
-      {{:ok, node, id}, ["history", "state"]} ->
-        on_node(node, :history_state, [id, Operator.query(req)])
-
-      {{:ok, node, id}, ["rewind"]} ->
-        with {:ok, body} <- Web.json_body(req) do
-          {status, _, _} = answer = on_node(node, :rewind, [id, body])
-          result = if status == 200, do: :ok, else: {:error, status}
-
-          Operator.audit(
-            cfg,
-            req,
-            op.name,
-            "zone_rewind",
-            "#{target(ref, id)} to #{inspect(body["tick"])}",
-            result
-          )
-
-          answer
-        end
-
-      {{:error, :not_found}, _} ->
-        Operator.not_found("no running zone has the ref #{Web.printable(ref, 32)}")
-    end
-  end
-
-  def handle(["zones", ref, action], req, cfg, op) do
+  def handle(["zones", ref | action], req, cfg, op) do
     case Zones.find(ref) do
       {:ok, node, id} ->
         zone(action, {ref, node, id}, req, cfg, op)
@@ -101,19 +65,19 @@ defmodule Overworld.Web.Operator.Zones do
     end
   end
 
-  defp zone("stop", {ref, node, id}, req, cfg, op) do
+  defp zone(["stop"], {ref, node, id}, req, cfg, op) do
     result = Zones.run(node, id, :stop_here)
     Operator.audit(cfg, req, op.name, "zone_stop", target(ref, id), result)
     Operator.answer(result, fn -> %{stopped: ref} end)
   end
 
-  defp zone("snapshot", {ref, node, id}, req, cfg, op) do
+  defp zone(["snapshot"], {ref, node, id}, req, cfg, op) do
     result = Zones.run(node, id, :snapshot_here)
     Operator.audit(cfg, req, op.name, "zone_snapshot", target(ref, id), result)
     Operator.answer(result, fn -> %{tick: elem(result, 1)} end)
   end
 
-  defp zone("history", {ref, node, id}, req, cfg, op) do
+  defp zone(["history"], {ref, node, id}, req, cfg, op) do
     result = Zones.run(node, id, :history_here)
     Operator.audit(cfg, req, op.name, "history_download", target(ref, id), result)
 
@@ -130,7 +94,7 @@ defmodule Overworld.Web.Operator.Zones do
     end
   end
 
-  defp zone("sessions", {_ref, node, id}, req, _cfg, _op) do
+  defp zone(["sessions"], {_ref, node, id}, req, _cfg, _op) do
     with {:ok, limit} <- Operator.limit(Operator.query(req), 100, 1_000) do
       case Zones.run(node, id, :sessions_here, [limit]) do
         {:ok, sessions, total} -> Web.json(200, %{sessions: Web.nulls(sessions), total: total})
@@ -139,15 +103,42 @@ defmodule Overworld.Web.Operator.Zones do
     end
   end
 
+  # The visualizer's: an entity's whole state, the history's range and past states, rewind
+  # (`Overworld.Web.Inspect`, run on the zone's node).
+  defp zone(["entities", entity], {_ref, node, id}, _req, _cfg, _op),
+    do: inspect_on(node, id, :show_entity, [entity])
+
+  defp zone(["history", "range"], {_ref, node, id}, _req, _cfg, _op),
+    do: inspect_on(node, id, :history_range, [])
+
+  defp zone(["history", "state"], {_ref, node, id}, req, _cfg, _op),
+    do: inspect_on(node, id, :history_state, [Operator.query(req)])
+
+  defp zone(["rewind"], {ref, node, id}, req, cfg, op) do
+    with {:ok, body} <- Web.json_body(req) do
+      {status, _, reply} = answer = inspect_on(node, id, :rewind, [body])
+      # (Audited with the code of the answer's error.)
+      result =
+        with true <- status != 200,
+             {:ok, %{"error" => code}} <- Web.decode_json(IO.iodata_to_binary(reply)) do
+          {:refused, code}
+        else
+          _ -> :ok
+        end
+
+      target = "#{target(ref, id)} to #{inspect(body["tick"])}"
+      Operator.audit(cfg, req, op.name, "zone_rewind", target, result)
+      answer
+    end
+  end
+
   defp target(ref, id), do: "#{ref} #{Zones.text(id)}"
 
-  defp on_node(node, fun, args) do
-    if node == node(),
-      do: apply(Overworld.Web.Inspect, fun, args),
-      else: :erpc.call(node, Overworld.Web.Inspect, fun, args, 60_000)
-  catch
-    kind, _ when kind in [:error, :exit] ->
-      Web.error(503, "node_unavailable", "the zone's node did not answer")
+  defp inspect_on(node, id, fun, args) do
+    case Zones.run(node, id, {Overworld.Web.Inspect, fun}, args) do
+      {:error, {:node, _}} = error -> Operator.answer(error, nil)
+      answer -> answer
+    end
   end
 
   # A kick's reason: the body's "reason" (printable, at most 100 bytes), else a default.

@@ -76,6 +76,16 @@ defmodule Overworld.Web.Operator.InspectTest do
       call(w, "GET", "/api/v1/operator/audit?limit=5", nil, w.token)
 
     assert last["action"] == "zone_rewind" and last["operator"] == "ida"
+    assert last["result"] == "ok"
+
+    # A refused rewind is audited with its reason's code.
+    assert {409, %{"error" => "out_of_range"}} =
+             call(w, "POST", base <> "/rewind", %{tick: 1_000_000}, w.token)
+
+    {200, %{"entries" => [refused | _]}} =
+      call(w, "GET", "/api/v1/operator/audit?limit=5", nil, w.token)
+
+    assert refused["action"] == "zone_rewind" and refused["result"] == "out_of_range"
 
     # A player's token is no operator's.
     player = auth(w)
