@@ -42,7 +42,7 @@ defmodule Overworld.Operators.Sessions do
       for {player, entity, pid} <- chosen do
         Map.merge(
           %{
-            user_id: text(player),
+            user_id: Overworld.Operators.Zones.text(player),
             entity: entity,
             connected: false,
             connected_at: nil,
@@ -78,17 +78,4 @@ defmodule Overworld.Operators.Sessions do
       {pid, %{connected: address != nil, connected_at: since, address: address, bytes_out: bytes}}
     end
   end
-
-  @doc """
-  Kicks `user_id`: its sessions, on every node, are closed with 4009 and the reason
-  (`Overworld.Session.kick/2`). Answers how many there were.
-  """
-  @spec kick(binary, String.t()) :: non_neg_integer
-  def kick(user_id, why), do: Overworld.Session.kick(user_id, why)
-
-  defp text(p) when is_binary(p) do
-    if String.printable?(p) and byte_size(p) <= 200, do: p, else: inspect(p, limit: 20)
-  end
-
-  defp text(p), do: inspect(p, limit: 20, printable_limit: 200)
 end

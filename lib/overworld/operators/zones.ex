@@ -72,14 +72,14 @@ defmodule Overworld.Operators.Zones do
   @doc """
   A zone of this node as the API shows it (nil when it is not running): `ref`, `id` (text),
   `name` (its public name in `names`, or nil), `watch` (the name an observer connection gives
-  in `zone=`: its own, or its world's; nil when the server serves neither), `module`, `world` (the name of its world, or
-  nil), `node`, `tick`, `tick_rate`, `players`, `entities`, `tick_p50_us`, `tick_p99_us`,
+  in `zone=`: its own, or its world's; nil when the server serves neither), `module`,
+  `world` (the name of its world, or nil), `node`, `tick`, `tick_rate`, `players`, `entities`, `tick_p50_us`, `tick_p99_us`,
   `tick_samples`, `debug`, `history` (ticks it keeps), `persistent` (it has a data directory).
   """
   @spec describe(term, map) :: map | nil
   def describe(id, names) do
-    with %Zone.Config{} = c <- Zone.config(id),
-         %{} = m <- Zone.metrics(id) do
+    with %Zone.Config{shared: shared} = c when shared != nil <- Zone.config(id),
+         m = Zone.Metrics.report(shared) do
       %{
         ref: ref(id),
         id: text(id),
@@ -207,7 +207,6 @@ defmodule Overworld.Operators.Zones do
          {:ok, _pid} <- Overworld.start_zone(module, opts) do
       {:ok, describe(id, names)}
     else
-      {:error, {:already_started, _}} -> {:error, :already_running}
       {:error, :already_started} -> {:error, :already_running}
       {:error, _} = error -> error
     end

@@ -5,7 +5,7 @@ defmodule Overworld.Web.Operator.Zones do
   # Zones are named by their ref (`Overworld.Operators.Zones`), and each action runs on the
   # zone's node.
 
-  alias Overworld.Operators.{Sessions, Zones}
+  alias Overworld.Operators.Zones
   alias Overworld.Web
   alias Overworld.Web.Operator
 
@@ -55,7 +55,7 @@ defmodule Overworld.Web.Operator.Zones do
   def handle(["sessions", user, "kick"], req, cfg, op) do
     with {:ok, reason} <- reason(req) do
       result =
-        case Sessions.kick(user, reason) do
+        case Overworld.Session.kick(user, reason) do
           0 -> {:error, :no_session}
           n -> {:ok, n}
         end
