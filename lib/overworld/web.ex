@@ -243,12 +243,43 @@ defmodule Overworld.Web do
     _, _ -> :error
   end
 
-  defp field(map, name) do
+  @doc false
+  # A body's string field, or the 400.
+  @spec field(map, binary) :: {:ok, binary} | response
+  def field(map, name) do
     case map do
       %{^name => v} when is_binary(v) -> {:ok, v}
       _ -> error(400, "invalid_body", "expected a string field #{inspect(name)}")
     end
   end
+
+  @doc false
+  # The query string's parameters (none when it is not a valid one).
+  @spec query(Overworld.Transport.HTTP.Request.t()) :: %{optional(binary) => binary}
+  def query(%{query: q}) when is_binary(q) and q != "" do
+    URI.decode_query(q)
+  rescue
+    _ -> %{}
+  end
+
+  def query(_req), do: %{}
+
+  @doc false
+  # `Overworld.RateLimit.hit/2`'s answer: :ok, or the 429 with its retry-after.
+  @spec limited(:ok | {:error, {:rate_limited, pos_integer}}) :: :ok | response
+  def limited(:ok), do: :ok
+
+  def limited({:error, {:rate_limited, seconds}}),
+    do: too_many("rate_limited", "too many attempts", seconds)
+
+  @doc false
+  # A 429: retry after `seconds` (the header, and said in the message).
+  @spec too_many(binary, binary, pos_integer) :: response
+  def too_many(code, message, seconds),
+    do:
+      error(429, code, "#{message}: retry in #{seconds} s", [
+        {"retry-after", Integer.to_string(seconds)}
+      ])
 
   @doc false
   @spec status(Config.t()) :: map

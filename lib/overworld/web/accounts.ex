@@ -69,7 +69,7 @@ defmodule Overworld.Web.Accounts do
          {:ok, body} <- Web.json_body(req),
          account = {:login_account, cfg.name, normalized(body["email"])},
          # (Counted before the hash: attempts in flight at once count too.)
-         :ok <- limited(RateLimit.hit(account, s.login_limit_per_account)) do
+         :ok <- Web.limited(RateLimit.hit(account, s.login_limit_per_account)) do
       case Email.login(body["email"], body["password"], s) do
         {:ok, user} ->
           RateLimit.reset(account, elem(s.login_limit_per_account, 1))
@@ -193,12 +193,9 @@ defmodule Overworld.Web.Accounts do
   # (Per server: several servers of a node count apart.)
   defp per_address(%{peer: ip}, cfg),
     do:
-      limited(RateLimit.hit({:login_address, cfg.name, ip}, cfg.accounts.login_limit_per_address))
-
-  defp limited(:ok), do: :ok
-
-  defp limited({:error, {:rate_limited, seconds}}),
-    do: too_many("rate_limited", "too many attempts", seconds)
+      Web.limited(
+        RateLimit.hit({:login_address, cfg.name, ip}, cfg.accounts.login_limit_per_address)
+      )
 
   defp normalized(address) do
     case Email.normalize(address) do
@@ -216,12 +213,6 @@ defmodule Overworld.Web.Accounts do
 
   defp answer(:ok, fun), do: Web.json(200, fun.())
   defp answer({:error, reason}, _fun), do: failed(reason)
-
-  defp too_many(code, message, seconds),
-    do:
-      Web.error(429, code, "#{message}: retry in #{seconds} s", [
-        {"retry-after", Integer.to_string(seconds)}
-      ])
 
   # What each refusal answers: status, code, message.
   @errors %{
@@ -252,7 +243,7 @@ defmodule Overworld.Web.Accounts do
   @doc false
   @spec failed(term) :: Web.response()
   def failed({:busy, seconds}),
-    do: too_many("busy", "the server is busy hashing passwords", seconds)
+    do: Web.too_many("busy", "the server is busy hashing passwords", seconds)
 
   def failed(:timeout), do: failed({:busy, 1})
 

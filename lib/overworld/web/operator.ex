@@ -86,13 +86,13 @@ defmodule Overworld.Web.Operator do
     do: Web.json(200, %{name: op.name, role: op.role, expires_at: op.expires_at})
 
   defp route(["audit"], req, cfg, _op) do
-    with {:ok, limit} <- limit(query(req), 100, 1_000) do
+    with {:ok, limit} <- limit(Web.query(req), 100, 1_000) do
       Web.json(200, %{entries: Audit.read(cfg.operators, limit) |> Web.nulls()})
     end
   end
 
   defp route(["accounts"], req, _cfg, _op) do
-    case query(req) do
+    case Web.query(req) do
       %{"q" => q} when byte_size(q) in 1..@max_q ->
         accounts = for u <- Accounts.Search.find(q, @max_results), a = account(u), do: a
         Web.json(200, %{accounts: accounts})
@@ -131,12 +131,12 @@ defmodule Overworld.Web.Operator do
     s = cfg.operators
 
     with :ok <-
-           limited(
+           Web.limited(
              RateLimit.hit({:operator_login, cfg.name, req.peer}, s.login_limit_per_address)
            ),
          {:ok, body} <- Web.json_body(req),
-         {:ok, name} <- string(body, "name"),
-         {:ok, password} <- string(body, "password") do
+         {:ok, name} <- Web.field(body, "name"),
+         {:ok, password} <- Web.field(body, "password") do
       shown = Web.printable(name, 64)
 
       case Operators.login(cfg, name, password) do
@@ -155,13 +155,6 @@ defmodule Overworld.Web.Operator do
           Logger.info("operator: refused login of #{inspect(shown)}: #{inspect(reason)}")
           answer(error, nil)
       end
-    end
-  end
-
-  defp string(body, field) do
-    case body do
-      %{^field => v} when is_binary(v) -> {:ok, v}
-      _ -> Web.error(400, "invalid_body", "expected a string field #{inspect(field)}")
     end
   end
 
@@ -221,17 +214,6 @@ defmodule Overworld.Web.Operator do
   defp outcome({:refused, code}) when is_binary(code), do: code
 
   @doc false
-  # The query string's parameters (none when it is not a valid one).
-  @spec query(map) :: %{optional(binary) => binary}
-  def query(%{query: q}) when is_binary(q) and q != "" do
-    URI.decode_query(q)
-  rescue
-    _ -> %{}
-  end
-
-  def query(_req), do: %{}
-
-  @doc false
   # `?limit=N`: `default` without it, 1..max with it; else the 400.
   @spec limit(map, pos_integer, pos_integer) :: {:ok, pos_integer} | Web.response()
   def limit(params, default, max) do
@@ -258,7 +240,7 @@ defmodule Overworld.Web.Operator do
   def answer({:ok, _}, fun), do: Web.json(200, fun.())
 
   def answer({:error, {:busy, seconds}}, _fun),
-    do: too_many("busy", "the server is busy hashing passwords", seconds)
+    do: Web.too_many("busy", "the server is busy hashing passwords", seconds)
 
   def answer({:error, :timeout}, fun), do: answer({:error, {:busy, 1}}, fun)
 
@@ -267,17 +249,6 @@ defmodule Overworld.Web.Operator do
     if status >= 500, do: Logger.error("operator api: #{inspect(reason)}")
     Web.error(status, code, message)
   end
-
-  defp limited(:ok), do: :ok
-
-  defp limited({:error, {:rate_limited, seconds}}),
-    do: too_many("rate_limited", "too many attempts", seconds)
-
-  defp too_many(code, message, seconds),
-    do:
-      Web.error(429, code, "#{message}: retry in #{seconds} s", [
-        {"retry-after", Integer.to_string(seconds)}
-      ])
 
   @errors %{
     invalid_credentials: {401, "invalid_credentials", "unknown operator or wrong password"},

@@ -40,7 +40,7 @@ defmodule Overworld.Web.Storage do
           end
 
         "/api/v1/storage/list" ->
-          list(store, caller, query(req))
+          list(store, caller, Web.query(req))
       end
     end
   end
@@ -64,14 +64,6 @@ defmodule Overworld.Web.Storage do
       _ -> Web.error(400, "invalid_request", "limit must be an integer")
     end
   end
-
-  defp query(%{query: q}) when is_binary(q) and q != "" do
-    URI.decode_query(q)
-  rescue
-    _ -> %{}
-  end
-
-  defp query(_req), do: %{}
 
   defp user(req, cfg) do
     with {:ok, %{user_id: user}} <- Web.session(req, cfg), do: {:ok, user}

@@ -95,7 +95,7 @@ defmodule Overworld.Web.Operator.Zones do
   end
 
   defp zone(["sessions"], {_ref, node, id}, req, _cfg, _op) do
-    with {:ok, limit} <- Operator.limit(Operator.query(req), 100, 1_000) do
+    with {:ok, limit} <- Operator.limit(Web.query(req), 100, 1_000) do
       case Zones.run(node, id, :sessions_here, [limit]) do
         {:ok, sessions, total} -> Web.json(200, %{sessions: Web.nulls(sessions), total: total})
         error -> Operator.answer(error, nil)
@@ -112,7 +112,7 @@ defmodule Overworld.Web.Operator.Zones do
     do: inspect_on(node, id, :history_range, [])
 
   defp zone(["history", "state"], {_ref, node, id}, req, _cfg, _op),
-    do: inspect_on(node, id, :history_state, [Operator.query(req)])
+    do: inspect_on(node, id, :history_state, [Web.query(req)])
 
   defp zone(["rewind"], {ref, node, id}, req, cfg, op) do
     with {:ok, body} <- Web.json_body(req) do
