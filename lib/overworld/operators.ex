@@ -50,7 +50,7 @@ defmodule Overworld.Operators do
 
   @table :overworld_operators
   @attributes [:name, :hash, :role, :updated_at]
-  @max_password_bytes 256
+  @max_password_bytes Overworld.Accounts.Email.max_password_bytes()
 
   @typedoc "An operator as the API sees it."
   @type operator :: %{name: String.t(), role: :operator | :viewer}
@@ -162,7 +162,7 @@ defmodule Overworld.Operators do
       {op, hash} =
         case get(cfg.operators, name) do
           {:ok, op} -> {op, op.hash}
-          :error -> {nil, decoy(cfg.accounts.password_iterations)}
+          :error -> {nil, Password.decoy(cfg.accounts.password_iterations)}
         end
 
       case Hasher.verify(password, hash) do
@@ -221,25 +221,6 @@ defmodule Overworld.Operators do
 
   # A token of an operator carries this of its hash: a new password refuses the old tokens.
   defp fingerprint(hash), do: :erlang.phash2(hash, 0x100000000)
-
-  # A hash that no password matches, made once per iteration count: an unknown name costs one
-  # PBKDF2 as a known one does.
-  defp decoy(iterations) do
-    key = {__MODULE__, :decoy, iterations}
-
-    case :persistent_term.get(key, nil) do
-      nil ->
-        hash =
-          {:pbkdf2_sha256, iterations, :crypto.strong_rand_bytes(16),
-           :crypto.strong_rand_bytes(32)}
-
-        :persistent_term.put(key, hash)
-        hash
-
-      hash ->
-        hash
-    end
-  end
 
   defp check_name(name) do
     if Settings.valid_name?(name), do: :ok, else: {:error, :invalid_name}

@@ -22,7 +22,7 @@ defmodule Overworld.Accounts.Email do
   """
 
   alias Overworld.Accounts
-  alias Overworld.Accounts.{Hasher, Mailer}
+  alias Overworld.Accounts.{Hasher, Mailer, Password}
 
   @pending :overworld_pending
   @identities :overworld_identities
@@ -193,7 +193,7 @@ defmodule Overworld.Accounts.Email do
       {user_id, hash} =
         case :mnesia.dirty_read(@identities, {:email, a}) do
           [{_, _, user_id, hash}] -> {user_id, hash}
-          [] -> {nil, decoy(s.password_iterations)}
+          [] -> {nil, Password.decoy(s.password_iterations)}
         end
 
       case Hasher.verify(password, hash) do
@@ -235,25 +235,6 @@ defmodule Overworld.Accounts.Email do
     case Accounts.subject(user_id) do
       {:ok, _} -> {:ok, user_id}
       error -> error
-    end
-  end
-
-  # A hash that no password matches, made once per iteration count: an unknown address costs
-  # one PBKDF2 as a known one does.
-  defp decoy(iterations) do
-    key = {__MODULE__, :decoy, iterations}
-
-    case :persistent_term.get(key, nil) do
-      nil ->
-        hash =
-          {:pbkdf2_sha256, iterations, :crypto.strong_rand_bytes(16),
-           :crypto.strong_rand_bytes(32)}
-
-        :persistent_term.put(key, hash)
-        hash
-
-      hash ->
-        hash
     end
   end
 

@@ -60,6 +60,29 @@ defmodule Overworld.Accounts.Password do
   end
 
   @doc """
+  A hash that no password matches, made once per iteration count (kept in
+  `:persistent_term`): checked when a name or an address is unknown, so that it costs one
+  PBKDF2 as a known one does and no time tells them apart.
+  """
+  @spec decoy(pos_integer) :: hash
+  def decoy(iterations) do
+    key = {__MODULE__, :decoy, iterations}
+
+    case :persistent_term.get(key, nil) do
+      nil ->
+        hash =
+          {:pbkdf2_sha256, iterations, :crypto.strong_rand_bytes(16),
+           :crypto.strong_rand_bytes(32)}
+
+        :persistent_term.put(key, hash)
+        hash
+
+      hash ->
+        hash
+    end
+  end
+
+  @doc """
   A hash as text: `pbkdf2-sha256$<iterations>$<salt>$<derived key>` (unpadded base64).
 
       iex> Overworld.Accounts.Password.encode({:pbkdf2_sha256, 1000, "salty salt", <<1, 2, 3>>})
