@@ -373,6 +373,26 @@ defmodule Overworld.Accounts do
     user_id
   end
 
+  @doc false
+  # The user owning an identity (`{:device, id}`, `{:email, address}`, `{:custom, id}`), read
+  # from this node's copy (no transaction), or nil.
+  @spec owner(tuple) :: user_id | nil
+  def owner(identity), do: :mnesia.async_dirty(fn -> owner(identity, :read) end)
+
+  @doc false
+  # At most `limit` user ids starting with `prefix`, sorted (a scan of the users' table from
+  # this node's copy that stops at `limit` found: for operators, never for players).
+  @spec user_ids_starting(binary, pos_integer) :: [user_id]
+  def user_ids_starting(prefix, limit) do
+    size = byte_size(prefix)
+    ms = [{{@users, :"$1", :_, :_}, [{:==, {:binary_part, :"$1", 0, size}, prefix}], [:"$1"]}]
+
+    case :mnesia.activity(:async_dirty, fn -> :mnesia.select(@users, ms, limit, :read) end) do
+      {ids, _continuation} -> Enum.sort(ids)
+      :"$end_of_table" -> []
+    end
+  end
+
   # In a transaction: the user owning an identity, or nil.
   defp owner({:device, d}, lock) do
     case :mnesia.read(@devices, d, lock) do

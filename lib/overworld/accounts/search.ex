@@ -12,15 +12,11 @@ defmodule Overworld.Accounts.Search do
 
   alias Overworld.Accounts
 
-  @users :overworld_users
-  @devices :overworld_devices
-  @identities :overworld_identities
-
   @doc "The user ids of the accounts matching `text` (at most `limit`), exact matches first."
   @spec find(String.t(), pos_integer) :: [Accounts.user_id()]
   def find(text, limit) when is_binary(text) and is_integer(limit) and limit > 0 do
     exact =
-      [user(text), email(text), device(text), identity({:custom, text})]
+      [user(text), email(text), Accounts.owner({:device, text}), Accounts.owner({:custom, text})]
       |> Enum.reject(&is_nil/1)
 
     (exact ++ prefixed(text, limit))
@@ -37,39 +33,14 @@ defmodule Overworld.Accounts.Search do
 
   defp email(text) do
     case Accounts.Email.normalize(text) do
-      {:ok, a} -> identity({:email, a})
+      {:ok, a} -> Accounts.owner({:email, a})
       :error -> nil
     end
   end
 
-  defp device(text) do
-    case :mnesia.dirty_read(@devices, text) do
-      [{@devices, _, user_id}] -> user_id
-      [] -> nil
-    end
-  end
-
-  defp identity(key) do
-    case :mnesia.dirty_read(@identities, key) do
-      [{@identities, _, user_id, _}] -> user_id
-      [] -> nil
-    end
-  end
-
   defp prefixed(text, limit) do
-    size = byte_size(text)
-
-    if size in 4..31 and String.match?(text, ~r/\A[0-9a-f]+\z/) do
-      ms = [
-        {{@users, :"$1", :_, :_}, [{:==, {:binary_part, :"$1", 0, size}, text}], [:"$1"]}
-      ]
-
-      case :mnesia.activity(:async_dirty, fn -> :mnesia.select(@users, ms, limit, :read) end) do
-        {ids, _continuation} -> Enum.sort(ids)
-        :"$end_of_table" -> []
-      end
-    else
-      []
-    end
+    if byte_size(text) in 4..31 and String.match?(text, ~r/\A[0-9a-f]+\z/),
+      do: Accounts.user_ids_starting(text, limit),
+      else: []
   end
 end
