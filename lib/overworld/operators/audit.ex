@@ -74,14 +74,12 @@ defmodule Overworld.Operators.Audit do
   @spec read(map, non_neg_integer) :: [map]
   def read(%{audit_file: path, audit_files: n}, limit) when is_integer(limit) and limit >= 0 do
     [path | for(i <- 1..n//1, do: "#{path}.#{i}")]
-    |> Enum.reduce_while([], fn file, acc ->
-      if length(acc) >= limit, do: {:halt, acc}, else: {:cont, acc ++ newest(file)}
-    end)
+    |> Stream.flat_map(&newest/1)
     |> Enum.take(limit)
   end
 
-  # A file's entries, newest first (only whole lines: the last part after a newline is a line
-  # being written, or torn).
+  # A file's entries, newest first, decoded as they are taken (only whole lines: the last part
+  # after a newline is a line being written, or torn).
   defp newest(file) do
     case File.read(file) do
       {:ok, bin} ->
@@ -89,7 +87,7 @@ defmodule Overworld.Operators.Audit do
         |> :binary.split("\n", [:global])
         |> Enum.drop(-1)
         |> Enum.reverse()
-        |> Enum.flat_map(&decode/1)
+        |> Stream.flat_map(&decode/1)
 
       {:error, _} ->
         []
