@@ -41,7 +41,10 @@ defmodule Overworld.Zone.Release do
   defp stop_clock(st, answer) do
     if st.clock && st.clock.timer, do: :erlang.cancel_timer(st.clock.timer)
     for {caller, _} <- :queue.to_list(st.manual), do: GenServer.reply(caller, {:error, answer})
-    %{st | clock: nil, manual: :queue.new()}
+    # (Snapshots asked for and not yet taken will not be: the zone is moving. One taken is
+    # answered once written.)
+    for caller <- st.snapshot_asked, do: GenServer.reply(caller, {:error, :moved})
+    %{st | clock: nil, manual: :queue.new(), snapshot_asked: []}
   end
 
   @doc """
