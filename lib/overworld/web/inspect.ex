@@ -127,23 +127,14 @@ defmodule Overworld.Web.Inspect do
 
   defp dump(zone) do
     case Overworld.Zone.history(zone) do
-      {:ok, dump} ->
-        {:ok, dump}
-
-      {:error, :no_history} ->
-        Web.error(409, "no_history", "this zone keeps no history (zone option history: 0)")
-
-      {:error, :no_keyframe} ->
-        Web.error(409, "no_keyframe", "the zone's history has no complete keyframe yet")
-
-      {:error, :not_found} ->
-        Web.error(404, "not_found", "the zone is not running")
+      {:ok, dump} -> {:ok, dump}
+      error -> Overworld.Web.Operator.answer(error, nil)
     end
   end
 
   defp config(zone) do
     case Overworld.Zone.config(zone) do
-      nil -> Web.error(404, "not_found", "the zone is not running")
+      nil -> Overworld.Web.Operator.answer({:error, :not_found}, nil)
       config -> {:ok, config}
     end
   end
