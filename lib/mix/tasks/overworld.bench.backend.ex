@@ -49,7 +49,7 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
   """
   use Mix.Task
 
-  alias Overworld.Bench.{Args, Backend, PostgresServer, Stats}
+  alias Overworld.Bench.{Args, Backend, PostgresServer, Stats, Tsung}
   alias Overworld.Metrics.Histogram
 
   @switches [
@@ -215,7 +215,7 @@ defmodule Mix.Tasks.Overworld.Bench.Backend do
   end
 
   defp workload("tsung", s, _o, opts) do
-    r = Backend.tsung(s, opts[:tsung], 1, opts[:handler] || "echo_lua")
+    r = Tsung.run(s, opts[:tsung], 1, opts[:handler] || "echo_lua")
 
     Mix.shell().info(
       "tsung #{Path.basename(opts[:tsung])}: #{r.requests} requests in #{r.seconds} s = " <>
