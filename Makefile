@@ -13,7 +13,7 @@ SHELL := /bin/bash
 # (accounts), crypto (tokens), PropEr for property tests, runtime_tools (scheduler utilization,
 # msacc) and tools (eprof) for the benchmarks, ssl and public_key (TLS distribution) with
 # openssl (certificates for a local TLS cluster); the PostgreSQL client (Overworld.Postgres)
-# and the PostgreSQL server its tests start (test/support/postgres.ex); luerl, the Lua
+# and the PostgreSQL server its tests and benches start (lib/overworld/bench/postgres_server.ex); luerl, the Lua
 # interpreter of Overworld.Lua; Prometheus (promtool checks GET /metrics, and the dashboard's
 # test scrapes a server with it: docs/metrics.md).
 APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
