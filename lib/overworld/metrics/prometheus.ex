@@ -10,7 +10,7 @@ defmodule Overworld.Metrics.Prometheus do
   `name_sum` and `name_count`.
 
   Label sets are passed rendered (`labels/1`), so that a set used by many families (a zone's)
-  is rendered once per scrape. Times are kept in integer microseconds and written as exact
+  is rendered once (a zone's when the zone starts). Times are kept in integer microseconds and written as exact
   decimal seconds (`seconds/1`), so bucket bounds never suffer from float formatting.
 
       iex> alias Overworld.Metrics.Prometheus, as: P

@@ -6,7 +6,8 @@ defmodule Overworld.Metrics.Zones do
   # never reaches a zone's tick path, whatever the number of zones or entities.
   #
   # Labels: `zone` (the zone id, `inspect/1`ed: a stable printable text) and, for a zone of a
-  # world, `world` (the world's name, the same way). Nothing per player or per session.
+  # world, `world` (the world's name, the same way). Nothing per player or per session. A
+  # zone's label set is rendered once, when its supervisor makes its metrics (`labelled/2`).
   #
   # Histograms (tick durations, journal fsyncs, recoveries) are the zone's log-linear
   # histograms (`Overworld.Metrics.Histogram`) read at fixed bounds, each a bucket floor of
@@ -109,22 +110,33 @@ defmodule Overworld.Metrics.Zones do
               )
 
   @doc false
+  # The zone's shared metrics `shared` with what a scrape needs of the zone of `config` (an
+  # `Overworld.Zone.Config`): its label set rendered, whether it is a zone of a world, whether
+  # it has a data directory.
+  @spec labelled(Metrics.t(), Overworld.Zone.Config.t()) :: Metrics.t()
+  def labelled(shared, config) do
+    labels = P.labels(zone: inspect(config.id), world: config.world && inspect(config.world.name))
+
+    %{
+      shared
+      | labels: IO.iodata_to_binary(labels),
+        in_world: config.world != nil,
+        durable: config.data_dir != nil
+    }
+  end
+
+  @doc false
   # The zone families, as iodata.
   @spec families() :: iodata
   def families do
-    shares = for {_, shared, _, _} = z <- Overworld.Names.zone_shares(), shared != nil, do: z
-    # (Each world's name printed once; each zone's id was when the zone started.)
-    names = Map.new(for {_, _, w, _} <- shares, w != nil, do: {w, inspect(w)})
-
     zones =
-      for {id, shared, world, dir} <- shares do
-        labels = P.labels(zone: shared.label || inspect(id), world: names[world])
-        %{labels: labels, m: shared, v: Metrics.values(shared), world: world, disk: dir != nil}
+      for shared <- Overworld.Names.zone_shares() do
+        %{labels: shared.labels, m: shared, v: Metrics.values(shared)}
       end
-      |> Enum.sort_by(&IO.iodata_to_binary(&1.labels))
+      |> Enum.sort_by(& &1.labels)
 
-    worlds = Enum.filter(zones, & &1.world)
-    disk = Enum.filter(zones, & &1.disk)
+    worlds = Enum.filter(zones, & &1.m.in_world)
+    disk = Enum.filter(zones, & &1.m.durable)
 
     [
       histogram(@tick_h, "overworld_zone_tick_duration_seconds", zones, & &1.ticks_us, @short),
