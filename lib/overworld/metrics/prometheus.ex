@@ -49,6 +49,29 @@ defmodule Overworld.Metrics.Prometheus do
       "\n"
     ]
 
+  @typedoc "A family's name and its `header/3` lines, made once (at compile time)."
+  @type spec :: {String.t(), iodata}
+
+  @doc """
+  A family's name with its `header/3` lines, for `family/3` or for writing its samples.
+
+      iex> {"up", header} = Overworld.Metrics.Prometheus.spec("up", :gauge, "Up.")
+      iex> IO.iodata_to_binary(header)
+      "# HELP up Up.\\n# TYPE up gauge\\n"
+  """
+  @spec spec(String.t(), type, String.t()) :: spec
+  def spec(name, type, help), do: {name, header(name, type, help)}
+
+  @doc """
+  A family of one sample: its header lines and the sample.
+
+      iex> alias Overworld.Metrics.Prometheus, as: P
+      iex> P.family(P.spec("up", :gauge, "Up."), [], 1) |> IO.iodata_to_binary()
+      "# HELP up Up.\\n# TYPE up gauge\\nup 1\\n"
+  """
+  @spec family(spec, labels, number | String.t()) :: iodata
+  def family({name, header}, labels, value), do: [header, sample(name, labels, value)]
+
   @doc """
   A label set rendered once, from `{name, value}` pairs (values are strings; pairs whose value
   is nil are left out).
