@@ -130,14 +130,10 @@ defmodule Overworld.Metrics.Beam do
     ]
   end
 
-  # (Read with :prim_file: File.read/1 would ask the node's file server, a process every
-  # file open of the node goes through.)
   defp cpu do
-    with {:ok, stat} <- :prim_file.read_file("/proc/self/stat"),
-         s when is_float(s) <- Overworld.Metrics.CPU.stat_seconds(stat, :own) do
-      P.family(@cpu, [], s)
-    else
-      _ -> []
+    case Overworld.Metrics.CPU.os_seconds() do
+      nil -> []
+      s -> P.family(@cpu, [], s)
     end
   end
 end
