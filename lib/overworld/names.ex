@@ -132,20 +132,13 @@ defmodule Overworld.Names do
   def zones, do: Registry.select(@registry, [{{{:zone, :"$1"}, :_, :_}, [], [:"$1"]}])
 
   @doc """
-  The zones running on this node, read from their registry values without copying their
-  configs (`Overworld.Zone.Config`): `{id, shared, world, data_dir}` with the zone's shared
-  counters and tables (`Overworld.Zone.Metrics`), its world's name (nil for a zone of its
-  own) and its data directory (nil without one). No message to anybody.
+  The shared counters and tables (`Overworld.Zone.Metrics`) of the zones running on this
+  node, read from their registry values (`Overworld.Zone.Config`) without copying the rest
+  of them. No message to anybody.
   """
-  @spec zone_shares() :: [{term, term, term, Path.t() | nil}]
-  def zone_shares do
-    Registry.select(@registry, [
-      {{{:zone, :"$1"}, :_, %{shared: :"$2", world: nil, data_dir: :"$3"}}, [],
-       [{{:"$1", :"$2", nil, :"$3"}}]},
-      {{{:zone, :"$1"}, :_, %{shared: :"$2", world: %{name: :"$4"}, data_dir: :"$3"}}, [],
-       [{{:"$1", :"$2", :"$4", :"$3"}}]}
-    ])
-  end
+  @spec zone_shares() :: [Overworld.Zone.Metrics.t()]
+  def zone_shares,
+    do: Registry.select(@registry, [{{{:zone, :_}, :_, %{shared: :"$1"}}, [], [:"$1"]}])
 
   @doc false
   # The sessions of a user on this node, of every server.

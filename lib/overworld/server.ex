@@ -281,8 +281,7 @@ defmodule Overworld.Server do
           ),
         observers:
           Options.validate!(o.observers, observer_schema(), "Overworld.Server observers"),
-        metrics:
-          Options.validate!(o.metrics, Overworld.Web.Metrics.schema(), "Overworld.Server metrics")
+        metrics: Overworld.Web.Metrics.settings!(o.metrics)
     }
 
     if o.default_zone && not Map.has_key?(o.zones, o.default_zone) do

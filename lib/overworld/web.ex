@@ -213,12 +213,22 @@ defmodule Overworld.Web do
   @spec session(Overworld.Transport.HTTP.Request.t(), Config.t()) ::
           {:ok, Token.claims()} | response
   def session(req, cfg) do
-    with "Bearer " <> token <- Map.get(req.headers, "authorization", ""),
-         {:ok, claims} <- Overworld.Accounts.verify_token(cfg.keys, String.trim(token), :session) do
+    with token when token != nil <- bearer(req),
+         {:ok, claims} <- Overworld.Accounts.verify_token(cfg.keys, token, :session) do
       {:ok, claims}
     else
       {:error, why} -> error(401, "invalid_token", Atom.to_string(why))
-      _ -> error(401, "invalid_token", "expected authorization: Bearer <session token>")
+      nil -> error(401, "invalid_token", "expected authorization: Bearer <session token>")
+    end
+  end
+
+  @doc false
+  # The token of the request's `authorization: Bearer <token>` header (trimmed), or nil.
+  @spec bearer(Overworld.Transport.HTTP.Request.t()) :: String.t() | nil
+  def bearer(req) do
+    case Map.get(req.headers, "authorization", "") do
+      "Bearer " <> token -> String.trim(token)
+      _ -> nil
     end
   end
 

@@ -5,17 +5,11 @@ defmodule Overworld.Test.Prometheus do
   # and a fresh storage directory, and waits until it is ready; `query/2` evaluates PromQL
   # through its HTTP API; `stop/1` stops it and removes the directory.
   #
-  # It runs under `sh`, which kills it when its standard input closes: on `stop/1`, or when
-  # the port's owner (the test process) or the VM goes, however it goes. It never outlives the
-  # test run.
+  # It runs under `sh` (`Overworld.Bench.External`), which stops it when its standard input
+  # closes: on `stop/1`, or when the port's owner (the test process) or the VM goes, however
+  # it goes. It never outlives the test run.
 
-  @runner ~S"""
-  "$@" &
-  pid=$!
-  read -r _line
-  kill -TERM "$pid" 2>/dev/null
-  wait "$pid"
-  """
+  alias Overworld.Bench.External
 
   @ready_timeout 20_000
 
@@ -25,35 +19,19 @@ defmodule Overworld.Test.Prometheus do
       System.find_executable("prometheus") ||
         raise "prometheus not found: apt-get install -y prometheus (make deps)"
 
-    dir =
-      Path.join(
-        System.tmp_dir!(),
-        "overworld-prom-#{System.pid()}-#{System.unique_integer([:positive])}"
-      )
-
+    dir = External.tmp_dir("overworld-prom")
     File.mkdir_p!(Path.join(dir, "data"))
     config = Path.join(dir, "prometheus.yml")
     File.write!(config, yaml)
-    port = free_port()
-
-    args = [
-      "-c",
-      @runner,
-      "sh",
-      bin,
-      "--config.file=" <> config,
-      "--storage.tsdb.path=" <> Path.join(dir, "data"),
-      "--web.listen-address=127.0.0.1:#{port}",
-      "--log.level=warn"
-    ]
+    port = External.free_port()
 
     os =
-      Port.open({:spawn_executable, System.find_executable("sh")}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        {:line, 4096},
-        args: args
+      External.open([
+        bin,
+        "--config.file=" <> config,
+        "--storage.tsdb.path=" <> Path.join(dir, "data"),
+        "--web.listen-address=127.0.0.1:#{port}",
+        "--log.level=warn"
       ])
 
     server = %{port: port, os: os, dir: dir}
@@ -115,27 +93,9 @@ defmodule Overworld.Test.Prometheus do
 
   @doc "Stops the server (waits for it) and removes its directory."
   def stop(%{os: os, dir: dir}) do
-    try do
-      Port.command(os, "stop\n")
-
-      receive do
-        {^os, {:exit_status, _}} -> :ok
-      after
-        10_000 -> Port.close(os)
-      end
-    rescue
-      ArgumentError -> :closed
-    end
-
+    External.stop(os, 10_000)
     drain([])
     File.rm_rf(dir)
     :ok
-  end
-
-  defp free_port do
-    {:ok, sock} = :gen_tcp.listen(0, ip: {127, 0, 0, 1})
-    {:ok, port} = :inet.port(sock)
-    :gen_tcp.close(sock)
-    port
   end
 end

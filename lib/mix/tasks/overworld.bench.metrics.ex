@@ -56,24 +56,15 @@ defmodule Mix.Tasks.Overworld.Bench.Metrics do
     http = Keyword.get(opts, :http, 200)
     Args.at_least!([http: http], [:http], 0)
 
-    Mix.Task.run("compile")
     Stats.start_node()
     machine = Stats.machine()
     Mix.shell().info("Metrics scrape benchmark\n" <> Stats.machine_line(machine))
 
     result =
       Overworld.Bench.Metrics.run(
-        zones: o.zones,
-        entities: o.entities,
-        samples: o.samples,
-        interval: o.interval,
-        warmup: o.warmup,
-        baseline: o.baseline,
-        http: http,
-        data_dir: opts[:data_dir],
-        print: &Mix.shell().info/1
+        [http: http, data_dir: opts[:data_dir], print: &Mix.shell().info/1] ++ Map.to_list(o)
       )
 
-    Stats.write_result(opts[:json], Map.put(result, :machine, machine), machine)
+    Stats.write_result(opts[:json], result, machine)
   end
 end

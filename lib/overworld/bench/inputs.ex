@@ -14,7 +14,7 @@ defmodule Overworld.Bench.Inputs do
   # The injection is a function (`inject`), so the same scenario measures any way of handing
   # inputs to a zone (the current one: `Overworld.Zone.input_slot/2` + `put_input/3`).
 
-  alias Overworld.Bench.Stats
+  alias Overworld.Bench.{Running, Stats}
 
   @type opts :: %{
           zone: term,
@@ -90,54 +90,44 @@ defmodule Overworld.Bench.Inputs do
       )
 
     sent0 = count_sent(injectors)
-    :erlang.trace(server, true, [:running, :monotonic_timestamp, {:tracer, me}])
+    Running.trace(server)
     t_end = System.monotonic_time(:millisecond) + o.seconds * 1000
-    {ticks, runs} = collect(server, t_end, [], [], nil)
-    :erlang.trace(server, false, [:running])
+    {ticks, runs} = collect(server, t_end, [], [])
+    Running.untrace(server)
     Overworld.Telemetry.detach(handler)
     sent = count_sent(injectors) - sent0
     Enum.each(injectors, fn {pid, _} -> send(pid, :stop) end)
     flush()
-    {mode, %{ticks: per_tick(Enum.reverse(ticks), Enum.reverse(runs)), sent: sent, s: o.seconds}}
+    {mode, %{ticks: per_tick(Enum.reverse(ticks), runs), sent: sent, s: o.seconds}}
   end
 
-  defp collect(server, t_end, ticks, runs, in_at) do
+  # The ticks (newest first) and the server's running intervals (in order) until `t_end`.
+  defp collect(server, t_end, ticks, events) do
     left = t_end - System.monotonic_time(:millisecond)
 
     receive do
       {:tick, n, start, duration, lateness} ->
-        collect(server, t_end, [{n, start, duration, lateness} | ticks], runs, in_at)
+        collect(server, t_end, [{n, start, duration, lateness} | ticks], events)
 
-      {:trace_ts, ^server, :in, _mfa, ts} ->
-        collect(server, t_end, ticks, runs, ts)
-
-      {:trace_ts, ^server, :out, _mfa, ts} when in_at != nil ->
-        collect(server, t_end, ticks, [{in_at, ts} | runs], nil)
-
-      {:trace_ts, ^server, _, _, _} ->
-        collect(server, t_end, ticks, runs, in_at)
+      {:trace_ts, ^server, inout, _mfa, ts} ->
+        collect(server, t_end, ticks, Running.event(events, inout, ts))
     after
-      max(left, 0) -> {ticks, runs}
+      max(left, 0) -> {ticks, Running.intervals(events)}
     end
   end
 
   # Each tick's server CPU: the running intervals between its start and the next tick's start
   # (the last tick of the window has no next: left out).
   defp per_tick(ticks, runs) do
-    ticks
-    |> Enum.chunk_every(2, 1, :discard)
-    |> Enum.map_reduce(runs, fn [{_n, start, duration, lateness}, {_, next, _, _}], runs ->
-      runs = Enum.drop_while(runs, fn {_a, b} -> b <= start end)
-      cpu = overlap(runs, start, next, 0)
-      {%{cpu: us(cpu), lateness: us(lateness), duration: us(duration)}, runs}
-    end)
-    |> elem(0)
+    pairs = Enum.chunk_every(ticks, 2, 1, :discard)
+    windows = for [{_, start, _, _}, {_, next, _, _}] <- pairs, do: {start, next}
+
+    cpu = Running.on_cpu(windows, runs)
+
+    for {[{_n, _, duration, lateness}, _], cpu} <- Enum.zip(pairs, cpu) do
+      %{cpu: us(cpu), lateness: us(lateness), duration: us(duration)}
+    end
   end
-
-  defp overlap([{a, b} | rest], from, to, acc) when a < to,
-    do: overlap(rest, from, to, acc + max(min(b, to) - max(a, from), 0))
-
-  defp overlap(_runs, _from, _to, acc), do: acc
 
   defp us(native), do: System.convert_time_unit(native, :native, :microsecond)
 

@@ -23,7 +23,7 @@ defmodule Overworld.Bench.Metrics do
   # Reported: the three summaries, the body's size and series, and the zones' ticks and
   # overruns without and during the scrapes.
 
-  alias Overworld.Bench.{MetricsZone, Stats}
+  alias Overworld.Bench.{MetricsZone, Running, Stats}
   alias Overworld.Metrics.Histogram
   alias Overworld.Transport.HTTP.Request
 
@@ -94,7 +94,7 @@ defmodule Overworld.Bench.Metrics do
 
     us = &System.convert_time_unit(&1, :native, :microsecond)
     server = Stats.summary(for {t0, t1} <- windows, do: us.(t1 - t0))
-    cpu = Stats.summary(Enum.map(on_cpu(windows, running), us))
+    cpu = Stats.summary(Enum.map(Running.on_cpu(windows, running), us))
     client = Stats.summary(http)
     describe = &Stats.describe(&1, [50, 99], unit: " µs", of: "scrapes")
     print.("scrape (server side, wall time): " <> describe.(server))
@@ -171,45 +171,23 @@ defmodule Overworld.Bench.Metrics do
         send(me, {:windows, windows})
       end)
 
-    :erlang.trace(sampler, true, [:running, :monotonic_timestamp])
+    Running.trace(sampler)
     send(sampler, :go)
     collect(sampler, nil, [], nil)
   end
 
   # Trace events until the sampler's windows came and every event was delivered.
-  defp collect(sampler, windows, acc, ref) do
+  defp collect(sampler, windows, events, ref) do
     receive do
-      {:trace_ts, ^sampler, inout, _, ts} when inout in [:in, :out] ->
-        collect(sampler, windows, [{inout, ts} | acc], ref)
-
-      {:trace_ts, ^sampler, _, _, _} ->
-        collect(sampler, windows, acc, ref)
+      {:trace_ts, ^sampler, inout, _, ts} ->
+        collect(sampler, windows, Running.event(events, inout, ts), ref)
 
       {:windows, w} ->
-        collect(sampler, w, acc, :erlang.trace_delivered(sampler))
+        collect(sampler, w, events, :erlang.trace_delivered(sampler))
 
       {:trace_delivered, ^sampler, ^ref} ->
-        {windows, intervals(Enum.reverse(acc), [])}
+        {windows, Running.intervals(events)}
     end
-  end
-
-  defp intervals([{:in, a}, {:out, b} | rest], acc), do: intervals(rest, [{a, b} | acc])
-  defp intervals([_ | rest], acc), do: intervals(rest, acc)
-  defp intervals([], acc), do: Enum.reverse(acc)
-
-  @doc false
-  # Per window, how much of the (sorted, disjoint) running intervals falls within it.
-  @spec on_cpu([{integer, integer}], [{integer, integer}]) :: [non_neg_integer]
-  def on_cpu(windows, running) do
-    {cpu, _} =
-      Enum.map_reduce(windows, running, fn {t0, t1}, rs ->
-        # (Intervals ending before this window end before every later one.)
-        rs = Enum.drop_while(rs, fn {_, b} -> b <= t0 end)
-        inside = Enum.take_while(rs, fn {a, _} -> a < t1 end)
-        {Enum.sum(for {a, b} <- inside, do: min(b, t1) - max(a, t0)), rs}
-      end)
-
-    cpu
   end
 
   defp http_scrape(port) do

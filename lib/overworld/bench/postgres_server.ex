@@ -12,11 +12,13 @@ defmodule Overworld.Bench.PostgresServer do
   # PostgreSQL refuses to run as root: under root the binaries run as the `postgres` OS user
   # (`runuser -u postgres --`), which owns the directory; any other user runs them directly.
   #
-  # The server runs under `sh`, which stops it when its standard input closes: on `stop/1`, or
-  # when this VM exits however it exits, so no server outlives the test run. A process of
-  # ours owns that port, drains the server's log and keeps its last lines for error messages.
+  # The server runs under `sh` (`Overworld.Bench.External`), which stops it when its standard
+  # input closes: on `stop/1`, or when this VM exits however it exits, so no server outlives
+  # the test run. A process of ours owns that port, drains the server's log and keeps its last
+  # lines for error messages.
 
   use GenServer
+  alias Overworld.Bench.External
 
   # (`pid` is the process that owns the server.)
   @type server :: %{
@@ -34,30 +36,16 @@ defmodule Overworld.Bench.PostgresServer do
   @ready "database system is ready to accept connections"
   @start_timeout 30_000
 
-  # Runs the server in the background, and stops it (fast shutdown) on a line or end of input.
-  @runner ~S"""
-  "$@" &
-  pid=$!
-  read -r _line
-  kill -INT "$pid" 2>/dev/null
-  wait "$pid"
-  """
-
   @doc "Starts a server; raises with the reason (and the server's log) when it cannot."
   @spec start!(keyword) :: server
   def start!(opts \\ []) do
     bin = bin_dir!()
     as = run_as!()
 
-    dir =
-      Path.join(
-        System.tmp_dir!(),
-        "overworld-pg-#{System.pid()}-#{System.unique_integer([:positive])}"
-      )
-
+    dir = External.tmp_dir("overworld-pg")
     password = Base.encode16(:crypto.strong_rand_bytes(12), case: :lower)
-
-    remove_stale_dirs()
+    # (Those of test runs that ended without stop/1: their VM halted.)
+    External.remove_stale_dirs("overworld-pg")
     File.mkdir_p!(dir)
     pwfile = Path.join(dir, "pwfile")
     File.write!(pwfile, password <> "\n")
@@ -116,15 +104,6 @@ defmodule Overworld.Bench.PostgresServer do
     :ok
   end
 
-  # The directories of test runs that ended without stop/1 (their VM halted): the server went
-  # with the VM, its files stayed. Their names hold the VM's OS pid.
-  defp remove_stale_dirs do
-    for dir <- Path.wildcard(Path.join(System.tmp_dir!(), "overworld-pg-*")),
-        [_, os_pid] <- [Regex.run(~r/overworld-pg-(\d+)-\d+$/, dir)],
-        File.dir?("/proc/self") and not File.exists?("/proc/#{os_pid}"),
-        do: File.rm_rf(dir)
-  end
-
   defp bin_dir! do
     candidates =
       Enum.sort_by(Path.wildcard("/usr/lib/postgresql/*/bin"), &version/1, :desc) ++
@@ -165,10 +144,14 @@ defmodule Overworld.Bench.PostgresServer do
     end
   end
 
-  defp command(:direct, exe, args), do: {exe, args}
+  # What runs a command as `as`.
+  defp prefix(:direct), do: []
+  defp prefix(:runuser), do: [System.find_executable("runuser"), "-u", @user, "--"]
 
-  defp command(:runuser, exe, args),
-    do: {System.find_executable("runuser"), ["-u", @user, "--", exe | args]}
+  defp command(as, exe, args) do
+    [exe | args] = prefix(as) ++ [exe | args]
+    {exe, args}
+  end
 
   defp initdb!(bin, as, dir, pwfile) do
     {exe, args} =
@@ -238,19 +221,7 @@ defmodule Overworld.Bench.PostgresServer do
   def handle_call(:port, from, s), do: {:noreply, launch(%{s | waiting: from})}
 
   def handle_call(:stop, from, %{port: port} = s) do
-    # A line on the runner's input: it stops the server and exits once the server is gone.
-    try do
-      Port.command(port, "stop\n")
-    rescue
-      ArgumentError -> :closed
-    end
-
-    receive do
-      {^port, {:exit_status, _}} -> :ok
-    after
-      @start_timeout -> :ok
-    end
-
+    :ok = External.stop(port, @start_timeout)
     GenServer.reply(from, :ok)
     {:stop, :normal, s}
   end
@@ -295,7 +266,7 @@ defmodule Overworld.Bench.PostgresServer do
   end
 
   defp launch(s) do
-    tcp = free_port()
+    tcp = External.free_port()
 
     settings =
       [
@@ -314,26 +285,10 @@ defmodule Overworld.Bench.PostgresServer do
 
     pinned = if s.cpu, do: [System.find_executable("taskset"), "-c", "#{s.cpu}"], else: []
 
-    {exe, args} =
-      command(s.as, System.find_executable("sh"), ["-c", @runner, "sh"] ++ pinned ++ postgres)
-
-    port =
-      Port.open({:spawn_executable, exe}, [
-        :binary,
-        :exit_status,
-        :stderr_to_stdout,
-        line: 4096,
-        args: args
-      ])
+    # (Fast shutdown on stop.)
+    port = External.open(pinned ++ postgres, signal: "INT", prefix: prefix(s.as))
 
     if s.tries == 0, do: Process.send_after(self(), :start_timeout, @start_timeout)
     %{s | port: port, tcp: tcp, tries: s.tries + 1}
-  end
-
-  defp free_port do
-    {:ok, socket} = :gen_tcp.listen(0, ip: {127, 0, 0, 1}, reuseaddr: true)
-    {:ok, port} = :inet.port(socket)
-    :gen_tcp.close(socket)
-    port
   end
 end

@@ -12,60 +12,58 @@ defmodule Overworld.Metrics.Beam do
 
   alias Overworld.Metrics.Prometheus, as: P
 
-  @memory_h P.header(
-              "overworld_beam_memory_bytes",
-              :gauge,
-              "Memory allocated by the VM, by kind (:erlang.memory/0)."
-            )
-  @processes_h P.header("overworld_beam_processes", :gauge, "Processes alive.")
-  @process_limit_h P.header("overworld_beam_process_limit", :gauge, "Processes allowed at most.")
-  @ports_h P.header("overworld_beam_ports", :gauge, "Ports open (sockets, files, programs).")
-  @run_queue_h P.header(
-                 "overworld_beam_run_queue_length",
-                 :gauge,
-                 "Processes and ports ready to run, per run queue (normal schedulers by " <>
-                   "number, then dirty_cpu and dirty_io)."
-               )
-  @schedulers_h P.header("overworld_beam_schedulers", :gauge, "Normal schedulers online.")
-  @active_h P.header(
-              "overworld_beam_scheduler_active_seconds_total",
-              :counter,
-              "Time each scheduler spent working (scheduler_wall_time); utilization is its " <>
-                "rate over the rate of overworld_beam_scheduler_wall_seconds_total."
-            )
-  @wall_h P.header(
-            "overworld_beam_scheduler_wall_seconds_total",
-            :counter,
-            "Wall time of each scheduler since scheduler_wall_time was turned on."
+  @memory P.spec(
+            "overworld_beam_memory_bytes",
+            :gauge,
+            "Memory allocated by the VM, by kind (:erlang.memory/0)."
           )
-  @gc_h P.header("overworld_beam_gc_runs_total", :counter, "Garbage collections.")
-  @io_h P.header(
-          "overworld_beam_io_bytes_total",
+  @processes P.spec("overworld_beam_processes", :gauge, "Processes alive.")
+  @process_limit P.spec("overworld_beam_process_limit", :gauge, "Processes allowed at most.")
+  @ports P.spec("overworld_beam_ports", :gauge, "Ports open (sockets, files, programs).")
+  @run_queue P.spec(
+               "overworld_beam_run_queue_length",
+               :gauge,
+               "Processes and ports ready to run, per run queue (normal schedulers by " <>
+                 "number, then dirty_cpu and dirty_io)."
+             )
+  @schedulers P.spec("overworld_beam_schedulers", :gauge, "Normal schedulers online.")
+  @active P.spec(
+            "overworld_beam_scheduler_active_seconds_total",
+            :counter,
+            "Time each scheduler spent working (scheduler_wall_time); utilization is its " <>
+              "rate over the rate of overworld_beam_scheduler_wall_seconds_total."
+          )
+  @wall P.spec(
+          "overworld_beam_scheduler_wall_seconds_total",
           :counter,
-          "Bytes received (in) and sent (out) through ports."
+          "Wall time of each scheduler since scheduler_wall_time was turned on."
         )
-  @cpu_h P.header(
-           "overworld_os_cpu_seconds_total",
-           :counter,
-           "User and system CPU time of the OS process (inflated by the schedulers' busy " <>
-             "waiting: read it beside the scheduler utilization)."
-         )
+  @gc P.spec("overworld_beam_gc_runs_total", :counter, "Garbage collections.")
+  @io P.spec(
+        "overworld_beam_io_bytes_total",
+        :counter,
+        "Bytes received (in) and sent (out) through ports."
+      )
+  @cpu P.spec(
+         "overworld_os_cpu_seconds_total",
+         :counter,
+         "User and system CPU time of the OS process (inflated by the schedulers' busy " <>
+           "waiting: read it beside the scheduler utilization)."
+       )
 
   @doc false
   # The node's families, as iodata.
   @spec families() :: iodata
   def families do
+    {memory, memory_h} = @memory
+
     [
-      @memory_h,
-      for({kind, bytes} <- :erlang.memory(), do: kind_sample(kind, bytes)),
-      @processes_h,
-      P.sample("overworld_beam_processes", [], :erlang.system_info(:process_count)),
-      @process_limit_h,
-      P.sample("overworld_beam_process_limit", [], :erlang.system_info(:process_limit)),
-      @ports_h,
-      P.sample("overworld_beam_ports", [], :erlang.system_info(:port_count)),
-      @schedulers_h,
-      P.sample("overworld_beam_schedulers", [], :erlang.system_info(:schedulers_online)),
+      memory_h,
+      for({kind, bytes} <- :erlang.memory(), do: P.sample(memory, kind(kind), bytes)),
+      P.family(@processes, [], :erlang.system_info(:process_count)),
+      P.family(@process_limit, [], :erlang.system_info(:process_limit)),
+      P.family(@ports, [], :erlang.system_info(:port_count)),
+      P.family(@schedulers, [], :erlang.system_info(:schedulers_online)),
       run_queues(),
       scheduler_time(),
       gc_and_io(),
@@ -73,8 +71,7 @@ defmodule Overworld.Metrics.Beam do
     ]
   end
 
-  defp kind_sample(kind, bytes),
-    do: P.sample("overworld_beam_memory_bytes", ["kind=\"", Atom.to_string(kind), "\""], bytes)
+  defp kind(kind), do: ["kind=\"", Atom.to_string(kind), "\""]
 
   # Normal run queues first, then the dirty CPU and dirty IO queues.
   defp run_queues do
@@ -82,11 +79,11 @@ defmodule Overworld.Metrics.Beam do
     n = length(lengths) - 2
     names = Enum.map(1..n//1, &Integer.to_string/1) ++ ["dirty_cpu", "dirty_io"]
 
+    {name, header} = @run_queue
+
     [
-      @run_queue_h,
-      Enum.zip_with(names, lengths, fn q, len ->
-        P.sample("overworld_beam_run_queue_length", ["queue=\"", q, "\""], len)
-      end)
+      header,
+      Enum.zip_with(names, lengths, fn q, len -> P.sample(name, ["queue=\"", q, "\""], len) end)
     ]
   end
 
@@ -103,17 +100,13 @@ defmodule Overworld.Metrics.Beam do
             {labels, seconds(active), seconds(total)}
           end
 
+        {{active, active_h}, {wall, wall_h}} = {@active, @wall}
+
         [
-          @active_h,
-          for(
-            {l, a, _} <- samples,
-            do: P.sample("overworld_beam_scheduler_active_seconds_total", l, a)
-          ),
-          @wall_h,
-          for(
-            {l, _, t} <- samples,
-            do: P.sample("overworld_beam_scheduler_wall_seconds_total", l, t)
-          )
+          active_h,
+          for({l, a, _} <- samples, do: P.sample(active, l, a)),
+          wall_h,
+          for({l, _, t} <- samples, do: P.sample(wall, l, t))
         ]
 
       _ ->
@@ -127,23 +120,20 @@ defmodule Overworld.Metrics.Beam do
     {gcs, _words, _} = :erlang.statistics(:garbage_collection)
     {{:input, input}, {:output, output}} = :erlang.statistics(:io)
 
+    {io, io_h} = @io
+
     [
-      @gc_h,
-      P.sample("overworld_beam_gc_runs_total", [], gcs),
-      @io_h,
-      P.sample("overworld_beam_io_bytes_total", "direction=\"in\"", input),
-      P.sample("overworld_beam_io_bytes_total", "direction=\"out\"", output)
+      P.family(@gc, [], gcs),
+      io_h,
+      P.sample(io, "direction=\"in\"", input),
+      P.sample(io, "direction=\"out\"", output)
     ]
   end
 
-  # (Read with :prim_file: File.read/1 would ask the node's file server, a process every
-  # file open of the node goes through.)
   defp cpu do
-    with {:ok, stat} <- :prim_file.read_file("/proc/self/stat"),
-         s when is_float(s) <- Overworld.Metrics.CPU.stat_seconds(stat, :own) do
-      [@cpu_h, P.sample("overworld_os_cpu_seconds_total", [], s)]
-    else
-      _ -> []
+    case Overworld.Metrics.CPU.os_seconds() do
+      nil -> []
+      s -> P.family(@cpu, [], s)
     end
   end
 end

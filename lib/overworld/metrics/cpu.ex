@@ -91,9 +91,12 @@ defmodule Overworld.Metrics.CPU do
     }
   end
 
+  # (/proc is read with :prim_file: File.read/1 would ask the node's file server, a process
+  # every file open of the node goes through; `GET /metrics` reads it on every scrape.)
+
   # utime + stime of this OS process in clock ticks, from /proc/self/stat.
   defp os_ticks do
-    case File.read("/proc/self/stat") do
+    case :prim_file.read_file("/proc/self/stat") do
       {:ok, stat} -> stat_ticks(stat, :own)
       _ -> nil
     end
@@ -104,7 +107,7 @@ defmodule Overworld.Metrics.CPU do
   # those of its children it waited for (`:children`). Nil when unreadable.
   @spec os_seconds(integer | String.t(), :own | :children) :: float | nil
   def os_seconds(os_pid \\ "self", which \\ :own) do
-    case File.read("/proc/#{os_pid}/stat") do
+    case :prim_file.read_file("/proc/#{os_pid}/stat") do
       {:ok, stat} -> stat_seconds(stat, which)
       _ -> nil
     end

@@ -10,7 +10,7 @@ defmodule Overworld.Metrics.Prometheus do
   `name_sum` and `name_count`.
 
   Label sets are passed rendered (`labels/1`), so that a set used by many families (a zone's)
-  is rendered once per scrape. Times are kept in integer microseconds and written as exact
+  is rendered once (a zone's when the zone starts). Times are kept in integer microseconds and written as exact
   decimal seconds (`seconds/1`), so bucket bounds never suffer from float formatting.
 
       iex> alias Overworld.Metrics.Prometheus, as: P
@@ -48,6 +48,29 @@ defmodule Overworld.Metrics.Prometheus do
       Atom.to_string(type),
       "\n"
     ]
+
+  @typedoc "A family's name and its `header/3` lines, made once (at compile time)."
+  @type spec :: {String.t(), iodata}
+
+  @doc """
+  A family's name with its `header/3` lines, for `family/3` or for writing its samples.
+
+      iex> {"up", header} = Overworld.Metrics.Prometheus.spec("up", :gauge, "Up.")
+      iex> IO.iodata_to_binary(header)
+      "# HELP up Up.\\n# TYPE up gauge\\n"
+  """
+  @spec spec(String.t(), type, String.t()) :: spec
+  def spec(name, type, help), do: {name, header(name, type, help)}
+
+  @doc """
+  A family of one sample: its header lines and the sample.
+
+      iex> alias Overworld.Metrics.Prometheus, as: P
+      iex> P.family(P.spec("up", :gauge, "Up."), [], 1) |> IO.iodata_to_binary()
+      "# HELP up Up.\\n# TYPE up gauge\\nup 1\\n"
+  """
+  @spec family(spec, labels, number | String.t()) :: iodata
+  def family({name, header}, labels, value), do: [header, sample(name, labels, value)]
 
   @doc """
   A label set rendered once, from `{name, value}` pairs (values are strings; pairs whose value

@@ -6,7 +6,8 @@ defmodule Overworld.Metrics.Zones do
   # never reaches a zone's tick path, whatever the number of zones or entities.
   #
   # Labels: `zone` (the zone id, `inspect/1`ed: a stable printable text) and, for a zone of a
-  # world, `world` (the world's name, the same way). Nothing per player or per session.
+  # world, `world` (the world's name, the same way). Nothing per player or per session. A
+  # zone's label set is rendered once, when its supervisor makes its metrics (`labelled/2`).
   #
   # Histograms (tick durations, journal fsyncs, recoveries) are the zone's log-linear
   # histograms (`Overworld.Metrics.Histogram`) read at fixed bounds, each a bucket floor of
@@ -41,177 +42,148 @@ defmodule Overworld.Metrics.Zones do
   @spec short_bounds_us() :: [pos_integer]
   def short_bounds_us, do: @short_us
 
-  # {name, type, help, counter field of Overworld.Zone.Metrics}
-  @counters [
-    {"overworld_zone_ticks_total", :counter, "Ticks run.", :ticks},
-    {"overworld_zone_overruns_total", :counter,
-     "Ticks that ended after the next tick's deadline.", :overruns},
-    {"overworld_zone_skipped_deadlines_total", :counter,
-     "Tick deadlines skipped after overruns (never run in a burst).", :skipped},
-    {"overworld_zone_stalls_total", :counter,
-     "Stall reports: a tick unfinished after the zone's stall_timeout.", :stalls},
-    {"overworld_zone_callback_exceptions_total", :counter,
-     "Game callbacks that raised, threw, exited or returned something invalid.",
-     :callback_errors},
-    {"overworld_zone_entities", :gauge, "Entities after the last tick.", :entities},
-    {"overworld_zone_players", :gauge, "Players joined, counted at the last tick.", :players}
-  ]
+  # {counter field of Overworld.Zone.Metrics, family}, as Overworld.Metrics.Exporter's.
+  @counters for {field, name, type, help} <- [
+                  {:ticks, "overworld_zone_ticks_total", :counter, "Ticks run."},
+                  {:overruns, "overworld_zone_overruns_total", :counter,
+                   "Ticks that ended after the next tick's deadline."},
+                  {:skipped, "overworld_zone_skipped_deadlines_total", :counter,
+                   "Tick deadlines skipped after overruns (never run in a burst)."},
+                  {:stalls, "overworld_zone_stalls_total", :counter,
+                   "Stall reports: a tick unfinished after the zone's stall_timeout."},
+                  {:callback_errors, "overworld_zone_callback_exceptions_total", :counter,
+                   "Game callbacks that raised, threw, exited or returned something invalid."},
+                  {:entities, "overworld_zone_entities", :gauge, "Entities after the last tick."},
+                  {:players, "overworld_zone_players", :gauge,
+                   "Players joined, counted at the last tick."}
+                ],
+                do: {field, P.spec(name, type, help)}
 
-  @world [
-    {"overworld_zone_shadow_messages_total", :counter,
-     "Shadow messages sent to neighbouring zones (a world of zones).", :shadow_messages},
-    {"overworld_zone_shadow_entities_total", :counter,
-     "Entities carried by those shadow messages.", :shadow_entities}
-  ]
+  @world for {field, name, type, help} <- [
+               {:shadow_messages, "overworld_zone_shadow_messages_total", :counter,
+                "Shadow messages sent to neighbouring zones (a world of zones)."},
+               {:shadow_entities, "overworld_zone_shadow_entities_total", :counter,
+                "Entities carried by those shadow messages."}
+             ],
+             do: {field, P.spec(name, type, help)}
 
-  @store [
-    {"overworld_zone_snapshots_written_total", :counter,
-     "Snapshots written to disk (fsynced, verified, renamed into place).", :snapshots},
-    {"overworld_zone_snapshot_failures_total", :counter, "Snapshots that could not be written.",
-     :snapshot_failures}
-  ]
+  @store for {field, name, type, help} <- [
+               {:snapshots, "overworld_zone_snapshots_written_total", :counter,
+                "Snapshots written to disk (fsynced, verified, renamed into place)."},
+               {:snapshot_failures, "overworld_zone_snapshot_failures_total", :counter,
+                "Snapshots that could not be written."}
+             ],
+             do: {field, P.spec(name, type, help)}
 
-  @headers Map.new(
-             @counters ++ @world ++ @store,
-             fn {name, type, help, field} -> {field, {name, P.header(name, type, help)}} end
-           )
-
-  @tick_h P.header(
-            "overworld_zone_tick_duration_seconds",
-            :histogram,
-            "Tick durations, from the clock firing to the last worker done."
-          )
-  @phase_h P.header(
-             "overworld_zone_tick_phase_seconds_total",
-             :counter,
-             "Time spent per tick phase, summed: input, systems (slowest worker), grid " <>
-               "(slowest worker), other (handle_tick, messaging)."
-           )
-  @crossings_h P.header(
-                 "overworld_zone_crossings_total",
-                 :counter,
-                 "Entities adopted from (in) and handed to (out) neighbouring zones."
-               )
-  @fsync_h P.header(
-             "overworld_zone_journal_fsync_duration_seconds",
-             :histogram,
-             "Durations of the journal's fsyncs (one per group commit)."
-           )
-  @recoveries_h P.header(
-                  "overworld_zone_recoveries_total",
-                  :counter,
-                  "Restarts of the zone server, by where its state came from."
-                )
-  @recovery_h P.header(
-                "overworld_zone_recovery_duration_seconds",
-                :histogram,
-                "Durations of the zone server's recoveries, from its start until it is about to tick."
+  @tick P.spec(
+          "overworld_zone_tick_duration_seconds",
+          :histogram,
+          "Tick durations, from the clock firing to the last worker done."
+        )
+  @phase P.spec(
+           "overworld_zone_tick_phase_seconds_total",
+           :counter,
+           "Time spent per tick phase, summed: input, systems (slowest worker), grid " <>
+             "(slowest worker), other (handle_tick, messaging)."
+         )
+  @crossings P.spec(
+               "overworld_zone_crossings_total",
+               :counter,
+               "Entities adopted from (in) and handed to (out) neighbouring zones."
+             )
+  @fsync P.spec(
+           "overworld_zone_journal_fsync_duration_seconds",
+           :histogram,
+           "Durations of the journal's fsyncs (one per group commit)."
+         )
+  @recoveries P.spec(
+                "overworld_zone_recoveries_total",
+                :counter,
+                "Restarts of the zone server, by where its state came from."
               )
+  @recovery P.spec(
+              "overworld_zone_recovery_duration_seconds",
+              :histogram,
+              "Durations of the zone server's recoveries, from its start until it is about to tick."
+            )
+
+  # The families split by one more label: {its text after the zone's labels, counter field}.
+  @phases for {v, f} <- [input: :input_us, systems: :systems_us, grid: :grid_us, other: :other_us],
+              do: {~s(,phase="#{v}"), f}
+  @directions for {v, f} <- [in: :crossings_in, out: :crossings_out],
+                  do: {~s(,direction="#{v}"), f}
+  @froms for {v, f} <- [memory: :recoveries_memory, store: :recoveries_store],
+             do: {~s(,from="#{v}"), f}
+
+  @doc false
+  # The zone's shared metrics `shared` with what a scrape needs of the zone of `config` (an
+  # `Overworld.Zone.Config`): its label set rendered, whether it is a zone of a world, whether
+  # it has a data directory.
+  @spec labelled(Metrics.t(), Overworld.Zone.Config.t()) :: Metrics.t()
+  def labelled(shared, config) do
+    labels = P.labels(zone: inspect(config.id), world: config.world && inspect(config.world.name))
+
+    %{
+      shared
+      | labels: IO.iodata_to_binary(labels),
+        in_world: config.world != nil,
+        durable: config.data_dir != nil
+    }
+  end
 
   @doc false
   # The zone families, as iodata.
   @spec families() :: iodata
   def families do
-    shares = for {_, shared, _, _} = z <- Overworld.Names.zone_shares(), shared != nil, do: z
-    # (Each world's name printed once; each zone's id was when the zone started.)
-    names = Map.new(for {_, _, w, _} <- shares, w != nil, do: {w, inspect(w)})
-
     zones =
-      for {id, shared, world, dir} <- shares do
-        labels = P.labels(zone: shared.label || inspect(id), world: names[world])
-        %{labels: labels, m: shared, v: Metrics.values(shared), world: world, disk: dir != nil}
+      for shared <- Overworld.Names.zone_shares() do
+        %{labels: shared.labels, m: shared, v: Metrics.values(shared)}
       end
-      |> Enum.sort_by(&IO.iodata_to_binary(&1.labels))
+      |> Enum.sort_by(& &1.labels)
 
-    worlds = Enum.filter(zones, & &1.world)
-    disk = Enum.filter(zones, & &1.disk)
+    worlds = Enum.filter(zones, & &1.m.in_world)
+    disk = Enum.filter(zones, & &1.m.durable)
 
     [
-      histogram(@tick_h, "overworld_zone_tick_duration_seconds", zones, & &1.ticks_us, @short),
-      Enum.map(@counters, fn {_, _, _, field} -> counter(field, zones) end),
-      phases(zones),
-      if(worlds == [], do: [], else: world(worlds)),
-      recoveries(zones),
-      histogram(
-        @recovery_h,
-        "overworld_zone_recovery_duration_seconds",
-        zones,
-        & &1.recovery_us,
-        @long
+      histogram(@tick, zones, & &1.ticks_us, @short),
+      counters(@counters, zones),
+      split(@phase, zones, @phases, &P.seconds(max(&1, 0))),
+      if(worlds == [],
+        do: [],
+        else: [split(@crossings, worlds, @directions), counters(@world, worlds)]
       ),
-      if(disk == [], do: [], else: store(disk))
+      split(@recoveries, zones, @froms),
+      histogram(@recovery, zones, & &1.recovery_us, @long),
+      if(disk == [],
+        do: [],
+        else: [histogram(@fsync, disk, & &1.fsync_us, @short), counters(@store, disk)]
+      )
     ]
   end
 
-  defp counter(field, zones) do
-    {name, header} = Map.fetch!(@headers, field)
-    [header, Enum.map(zones, &P.sample(name, &1.labels, Map.fetch!(&1.v, field)))]
+  defp counters(specs, zones) do
+    for {field, {name, header}} <- specs do
+      [header, Enum.map(zones, &P.sample(name, &1.labels, Map.fetch!(&1.v, field)))]
+    end
   end
 
-  defp histogram(header, name, zones, which, {indices, les}) do
+  # One sample per zone and part (`parts`: {label text, field}), its value `value.(counter)`.
+  defp split({name, header}, zones, parts, value \\ & &1) do
+    [
+      header,
+      for z <- zones, {label, field} <- parts do
+        P.sample(name, [z.labels, label], value.(Map.fetch!(z.v, field)))
+      end
+    ]
+  end
+
+  defp histogram({name, header}, zones, which, {indices, les}) do
     [
       header,
       Enum.map(zones, fn z ->
         {below, count, sum} = Histogram.cumulative(which.(z.m), indices)
         P.histogram(name, z.labels, les, below, count, P.seconds(sum))
       end)
-    ]
-  end
-
-  defp phases(zones) do
-    name = "overworld_zone_tick_phase_seconds_total"
-
-    [
-      @phase_h,
-      for z <- zones,
-          {phase, field} <- [
-            input: :input_us,
-            systems: :systems_us,
-            grid: :grid_us,
-            other: :other_us
-          ] do
-        P.sample(
-          name,
-          [z.labels, ",phase=\"", Atom.to_string(phase), "\""],
-          P.seconds(max(z.v[field], 0))
-        )
-      end
-    ]
-  end
-
-  defp world(zones) do
-    name = "overworld_zone_crossings_total"
-
-    [
-      @crossings_h,
-      for z <- zones, {dir, field} <- [in: :crossings_in, out: :crossings_out] do
-        P.sample(name, [z.labels, ",direction=\"", Atom.to_string(dir), "\""], z.v[field])
-      end,
-      Enum.map(@world, fn {_, _, _, field} -> counter(field, zones) end)
-    ]
-  end
-
-  defp recoveries(zones) do
-    name = "overworld_zone_recoveries_total"
-
-    [
-      @recoveries_h,
-      for z <- zones, {from, field} <- [memory: :recoveries_memory, store: :recoveries_store] do
-        P.sample(name, [z.labels, ",from=\"", Atom.to_string(from), "\""], z.v[field])
-      end
-    ]
-  end
-
-  defp store(zones) do
-    [
-      histogram(
-        @fsync_h,
-        "overworld_zone_journal_fsync_duration_seconds",
-        zones,
-        & &1.fsync_us,
-        @short
-      ),
-      Enum.map(@store, fn {_, _, _, field} -> counter(field, zones) end)
     ]
   end
 end

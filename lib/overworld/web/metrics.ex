@@ -33,6 +33,15 @@ defmodule Overworld.Web.Metrics do
   end
 
   @doc false
+  # The server's `:metrics` options validated (raises `ArgumentError`), the token kept as its
+  # SHA-256 hash (`token_hash`): what a scrape compares (`handle/2`).
+  @spec settings!(keyword) :: %{enabled: boolean, token_hash: binary | nil}
+  def settings!(opts) do
+    o = Overworld.Options.validate!(opts, schema(), "Overworld.Server metrics")
+    %{enabled: o.enabled, token_hash: o.token && :crypto.hash(:sha256, o.token)}
+  end
+
+  @doc false
   @spec handle(Overworld.Transport.HTTP.Request.t(), Overworld.Server.Config.t()) ::
           Web.response()
   def handle(req, cfg) do
@@ -40,11 +49,11 @@ defmodule Overworld.Web.Metrics do
       %{enabled: false} ->
         Web.error(404, "not_found", "no route for GET /metrics")
 
-      %{token: nil} ->
+      %{token_hash: nil} ->
         scrape(cfg)
 
-      %{token: token} ->
-        if authorized?(req, token),
+      %{token_hash: hash} ->
+        if authorized?(req, hash),
           do: scrape(cfg),
           else:
             Web.error(401, "invalid_token", "expected authorization: Bearer <metrics token>", [
@@ -60,17 +69,11 @@ defmodule Overworld.Web.Metrics do
     do:
       {200, [{"content-type", Prometheus.content_type()}], Overworld.Metrics.Exporter.scrape(cfg)}
 
-  # Hashes first: hash_equals/2 compares equal lengths in constant time.
-  defp authorized?(req, token) do
-    case Map.get(req.headers, "authorization", "") do
-      "Bearer " <> given ->
-        :crypto.hash_equals(
-          :crypto.hash(:sha256, String.trim(given)),
-          :crypto.hash(:sha256, token)
-        )
-
-      _ ->
-        false
+  # The given token hashed: hash_equals/2 compares equal lengths in constant time.
+  defp authorized?(req, hash) do
+    case Web.bearer(req) do
+      nil -> false
+      given -> :crypto.hash_equals(:crypto.hash(:sha256, given), hash)
     end
   end
 end

@@ -58,9 +58,11 @@ defmodule Overworld.Zone.Metrics do
     :fsync_us,
     :recovery_us
   ]
-  # `label`: the zone's id as printable text (`inspect/1`), made once when the zone starts: its
-  # label in `GET /metrics` (`Overworld.Metrics.Zones`).
-  defstruct [:wire, :mirror, :label | @enforce_keys]
+  # What `GET /metrics` needs of a zone (`Overworld.Metrics.Zones`), made once by its
+  # supervisor (`Overworld.Metrics.Zones.labelled/2`): `labels` its label set rendered
+  # (nil for a mirror, which is not scraped), `in_world` whether it is a zone of a world,
+  # `durable` whether it has a data directory (a journal and snapshots).
+  defstruct [:wire, :mirror, :labels, in_world: false, durable: false] ++ @enforce_keys
 
   @type t :: %__MODULE__{
           counters: :atomics.atomics_ref(),
@@ -72,7 +74,9 @@ defmodule Overworld.Zone.Metrics do
           cpu: Overworld.Metrics.CPU.t(),
           wire: :ets.tid() | nil,
           mirror: pid | nil,
-          label: String.t() | nil,
+          labels: String.t() | nil,
+          in_world: boolean,
+          durable: boolean,
           memory: :ets.tid() | nil,
           inputs: Overworld.Zone.Inputs.t()
         }

@@ -45,15 +45,11 @@ defmodule Overworld.Zone.Server do
   }
 
   @spec start_link(Config.t()) :: GenServer.on_start()
-  def start_link(%Config{} = config) do
-    metrics =
-      config.shared ||
-        %{Metrics.new(config.workers, config.wire != nil) | label: inspect(config.id)}
-
-    config = %{config | shared: metrics}
-
+  def start_link(%Config{shared: %Metrics{}} = config) do
     # The zone's config is its registry value: anybody reads it (and the shared tables and
-    # counters in it) without a message to the zone (`Overworld.Zone.config/1`).
+    # counters in it) without a message to the zone (`Overworld.Zone.config/1`). (`shared` is
+    # made by the zone's supervisor, the only one to start a zone server: it outlives the
+    # server's restarts.)
     GenServer.start_link(__MODULE__, config, name: Names.via(Names.zone(config.id), config))
   end
 

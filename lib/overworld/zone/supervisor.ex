@@ -24,7 +24,7 @@ defmodule Overworld.Zone.Supervisor do
     await_leftovers(config)
     # Made here, in the supervisor's process: it survives a server restart.
     shared = Overworld.Zone.Metrics.new(config.workers, config.wire != nil)
-    config = %{config | shared: %{shared | label: inspect(config.id)}}
+    config = %{config | shared: Overworld.Metrics.Zones.labelled(shared, config)}
     # The store (zones with a data directory) first: it outlives worker and server restarts.
     store = if config.data_dir, do: [Overworld.Zone.Store.child_spec(config)], else: []
     children = store ++ [Buckets.child_spec(config), Server.child_spec(config)]

@@ -38,14 +38,6 @@ defmodule Mix.Tasks.Overworld.Bench.MetricsTest do
     refute Enum.any?(Overworld.Names.zones(), &match?({:metrics_bench, _}, &1))
   end
 
-  test "time on a CPU: the running intervals within each scrape" do
-    assert Overworld.Bench.Metrics.on_cpu([{2, 4}, {6, 22}, {25, 40}, {50, 60}], [
-             {0, 10},
-             {20, 30}
-           ]) ==
-             [2, 6, 5, 0]
-  end
-
   test "invalid arguments end with one line" do
     assert_one_line_errors(&Mix.Tasks.Overworld.Bench.Metrics.run/1, [
       {~w(--zones 0), "--zones must be a positive integer"},
