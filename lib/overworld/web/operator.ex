@@ -161,8 +161,8 @@ defmodule Overworld.Web.Operator do
   ## Who calls
 
   defp operator(req, cfg) do
-    with "Bearer " <> token <- Map.get(req.headers, "authorization", ""),
-         {:ok, op} <- Operators.verify(cfg, String.trim(token)) do
+    with token when token != nil <- Web.bearer(req),
+         {:ok, op} <- Operators.verify(cfg, token) do
       {:ok, op}
     else
       {:error, why} -> Web.error(401, "invalid_token", Atom.to_string(why))
