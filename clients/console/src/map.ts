@@ -57,8 +57,6 @@ export class MapTab {
   private history: { state: HistoryState; zone: ZoneInfo } | null = null;
   private selectedId: number | null = null;
   private selected = -1;
-  private sessions: SessionInfo[] = [];
-  private playerIndex = new Map<number, number>();
   private fitted = false;
   private visible = true;
   private readonly meter = new FpsMeter();
@@ -157,7 +155,7 @@ export class MapTab {
   async loadZones(): Promise<void> {
     let zones: ZoneInfo[];
     try {
-      zones = await this.o.api.zones();
+      ({ zones } = await this.o.api.zones());
     } catch (e) {
       return this.failed(e);
     }
@@ -268,7 +266,7 @@ export class MapTab {
       stats.sceneTick = scene.tick;
     }
     if (this.panel.following && this.selected >= 0) this.camera.centreOn(scene.xs[this.selected]!, scene.ys[this.selected]!);
-    const info = this.renderer.draw(scene, this.camera, this.colours, this.overlays(scene));
+    const info = this.renderer.draw(scene, this.camera, this.colours, this.overlays());
     stats.frames++;
     if (full && info.processed === scene.count) stats.fullFrames++;
     stats.entitiesDrawn = info.processed;
@@ -281,23 +279,13 @@ export class MapTab {
     }
   };
 
-  private overlays(scene: Scene): Overlays {
-    const views: Overlays["views"] = [];
-    const cells: number[] = [];
-    for (const s of this.sessions) {
-      if (s.cells !== null) for (const k of s.cells) cells.push(k);
-      if (s.entityId === null || s.viewRadius === null || scene !== this.live) continue;
-      const i = this.playerIndex.get(s.entityId);
-      if (i !== undefined) views.push({ x: scene.xs[i]!, y: scene.ys[i]!, r: s.viewRadius });
-    }
+  private overlays(): Overlays {
     const hs = this.hs;
     return {
       world: this.world(),
       grid: hs === undefined ? null : { cols: hs.cols, rows: hs.rows, cellSize: hs.cellSize },
       zones: this.zoneBorders,
       selected: this.selected,
-      views,
-      cells,
       showGrid: this.gridBox.checked,
     };
   }
@@ -366,15 +354,9 @@ export class MapTab {
     if (id !== null) void this.loadState();
   }
 
-  /** After a new scene: the selected entity's index in it, and the players' entities. */
+  /** After a new scene: the selected entity's index in it. */
   private reselect(): void {
-    const scene = this.scene();
-    this.selected = this.selectedId === null ? -1 : scene.indexOf(this.selectedId);
-    this.playerIndex.clear();
-    const wanted = new Set<number>();
-    for (const s of this.sessions) if (s.entityId !== null && s.viewRadius !== null) wanted.add(s.entityId);
-    if (wanted.size === 0 || scene !== this.live) return;
-    for (let i = 0; i < scene.count; i++) if (wanted.has(scene.ids[i]!)) this.playerIndex.set(scene.ids[i]!, i);
+    this.selected = this.selectedId === null ? -1 : this.scene().indexOf(this.selectedId);
   }
 
   /** The selected entity's fields as the template decodes them (live), or its history record. */
@@ -411,7 +393,7 @@ export class MapTab {
     this.panel.state("loading…");
     try {
       const d = await this.o.api.entity(zone.ref, id);
-      if (this.selectedId === id) this.panel.state({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, fields: d.fields, state: d.state });
+      if (this.selectedId === id) this.panel.state({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, state: d.state });
     } catch (e) {
       if (!(e instanceof ApiError) || e.status === 401) this.failed(e);
       else if (this.selectedId === id) this.panel.state(`${e.message} (${e.status})`);
@@ -437,9 +419,7 @@ export class MapTab {
       return this.failed(e);
     }
     if (this.target !== t) return;
-    this.sessions = all;
     this.charts.setSessions(all);
-    this.reselect();
   }
 
   private failed(e: unknown): void {
