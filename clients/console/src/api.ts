@@ -2,9 +2,13 @@
 // call but the login carries the operator token as `authorization: Bearer`) and the public
 // status. The server's answers are read field by field into the types below, tolerating missing
 // fields (null), so a renamed field is a one-line change here and the pages never see raw JSON
-// they would have to guess about. A 401 anywhere calls `onUnauthorized` (the app shows the
-// login again) before the call fails.
+// they would have to guess about. A call fails with the SDK's `OverworldHttpError` (its
+// `retryAfter` on a 429), built by the SDK's `toHttpError`. A 401 anywhere calls
+// `onUnauthorized` (the app shows the login again) before the call fails.
+import { OverworldHttpError, toHttpError } from "../../typescript/src/index.js";
 import type { HistoryEntity } from "./scene.js";
+
+export { OverworldHttpError };
 
 /** The routes, in one place. */
 export const PATHS = {
@@ -32,18 +36,6 @@ function seg(s: string): string {
   return encodeURIComponent(s);
 }
 
-/** A failed call: the server's `{"error", "message"}`, or status 0 `network_error`, or `bad_response`. */
-export class ApiError extends Error {
-  readonly status: number;
-  readonly code: string;
-  constructor(status: number, code: string, message: string) {
-    super(message);
-    this.name = "ApiError";
-    this.status = status;
-    this.code = code;
-  }
-}
-
 export interface ResponseLike {
   status: number;
   headers?: { get(name: string): string | null };
@@ -61,7 +53,7 @@ export interface ApiOptions {
   /** The operator token to send (null: none). */
   token: () => string | null;
   /** Called on any 401 before the call fails. */
-  onUnauthorized?: (e: ApiError) => void;
+  onUnauthorized?: (e: OverworldHttpError) => void;
 }
 
 // ---- what the calls answer ----
@@ -287,7 +279,7 @@ export class Api {
   private readonly base: string;
   private readonly fetch: FetchFn;
   private readonly token: () => string | null;
-  private readonly onUnauthorized: ((e: ApiError) => void) | undefined;
+  private readonly onUnauthorized: ((e: OverworldHttpError) => void) | undefined;
 
   constructor(options: ApiOptions) {
     this.base = (options.baseUrl ?? "").replace(/\/+$/, "");
@@ -302,7 +294,7 @@ export class Api {
   async login(name: string, password: string): Promise<LoginReply> {
     const o = await this.json("POST", PATHS.login, { name, password }, false);
     const token = str(o.token);
-    if (token === null || token === "") throw new ApiError(200, "bad_response", "the login answer has no token");
+    if (token === null || token === "") throw new OverworldHttpError(200, "bad_response", "the login answer has no token");
     return { token, expiresIn: num(o.expires_in) };
   }
 
@@ -324,7 +316,7 @@ export class Api {
     const o = await this.json("GET", PATHS.historyRange(ref));
     const oldest = num(o.oldest);
     const newest = num(o.newest);
-    if (oldest === null || newest === null) throw new ApiError(200, "bad_response", "the history range has no oldest and newest tick");
+    if (oldest === null || newest === null) throw new OverworldHttpError(200, "bad_response", "the history range has no oldest and newest tick");
     return { oldest, newest, tickRate: num(o.tick_rate) };
   }
 
@@ -415,7 +407,7 @@ export class Api {
     try {
       return await this.fetch(this.base + path, init);
     } catch (e) {
-      throw new ApiError(0, "network_error", `${method} ${path}: ${(e as Error)?.message ?? String(e)}`);
+      throw new OverworldHttpError(0, "network_error", `${method} ${path}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
     }
   }
 
@@ -429,25 +421,21 @@ export class Api {
     try {
       value = JSON.parse(text);
     } catch {
-      throw new ApiError(res.status, "bad_response", `${method} ${path}: the answer is not JSON`);
+      throw new OverworldHttpError(res.status, "bad_response", `${method} ${path}: the answer is not JSON`);
     }
-    if (!isObject(value)) throw new ApiError(res.status, "bad_response", `${method} ${path}: the answer is not a JSON object`);
+    if (!isObject(value)) throw new OverworldHttpError(res.status, "bad_response", `${method} ${path}: the answer is not a JSON object`);
     return value;
   }
 
-  private async failure(res: ResponseLike): Promise<ApiError> {
-    let code = "http_error";
-    let message = `HTTP ${res.status}`;
+  /** The error of a failed answer: the SDK's, as its own client builds it (`retryAfter` included). */
+  private async failure(res: ResponseLike): Promise<OverworldHttpError> {
+    let text = "";
     try {
-      const o: unknown = JSON.parse(await res.text());
-      if (isObject(o)) {
-        code = str(o.error) ?? code;
-        message = str(o.message) ?? message;
-      }
+      text = await res.text();
     } catch {
-      // Not the server's error JSON: the status says it.
+      // No body: the status says it.
     }
-    const e = new ApiError(res.status, code, message);
+    const e = toHttpError(res.status, text, res.headers);
     if (res.status === 401) this.onUnauthorized?.(e);
     return e;
   }

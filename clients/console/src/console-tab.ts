@@ -1,6 +1,6 @@
 // The Console tab: accounts (search, view, disable and enable), zones (stop, start, snapshot now,
 // history download), sessions per zone (kick), and the audit log of every operator action.
-import { ApiError, zoneLabel, type AccountDetails, type AccountSummary, type Api, type ZoneInfo } from "./api.js";
+import { OverworldHttpError, zoneLabel, type AccountDetails, type AccountSummary, type Api, type ZoneInfo } from "./api.js";
 import { fill, h, table } from "./dom.js";
 import { formatNumber, formatTime } from "./format.js";
 
@@ -90,7 +90,7 @@ export class ConsoleTab {
   }
 
   private fail(what: string, e: unknown): void {
-    if (e instanceof ApiError && e.status !== 401) this.say(`${what}: ${e.message} (${e.status} ${e.code})`);
+    if (e instanceof OverworldHttpError && e.status !== 401) this.say(`${what}: ${e.message} (${e.status} ${e.code})`);
     else this.o.failed(e);
   }
 

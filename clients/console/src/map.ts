@@ -1,6 +1,6 @@
 // The Map tab: the zones to watch, the live map of the one watched (an observer connection over
 // the real protocol), the selected entity's panel, the history scrubber and the charts.
-import { ApiError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
+import { OverworldHttpError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
 import { Camera, wheelFactor, type Rect } from "./camera.js";
 import { ChartsPanel } from "./charts.js";
 import { ColourTable } from "./colors.js";
@@ -182,7 +182,7 @@ export class MapTab {
       onHandshake: (hs) => this.handshake(hs),
       onError: (e) => (this.message.textContent = e.code === 0 ? e.message : `server: ${e.message} (error ${e.code})`),
       onClose: (e) => {
-        if (e.code === 4003) return this.failed(new ApiError(401, "invalid_token", e.reason || "the server refused the operator token"));
+        if (e.code === 4003) return this.failed(new OverworldHttpError(401, "invalid_token", e.reason || "the server refused the operator token"));
         if (e.final && e.code !== 1000) this.message.textContent = `connection closed: ${e.reason || "no reason"} (${e.code})`;
         else if (!e.final) this.message.textContent = `connection lost (${e.code}); reconnecting…`;
       },
@@ -395,7 +395,7 @@ export class MapTab {
       const d = await this.o.api.entity(zone.ref, id);
       if (this.selectedId === id) this.panel.state({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, state: d.state });
     } catch (e) {
-      if (!(e instanceof ApiError) || e.status === 401) this.failed(e);
+      if (!(e instanceof OverworldHttpError) || e.status === 401) this.failed(e);
       else if (this.selectedId === id) this.panel.state(`${e.message} (${e.status})`);
     }
   }
@@ -415,7 +415,7 @@ export class MapTab {
     try {
       for (const z of t.zones) all.push(...(await this.o.api.sessions(z.ref)));
     } catch (e) {
-      if (e instanceof ApiError && e.status !== 401) return this.charts.setSessions(null, `sessions: ${e.message}`);
+      if (e instanceof OverworldHttpError && e.status !== 401) return this.charts.setSessions(null, `sessions: ${e.message}`);
       return this.failed(e);
     }
     if (this.target !== t) return;
@@ -423,7 +423,7 @@ export class MapTab {
   }
 
   private failed(e: unknown): void {
-    if (e instanceof ApiError && e.status !== 401) this.message.textContent = e.message;
+    if (e instanceof OverworldHttpError && e.status !== 401) this.message.textContent = e.message;
     else this.o.failed(e);
   }
 }

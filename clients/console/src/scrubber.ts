@@ -1,7 +1,7 @@
 // Time travel for a zone that keeps a history: a slider over its kept ticks, one-tick steps,
 // back to live, and rewinding the zone to the tick shown (after a confirmation). While the
 // slider is away from live, the map draws the zone's state at that tick (history/state).
-import { ApiError, zoneLabel, type Api, type HistoryRange, type HistoryState, type ZoneInfo } from "./api.js";
+import { OverworldHttpError, zoneLabel, type Api, type HistoryRange, type HistoryState, type ZoneInfo } from "./api.js";
 import { fill, h, show } from "./dom.js";
 
 export interface ScrubberHost {
@@ -165,7 +165,7 @@ export class Scrubber {
   }
 
   private say(e: unknown): void {
-    if (e instanceof ApiError && e.status !== 401) this.message.textContent = e.message || e.code;
+    if (e instanceof OverworldHttpError && e.status !== 401) this.message.textContent = e.message || e.code;
     else this.host.failed(e);
   }
 }

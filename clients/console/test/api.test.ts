@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Api, ApiError, PATHS, type FetchFn } from "../src/api.js";
+import { Api, OverworldHttpError, PATHS, type FetchFn } from "../src/api.js";
 import { TokenStore } from "../src/token.js";
 
 interface Call {
@@ -21,7 +21,7 @@ function fake(...answers: Array<[number, unknown, Record<string, string>?]>) {
   return { calls, f };
 }
 
-const api = (f: FetchFn, token: string | null = "tok", onUnauthorized?: (e: ApiError) => void) =>
+const api = (f: FetchFn, token: string | null = "tok", onUnauthorized?: (e: OverworldHttpError) => void) =>
   new Api({ baseUrl: "http://h:4000/", fetch: f, token: () => token, onUnauthorized });
 
 describe("Api: request shapes", () => {
@@ -179,12 +179,24 @@ describe("Api: errors", () => {
   it("the server's {error, message}: a 409 of a rewind keeps its message", async () => {
     const { f } = fake([409, { error: "not_debug", message: "zone z1 is not a debug zone" }]);
     const e = await api(f).rewind("z1", 3).catch((e: unknown) => e);
-    expect(e).toBeInstanceOf(ApiError);
+    expect(e).toBeInstanceOf(OverworldHttpError);
     expect(e).toMatchObject({ status: 409, code: "not_debug", message: "zone z1 is not a debug zone" });
   });
 
+  it("the SDK's error, with the seconds a 429 asks to wait (the header, else the message)", async () => {
+    const { f } = fake(
+      [429, { error: "rate_limited", message: "too many attempts: retry in 30 s" }, { "retry-after": "30" }],
+      [429, { error: "busy", message: "the server is busy hashing passwords: retry in 2 s" }],
+    );
+    const a = api(f);
+    const e = await a.login("ops", "x").catch((e: unknown) => e);
+    expect(e).toBeInstanceOf(OverworldHttpError);
+    expect(e).toMatchObject({ status: 429, code: "rate_limited", retryAfter: 30 });
+    await expect(a.login("ops", "x")).rejects.toMatchObject({ code: "busy", retryAfter: 2 });
+  });
+
   it("a 401 anywhere tells onUnauthorized, then fails", async () => {
-    const told: ApiError[] = [];
+    const told: OverworldHttpError[] = [];
     const { f } = fake([401, { error: "invalid_token", message: "expired" }], [403, { error: "forbidden", message: "no" }]);
     const a = api(f, "old", (e) => told.push(e));
     await expect(a.zones()).rejects.toMatchObject({ status: 401, code: "invalid_token" });

@@ -21,7 +21,7 @@ export type {
   WebSocketConstructor,
   WebSocketLike,
 } from "./connection.js";
-export { Client, OverworldHttpError } from "./client.js";
+export { Client, OverworldHttpError, toHttpError } from "./client.js";
 export type { ClientOptions, FetchLike, Session } from "./client.js";
 export { Storage } from "./storage.js";
 export type { ListOptions, StorageAck, StorageDelete, StorageId, StorageObject, StoragePage, StorageWrite } from "./storage.js";
