@@ -1,13 +1,12 @@
 // Where the map's live scenes come from: a Web Worker decoding the observer connection
 // (scene-worker.ts; the page only draws), or, where a worker cannot start, the same work on the
 // page's own thread. Both answer the same questions.
-import type { WebSocketConstructor } from "../../typescript/src/index.js";
-import type { ObserverHandshake } from "./observer.js";
+import type { Handshake, WebSocketConstructor } from "../../typescript/src/index.js";
 import { Scene } from "./scene.js";
 import { ScenePump, type DecodedEntity, type FromWorker, type LiveStatus, type ToWorker } from "./scene-worker.js";
 
 export interface LiveEvents {
-  onHandshake(h: ObserverHandshake): void;
+  onHandshake(h: Handshake): void;
   onError(e: { code: number; message: string }): void;
   onClose(e: { code: number; reason: string; final: boolean }): void;
 }

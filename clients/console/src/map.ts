@@ -1,5 +1,6 @@
 // The Map tab: the zones to watch, the live map of the one watched (an observer connection over
 // the real protocol), the selected entity's panel, the history scrubber and the charts.
+import { socketUrl, type Handshake } from "../../typescript/src/index.js";
 import { OverworldHttpError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
 import { Camera, wheelFactor, type Rect } from "./camera.js";
 import { ChartsPanel } from "./charts.js";
@@ -9,7 +10,6 @@ import { legendItems, swatchColours, zoneItems } from "./map-side.js";
 import { EntityPanel } from "./entity-panel.js";
 import { borders, targets, zoneAt, type Target } from "./layout.js";
 import { InlineSource, WorkerSource, type LiveEvents, type LiveSource } from "./live.js";
-import { observerUrl, type ObserverHandshake } from "./observer.js";
 import { Renderer, cellOf, type Overlays, type ZoneBorder } from "./render.js";
 import type { StatusHistory } from "./ring.js";
 import { Scene, fromHistory, nearest } from "./scene.js";
@@ -47,7 +47,7 @@ export class MapTab {
 
   private target: Target | null = null;
   private source: LiveSource | null = null;
-  private hs: ObserverHandshake | undefined;
+  private hs: Handshake | undefined;
   private colours = new ColourTable([]);
   private zoneBorders: ZoneBorder[] = [];
   /** The newest live scene taken from the source (empty before the first). */
@@ -187,7 +187,8 @@ export class MapTab {
         else if (!e.final) this.message.textContent = `connection lost (${e.code}); reconnecting…`;
       },
     };
-    const url = observerUrl(t.name, this.o.base);
+    // (The page's own server.)
+    const url = socketUrl(new URL(this.o.base).origin, t.name);
     this.source = null;
     if (this.o.workerUrl !== null && typeof Worker !== "undefined")
       try {
@@ -203,7 +204,7 @@ export class MapTab {
     this.sessionTimer = setInterval(() => void this.loadSessions(), 2000);
   }
 
-  private handshake(hs: ObserverHandshake): void {
+  private handshake(hs: Handshake): void {
     this.hs = hs;
     this.colours = new ColourTable(hs.templates);
     this.zoneBorders = this.target === null ? [] : borders(this.target, hs);

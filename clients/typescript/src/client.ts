@@ -66,6 +66,18 @@ export class OverworldHttpError extends Error {
 }
 
 /**
+ * The WebSocket URL of a zone of the server at `baseUrl` (its HTTP address, e.g.
+ * "https://game.example"): `ws(s)://host:port/ws?zone=NAME` (`zone` undefined: the server's
+ * default zone).
+ */
+export function socketUrl(baseUrl: string, zone?: string): string {
+  const url = new URL(baseUrl.replace(/\/+$/, "") + "/ws");
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  if (zone !== undefined) url.searchParams.set("zone", zone);
+  return url.toString();
+}
+
+/**
  * The `OverworldHttpError` of a failed answer (`status` not 2xx) of the server's HTTP API: the
  * code and message of its `{"error", "message"}` body `text` (else `http_error` and "HTTP
  * status"), and `retryAfter` from the `retry-after` header of `headers` or, on a 429, from the
@@ -170,10 +182,7 @@ export class Client {
 
   /** The WebSocket URL of a zone (`zone` undefined: the server's default zone). */
   socketUrl(zone?: string): string {
-    const url = new URL(this.baseUrl + "/ws");
-    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
-    if (zone !== undefined) url.searchParams.set("zone", zone);
-    return url.toString();
+    return socketUrl(this.baseUrl, zone);
   }
 
   /**
