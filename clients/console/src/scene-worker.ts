@@ -49,8 +49,6 @@ export interface LiveStatus {
 /** A selected entity as its template decodes it. */
 export interface DecodedEntity {
   id: number;
-  template: number;
-  cell: number;
   values: Record<string, Value>;
 }
 
@@ -103,7 +101,8 @@ export class ScenePump {
   private readonly scene = new Scene();
   private spare: SceneArrays | null = null;
   private serial = 0;
-  private readonly kept = new Map<number, { entries: Entry[]; cells: Float64Array }>();
+  /** The SDK's entries of each recent build (by serial), index for index with its scene. */
+  private readonly kept = new Map<number, Entry[]>();
   /** A snapshot came since the last scene sent. */
   private pending = false;
   /** The page took the last scene sent. */
@@ -240,7 +239,8 @@ export class ScenePump {
     fromView(s, view, this.layouts, this.colours);
     this.sceneMs = performance.now() - t0;
     s.serial = ++this.serial;
-    this.kept.set(s.serial, { entries: s.entries, cells: s.cells.slice(0, s.count) });
+    // (A build makes a new entries array: keeping it copies nothing.)
+    this.kept.set(s.serial, s.entries);
     this.kept.delete(s.serial - KEPT);
     return s;
   }
@@ -248,11 +248,9 @@ export class ScenePump {
   /** An entity of a scene the page holds (its build and index there), decoded. */
   private entity(id: number, serial: number, index: number): DecodedEntity | null {
     const hs = this.hs;
-    const k = this.kept.get(serial);
-    if (hs === undefined || k === undefined) return null;
-    const e = k.entries[index];
-    if (e === undefined || e.id !== id) return null;
+    const e = this.kept.get(serial)?.[index];
+    if (hs === undefined || e === undefined || e.id !== id) return null;
     const d = decodeEntity(e, hs.templates);
-    return d === undefined ? null : { id, template: e.template, cell: k.cells[index] ?? -1, values: d.values };
+    return d === undefined ? null : { id, values: d.values };
   }
 }

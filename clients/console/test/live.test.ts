@@ -67,7 +67,7 @@ describe("ScenePump (the decoding worker's side)", () => {
     pump.handle({ type: "entity", seq: 2, id: 4, serial: s.serial, index: i });
     pump.handle({ type: "entity", seq: 3, id: 9, serial: 999, index: i });
     const answers = out.filter((o) => o.m.type === "entity").map((o) => o.m);
-    expect(answers[0]).toMatchObject({ seq: 1, entity: { id: 9, template: 0, cell: 40, values: { x: 9, y: 5, state: "wander", kind: "goblin" } } });
+    expect(answers[0]).toMatchObject({ seq: 1, entity: { id: 9, values: { x: 9, y: 5, state: "wander", kind: "goblin" } } });
     expect(answers[1]).toEqual({ type: "entity", seq: 2, entity: null });
     expect(answers[2]).toEqual({ type: "entity", seq: 3, entity: null });
   });
