@@ -20,7 +20,7 @@ export interface LiveSource {
   close(): void;
 }
 
-const CLOSED: LiveStatus = { state: "closed", tick: 0, snapshots: 0, refused: 0, resyncs: 0, applyMs: 0, sceneMs: 0, rtt: null };
+const CLOSED: LiveStatus = { state: "closed", tick: 0, snapshots: 0, applyMs: 0, sceneMs: 0, rtt: null };
 
 /**
  * The worker's side and the page's, joined: `post` delivers a message to the other side. In
@@ -106,7 +106,7 @@ class Receiver implements LiveSource {
 export class WorkerSource extends Receiver {
   private readonly worker: Worker;
 
-  constructor(workerUrl: string, url: string, token: string | null, events: LiveEvents) {
+  constructor(workerUrl: string, url: string, token: string, events: LiveEvents) {
     super(events);
     this.worker = new Worker(workerUrl);
     this.worker.onmessage = (e: MessageEvent<FromWorker>) => this.receive(e.data);
@@ -126,7 +126,7 @@ export class WorkerSource extends Receiver {
 
 /** The pump on the page's thread (no worker): the same scenes, built by the same code. */
 export class InlineSource extends Receiver {
-  constructor(url: string, token: string | null, events: LiveEvents, WebSocket?: WebSocketConstructor) {
+  constructor(url: string, token: string, events: LiveEvents, WebSocket?: WebSocketConstructor) {
     super(events);
     this.inline = true;
     const pump = new ScenePump((m) => this.receive(m), WebSocket);

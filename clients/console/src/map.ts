@@ -189,14 +189,16 @@ export class MapTab {
     };
     // (The page's own server.)
     const url = socketUrl(new URL(this.o.base).origin, t.name);
+    // (No token: HELLO is refused with 4003, and the app shows the login.)
+    const token = this.o.token() ?? "";
     this.source = null;
     if (this.o.workerUrl !== null && typeof Worker !== "undefined")
       try {
-        this.source = new WorkerSource(this.o.workerUrl, url, this.o.token(), events);
+        this.source = new WorkerSource(this.o.workerUrl, url, token, events);
       } catch {
         // A worker cannot start here (a policy, an old browser): decode on this thread.
       }
-    this.source ??= new InlineSource(url, this.o.token(), events);
+    this.source ??= new InlineSource(url, token, events);
     stats.decoder = this.source instanceof WorkerSource ? "worker" : "page";
     this.scrubber.setZones(t.zones);
     this.charts.watch(t.name);

@@ -37,8 +37,6 @@ export interface LiveStatus {
   /** The newest snapshot applied. */
   tick: number;
   snapshots: number;
-  refused: number;
-  resyncs: number;
   applyMs: number;
   /** Milliseconds the newest scene took to build from the view. */
   sceneMs: number;
@@ -53,7 +51,8 @@ export interface DecodedEntity {
 }
 
 export type ToWorker =
-  | { type: "open"; url: string; token: string | null }
+  /** The operator token goes in HELLO (as it is at the first connection: it is not asked again). */
+  | { type: "open"; url: string; token: string }
   | { type: "ready"; arrays?: SceneArrays }
   /** (Inline, without a worker: build the newest scene now if a snapshot came.) */
   | { type: "pull" }
@@ -143,10 +142,10 @@ export class ScenePump {
     c?.close();
   }
 
-  private open(url: string, token: string | null): void {
+  private open(url: string, token: string): void {
     this.stop();
     this.url = url;
-    this.token = token ?? "";
+    this.token = token;
     this.attempts = 0;
     this.connect();
   }
@@ -209,8 +208,6 @@ export class ScenePump {
       state: this.retryTimer !== undefined ? "reconnecting" : (c?.state ?? "closed"),
       tick: c?.tick ?? 0,
       snapshots: c?.stats.snapshots ?? 0,
-      refused: c?.stats.refused ?? 0,
-      resyncs: c?.stats.resyncs ?? 0,
       applyMs: c?.stats.applyMs ?? 0,
       sceneMs: this.sceneMs,
       rtt: c?.rtt ?? null,

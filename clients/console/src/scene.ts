@@ -50,7 +50,6 @@ export interface SceneArrays {
 export interface SceneMessage {
   serial: number;
   count: number;
-  unplaced: number;
   tick: number;
   perSlot: number[];
   arrays: SceneArrays;
@@ -60,8 +59,6 @@ export class Scene {
   /** Which build this is (the decoding worker numbers them, to find a build's entries again). */
   serial = 0;
   count = 0;
-  /** Entities of the view without a position (not drawn). */
-  unplaced = 0;
   /** The snapshot (or history) tick the scene shows. */
   tick = 0;
   ids = new Float64Array(0);
@@ -100,7 +97,6 @@ export class Scene {
 
   clear(): void {
     this.count = 0;
-    this.unplaced = 0;
     this.entries = [];
     this.perSlot = [];
   }
@@ -122,7 +118,7 @@ export class Scene {
   toMessage(): { message: SceneMessage; transfer: ArrayBuffer[] } {
     const arrays = this.arrays;
     const transfer = Object.values(arrays).map((a) => (a as Float64Array).buffer as ArrayBuffer);
-    return { message: { serial: this.serial, count: this.count, unplaced: this.unplaced, tick: this.tick, perSlot: this.perSlot, arrays }, transfer };
+    return { message: { serial: this.serial, count: this.count, tick: this.tick, perSlot: this.perSlot, arrays }, transfer };
   }
 
   static fromMessage(m: SceneMessage): Scene {
@@ -130,7 +126,6 @@ export class Scene {
     Object.assign(s, m.arrays);
     s.serial = m.serial;
     s.count = m.count;
-    s.unplaced = m.unplaced;
     s.tick = m.tick;
     s.perSlot = m.perSlot;
     return s;
@@ -210,11 +205,9 @@ function add(
   colours: ColourTable,
   perSlot: number[],
 ): void {
+  // (An entity without a position is not drawn.)
   const l = layouts[e.template];
-  if (l === undefined || l === null) {
-    scene.unplaced++;
-    return;
-  }
+  if (l === undefined || l === null) return;
   const i = scene.count++;
   scene.ids[i] = e.id;
   scene.xs[i] = l.xMin + e.q[l.x]! * l.xStep;
@@ -255,10 +248,7 @@ export function fromHistory(
   const byName = new Map(templates.map((t, i) => [t.name, i]));
   const perSlot = new Array<number>(colours.size).fill(0);
   for (const e of entities) {
-    if (typeof e.x !== "number" || typeof e.y !== "number") {
-      scene.unplaced++;
-      continue;
-    }
+    if (typeof e.x !== "number" || typeof e.y !== "number") continue;
     const t = typeof e.template === "number" ? e.template : (byName.get(e.template) ?? -1);
     let slot = colours.unknown;
     if (t >= 0 && t < templates.length) {

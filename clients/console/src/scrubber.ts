@@ -79,11 +79,6 @@ export class Scrubber {
     return this.zones.find((z) => z.ref === this.zoneSelect.value) ?? this.zones[0] ?? null;
   }
 
-  /** Whether a past tick is shown. */
-  get scrubbing(): boolean {
-    return this.tick !== null;
-  }
-
   stop(): void {
     clearInterval(this.poll);
     clearTimeout(this.debounce);
