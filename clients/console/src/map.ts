@@ -209,6 +209,8 @@ export class MapTab {
   private handshake(hs: Handshake): void {
     this.hs = hs;
     this.colours = new ColourTable(hs.templates);
+    // (The legend's swatches: their colours change only with the templates.)
+    swatchColours(this.colours);
     this.zoneBorders = this.target === null ? [] : borders(this.target, hs);
     this.message.textContent = "";
     // (The first frame drawn fits the world: the canvas has its size only while shown.)
@@ -218,11 +220,17 @@ export class MapTab {
     return this.hs === undefined ? null : { x0: 0, y0: 0, x1: this.hs.width, y1: this.hs.height };
   }
 
+  /** The Fit button: the whole world in view. */
   fit(): void {
-    const w = this.world();
-    if (w === null) return;
     const { width, height } = this.renderer.fit();
     this.camera.resize(width, height);
+    this.fitWorld();
+  }
+
+  /** The camera on the whole world (at the canvas's size the camera has). */
+  private fitWorld(): void {
+    const w = this.world();
+    if (w === null) return;
     this.camera.fit(w);
     this.fitted = true;
   }
@@ -243,7 +251,7 @@ export class MapTab {
     this.lastDraw = now;
     const { width, height } = this.renderer.fit();
     this.camera.resize(width, height);
-    if (!this.fitted && this.hs !== undefined && width > 1 && height > 1) this.fit();
+    if (!this.fitted && this.hs !== undefined && width > 1 && height > 1) this.fitWorld();
     const src = this.source;
     if (src !== null) {
       const fresh = src.take();
@@ -299,7 +307,6 @@ export class MapTab {
     const rtt = st?.rtt === null || st?.rtt === undefined ? "" : ` · RTT ${st.rtt.toFixed(0)} ms`;
     this.status.textContent = `${mode} · ${scene.count} entities · ${stats.fps} fps (${stats.fullFps} full) · frame ${stats.frameMs.toFixed(1)} ms · decode ${stats.applyMs.toFixed(1)} ms (${stats.decoder})${rtt}`;
     fill(this.legend, ...legendItems(this.colours, scene.perSlot));
-    swatchColours(this.colours);
   }
 
   // ---- selection ----

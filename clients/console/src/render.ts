@@ -75,9 +75,10 @@ export class Renderer {
     return { width, height };
   }
 
+  /** Draws a frame at the canvas's size as of the last `fit()` (the caller fits it first, once a frame). */
   draw(scene: Scene, camera: Camera, colours: ColourTable, o: Overlays): FrameInfo {
     const t0 = performance.now();
-    this.fit();
+    if (this.image === null) this.fit();
     const px = this.pixels;
     const w = this.w;
     const h = this.h;
