@@ -17,6 +17,7 @@ export interface ConsoleOptions {
 export class ConsoleTab {
   readonly root: HTMLElement;
   private readonly o: ConsoleOptions;
+  private readonly confirm: (text: string) => boolean;
   private readonly message = h("div", { class: "message", testid: "console-message" });
   private readonly query = h("input", { type: "search", placeholder: "user id, device, email…", testid: "account-search" });
   private readonly accountList = h("div", { testid: "account-results" });
@@ -29,6 +30,7 @@ export class ConsoleTab {
 
   constructor(o: ConsoleOptions) {
     this.o = o;
+    this.confirm = o.confirm ?? ((text) => window.confirm(text));
     this.sessionZone.addEventListener("change", () => void this.loadSessions());
     this.root = h(
       "div",
@@ -153,7 +155,7 @@ export class ConsoleTab {
   }
 
   private async setDisabled(id: string, disable: boolean): Promise<void> {
-    if (disable && !(this.o.confirm ?? window.confirm.bind(window))(`Disable account ${id}? Its tokens are refused and its connections closed.`)) return;
+    if (disable && !this.confirm(`Disable account ${id}? Its tokens are refused and its connections closed.`)) return;
     const done = await this.act(disable ? `disable ${id}` : `enable ${id}`, () => (disable ? this.o.api.disableAccount(id) : this.o.api.enableAccount(id)));
     if (done !== undefined) await Promise.all([this.view(id), this.loadAudit()]);
   }
@@ -214,7 +216,7 @@ export class ConsoleTab {
   }
 
   private async stop(z: ZoneInfo): Promise<void> {
-    if (!(this.o.confirm ?? window.confirm.bind(window))(`Stop zone ${zoneLabel(z)} (${z.id})? Its players are disconnected.`)) return;
+    if (!this.confirm(`Stop zone ${zoneLabel(z)} (${z.id})? Its players are disconnected.`)) return;
     await this.act(`stop ${zoneLabel(z)}`, () => this.o.api.stopZone(z.ref));
     await Promise.all([this.loadZones(), this.loadAudit()]);
   }
@@ -263,7 +265,7 @@ export class ConsoleTab {
   }
 
   private async kick(user: string): Promise<void> {
-    if (!(this.o.confirm ?? window.confirm.bind(window))(`Kick ${user}?`)) return;
+    if (!this.confirm(`Kick ${user}?`)) return;
     await this.act(`kick ${user}`, () => this.o.api.kick(user));
     await Promise.all([this.loadSessions(), this.loadAudit()]);
   }

@@ -2,7 +2,7 @@
 // (scene-worker.ts; the page only draws), or, where a worker cannot start, the same work on the
 // page's own thread. Both answer the same questions.
 import type { Handshake, WebSocketConstructor } from "../../typescript/src/index.js";
-import { Scene } from "./scene.js";
+import { Scene, transferList } from "./scene.js";
 import { ScenePump, type DecodedEntity, type FromWorker, type LiveStatus, type ToWorker } from "./scene-worker.js";
 
 export interface LiveEvents {
@@ -80,7 +80,7 @@ class Receiver implements LiveSource {
     if (old !== null) {
       // Ready for the next; the previous scene's arrays go back to be filled again.
       const arrays = old.arrays;
-      this.send({ type: "ready", arrays }, Object.values(arrays).map((a) => (a as Float64Array).buffer as ArrayBuffer));
+      this.send({ type: "ready", arrays }, transferList(arrays));
     } else this.send({ type: "ready" });
     return s;
   }

@@ -152,10 +152,7 @@ export class Renderer {
   }
 
   private fillRect(r: Rect, camera: Camera, c: number): void {
-    const xa = Math.round(camera.screenX(r.x0));
-    const xb = Math.round(camera.screenX(r.x1));
-    const ya = Math.round(camera.screenY(r.y0));
-    const yb = Math.round(camera.screenY(r.y1));
+    const { xa, xb, ya, yb } = screenRect(r, camera);
     const a = Math.max(0, xa);
     const b = Math.min(this.w, xb);
     if (a >= b) return;
@@ -163,10 +160,7 @@ export class Renderer {
   }
 
   private strokeRect(r: Rect, camera: Camera, c: number): void {
-    const xa = Math.round(camera.screenX(r.x0));
-    const xb = Math.round(camera.screenX(r.x1));
-    const ya = Math.round(camera.screenY(r.y0));
-    const yb = Math.round(camera.screenY(r.y1));
+    const { xa, xb, ya, yb } = screenRect(r, camera);
     for (const d of [0, 1]) {
       this.hline(xa, xb, ya + d, c);
       this.hline(xa, xb, yb - 1 - d, c);
@@ -178,10 +172,7 @@ export class Renderer {
   /** Grid lines, when cells are at least 6 pixels wide (else they would cover everything). */
   private grid(g: Grid, world: Rect, camera: Camera): void {
     if (g.cellSize * camera.zoom < 6) return;
-    const ya = Math.round(camera.screenY(world.y0));
-    const yb = Math.round(camera.screenY(world.y1));
-    const xa = Math.round(camera.screenX(world.x0));
-    const xb = Math.round(camera.screenX(world.x1));
+    const { xa, xb, ya, yb } = screenRect(world, camera);
     const v = camera.visible();
     const c0 = Math.max(0, Math.floor((v.x0 - world.x0) / g.cellSize));
     const c1 = Math.min(g.cols, Math.ceil((v.x1 - world.x0) / g.cellSize));
@@ -211,6 +202,16 @@ export class Renderer {
       ctx.stroke();
     }
   }
+}
+
+/** A rectangle of the world (metres) on the canvas: its edges in whole pixels. */
+function screenRect(r: Rect, camera: Camera): { xa: number; xb: number; ya: number; yb: number } {
+  return {
+    xa: Math.round(camera.screenX(r.x0)),
+    xb: Math.round(camera.screenX(r.x1)),
+    ya: Math.round(camera.screenY(r.y0)),
+    yb: Math.round(camera.screenY(r.y1)),
+  };
 }
 
 /** The column and row of a cell key of a grid (keys count a border of one cell around it; band keys fold back). -1 when outside. */
