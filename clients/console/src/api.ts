@@ -2,10 +2,13 @@
 // call but the login carries the operator token as `authorization: Bearer`) and the public
 // status. The server's answers are read field by field into the types below, tolerating missing
 // fields (null), so a renamed field is a one-line change here and the pages never see raw JSON
-// they would have to guess about. A 401 anywhere calls `onUnauthorized` (the app shows the
-// login again) before the call fails.
-import type { Rect } from "./camera.js";
+// they would have to guess about. A call fails with the SDK's `OverworldHttpError` (its
+// `retryAfter` on a 429), built by the SDK's `toHttpError`. A 401 anywhere calls
+// `onUnauthorized` (the app shows the login again) before the call fails.
+import { OverworldHttpError, toHttpError } from "../../typescript/src/index.js";
 import type { HistoryEntity } from "./scene.js";
+
+export { OverworldHttpError };
 
 /** The routes, in one place. */
 export const PATHS = {
@@ -33,18 +36,6 @@ function seg(s: string): string {
   return encodeURIComponent(s);
 }
 
-/** A failed call: the server's `{"error", "message"}`, or status 0 `network_error`, or `bad_response`. */
-export class ApiError extends Error {
-  readonly status: number;
-  readonly code: string;
-  constructor(status: number, code: string, message: string) {
-    super(message);
-    this.name = "ApiError";
-    this.status = status;
-    this.code = code;
-  }
-}
-
 export interface ResponseLike {
   status: number;
   headers?: { get(name: string): string | null };
@@ -62,7 +53,7 @@ export interface ApiOptions {
   /** The operator token to send (null: none). */
   token: () => string | null;
   /** Called on any 401 before the call fails. */
-  onUnauthorized?: (e: ApiError) => void;
+  onUnauthorized?: (e: OverworldHttpError) => void;
 }
 
 // ---- what the calls answer ----
@@ -76,31 +67,40 @@ export interface LoginReply {
 export interface ZoneInfo {
   /** What the zone's operator routes take. */
   ref: string;
-  /** The zone's id as the server prints it (what `zones/start` takes). */
+  /** The zone's id as the server prints it. */
   id: string;
-  /** The public name to put in the WebSocket URL (`/ws?zone=NAME`). */
-  name: string;
+  /** The server's public name of the zone (what `zones/start` takes; null: it has none, e.g. a zone of a world). */
+  name: string | null;
+  /** The name to give in `/ws?zone=NAME` for an observer connection of it: its own, or its world's (null: neither is served). */
+  watch: string | null;
   /** The world the zone belongs to (null: a zone of its own). */
   world: string | null;
   module: string | null;
   players: number | null;
   entities: number | null;
+  /** Milliseconds (the server sends microseconds). */
   tickP50Ms: number | null;
   tickP99Ms: number | null;
   node: string | null;
   debug: boolean;
-  /** Whether the zone keeps a history (the scrubber). */
+  /** Whether the zone keeps a history (the scrubber): it keeps some ticks. */
   history: boolean;
-  /** Whether it runs (null: not said: taken as running). */
-  running: boolean | null;
-  /** The zone's region in metres, for a zone of a world (null: not said). */
-  region: Rect | null;
+}
+
+/** `GET zones`: the running zones, and the names of the server's zones that run nowhere (`zones/start` takes them). */
+export interface ZoneList {
+  zones: ZoneInfo[];
+  stopped: string[];
+}
+
+/** How a zone is shown to people: its public name, else its id. */
+export function zoneLabel(z: ZoneInfo): string {
+  return z.name ?? z.id;
 }
 
 export interface EntityDetails {
   id: number;
   template: string | null;
-  fields: Record<string, unknown>;
   owner: string | null;
   cell: number | null;
   zone: string | null;
@@ -121,27 +121,25 @@ export interface HistoryState {
 
 export interface SessionInfo {
   userId: string;
+  /** The player's entity (null: not said). */
+  entity: number | null;
+  /** Whether its socket is open (false in its grace period after a lost connection, or for a player joined from Elixir). */
+  connected: boolean | null;
+  /** Unix seconds. */
   connectedAt: string | number | null;
   address: string | null;
   bytesOut: number | null;
-  rttMs: number | null;
-  frameJitterMs: number | null;
-  deferrals: number | null;
-  /** The player's entity, its view radius (metres) and the cells its interest holds, when the server tells. */
-  entityId: number | null;
-  viewRadius: number | null;
-  cells: number[] | null;
+  node: string | null;
 }
 
 export interface AccountSummary {
   id: string;
   disabled: boolean | null;
   lastSeen: string | number | null;
-  /** Every field the server sent, for display. */
-  raw: Record<string, unknown>;
 }
 
 export interface AccountDetails extends AccountSummary {
+  createdAt: string | number | null;
   devices: string[];
   email: string | null;
   customId: string | null;
@@ -192,37 +190,28 @@ const num = (v: unknown): number | null => (typeof v === "number" && Number.isFi
 const bool = (v: unknown): boolean | null => (typeof v === "boolean" ? v : null);
 const time = (v: unknown): string | number | null => (typeof v === "string" || (typeof v === "number" && Number.isFinite(v)) ? v : null);
 const list = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
-/** The first of several names a field may have. */
-const pick = (o: Json, ...names: string[]): unknown => {
-  for (const n of names) if (o[n] !== undefined) return o[n];
-  return undefined;
+/** Microseconds as milliseconds. */
+const ms = (v: unknown): number | null => {
+  const us = num(v);
+  return us === null ? null : us / 1000;
 };
 
-/** A region as `[x0, y0, x1, y1]` or `{x0, y0, x1, y1}` (metres). */
-export function toRect(v: unknown): Rect | null {
-  const a = Array.isArray(v) ? v : isObject(v) ? [v.x0, v.y0, v.x1, v.y1] : null;
-  if (a === null || a.length !== 4 || !a.every((x) => typeof x === "number" && Number.isFinite(x))) return null;
-  const [x0, y0, x1, y1] = a as number[];
-  return { x0: x0!, y0: y0!, x1: x1!, y1: y1! };
-}
-
 export function toZone(o: Json): ZoneInfo {
-  const id = str(o.id) ?? str(o.ref) ?? "";
   return {
-    ref: str(o.ref) ?? id,
-    id,
-    name: str(o.name) ?? "",
+    ref: str(o.ref) ?? "",
+    id: str(o.id) ?? "",
+    name: str(o.name),
+    watch: str(o.watch),
     world: str(o.world),
     module: str(o.module),
     players: num(o.players),
     entities: num(o.entities),
-    tickP50Ms: num(o.tick_p50_ms),
-    tickP99Ms: num(o.tick_p99_ms),
+    tickP50Ms: ms(o.tick_p50_us),
+    tickP99Ms: ms(o.tick_p99_us),
     node: str(o.node),
     debug: bool(o.debug) ?? false,
-    history: bool(o.history) ?? (isObject(o.history) || num(o.history) !== null),
-    running: bool(pick(o, "running", "alive")),
-    region: toRect(pick(o, "region", "bounds")),
+    // (The ticks of history it keeps: 0 for none.)
+    history: (num(o.history) ?? 0) > 0,
   };
 }
 
@@ -230,7 +219,6 @@ export function toEntity(o: Json): EntityDetails {
   return {
     id: num(o.id) ?? 0,
     template: str(o.template),
-    fields: isObject(o.fields) ? o.fields : {},
     owner: str(o.owner),
     cell: num(o.cell),
     zone: str(o.zone),
@@ -239,32 +227,26 @@ export function toEntity(o: Json): EntityDetails {
 }
 
 export function toSession(o: Json): SessionInfo {
-  const cells = Array.isArray(o.cells) ? o.cells.filter((k): k is number => typeof k === "number") : null;
   return {
-    userId: str(pick(o, "user_id", "user")) ?? "",
+    userId: str(o.user_id) ?? "",
+    entity: num(o.entity),
+    connected: bool(o.connected),
     connectedAt: time(o.connected_at),
     address: str(o.address),
     bytesOut: num(o.bytes_out),
-    rttMs: num(o.rtt_ms),
-    frameJitterMs: num(o.frame_jitter_ms),
-    deferrals: num(o.deferrals),
-    entityId: num(pick(o, "entity_id", "entity")),
-    viewRadius: num(o.view_radius),
-    cells,
+    node: str(o.node),
   };
 }
 
 export function toAccount(o: Json): AccountDetails {
-  const disabled = bool(o.disabled) ?? (typeof o.status === "string" ? o.status === "disabled" : null);
-  const devices = list(pick(o, "devices", "device_ids"))
-    .map((d) => (isObject(d) ? str(pick(d, "id", "device_id")) : str(d)))
-    .filter((d): d is string => d !== null);
   return {
-    id: str(pick(o, "id", "user_id")) ?? "",
-    disabled,
-    lastSeen: time(pick(o, "last_seen", "last_seen_at")),
-    raw: o,
-    devices,
+    id: str(o.user_id) ?? "",
+    disabled: bool(o.disabled),
+    lastSeen: time(o.last_seen_at),
+    createdAt: time(o.created_at),
+    devices: list(o.devices)
+      .map(str)
+      .filter((d): d is string => d !== null),
     email: str(o.email),
     customId: str(o.custom_id),
   };
@@ -297,7 +279,7 @@ export class Api {
   private readonly base: string;
   private readonly fetch: FetchFn;
   private readonly token: () => string | null;
-  private readonly onUnauthorized: ((e: ApiError) => void) | undefined;
+  private readonly onUnauthorized: ((e: OverworldHttpError) => void) | undefined;
 
   constructor(options: ApiOptions) {
     this.base = (options.baseUrl ?? "").replace(/\/+$/, "");
@@ -312,13 +294,18 @@ export class Api {
   async login(name: string, password: string): Promise<LoginReply> {
     const o = await this.json("POST", PATHS.login, { name, password }, false);
     const token = str(o.token);
-    if (token === null || token === "") throw new ApiError(200, "bad_response", "the login answer has no token");
+    if (token === null || token === "") throw new OverworldHttpError(200, "bad_response", "the login answer has no token");
     return { token, expiresIn: num(o.expires_in) };
   }
 
-  async zones(): Promise<ZoneInfo[]> {
+  async zones(): Promise<ZoneList> {
     const o = await this.json("GET", PATHS.zones);
-    return list(o.zones).filter(isObject).map(toZone);
+    return {
+      zones: list(o.zones).filter(isObject).map(toZone),
+      stopped: list(o.stopped)
+        .map(str)
+        .filter((n): n is string => n !== null),
+    };
   }
 
   async entity(ref: string, id: number): Promise<EntityDetails> {
@@ -329,7 +316,7 @@ export class Api {
     const o = await this.json("GET", PATHS.historyRange(ref));
     const oldest = num(o.oldest);
     const newest = num(o.newest);
-    if (oldest === null || newest === null) throw new ApiError(200, "bad_response", "the history range has no oldest and newest tick");
+    if (oldest === null || newest === null) throw new OverworldHttpError(200, "bad_response", "the history range has no oldest and newest tick");
     return { oldest, newest, tickRate: num(o.tick_rate) };
   }
 
@@ -363,9 +350,7 @@ export class Api {
   }
 
   async account(id: string): Promise<AccountDetails> {
-    const o = await this.json("GET", PATHS.account(id));
-    // (An answer may wrap the account: {"account": {...}}.)
-    return toAccount(isObject(o.account) ? o.account : o);
+    return toAccount(await this.json("GET", PATHS.account(id)));
   }
 
   async disableAccount(id: string): Promise<Json> {
@@ -380,8 +365,9 @@ export class Api {
     return this.json("POST", PATHS.zoneStop(ref), {});
   }
 
-  async startZone(id: string): Promise<Json> {
-    return this.json("POST", PATHS.zoneStart, { id });
+  /** Starts again a zone of the server's that runs nowhere, by its name (one of `ZoneList.stopped`). */
+  async startZone(name: string): Promise<Json> {
+    return this.json("POST", PATHS.zoneStart, { name });
   }
 
   async snapshotZone(ref: string): Promise<Json> {
@@ -421,7 +407,7 @@ export class Api {
     try {
       return await this.fetch(this.base + path, init);
     } catch (e) {
-      throw new ApiError(0, "network_error", `${method} ${path}: ${(e as Error)?.message ?? String(e)}`);
+      throw new OverworldHttpError(0, "network_error", `${method} ${path}: ${(e as Error)?.message ?? String(e)}`, { cause: e });
     }
   }
 
@@ -435,25 +421,21 @@ export class Api {
     try {
       value = JSON.parse(text);
     } catch {
-      throw new ApiError(res.status, "bad_response", `${method} ${path}: the answer is not JSON`);
+      throw new OverworldHttpError(res.status, "bad_response", `${method} ${path}: the answer is not JSON`);
     }
-    if (!isObject(value)) throw new ApiError(res.status, "bad_response", `${method} ${path}: the answer is not a JSON object`);
+    if (!isObject(value)) throw new OverworldHttpError(res.status, "bad_response", `${method} ${path}: the answer is not a JSON object`);
     return value;
   }
 
-  private async failure(res: ResponseLike): Promise<ApiError> {
-    let code = "http_error";
-    let message = `HTTP ${res.status}`;
+  /** The error of a failed answer: the SDK's, as its own client builds it (`retryAfter` included). */
+  private async failure(res: ResponseLike): Promise<OverworldHttpError> {
+    let text = "";
     try {
-      const o: unknown = JSON.parse(await res.text());
-      if (isObject(o)) {
-        code = str(o.error) ?? code;
-        message = str(o.message) ?? message;
-      }
+      text = await res.text();
     } catch {
-      // Not the server's error JSON: the status says it.
+      // No body: the status says it.
     }
-    const e = new ApiError(res.status, code, message);
+    const e = toHttpError(res.status, text, res.headers);
     if (res.status === 401) this.onUnauthorized?.(e);
     return e;
   }

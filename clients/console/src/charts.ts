@@ -4,7 +4,7 @@
 import type { SessionInfo } from "./api.js";
 import { drawChart, type Line } from "./chart.js";
 import { fill, h, show, table } from "./dom.js";
-import { formatBytes, formatNumber, formatTime } from "./format.js";
+import { formatBytes, formatTime } from "./format.js";
 import { rate, type Series, type StatusHistory } from "./ring.js";
 
 const COLOURS = ["#4ab8ff", "#f0c846", "#5fbf4a", "#e8543a", "#c77dff", "#46d2c8", "#ff8cbe", "#a0c85a"];
@@ -93,16 +93,13 @@ export class ChartsPanel {
         s.address ?? "–",
         formatBytes(s.bytesOut),
         Number.isFinite(bps) ? `${formatBytes(Math.round(bps))}/s` : "–",
-        formatNumber(s.rttMs),
-        formatNumber(s.frameJitterMs),
-        formatNumber(s.deferrals, 0),
       ];
     });
     fill(
       this.players,
       sessions.length === 0
         ? h("p", { class: "message" }, "no players")
-        : table("player-table", ["user", "connected", "address", "bytes out", "bandwidth", "RTT ms", "frame jitter ms", "budget deferrals"], rows, "player-row"),
+        : table("player-table", ["user", "connected", "address", "bytes out", "bandwidth"], rows, "player-row"),
     );
   }
 }

@@ -1,6 +1,6 @@
 // The Console tab: accounts (search, view, disable and enable), zones (stop, start, snapshot now,
 // history download), sessions per zone (kick), and the audit log of every operator action.
-import { ApiError, type AccountDetails, type AccountSummary, type Api, type ZoneInfo } from "./api.js";
+import { OverworldHttpError, zoneLabel, type AccountDetails, type AccountSummary, type Api, type ZoneInfo } from "./api.js";
 import { fill, h, table } from "./dom.js";
 import { formatNumber, formatTime } from "./format.js";
 
@@ -17,12 +17,12 @@ export interface ConsoleOptions {
 export class ConsoleTab {
   readonly root: HTMLElement;
   private readonly o: ConsoleOptions;
+  private readonly confirm: (text: string) => boolean;
   private readonly message = h("div", { class: "message", testid: "console-message" });
   private readonly query = h("input", { type: "search", placeholder: "user id, device, email…", testid: "account-search" });
   private readonly accountList = h("div", { testid: "account-results" });
   private readonly accountBox = h("div", { testid: "account-details", class: "card", hidden: true });
   private readonly zoneBox = h("div", { testid: "zone-table-box" });
-  private readonly startId = h("input", { type: "text", placeholder: "zone id", testid: "zone-start-id" });
   private readonly sessionZone = h("select", { testid: "session-zone" });
   private readonly sessionBox = h("div", { testid: "session-table-box" });
   private readonly auditBox = h("div", { testid: "audit-box" });
@@ -30,6 +30,7 @@ export class ConsoleTab {
 
   constructor(o: ConsoleOptions) {
     this.o = o;
+    this.confirm = o.confirm ?? ((text) => window.confirm(text));
     this.sessionZone.addEventListener("change", () => void this.loadSessions());
     this.root = h(
       "div",
@@ -53,12 +54,6 @@ export class ConsoleTab {
         { class: "card" },
         h("div", { class: "row" }, h("h3", {}, "Zones"), h("button", { testid: "console-zones-refresh", onclick: () => void this.loadZones() }, "Refresh")),
         this.zoneBox,
-        h(
-          "form",
-          { class: "row", testid: "zone-start-form", onsubmit: (e: Event) => (e.preventDefault(), void this.start(this.startId.value.trim())) },
-          this.startId,
-          h("button", { type: "submit", testid: "zone-start-submit" }, "Start zone"),
-        ),
       ),
       h(
         "section",
@@ -97,7 +92,7 @@ export class ConsoleTab {
   }
 
   private fail(what: string, e: unknown): void {
-    if (e instanceof ApiError && e.status !== 401) this.say(`${what}: ${e.message} (${e.status} ${e.code})`);
+    if (e instanceof OverworldHttpError && e.status !== 401) this.say(`${what}: ${e.message} (${e.status} ${e.code})`);
     else this.o.failed(e);
   }
 
@@ -135,7 +130,6 @@ export class ConsoleTab {
     } catch (e) {
       return this.fail("account", e);
     }
-    const extra = Object.entries(a.raw).filter(([k]) => !["id", "user_id", "devices", "device_ids", "email", "custom_id", "disabled", "last_seen", "status"].includes(k));
     this.accountBox.hidden = false;
     fill(
       this.accountBox,
@@ -150,8 +144,8 @@ export class ConsoleTab {
           row("devices", a.devices.length === 0 ? "–" : a.devices.join(", "), "account-devices"),
           row("email", a.email ?? "–", "account-email"),
           row("custom id", a.customId ?? "–", "account-custom"),
+          row("created", formatTime(a.createdAt), "account-created"),
           row("last seen", formatTime(a.lastSeen), "account-last-seen"),
-          ...extra.map(([k, v]) => row(k, typeof v === "string" ? v : JSON.stringify(v))),
         ),
       ),
       a.disabled === true
@@ -161,7 +155,7 @@ export class ConsoleTab {
   }
 
   private async setDisabled(id: string, disable: boolean): Promise<void> {
-    if (disable && !(this.o.confirm ?? window.confirm.bind(window))(`Disable account ${id}? Its tokens are refused and its connections closed.`)) return;
+    if (disable && !this.confirm(`Disable account ${id}? Its tokens are refused and its connections closed.`)) return;
     const done = await this.act(disable ? `disable ${id}` : `enable ${id}`, () => (disable ? this.o.api.disableAccount(id) : this.o.api.enableAccount(id)));
     if (done !== undefined) await Promise.all([this.view(id), this.loadAudit()]);
   }
@@ -169,8 +163,9 @@ export class ConsoleTab {
   // ---- zones ----
 
   async loadZones(): Promise<void> {
+    let stopped: string[];
     try {
-      this.zones = await this.o.api.zones();
+      ({ zones: this.zones, stopped } = await this.o.api.zones());
     } catch (e) {
       return this.fail("zones", e);
     }
@@ -179,50 +174,62 @@ export class ConsoleTab {
       table(
         "zone-table",
         ["name", "id", "world", "module", "node", "players", "entities", "tick p50/p99 ms", "actions", "flags"],
-        this.zones.map((z) => [
-          z.name,
-          h("span", { class: "mono" }, z.id),
-          z.world ?? "–",
-          z.module ?? "–",
-          z.node ?? "–",
-          formatNumber(z.players),
-          formatNumber(z.entities),
-          `${formatNumber(z.tickP50Ms, 2)} / ${formatNumber(z.tickP99Ms, 2)}`,
-          h(
-            "span",
-            { class: "buttons" },
-            z.running === false
-              ? h("button", { testid: "zone-start", "data-zone": z.ref, onclick: () => void this.start(z.id) }, "Start")
-              : h("button", { testid: "zone-stop", class: "danger", "data-zone": z.ref, onclick: () => void this.stop(z) }, "Stop"),
-            h("button", { testid: "zone-snapshot", "data-zone": z.ref, onclick: () => void this.act(`snapshot ${z.name}`, () => this.o.api.snapshotZone(z.ref)).then(() => this.loadAudit()) }, "Snapshot now"),
-            z.history ? h("button", { testid: "zone-history-download", "data-zone": z.ref, onclick: () => void this.download(z) }, "History") : null,
-          ),
-          [z.debug ? "debug" : "", z.history ? "history" : ""].filter(Boolean).join(", "),
-        ]),
+        [
+          ...this.zones.map((z) => [
+            z.name ?? "–",
+            h("span", { class: "mono" }, z.id),
+            z.world ?? "–",
+            z.module ?? "–",
+            z.node ?? "–",
+            formatNumber(z.players),
+            formatNumber(z.entities),
+            `${formatNumber(z.tickP50Ms, 2)} / ${formatNumber(z.tickP99Ms, 2)}`,
+            h(
+              "span",
+              { class: "buttons" },
+              h("button", { testid: "zone-stop", class: "danger", "data-zone": z.ref, onclick: () => void this.stop(z) }, "Stop"),
+              h("button", { testid: "zone-snapshot", "data-zone": z.ref, onclick: () => void this.act(`snapshot ${zoneLabel(z)}`, () => this.o.api.snapshotZone(z.ref)).then(() => this.loadAudit()) }, "Snapshot now"),
+              z.history ? h("button", { testid: "zone-history-download", "data-zone": z.ref, onclick: () => void this.download(z) }, "History") : null,
+            ),
+            [z.debug ? "debug" : "", z.history ? "history" : ""].filter(Boolean).join(", "),
+          ]),
+          // The server's zones that run nowhere: started again by name.
+          ...stopped.map((name) => [
+            name,
+            "–",
+            "–",
+            "–",
+            "–",
+            "–",
+            "–",
+            "–",
+            h("span", { class: "buttons" }, h("button", { testid: "zone-start", "data-zone": name, onclick: () => void this.start(name) }, "Start")),
+            "stopped",
+          ]),
+        ],
         "zone-row",
       ),
     );
     const current = this.sessionZone.value;
-    fill(this.sessionZone, ...this.zones.map((z) => h("option", { value: z.ref, selected: z.ref === current }, z.world === null ? z.name : `${z.name} (${z.id})`)));
+    fill(this.sessionZone, ...this.zones.map((z) => h("option", { value: z.ref, selected: z.ref === current }, zoneLabel(z))));
     await this.loadSessions();
   }
 
   private async stop(z: ZoneInfo): Promise<void> {
-    if (!(this.o.confirm ?? window.confirm.bind(window))(`Stop zone ${z.name} (${z.id})? Its players are disconnected.`)) return;
-    await this.act(`stop ${z.name}`, () => this.o.api.stopZone(z.ref));
+    if (!this.confirm(`Stop zone ${zoneLabel(z)} (${z.id})? Its players are disconnected.`)) return;
+    await this.act(`stop ${zoneLabel(z)}`, () => this.o.api.stopZone(z.ref));
     await Promise.all([this.loadZones(), this.loadAudit()]);
   }
 
-  private async start(id: string): Promise<void> {
-    if (id === "") return this.say("start: give a zone id");
-    await this.act(`start ${id}`, () => this.o.api.startZone(id));
+  private async start(name: string): Promise<void> {
+    await this.act(`start ${name}`, () => this.o.api.startZone(name));
     await Promise.all([this.loadZones(), this.loadAudit()]);
   }
 
   private async download(z: ZoneInfo): Promise<void> {
-    const r = await this.act(`history of ${z.name}`, () => this.o.api.historyDump(z.ref));
+    const r = await this.act(`history of ${zoneLabel(z)}`, () => this.o.api.historyDump(z.ref));
     if (r === undefined) return;
-    const name = r.filename ?? `history-${z.name.replace(/[^A-Za-z0-9_.-]+/g, "_")}.bin`;
+    const name = r.filename ?? `history-${zoneLabel(z).replace(/[^A-Za-z0-9_.-]+/g, "_")}.bin`;
     (this.o.save ?? saveBlob)(r.blob, name);
     await this.loadAudit();
   }
@@ -240,12 +247,13 @@ export class ConsoleTab {
           ? h("p", { class: "dim" }, "no sessions")
           : table(
               "session-table",
-              ["user", "connected", "address", "RTT ms", ""],
+              ["user", "entity", "connected", "address", "node", ""],
               sessions.map((s) => [
                 h("span", { class: "mono" }, s.userId),
-                formatTime(s.connectedAt),
+                formatNumber(s.entity),
+                s.connected === false ? "no socket" : formatTime(s.connectedAt),
                 s.address ?? "–",
-                formatNumber(s.rttMs),
+                s.node ?? "–",
                 h("button", { testid: "session-kick", class: "danger", "data-user": s.userId, onclick: () => void this.kick(s.userId) }, "Kick"),
               ]),
               "session-row",
@@ -257,7 +265,7 @@ export class ConsoleTab {
   }
 
   private async kick(user: string): Promise<void> {
-    if (!(this.o.confirm ?? window.confirm.bind(window))(`Kick ${user}?`)) return;
+    if (!this.confirm(`Kick ${user}?`)) return;
     await this.act(`kick ${user}`, () => this.o.api.kick(user));
     await Promise.all([this.loadSessions(), this.loadAudit()]);
   }

@@ -1,6 +1,6 @@
 // The selected entity's panel on the map: id, template, cell and zone; its fields as the
 // template decodes them; its full server-side state (operator API); the follow toggle.
-import type { ZoneInfo } from "./api.js";
+import { zoneLabel, type ZoneInfo } from "./api.js";
 import { fill, h, show } from "./dom.js";
 import { formatField, formatJson } from "./format.js";
 
@@ -60,7 +60,7 @@ export class EntityPanel {
 
   summary(s: EntitySummary): void {
     const cell = s.key < 0 ? "cell –" : `cell ${s.key}${s.cell !== null && s.cell.col >= 0 ? ` (col ${s.cell.col}, row ${s.cell.row})` : ""}`;
-    const zone = s.zone === undefined ? "zone –" : `zone ${s.zone.name}${s.zone.world !== null ? ` (${s.zone.id})` : ""}`;
+    const zone = s.zone === undefined ? "zone –" : `zone ${zoneLabel(s.zone)}`;
     fill(
       this.head,
       h("div", { testid: "entity-id" }, `#${s.id}`),

@@ -1,6 +1,6 @@
 // What the map watches: a zone of its own, or a world of zones (one observer connection: the
 // client sees one world), and where the world's zone borders are.
-import type { ZoneInfo } from "./api.js";
+import { zoneLabel, type ZoneInfo } from "./api.js";
 import type { Rect } from "./camera.js";
 import type { ZoneBorder } from "./render.js";
 
@@ -13,21 +13,23 @@ export interface Target {
 }
 
 /**
- * The watch targets of the operator API's zone list: a world's zones are one target, named by
- * the world (the public name clients connect to), every other zone one of its own, named by its
- * `name`. In the list's order.
+ * The watch targets of the operator API's zone list: the zones of one `watch` name (a world's
+ * zones share their world's public name; every other zone has its own) are one target. In the
+ * list's order; a zone the server serves under no name (`watch` null) cannot be watched.
  */
 export function targets(zones: readonly ZoneInfo[]): Target[] {
   const out: Target[] = [];
   const byName = new Map<string, Target>();
   for (const z of zones) {
-    const name = z.world ?? z.name;
+    const name = z.watch;
+    if (name === null) continue;
     let t = byName.get(name);
     if (t === undefined) {
-      t = { name, world: z.world !== null, zones: [] };
+      t = { name, world: false, zones: [] };
       byName.set(name, t);
       out.push(t);
     }
+    if (z.world !== null) t.world = true;
     t.zones.push(z);
   }
   return out;
@@ -35,8 +37,8 @@ export function targets(zones: readonly ZoneInfo[]): Target[] {
 
 /** A grid of zones' `{col, row}` from a zone's id or name ("{w, {1, 0}}", "goblins/1,0"), or null. */
 export function gridPosition(z: ZoneInfo): { col: number; row: number } | null {
-  for (const s of [z.id, z.name, z.ref]) {
-    const m = /(\d+)\s*,\s*(\d+)\D*$/.exec(s);
+  for (const s of [z.id, z.name]) {
+    const m = s === null ? null : /(\d+)\s*,\s*(\d+)\D*$/.exec(s);
     if (m !== null) return { col: Number(m[1]), row: Number(m[2]) };
   }
   return null;
@@ -56,17 +58,16 @@ export function runs(n: number, k: number): Array<[number, number]> {
 
 /**
  * The borders to draw for a target on a world of `width × height` metres with `cols × rows`
- * cells of `cellSize`: each zone's `region` when the API gives it; else, for a grid of zones
- * (ids `{col, row}`), the regions `Overworld.World.Layout` makes (cells shared out evenly, the
- * last run to the world's far edge). None for a single zone.
+ * cells of `cellSize`: for a grid of zones (ids `{col, row}`: the API does not send regions),
+ * the regions `Overworld.World.Layout` makes (cells shared out evenly, the last run to the
+ * world's far edge). None for a single zone, or zones whose ids are not a grid's.
  */
 export function borders(t: Target, grid: { width: number; height: number; cols: number; rows: number; cellSize: number }): ZoneBorder[] {
   if (!t.world || t.zones.length < 2) return [];
   const label = (z: ZoneInfo) => {
     const p = gridPosition(z);
-    return p === null ? z.name || z.id : `${p.col},${p.row}`;
+    return p === null ? zoneLabel(z) : `${p.col},${p.row}`;
   };
-  if (t.zones.every((z) => z.region !== null)) return t.zones.map((z) => ({ rect: z.region!, label: label(z) }));
   const pos = t.zones.map(gridPosition);
   if (pos.some((p) => p === null)) return [];
   const zc = Math.max(...pos.map((p) => p!.col)) + 1;

@@ -1,13 +1,12 @@
 // Where the map's live scenes come from: a Web Worker decoding the observer connection
 // (scene-worker.ts; the page only draws), or, where a worker cannot start, the same work on the
 // page's own thread. Both answer the same questions.
-import type { WebSocketConstructor } from "../../typescript/src/index.js";
-import type { ObserverHandshake } from "./observer.js";
-import { Scene } from "./scene.js";
+import type { Handshake, WebSocketConstructor } from "../../typescript/src/index.js";
+import { Scene, transferList } from "./scene.js";
 import { ScenePump, type DecodedEntity, type FromWorker, type LiveStatus, type ToWorker } from "./scene-worker.js";
 
 export interface LiveEvents {
-  onHandshake(h: ObserverHandshake): void;
+  onHandshake(h: Handshake): void;
   onError(e: { code: number; message: string }): void;
   onClose(e: { code: number; reason: string; final: boolean }): void;
 }
@@ -21,7 +20,7 @@ export interface LiveSource {
   close(): void;
 }
 
-const CLOSED: LiveStatus = { state: "closed", tick: 0, snapshots: 0, refused: 0, resyncs: 0, applyMs: 0, sceneMs: 0, rtt: null };
+const CLOSED: LiveStatus = { state: "closed", tick: 0, snapshots: 0, applyMs: 0, sceneMs: 0, rtt: null };
 
 /**
  * The worker's side and the page's, joined: `post` delivers a message to the other side. In
@@ -81,7 +80,7 @@ class Receiver implements LiveSource {
     if (old !== null) {
       // Ready for the next; the previous scene's arrays go back to be filled again.
       const arrays = old.arrays;
-      this.send({ type: "ready", arrays }, Object.values(arrays).map((a) => (a as Float64Array).buffer as ArrayBuffer));
+      this.send({ type: "ready", arrays }, transferList(arrays));
     } else this.send({ type: "ready" });
     return s;
   }
@@ -107,7 +106,7 @@ class Receiver implements LiveSource {
 export class WorkerSource extends Receiver {
   private readonly worker: Worker;
 
-  constructor(workerUrl: string, url: string, token: string | null, events: LiveEvents) {
+  constructor(workerUrl: string, url: string, token: string, events: LiveEvents) {
     super(events);
     this.worker = new Worker(workerUrl);
     this.worker.onmessage = (e: MessageEvent<FromWorker>) => this.receive(e.data);
@@ -127,7 +126,7 @@ export class WorkerSource extends Receiver {
 
 /** The pump on the page's thread (no worker): the same scenes, built by the same code. */
 export class InlineSource extends Receiver {
-  constructor(url: string, token: string | null, events: LiveEvents, WebSocket?: WebSocketConstructor) {
+  constructor(url: string, token: string, events: LiveEvents, WebSocket?: WebSocketConstructor) {
     super(events);
     this.inline = true;
     const pump = new ScenePump((m) => this.receive(m), WebSocket);

@@ -2,7 +2,7 @@
 // operator token lives in sessionStorage; any 401 (an expired or revoked token) comes back
 // here and shows the login again. The server's status is polled every second for the charts
 // whichever tab is open, so their five minutes are there when looked at.
-import { Api, ApiError } from "./api.js";
+import { Api, OverworldHttpError } from "./api.js";
 import { TokenStore } from "./token.js";
 import { ConsoleTab } from "./console-tab.js";
 import { fill, h, show } from "./dom.js";
@@ -44,7 +44,7 @@ function sessionStorageOrNull(): Storage | null {
 }
 
 function failed(e: unknown): void {
-  if (e instanceof ApiError && e.status === 401) loggedOut("your session ended: log in again");
+  if (e instanceof OverworldHttpError && e.status === 401) loggedOut("your session ended: log in again");
   else console.error(e);
 }
 
@@ -82,12 +82,28 @@ function showLogin(why = ""): void {
       },
       (e: unknown) => {
         button.disabled = false;
-        error.textContent = e instanceof ApiError ? (e.status === 401 ? "wrong name or password" : `${e.message} (${e.status})`) : String(e);
+        if (!(e instanceof OverworldHttpError)) error.textContent = String(e);
+        else if (e.status === 401) error.textContent = "wrong name or password";
+        else if (e.status === 429 && e.retryAfter !== undefined) waitToRetry(e, e.retryAfter, button, error);
+        else error.textContent = `${e.message} (${e.status})`;
       },
     );
   });
   fill(app, form);
   name.focus();
+}
+
+/** A login refused for now (429: too many attempts, or the server busy): the button comes back after the seconds it said. */
+function waitToRetry(e: OverworldHttpError, seconds: number, button: HTMLButtonElement, error: HTMLElement): void {
+  const why = e.code === "busy" ? "the server is busy" : "too many attempts";
+  const until = Date.now() + seconds * 1000;
+  const tick = () => {
+    const left = Math.ceil((until - Date.now()) / 1000);
+    button.disabled = left > 0;
+    error.textContent = left > 0 ? `${why} (${e.status}): try again in ${left} s` : `${why} (${e.status}): try again now`;
+    if (left > 0 && button.isConnected) setTimeout(tick, 1000);
+  };
+  tick();
 }
 
 function showApp(): void {

@@ -1,6 +1,7 @@
 // The Map tab: the zones to watch, the live map of the one watched (an observer connection over
 // the real protocol), the selected entity's panel, the history scrubber and the charts.
-import { ApiError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
+import { socketUrl, type Handshake } from "../../typescript/src/index.js";
+import { OverworldHttpError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
 import { Camera, wheelFactor, type Rect } from "./camera.js";
 import { ChartsPanel } from "./charts.js";
 import { ColourTable } from "./colors.js";
@@ -9,7 +10,6 @@ import { legendItems, swatchColours, zoneItems } from "./map-side.js";
 import { EntityPanel } from "./entity-panel.js";
 import { borders, targets, zoneAt, type Target } from "./layout.js";
 import { InlineSource, WorkerSource, type LiveEvents, type LiveSource } from "./live.js";
-import { observerUrl, type ObserverHandshake } from "./observer.js";
 import { Renderer, cellOf, type Overlays, type ZoneBorder } from "./render.js";
 import type { StatusHistory } from "./ring.js";
 import { Scene, fromHistory, nearest } from "./scene.js";
@@ -47,7 +47,7 @@ export class MapTab {
 
   private target: Target | null = null;
   private source: LiveSource | null = null;
-  private hs: ObserverHandshake | undefined;
+  private hs: Handshake | undefined;
   private colours = new ColourTable([]);
   private zoneBorders: ZoneBorder[] = [];
   /** The newest live scene taken from the source (empty before the first). */
@@ -57,8 +57,6 @@ export class MapTab {
   private history: { state: HistoryState; zone: ZoneInfo } | null = null;
   private selectedId: number | null = null;
   private selected = -1;
-  private sessions: SessionInfo[] = [];
-  private playerIndex = new Map<number, number>();
   private fitted = false;
   private visible = true;
   private readonly meter = new FpsMeter();
@@ -157,7 +155,7 @@ export class MapTab {
   async loadZones(): Promise<void> {
     let zones: ZoneInfo[];
     try {
-      zones = await this.o.api.zones();
+      ({ zones } = await this.o.api.zones());
     } catch (e) {
       return this.failed(e);
     }
@@ -184,20 +182,23 @@ export class MapTab {
       onHandshake: (hs) => this.handshake(hs),
       onError: (e) => (this.message.textContent = e.code === 0 ? e.message : `server: ${e.message} (error ${e.code})`),
       onClose: (e) => {
-        if (e.code === 4003) return this.failed(new ApiError(401, "invalid_token", e.reason || "the server refused the operator token"));
+        if (e.code === 4003) return this.failed(new OverworldHttpError(401, "invalid_token", e.reason || "the server refused the operator token"));
         if (e.final && e.code !== 1000) this.message.textContent = `connection closed: ${e.reason || "no reason"} (${e.code})`;
         else if (!e.final) this.message.textContent = `connection lost (${e.code}); reconnecting…`;
       },
     };
-    const url = observerUrl(t.name, this.o.base);
+    // (The page's own server.)
+    const url = socketUrl(new URL(this.o.base).origin, t.name);
+    // (No token: HELLO is refused with 4003, and the app shows the login.)
+    const token = this.o.token() ?? "";
     this.source = null;
     if (this.o.workerUrl !== null && typeof Worker !== "undefined")
       try {
-        this.source = new WorkerSource(this.o.workerUrl, url, this.o.token(), events);
+        this.source = new WorkerSource(this.o.workerUrl, url, token, events);
       } catch {
         // A worker cannot start here (a policy, an old browser): decode on this thread.
       }
-    this.source ??= new InlineSource(url, this.o.token(), events);
+    this.source ??= new InlineSource(url, token, events);
     stats.decoder = this.source instanceof WorkerSource ? "worker" : "page";
     this.scrubber.setZones(t.zones);
     this.charts.watch(t.name);
@@ -205,9 +206,11 @@ export class MapTab {
     this.sessionTimer = setInterval(() => void this.loadSessions(), 2000);
   }
 
-  private handshake(hs: ObserverHandshake): void {
+  private handshake(hs: Handshake): void {
     this.hs = hs;
     this.colours = new ColourTable(hs.templates);
+    // (The legend's swatches: their colours change only with the templates.)
+    swatchColours(this.colours);
     this.zoneBorders = this.target === null ? [] : borders(this.target, hs);
     this.message.textContent = "";
     // (The first frame drawn fits the world: the canvas has its size only while shown.)
@@ -217,11 +220,17 @@ export class MapTab {
     return this.hs === undefined ? null : { x0: 0, y0: 0, x1: this.hs.width, y1: this.hs.height };
   }
 
+  /** The Fit button: the whole world in view. */
   fit(): void {
-    const w = this.world();
-    if (w === null) return;
     const { width, height } = this.renderer.fit();
     this.camera.resize(width, height);
+    this.fitWorld();
+  }
+
+  /** The camera on the whole world (at the canvas's size the camera has). */
+  private fitWorld(): void {
+    const w = this.world();
+    if (w === null) return;
     this.camera.fit(w);
     this.fitted = true;
   }
@@ -242,7 +251,7 @@ export class MapTab {
     this.lastDraw = now;
     const { width, height } = this.renderer.fit();
     this.camera.resize(width, height);
-    if (!this.fitted && this.hs !== undefined && width > 1 && height > 1) this.fit();
+    if (!this.fitted && this.hs !== undefined && width > 1 && height > 1) this.fitWorld();
     const src = this.source;
     if (src !== null) {
       const fresh = src.take();
@@ -268,7 +277,7 @@ export class MapTab {
       stats.sceneTick = scene.tick;
     }
     if (this.panel.following && this.selected >= 0) this.camera.centreOn(scene.xs[this.selected]!, scene.ys[this.selected]!);
-    const info = this.renderer.draw(scene, this.camera, this.colours, this.overlays(scene));
+    const info = this.renderer.draw(scene, this.camera, this.colours, this.overlays());
     stats.frames++;
     if (full && info.processed === scene.count) stats.fullFrames++;
     stats.entitiesDrawn = info.processed;
@@ -281,23 +290,13 @@ export class MapTab {
     }
   };
 
-  private overlays(scene: Scene): Overlays {
-    const views: Overlays["views"] = [];
-    const cells: number[] = [];
-    for (const s of this.sessions) {
-      if (s.cells !== null) for (const k of s.cells) cells.push(k);
-      if (s.entityId === null || s.viewRadius === null || scene !== this.live) continue;
-      const i = this.playerIndex.get(s.entityId);
-      if (i !== undefined) views.push({ x: scene.xs[i]!, y: scene.ys[i]!, r: s.viewRadius });
-    }
+  private overlays(): Overlays {
     const hs = this.hs;
     return {
       world: this.world(),
       grid: hs === undefined ? null : { cols: hs.cols, rows: hs.rows, cellSize: hs.cellSize },
       zones: this.zoneBorders,
       selected: this.selected,
-      views,
-      cells,
       showGrid: this.gridBox.checked,
     };
   }
@@ -308,7 +307,6 @@ export class MapTab {
     const rtt = st?.rtt === null || st?.rtt === undefined ? "" : ` · RTT ${st.rtt.toFixed(0)} ms`;
     this.status.textContent = `${mode} · ${scene.count} entities · ${stats.fps} fps (${stats.fullFps} full) · frame ${stats.frameMs.toFixed(1)} ms · decode ${stats.applyMs.toFixed(1)} ms (${stats.decoder})${rtt}`;
     fill(this.legend, ...legendItems(this.colours, scene.perSlot));
-    swatchColours(this.colours);
   }
 
   // ---- selection ----
@@ -366,15 +364,9 @@ export class MapTab {
     if (id !== null) void this.loadState();
   }
 
-  /** After a new scene: the selected entity's index in it, and the players' entities. */
+  /** After a new scene: the selected entity's index in it. */
   private reselect(): void {
-    const scene = this.scene();
-    this.selected = this.selectedId === null ? -1 : scene.indexOf(this.selectedId);
-    this.playerIndex.clear();
-    const wanted = new Set<number>();
-    for (const s of this.sessions) if (s.entityId !== null && s.viewRadius !== null) wanted.add(s.entityId);
-    if (wanted.size === 0 || scene !== this.live) return;
-    for (let i = 0; i < scene.count; i++) if (wanted.has(scene.ids[i]!)) this.playerIndex.set(scene.ids[i]!, i);
+    this.selected = this.selectedId === null ? -1 : this.scene().indexOf(this.selectedId);
   }
 
   /** The selected entity's fields as the template decodes them (live), or its history record. */
@@ -411,9 +403,9 @@ export class MapTab {
     this.panel.state("loading…");
     try {
       const d = await this.o.api.entity(zone.ref, id);
-      if (this.selectedId === id) this.panel.state({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, fields: d.fields, state: d.state });
+      if (this.selectedId === id) this.panel.state({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, state: d.state });
     } catch (e) {
-      if (!(e instanceof ApiError) || e.status === 401) this.failed(e);
+      if (!(e instanceof OverworldHttpError) || e.status === 401) this.failed(e);
       else if (this.selectedId === id) this.panel.state(`${e.message} (${e.status})`);
     }
   }
@@ -433,17 +425,15 @@ export class MapTab {
     try {
       for (const z of t.zones) all.push(...(await this.o.api.sessions(z.ref)));
     } catch (e) {
-      if (e instanceof ApiError && e.status !== 401) return this.charts.setSessions(null, `sessions: ${e.message}`);
+      if (e instanceof OverworldHttpError && e.status !== 401) return this.charts.setSessions(null, `sessions: ${e.message}`);
       return this.failed(e);
     }
     if (this.target !== t) return;
-    this.sessions = all;
     this.charts.setSessions(all);
-    this.reselect();
   }
 
   private failed(e: unknown): void {
-    if (e instanceof ApiError && e.status !== 401) this.message.textContent = e.message;
+    if (e instanceof OverworldHttpError && e.status !== 401) this.message.textContent = e.message;
     else this.o.failed(e);
   }
 }

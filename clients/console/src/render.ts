@@ -1,8 +1,7 @@
 // Drawing the map on a 2D canvas. The entities, the grid and the zone borders are written as
 // pixels into one ImageData buffer (a Uint32Array view: one store per pixel, no path, no state
 // change per entity) and put on the canvas once per frame; the few vector things (the selected
-// entity, players' view circles and interest cells, labels) are drawn on top with the 2D
-// context. On software rendering (headless Chromium on two shared cores) this holds 40,000
+// entity, the zones' labels) are drawn on top with the 2D context. On software rendering (headless Chromium on two shared cores) this holds 40,000
 // entities per frame where a path per colour with a rect per entity does not.
 import { clamp, type Camera, type Rect } from "./camera.js";
 import { pixel, type ColourTable } from "./colors.js";
@@ -27,10 +26,6 @@ export interface Overlays {
   zones: ZoneBorder[];
   /** The selected entity's index in the scene (-1: none). */
   selected: number;
-  /** Players' view radii, centred on their entities (metres). */
-  views: Array<{ x: number; y: number; r: number }>;
-  /** Cells players' interest holds (keys of the handshake's grid). */
-  cells: number[];
   showGrid: boolean;
 }
 
@@ -80,9 +75,10 @@ export class Renderer {
     return { width, height };
   }
 
+  /** Draws a frame at the canvas's size as of the last `fit()` (the caller fits it first, once a frame). */
   draw(scene: Scene, camera: Camera, colours: ColourTable, o: Overlays): FrameInfo {
     const t0 = performance.now();
-    this.fit();
+    if (this.image === null) this.fit();
     const px = this.pixels;
     const w = this.w;
     const h = this.h;
@@ -156,10 +152,7 @@ export class Renderer {
   }
 
   private fillRect(r: Rect, camera: Camera, c: number): void {
-    const xa = Math.round(camera.screenX(r.x0));
-    const xb = Math.round(camera.screenX(r.x1));
-    const ya = Math.round(camera.screenY(r.y0));
-    const yb = Math.round(camera.screenY(r.y1));
+    const { xa, xb, ya, yb } = screenRect(r, camera);
     const a = Math.max(0, xa);
     const b = Math.min(this.w, xb);
     if (a >= b) return;
@@ -167,10 +160,7 @@ export class Renderer {
   }
 
   private strokeRect(r: Rect, camera: Camera, c: number): void {
-    const xa = Math.round(camera.screenX(r.x0));
-    const xb = Math.round(camera.screenX(r.x1));
-    const ya = Math.round(camera.screenY(r.y0));
-    const yb = Math.round(camera.screenY(r.y1));
+    const { xa, xb, ya, yb } = screenRect(r, camera);
     for (const d of [0, 1]) {
       this.hline(xa, xb, ya + d, c);
       this.hline(xa, xb, yb - 1 - d, c);
@@ -182,10 +172,7 @@ export class Renderer {
   /** Grid lines, when cells are at least 6 pixels wide (else they would cover everything). */
   private grid(g: Grid, world: Rect, camera: Camera): void {
     if (g.cellSize * camera.zoom < 6) return;
-    const ya = Math.round(camera.screenY(world.y0));
-    const yb = Math.round(camera.screenY(world.y1));
-    const xa = Math.round(camera.screenX(world.x0));
-    const xb = Math.round(camera.screenX(world.x1));
+    const { xa, xb, ya, yb } = screenRect(world, camera);
     const v = camera.visible();
     const c0 = Math.max(0, Math.floor((v.x0 - world.x0) / g.cellSize));
     const c1 = Math.min(g.cols, Math.ceil((v.x1 - world.x0) / g.cellSize));
@@ -196,34 +183,9 @@ export class Renderer {
     for (let r = r0; r <= r1 && r * g.cellSize <= world.y1 - world.y0; r++) this.hline(xa, xb, Math.round(camera.screenY(world.y0 + r * g.cellSize)), GRID);
   }
 
-  /** What is drawn as vectors over the pixels: interest cells, view circles, zone labels, the selection. */
+  /** What is drawn as vectors over the pixels: zone labels, the selection. */
   private vectors(scene: Scene, camera: Camera, o: Overlays, s: number): void {
     const ctx = this.ctx;
-    if (o.cells.length > 0 && o.grid !== null) {
-      const g = o.grid;
-      const size = g.cellSize * camera.zoom;
-      ctx.fillStyle = "rgba(74, 184, 255, 0.12)";
-      ctx.beginPath();
-      for (const key of o.cells) {
-        const { col, row } = cellOf(key, g.cols, g.rows);
-        if (col < 0) continue;
-        ctx.rect(camera.screenX(col * g.cellSize), camera.screenY(row * g.cellSize), size, size);
-      }
-      ctx.fill();
-    }
-    if (o.views.length > 0) {
-      ctx.strokeStyle = "rgba(74, 184, 255, 0.7)";
-      ctx.lineWidth = 1;
-      ctx.beginPath();
-      for (const v of o.views) {
-        const r = v.r * camera.zoom;
-        const x = camera.screenX(v.x);
-        const y = camera.screenY(v.y);
-        ctx.moveTo(x + r, y);
-        ctx.arc(x, y, r, 0, Math.PI * 2);
-      }
-      ctx.stroke();
-    }
     if (o.zones.length > 1) {
       ctx.fillStyle = "rgba(230, 200, 60, 0.9)";
       ctx.font = "12px sans-serif";
@@ -240,6 +202,16 @@ export class Renderer {
       ctx.stroke();
     }
   }
+}
+
+/** A rectangle of the world (metres) on the canvas: its edges in whole pixels. */
+function screenRect(r: Rect, camera: Camera): { xa: number; xb: number; ya: number; yb: number } {
+  return {
+    xa: Math.round(camera.screenX(r.x0)),
+    xb: Math.round(camera.screenX(r.x1)),
+    ya: Math.round(camera.screenY(r.y0)),
+    yb: Math.round(camera.screenY(r.y1)),
+  };
 }
 
 /** The column and row of a cell key of a grid (keys count a border of one cell around it; band keys fold back). -1 when outside. */

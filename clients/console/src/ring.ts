@@ -85,11 +85,6 @@ export function rate(previous: number | undefined, current: number | undefined, 
   return ((current - previous) * 1000) / dtMs;
 }
 
-/** Series names of a zone. */
-export const ZONE_SERIES = ["tick_p50_ms", "tick_p99_ms", "overruns_per_s", "entities", "players"] as const;
-/** Series names of the whole server. */
-export const SERVER_SERIES = ["sessions", "bytes_out_per_s", "inputs_dropped_per_s"] as const;
-
 interface Counters {
   at: number;
   values: Map<string, number>;

@@ -1,21 +1,42 @@
 // The decoding side of the live map, run in a Web Worker (worker.ts) so that applying 30
-// snapshots a second of a 40,000-entity world never delays a frame: the observer connection
-// (the SDK's codec and WorldView, observer.ts) and the scene built from each snapshot. Scenes go
-// to the page one at a time: a new one only once the page took the previous (and gave its
-// arrays back for reuse), the newest snapshot's, so a slow page gets fewer, never older, scenes.
-import { decodeEntity, type Entry, type Value, type WebSocketConstructor, type WorldView } from "../../typescript/src/index.js";
+// snapshots a second of a 40,000-entity world never delays a frame: the observer connection and
+// the scene built from each snapshot. Scenes go to the page one at a time: a new one only once
+// the page took the previous (and gave its arrays back for reuse), the newest snapshot's, so a
+// slow page gets fewer, never older, scenes.
+//
+// The connection is the SDK's ZoneConnection with the operator's token in HELLO (an observer,
+// docs/protocol.md), so every frame the map draws is the protocol's as a game client applies it
+// (WorldView; a snapshot refused is answered with a RESYNC; reconnection with back-off, a full
+// server's retry_after honoured). It runs with `trackEntities: false`: a whole zone of 10,000
+// to 40,000 entities at 30 snapshots a second is not decoded into interpolation buffers; the
+// scene reads the WorldView's quantized entries directly (scene.ts), and nothing interpolates.
+import {
+  FINAL_CLOSES,
+  FULL,
+  UNAUTHORIZED,
+  ZoneConnection,
+  backoffDelay,
+  decodeEntity,
+  retryAfter,
+  type CloseInfo,
+  type ConnectionState,
+  type Entry,
+  type Handshake,
+  type ServerError,
+  type Session,
+  type Value,
+  type WebSocketConstructor,
+  type WorldView,
+} from "../../typescript/src/index.js";
 import { ColourTable } from "./colors.js";
-import { ObserverConnection, type ObserverHandshake, type ObserverState } from "./observer.js";
 import { Scene, fromView, positionLayouts, type PositionLayout, type SceneArrays, type SceneMessage } from "./scene.js";
 
 /** How the connection is doing (with every scene, and on changes). */
 export interface LiveStatus {
-  state: ObserverState;
+  state: ConnectionState;
   /** The newest snapshot applied. */
   tick: number;
   snapshots: number;
-  refused: number;
-  resyncs: number;
   applyMs: number;
   /** Milliseconds the newest scene took to build from the view. */
   sceneMs: number;
@@ -26,13 +47,12 @@ export interface LiveStatus {
 /** A selected entity as its template decodes it. */
 export interface DecodedEntity {
   id: number;
-  template: number;
-  cell: number;
   values: Record<string, Value>;
 }
 
 export type ToWorker =
-  | { type: "open"; url: string; token: string | null }
+  /** The operator token goes in HELLO (as it is at the first connection: it is not asked again). */
+  | { type: "open"; url: string; token: string }
   | { type: "ready"; arrays?: SceneArrays }
   /** (Inline, without a worker: build the newest scene now if a snapshot came.) */
   | { type: "pull" }
@@ -40,7 +60,7 @@ export type ToWorker =
   | { type: "close" };
 
 export type FromWorker =
-  | { type: "handshake"; handshake: ObserverHandshake }
+  | { type: "handshake"; handshake: Handshake }
   | { type: "scene"; scene: SceneMessage; status: LiveStatus }
   | { type: "status"; status: LiveStatus }
   | { type: "error"; code: number; message: string }
@@ -52,17 +72,36 @@ export type Post = (m: FromWorker, transfer?: Transferable[]) => void;
 /** Entries of this many recent builds are kept, for the page's questions about its scene. */
 const KEPT = 4;
 
+/** The observer's pings (ms), its silence before giving a socket up, its back-off. */
+const PING_INTERVAL = 5000;
+const SILENCE = 20_000;
+const BACKOFF = { base: 500, cap: 10_000 };
+/** Attempts again when a connection closes before its first handshake (the SDK's connection gives up then). */
+const FIRST_ATTEMPTS = 3;
+
+/** The operator's token as the session the SDK's connection says HELLO with (never refreshed). */
+function observerSession(token: string): Session {
+  return { userId: "", token, refreshToken: "", expiresAt: Infinity, refreshExpiresAt: 0, created: false };
+}
+
 export class ScenePump {
   private readonly post: Post;
   private readonly WebSocket: WebSocketConstructor | undefined;
-  private conn: ObserverConnection | null = null;
-  private hs: ObserverHandshake | undefined;
+  private conn: ZoneConnection | null = null;
+  private url = "";
+  private token = "";
+  /** Attempts made again before a first handshake, and the timer of the next one. */
+  private attempts = 0;
+  private retryTimer: ReturnType<typeof setTimeout> | undefined;
+  private lastError: ServerError | undefined;
+  private hs: Handshake | undefined;
   private colours = new ColourTable([]);
   private layouts: Array<PositionLayout | null> = [];
   private readonly scene = new Scene();
   private spare: SceneArrays | null = null;
   private serial = 0;
-  private readonly kept = new Map<number, { entries: Entry[]; cells: Float64Array }>();
+  /** The SDK's entries of each recent build (by serial), index for index with its scene. */
+  private readonly kept = new Map<number, Entry[]>();
   /** A snapshot came since the last scene sent. */
   private pending = false;
   /** The page took the last scene sent. */
@@ -91,47 +130,84 @@ export class ScenePump {
       case "entity":
         return this.post({ type: "entity", seq: m.seq, entity: this.entity(m.id, m.serial, m.index) });
       case "close":
-        this.conn?.close();
-        this.conn = null;
-        return;
+        return this.stop();
     }
   }
 
-  private open(url: string, token: string | null): void {
-    this.conn?.close();
+  private stop(): void {
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    const c = this.conn;
+    this.conn = null;
+    c?.close();
+  }
+
+  private open(url: string, token: string): void {
+    this.stop();
+    this.url = url;
+    this.token = token;
+    this.attempts = 0;
+    this.connect();
+  }
+
+  private connect(): void {
+    this.retryTimer = undefined;
     this.hs = undefined;
     this.pending = false;
     this.ready = true;
-    const options = {
-      onHandshake: (hs: ObserverHandshake) => {
-        this.hs = hs;
-        this.colours = new ColourTable(hs.templates);
-        this.layouts = positionLayouts(hs.templates);
-        this.post({ type: "handshake", handshake: hs });
-        this.post({ type: "status", status: this.status() });
-      },
-      onSnapshot: () => {
-        this.pending = true;
-        this.pump();
-      },
-      onError: (e: { code: number; message: string }) => this.post({ type: "error", ...e }),
-      onClose: (e: { code: number; reason: string; final: boolean }) => {
-        this.post({ type: "close", ...e });
-        this.post({ type: "status", status: this.status() });
-      },
+    this.lastError = undefined;
+    const c = new ZoneConnection(this.url, observerSession(this.token), {
+      trackEntities: false,
+      pingInterval: PING_INTERVAL,
+      heartbeatTimeout: SILENCE,
+      reconnect: BACKOFF,
       ...(this.WebSocket === undefined ? {} : { WebSocket: this.WebSocket }),
-    };
-    this.conn = new ObserverConnection(url, () => token, options);
+    });
+    this.conn = c;
+    c.onHandshake((hs) => {
+      this.attempts = 0;
+      this.hs = hs;
+      this.colours = new ColourTable(hs.templates);
+      this.layouts = positionLayouts(hs.templates);
+      this.post({ type: "handshake", handshake: hs });
+      this.post({ type: "status", status: this.status() });
+    });
+    c.onSnapshot(() => {
+      this.pending = true;
+      this.pump();
+    });
+    c.onError((e) => {
+      this.lastError = e;
+      this.post({ type: "error", code: e.code, message: e.message });
+    });
+    c.onClose((e) => this.closed(c, e));
+  }
+
+  /**
+   * A socket closed. Once a connection had its handshake, the SDK's connection decides (it
+   * reconnects, or it is closed for good). Before, the SDK's gives up at once: the map tries
+   * again a few times with the same back-off, not before what a full server asked (4008,
+   * `retry_after=N`), unless the close says trying again cannot help.
+   */
+  private closed(c: ZoneConnection, e: CloseInfo): void {
+    if (c !== this.conn) return;
+    let final = !e.willReconnect;
+    if (final && c.handshake === undefined && !FINAL_CLOSES.has(e.code) && e.code !== UNAUTHORIZED && this.attempts < FIRST_ATTEMPTS) {
+      final = false;
+      const wait = e.code === FULL && this.lastError !== undefined ? retryAfter(this.lastError.message) : undefined;
+      const delay = Math.max(backoffDelay(this.attempts++, BACKOFF), (wait ?? 0) * 1000);
+      this.retryTimer = setTimeout(() => this.connect(), delay);
+    }
+    this.post({ type: "close", code: e.code, reason: e.reason, final });
+    this.post({ type: "status", status: this.status() });
   }
 
   status(): LiveStatus {
     const c = this.conn;
     return {
-      state: c?.state ?? "closed",
-      tick: c?.world.tick ?? 0,
+      state: this.retryTimer !== undefined ? "reconnecting" : (c?.state ?? "closed"),
+      tick: c?.tick ?? 0,
       snapshots: c?.stats.snapshots ?? 0,
-      refused: c?.stats.refused ?? 0,
-      resyncs: c?.stats.resyncs ?? 0,
       applyMs: c?.stats.applyMs ?? 0,
       sceneMs: this.sceneMs,
       rtt: c?.rtt ?? null,
@@ -160,7 +236,8 @@ export class ScenePump {
     fromView(s, view, this.layouts, this.colours);
     this.sceneMs = performance.now() - t0;
     s.serial = ++this.serial;
-    this.kept.set(s.serial, { entries: s.entries, cells: s.cells.slice(0, s.count) });
+    // (A build makes a new entries array: keeping it copies nothing.)
+    this.kept.set(s.serial, s.entries);
     this.kept.delete(s.serial - KEPT);
     return s;
   }
@@ -168,11 +245,9 @@ export class ScenePump {
   /** An entity of a scene the page holds (its build and index there), decoded. */
   private entity(id: number, serial: number, index: number): DecodedEntity | null {
     const hs = this.hs;
-    const k = this.kept.get(serial);
-    if (hs === undefined || k === undefined) return null;
-    const e = k.entries[index];
-    if (e === undefined || e.id !== id) return null;
+    const e = this.kept.get(serial)?.[index];
+    if (hs === undefined || e === undefined || e.id !== id) return null;
     const d = decodeEntity(e, hs.templates);
-    return d === undefined ? null : { id, template: e.template, cell: k.cells[index] ?? -1, values: d.values };
+    return d === undefined ? null : { id, values: d.values };
   }
 }

@@ -50,7 +50,6 @@ export interface SceneArrays {
 export interface SceneMessage {
   serial: number;
   count: number;
-  unplaced: number;
   tick: number;
   perSlot: number[];
   arrays: SceneArrays;
@@ -60,8 +59,6 @@ export class Scene {
   /** Which build this is (the decoding worker numbers them, to find a build's entries again). */
   serial = 0;
   count = 0;
-  /** Entities of the view without a position (not drawn). */
-  unplaced = 0;
   /** The snapshot (or history) tick the scene shows. */
   tick = 0;
   ids = new Float64Array(0);
@@ -100,7 +97,6 @@ export class Scene {
 
   clear(): void {
     this.count = 0;
-    this.unplaced = 0;
     this.entries = [];
     this.perSlot = [];
   }
@@ -121,8 +117,8 @@ export class Scene {
   /** The scene as a message, and the buffers to transfer with it (this scene's arrays are then unusable). */
   toMessage(): { message: SceneMessage; transfer: ArrayBuffer[] } {
     const arrays = this.arrays;
-    const transfer = Object.values(arrays).map((a) => (a as Float64Array).buffer as ArrayBuffer);
-    return { message: { serial: this.serial, count: this.count, unplaced: this.unplaced, tick: this.tick, perSlot: this.perSlot, arrays }, transfer };
+    const transfer = transferList(arrays);
+    return { message: { serial: this.serial, count: this.count, tick: this.tick, perSlot: this.perSlot, arrays }, transfer };
   }
 
   static fromMessage(m: SceneMessage): Scene {
@@ -130,7 +126,6 @@ export class Scene {
     Object.assign(s, m.arrays);
     s.serial = m.serial;
     s.count = m.count;
-    s.unplaced = m.unplaced;
     s.tick = m.tick;
     s.perSlot = m.perSlot;
     return s;
@@ -142,6 +137,11 @@ export class Scene {
     for (let i = 0, n = this.count; i < n; i++) if (ids[i] === id) return i;
     return -1;
   }
+}
+
+/** The buffers of a scene's arrays: the transfer list of a message carrying them. */
+export function transferList(arrays: SceneArrays): ArrayBuffer[] {
+  return Object.values(arrays).map((a) => (a as Float64Array).buffer as ArrayBuffer);
 }
 
 interface Candidate {
@@ -210,23 +210,27 @@ function add(
   colours: ColourTable,
   perSlot: number[],
 ): void {
+  // (An entity without a position is not drawn.)
   const l = layouts[e.template];
-  if (l === undefined || l === null) {
-    scene.unplaced++;
-    return;
-  }
-  const i = scene.count++;
-  scene.ids[i] = e.id;
-  scene.xs[i] = l.xMin + e.q[l.x]! * l.xStep;
-  scene.ys[i] = l.yMin + e.q[l.y]! * l.yStep;
-  scene.templates[i] = e.template;
+  if (l === undefined || l === null) return;
   const k = colours.kind[e.template] ?? -1;
   const slot = colours.slot(e.template, k < 0 ? 0 : e.q[k]!);
+  const i = put(scene, e.id, l.xMin + e.q[l.x]! * l.xStep, l.yMin + e.q[l.y]! * l.yStep, e.template, slot, flags, key, perSlot);
+  scene.entries[i] = e;
+}
+
+/** Appends an entity to a scene (room reserved), counting its colour slot: its index. */
+function put(scene: Scene, id: number, x: number, y: number, template: number, slot: number, flags: number, key: number, perSlot: number[]): number {
+  const i = scene.count++;
+  scene.ids[i] = id;
+  scene.xs[i] = x;
+  scene.ys[i] = y;
+  scene.templates[i] = template;
   scene.slots[i] = slot;
   perSlot[slot] = (perSlot[slot] ?? 0) + 1;
   scene.flags[i] = flags;
   scene.cells[i] = key;
-  scene.entries[i] = e;
+  return i;
 }
 
 /** An entity of a zone's history (the operator API's `history/state`): metres. */
@@ -255,25 +259,14 @@ export function fromHistory(
   const byName = new Map(templates.map((t, i) => [t.name, i]));
   const perSlot = new Array<number>(colours.size).fill(0);
   for (const e of entities) {
-    if (typeof e.x !== "number" || typeof e.y !== "number") {
-      scene.unplaced++;
-      continue;
-    }
+    if (typeof e.x !== "number" || typeof e.y !== "number") continue;
     const t = typeof e.template === "number" ? e.template : (byName.get(e.template) ?? -1);
     let slot = colours.unknown;
     if (t >= 0 && t < templates.length) {
       const k = colours.kind[t] ?? -1;
       slot = colours.slot(t, k < 0 ? 0 : kindIndex(templates[t]!.fields[k]!.values ?? [], e.kind));
     }
-    const i = scene.count++;
-    scene.ids[i] = e.id;
-    scene.xs[i] = e.x;
-    scene.ys[i] = e.y;
-    scene.templates[i] = t >= 0 ? t : 65535;
-    scene.slots[i] = slot;
-    perSlot[slot] = (perSlot[slot] ?? 0) + 1;
-    scene.flags[i] = 0;
-    scene.cells[i] = -1;
+    put(scene, e.id, e.x, e.y, t >= 0 ? t : 65535, slot, 0, -1, perSlot);
   }
   scene.perSlot = perSlot;
   return scene;

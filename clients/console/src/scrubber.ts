@@ -1,7 +1,7 @@
 // Time travel for a zone that keeps a history: a slider over its kept ticks, one-tick steps,
 // back to live, and rewinding the zone to the tick shown (after a confirmation). While the
 // slider is away from live, the map draws the zone's state at that tick (history/state).
-import { ApiError, type Api, type HistoryRange, type HistoryState, type ZoneInfo } from "./api.js";
+import { OverworldHttpError, zoneLabel, type Api, type HistoryRange, type HistoryState, type ZoneInfo } from "./api.js";
 import { fill, h, show } from "./dom.js";
 
 export interface ScrubberHost {
@@ -62,7 +62,7 @@ export class Scrubber {
   setZones(zones: readonly ZoneInfo[]): void {
     this.zones = zones.filter((z) => z.history);
     this.live();
-    fill(this.zoneSelect, ...this.zones.map((z) => h("option", { value: z.ref }, z.name + (z.world !== null ? ` (${z.id})` : ""))));
+    fill(this.zoneSelect, ...this.zones.map((z) => h("option", { value: z.ref }, zoneLabel(z))));
     show(this.zoneSelect, this.zones.length > 1);
     show(this.root, this.zones.length > 0);
     clearInterval(this.poll);
@@ -77,11 +77,6 @@ export class Scrubber {
 
   get zone(): ZoneInfo | null {
     return this.zones.find((z) => z.ref === this.zoneSelect.value) ?? this.zones[0] ?? null;
-  }
-
-  /** Whether a past tick is shown. */
-  get scrubbing(): boolean {
-    return this.tick !== null;
   }
 
   stop(): void {
@@ -153,7 +148,7 @@ export class Scrubber {
     const z = this.zone;
     const t = this.tick;
     if (z === null || t === null) return;
-    if (!this.confirm(`Rewind zone ${z.name} (${z.id}) to tick ${t}? Everything after it is lost.`)) return;
+    if (!this.confirm(`Rewind zone ${zoneLabel(z)} (${z.id}) to tick ${t}? Everything after it is lost.`)) return;
     try {
       await this.api.rewind(z.ref, t);
       this.message.textContent = `rewound to tick ${t}`;
@@ -165,7 +160,7 @@ export class Scrubber {
   }
 
   private say(e: unknown): void {
-    if (e instanceof ApiError && e.status !== 401) this.message.textContent = e.message || e.code;
+    if (e instanceof OverworldHttpError && e.status !== 401) this.message.textContent = e.message || e.code;
     else this.host.failed(e);
   }
 }

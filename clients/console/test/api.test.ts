@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Api, ApiError, PATHS, toRect, type FetchFn } from "../src/api.js";
+import { Api, OverworldHttpError, PATHS, type FetchFn } from "../src/api.js";
 import { TokenStore } from "../src/token.js";
 
 interface Call {
@@ -21,7 +21,7 @@ function fake(...answers: Array<[number, unknown, Record<string, string>?]>) {
   return { calls, f };
 }
 
-const api = (f: FetchFn, token: string | null = "tok", onUnauthorized?: (e: ApiError) => void) =>
+const api = (f: FetchFn, token: string | null = "tok", onUnauthorized?: (e: OverworldHttpError) => void) =>
   new Api({ baseUrl: "http://h:4000/", fetch: f, token: () => token, onUnauthorized });
 
 describe("Api: request shapes", () => {
@@ -48,7 +48,7 @@ describe("Api: request shapes", () => {
     const a = api(f);
     await a.zones();
     await a.rewind("z 1", 42);
-    await a.startZone("{goblins, {0, 1}}");
+    await a.startZone("goblins");
     await a.stopZone("z1");
     await a.snapshotZone("z1");
     await a.kick("user/1");
@@ -59,7 +59,7 @@ describe("Api: request shapes", () => {
     expect(calls.map((c) => [c.method, c.url.replace("http://h:4000", ""), c.body])).toEqual([
       ["GET", "/api/v1/operator/zones", undefined],
       ["POST", "/api/v1/operator/zones/z%201/rewind", { tick: 42 }],
-      ["POST", "/api/v1/operator/zones/start", { id: "{goblins, {0, 1}}" }],
+      ["POST", "/api/v1/operator/zones/start", { name: "goblins" }],
       ["POST", "/api/v1/operator/zones/z1/stop", {}],
       ["POST", "/api/v1/operator/zones/z1/snapshot", {}],
       ["POST", "/api/v1/operator/sessions/user%2F1/kick", {}],
@@ -85,23 +85,28 @@ describe("Api: request shapes", () => {
 });
 
 describe("Api: answers", () => {
-  it("reads zones tolerantly: missing fields are null, a region as an array or an object", async () => {
+  it("reads zones (ticks in µs shown in ms, the name to watch) and the stopped zones' names; missing fields are null", async () => {
     const { f } = fake([
       200,
       {
         zones: [
-          { ref: "r1", id: "{w, {0, 0}}", name: "w", world: "w", module: "Goblins", players: 2, entities: 10000, tick_p50_ms: 1.5, tick_p99_ms: 4, node: "n@h", debug: true, history: true, region: [0, 0, 500, 500] },
-          { id: "solo", name: "solo", region: { x0: 0, y0: 0, x1: 10, y1: 20 } },
+          // (Overworld.Operators.Zones.describe/2.)
+          { ref: "r1", id: "{w, {0, 0}}", name: null, watch: "w", module: "Goblins", world: "w", node: "n@h", tick: 9, tick_rate: 30, players: 2, entities: 10000, tick_p50_us: 1500, tick_p99_us: 4000, tick_samples: 100, debug: true, history: 300, persistent: false },
+          { ref: "r2", id: "solo", name: "solo", history: 0 },
           "not a zone",
         ],
+        stopped: ["arena", 7],
       },
     ]);
-    const [a, b, ...rest] = await api(f).zones();
+    const { zones, stopped } = await api(f).zones();
+    expect(stopped).toEqual(["arena", "7"]);
+    const [a, b, ...rest] = zones;
     expect(rest).toEqual([]);
     expect(a).toEqual({
       ref: "r1",
       id: "{w, {0, 0}}",
-      name: "w",
+      name: null,
+      watch: "w",
       world: "w",
       module: "Goblins",
       players: 2,
@@ -111,12 +116,8 @@ describe("Api: answers", () => {
       node: "n@h",
       debug: true,
       history: true,
-      running: null,
-      region: { x0: 0, y0: 0, x1: 500, y1: 500 },
     });
-    expect(b).toMatchObject({ ref: "solo", id: "solo", world: null, players: null, debug: false, history: false, region: { x0: 0, y0: 0, x1: 10, y1: 20 } });
-    expect(toRect([0, 0, 1])).toBeNull();
-    expect(toRect([0, "a", 1, 2])).toBeNull();
+    expect(b).toMatchObject({ ref: "r2", id: "solo", name: "solo", watch: null, world: null, players: null, tickP50Ms: null, debug: false, history: false });
   });
 
   it("an entity's details, the history range and a tick's state", async () => {
@@ -127,7 +128,7 @@ describe("Api: answers", () => {
       [200, { oldest: 1 }],
     );
     const a = api(f);
-    expect(await a.entity("z", 5)).toEqual({ id: 5, template: "goblin", fields: { x: 1 }, owner: "u9", cell: 40, zone: "w/0,0", state: { hp: 3 } });
+    expect(await a.entity("z", 5)).toEqual({ id: 5, template: "goblin", owner: "u9", cell: 40, zone: "w/0,0", state: { hp: 3 } });
     expect(await a.historyRange("z")).toEqual({ oldest: 100, newest: 400, tickRate: 30 });
     expect(await a.historyState("z", 150)).toEqual({
       tick: 150,
@@ -139,24 +140,26 @@ describe("Api: answers", () => {
     await expect(a.historyRange("z")).rejects.toMatchObject({ code: "bad_response" });
   });
 
-  it("sessions, accounts and the audit log, with fields missing or named otherwise", async () => {
+  it("sessions, accounts and the audit log, with fields missing", async () => {
     const { f } = fake(
-      [200, { sessions: [{ user_id: "u1", connected_at: 1700000000000, address: "1.2.3.4:5", bytes_out: 100, rtt_ms: 12.5, frame_jitter_ms: null, deferrals: 0, entity_id: 7, view_radius: 60, cells: [1, "x", 2] }, {}] }],
-      [200, { accounts: [{ user_id: "u1", disabled: false, last_seen: "2026-01-01T00:00:00Z" }, { id: "u2", status: "disabled" }] }],
-      [200, { account: { id: "u1", devices: [{ id: "dev-1" }, "dev-2"], email: "a@b.c", custom_id: null, disabled: true } }],
+      // (Overworld.Operators.Sessions.of_zone/2.)
+      [200, { sessions: [{ user_id: "u1", entity: 7, connected: true, connected_at: 1700000000, address: "1.2.3.4:5", bytes_out: 100, node: "n@h" }, {}], total: 2 }],
+      // (Overworld.Accounts.account/1 and its last_seen_at.)
+      [200, { accounts: [{ user_id: "u1", created_at: 1600000000, devices: [], email: null, custom_id: null, disabled: false, last_seen_at: 1700000000 }, { user_id: "u2", disabled: true }] }],
+      [200, { user_id: "u1", created_at: 1600000000, devices: ["dev-1", "dev-2"], email: "a@b.c", custom_id: null, disabled: true, last_seen_at: null }],
       [200, { entries: [{ at: 1, operator: "ops", action: "kick", target: { user: "u1" }, result: "ok", address: "::1" }, {}] }],
     );
     const a = api(f);
     const [s1, s2] = await a.sessions("z");
-    expect(s1).toEqual({ userId: "u1", connectedAt: 1700000000000, address: "1.2.3.4:5", bytesOut: 100, rttMs: 12.5, frameJitterMs: null, deferrals: 0, entityId: 7, viewRadius: 60, cells: [1, 2] });
-    expect(s2).toMatchObject({ userId: "", bytesOut: null, cells: null, entityId: null });
+    expect(s1).toEqual({ userId: "u1", entity: 7, connected: true, connectedAt: 1700000000, address: "1.2.3.4:5", bytesOut: 100, node: "n@h" });
+    expect(s2).toEqual({ userId: "", entity: null, connected: null, connectedAt: null, address: null, bytesOut: null, node: null });
     const accounts = await a.accounts("u");
     expect(accounts.map((x) => [x.id, x.disabled, x.lastSeen])).toEqual([
-      ["u1", false, "2026-01-01T00:00:00Z"],
+      ["u1", false, 1700000000],
       ["u2", true, null],
     ]);
     const one = await a.account("u1");
-    expect([one.id, one.devices, one.email, one.customId, one.disabled]).toEqual(["u1", ["dev-1", "dev-2"], "a@b.c", null, true]);
+    expect([one.id, one.createdAt, one.devices, one.email, one.customId, one.disabled, one.lastSeen]).toEqual(["u1", 1600000000, ["dev-1", "dev-2"], "a@b.c", null, true, null]);
     const audit = await a.audit(100);
     expect(audit[0]).toEqual({ at: 1, operator: "ops", action: "kick", target: '{"user":"u1"}', result: "ok", address: "::1" });
     expect(audit[1]).toEqual({ at: null, operator: null, action: null, target: null, result: null, address: null });
@@ -176,12 +179,24 @@ describe("Api: errors", () => {
   it("the server's {error, message}: a 409 of a rewind keeps its message", async () => {
     const { f } = fake([409, { error: "not_debug", message: "zone z1 is not a debug zone" }]);
     const e = await api(f).rewind("z1", 3).catch((e: unknown) => e);
-    expect(e).toBeInstanceOf(ApiError);
+    expect(e).toBeInstanceOf(OverworldHttpError);
     expect(e).toMatchObject({ status: 409, code: "not_debug", message: "zone z1 is not a debug zone" });
   });
 
+  it("the SDK's error, with the seconds a 429 asks to wait (the header, else the message)", async () => {
+    const { f } = fake(
+      [429, { error: "rate_limited", message: "too many attempts: retry in 30 s" }, { "retry-after": "30" }],
+      [429, { error: "busy", message: "the server is busy hashing passwords: retry in 2 s" }],
+    );
+    const a = api(f);
+    const e = await a.login("ops", "x").catch((e: unknown) => e);
+    expect(e).toBeInstanceOf(OverworldHttpError);
+    expect(e).toMatchObject({ status: 429, code: "rate_limited", retryAfter: 30 });
+    await expect(a.login("ops", "x")).rejects.toMatchObject({ code: "busy", retryAfter: 2 });
+  });
+
   it("a 401 anywhere tells onUnauthorized, then fails", async () => {
-    const told: ApiError[] = [];
+    const told: OverworldHttpError[] = [];
     const { f } = fake([401, { error: "invalid_token", message: "expired" }], [403, { error: "forbidden", message: "no" }]);
     const a = api(f, "old", (e) => told.push(e));
     await expect(a.zones()).rejects.toMatchObject({ status: 401, code: "invalid_token" });
@@ -197,7 +212,7 @@ describe("Api: errors", () => {
     await expect(a.zones()).rejects.toMatchObject({ code: "bad_response" });
     await expect(a.zones()).rejects.toMatchObject({ code: "bad_response" });
     // An empty success reads as {}: no zones.
-    expect(await a.zones()).toEqual([]);
+    expect(await a.zones()).toEqual({ zones: [], stopped: [] });
   });
 
   it("no answer at all: status 0, network_error", async () => {

@@ -9,9 +9,11 @@ const grid = { width: 100, height: 100, cols: 11, rows: 11, cellSize: 10 };
 describe("watch targets", () => {
   it("a world's zones are one target named by the world; other zones one each, in order", () => {
     const ts = targets([
-      zone({ ref: "a", id: "arena", name: "arena" }),
-      zone({ ref: "w00", id: "{w, {0, 0}}", name: "w", world: "w" }),
-      zone({ ref: "w10", id: "{w, {1, 0}}", name: "w", world: "w" }),
+      zone({ ref: "a", id: "arena", name: "arena", watch: "arena" }),
+      zone({ ref: "w00", id: "{w, {0, 0}}", name: null, watch: "w", world: "w" }),
+      zone({ ref: "w10", id: "{w, {1, 0}}", name: null, watch: "w", world: "w" }),
+      // (A zone the server serves under no name cannot be watched.)
+      zone({ ref: "x", id: "hidden", name: null, watch: null }),
     ]);
     expect(ts.map((t) => [t.name, t.world, t.zones.map((z) => z.ref)])).toEqual([
       ["arena", false, ["a"]],
@@ -34,7 +36,7 @@ describe("zone borders", () => {
   });
 
   it("a grid of zones from their ids: regions of whole cells, the last to the world's edge", () => {
-    const t = targets(["0, 0", "1, 0", "0, 1", "1, 1"].map((p) => zone({ ref: p, id: `{w, {${p}}}`, name: "w", world: "w" })))[0]!;
+    const t = targets(["0, 0", "1, 0", "0, 1", "1, 1"].map((p) => zone({ ref: p, id: `{w, {${p}}}`, watch: "w", world: "w" })))[0]!;
     const bs = borders(t, grid);
     expect(bs.map((b) => [b.label, b.rect])).toEqual([
       ["0,0", { x0: 0, y0: 0, x1: 60, y1: 60 }],
@@ -47,14 +49,9 @@ describe("zone borders", () => {
     expect(zoneAt(t, bs, 99, 1)?.ref).toBe("1, 0");
   });
 
-  it("the API's regions when every zone has one; none for a single zone or unknown layouts", () => {
-    const withRegions = targets([
-      zone({ ref: "a", id: "a", name: "w", world: "w", region: [0, 0, 30, 100] }),
-      zone({ ref: "b", id: "b", name: "w", world: "w", region: [30, 0, 100, 100] }),
-    ])[0]!;
-    expect(borders(withRegions, grid).map((b) => b.rect.x1)).toEqual([30, 100]);
-    expect(borders(targets([zone({ ref: "s", id: "s", name: "s" })])[0]!, grid)).toEqual([]);
-    const odd = targets([zone({ ref: "a", id: "north", name: "w", world: "w" }), zone({ ref: "b", id: "south", name: "w", world: "w" })])[0]!;
+  it("none for a single zone or unknown layouts", () => {
+    expect(borders(targets([zone({ ref: "s", id: "s", name: "s", watch: "s" })])[0]!, grid)).toEqual([]);
+    const odd = targets([zone({ ref: "a", id: "north", watch: "w", world: "w" }), zone({ ref: "b", id: "south", watch: "w", world: "w" })])[0]!;
     expect(borders(odd, grid)).toEqual([]);
     expect(zoneAt(odd, [], 1, 1)?.ref).toBe("a");
   });

@@ -1,5 +1,5 @@
-import { beforeEach, describe, expect, it } from "vitest";
-import { encodeHandshake, encodeSnapshot, FakeSocket, GOBLIN, PLAYER, qm } from "../../typescript/test/helpers.js";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { encodeHandshake, encodeSnapshot, error, FakeSocket, GOBLIN, PLAYER, qm } from "../../typescript/test/helpers.js";
 import { InlineSource } from "../src/live.js";
 import { ScenePump, type FromWorker } from "../src/scene-worker.js";
 import { Scene } from "../src/scene.js";
@@ -67,15 +67,71 @@ describe("ScenePump (the decoding worker's side)", () => {
     pump.handle({ type: "entity", seq: 2, id: 4, serial: s.serial, index: i });
     pump.handle({ type: "entity", seq: 3, id: 9, serial: 999, index: i });
     const answers = out.filter((o) => o.m.type === "entity").map((o) => o.m);
-    expect(answers[0]).toMatchObject({ seq: 1, entity: { id: 9, template: 0, cell: 40, values: { x: 9, y: 5, state: "wander", kind: "goblin" } } });
+    expect(answers[0]).toMatchObject({ seq: 1, entity: { id: 9, values: { x: 9, y: 5, state: "wander", kind: "goblin" } } });
     expect(answers[1]).toEqual({ type: "entity", seq: 2, entity: null });
     expect(answers[2]).toEqual({ type: "entity", seq: 3, entity: null });
   });
 
   it("tells closes and errors", () => {
     const { ws, out } = start();
+    ws.deliver(error(3, "unauthorized"));
     ws.drop(4003, "unauthorized");
+    expect(out.filter((o) => o.m.type === "error").map((o) => o.m)).toEqual([{ type: "error", code: 3, message: "unauthorized" }]);
     expect(out.filter((o) => o.m.type === "close").map((o) => o.m)).toEqual([{ type: "close", code: 4003, reason: "unauthorized", final: true }]);
+  });
+
+  describe("before a first handshake", () => {
+    beforeEach(() => vi.useFakeTimers());
+    afterEach(() => vi.useRealTimers());
+
+    const opened = () => {
+      const out: FromWorker[] = [];
+      const pump = new ScenePump((m) => out.push(m), FakeSocket as never);
+      pump.handle({ type: "open", url: "ws://h/ws?zone=z", token: "op" });
+      const closes = () => out.filter((m) => m.type === "close");
+      return { pump, closes };
+    };
+
+    it("tries again no sooner than a full server's retry_after (4008); a refused token is final", () => {
+      const { pump, closes } = opened();
+      const ws = FakeSocket.last();
+      ws.accept();
+      ws.deliver(error(8, "retry_after=5; at most 3 observers at once on this server"));
+      ws.drop(4008, "full");
+      expect(closes()).toEqual([{ type: "close", code: 4008, reason: "full", final: false }]);
+      expect(pump.status().state).toBe("reconnecting");
+      vi.advanceTimersByTime(4_990);
+      expect(FakeSocket.instances).toHaveLength(1);
+      vi.advanceTimersByTime(20);
+      expect(FakeSocket.instances).toHaveLength(2);
+      const again = FakeSocket.last();
+      again.accept();
+      expect(again.of("hello")).toEqual([{ type: "hello", version: 2, token: "op" }]);
+      again.drop(4003, "unauthorized");
+      expect(closes()[1]).toEqual({ type: "close", code: 4003, reason: "unauthorized", final: true });
+      vi.advanceTimersByTime(60_000);
+      expect(FakeSocket.instances).toHaveLength(2);
+      expect(pump.status().state).toBe("closed");
+    });
+
+    it("gives up after three attempts more; a connection that had its handshake reconnects on its own", () => {
+      const { closes } = opened();
+      for (let i = 0; i < 4; i++) {
+        FakeSocket.last().drop(1006);
+        vi.advanceTimersByTime(10_000);
+      }
+      expect(FakeSocket.instances).toHaveLength(4);
+      expect(closes().map((m) => m.type === "close" && m.final)).toEqual([false, false, false, true]);
+      FakeSocket.reset();
+      const { closes: later } = opened();
+      const ws = FakeSocket.last();
+      ws.accept();
+      ws.deliver(encodeHandshake({ entityId: 0, templates }));
+      ws.drop(1006);
+      expect(later()).toEqual([{ type: "close", code: 1006, reason: "", final: false }]);
+      vi.advanceTimersByTime(10_000);
+      expect(FakeSocket.instances).toHaveLength(2);
+    });
   });
 });
 

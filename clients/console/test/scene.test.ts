@@ -111,7 +111,7 @@ describe("a scene from the SDK's WorldView", () => {
     const colours = new ColourTable(templates);
     const scene = fromView(new Scene(), view, positionLayouts(templates), colours);
     expect(scene.count).toBe(3);
-    expect(scene.unplaced).toBe(1);
+    expect(scene.indexOf(4)).toBe(-1);
     const slot = (id: number) => scene.slots[scene.indexOf(id)];
     expect(slot(1)).toBe(colours.slot(0, 0));
     expect(slot(2)).toBe(colours.slot(0, 1));
@@ -140,7 +140,7 @@ describe("a scene from a zone's history", () => {
     );
     expect(scene.tick).toBe(77);
     expect(scene.count).toBe(4);
-    expect(scene.unplaced).toBe(1);
+    expect(scene.indexOf(5)).toBe(-1);
     expect([...scene.slots.subarray(0, 4)]).toEqual([colours.slot(0, 1), colours.slot(1), colours.unknown, colours.slot(0, 1)]);
     expect(scene.xs[0]).toBe(1.5);
     expect(scene.cells[0]).toBe(-1);

@@ -65,6 +65,44 @@ export class OverworldHttpError extends Error {
   }
 }
 
+/**
+ * The WebSocket URL of a zone of the server at `baseUrl` (its HTTP address, e.g.
+ * "https://game.example"): `ws(s)://host:port/ws?zone=NAME` (`zone` undefined: the server's
+ * default zone).
+ */
+export function socketUrl(baseUrl: string, zone?: string): string {
+  const url = new URL(baseUrl.replace(/\/+$/, "") + "/ws");
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  if (zone !== undefined) url.searchParams.set("zone", zone);
+  return url.toString();
+}
+
+/**
+ * The `OverworldHttpError` of a failed answer (`status` not 2xx) of the server's HTTP API: the
+ * code and message of its `{"error", "message"}` body `text` (else `http_error` and "HTTP
+ * status"), and `retryAfter` from the `retry-after` header of `headers` or, on a 429, from the
+ * message. For other clients of the same API (the operator console).
+ */
+export function toHttpError(
+  status: number,
+  text: string,
+  headers?: { get(name: string): string | null },
+  statusText?: string,
+): OverworldHttpError {
+  let o: { error?: unknown; message?: unknown } = {};
+  try {
+    const json: unknown = JSON.parse(text);
+    if (typeof json === "object" && json !== null) o = json as typeof o;
+  } catch {
+    // Not the server's error JSON: the status says it.
+  }
+  const code = typeof o.error === "string" ? o.error : "http_error";
+  const message = typeof o.message === "string" ? o.message : `HTTP ${status} ${statusText ?? ""}`.trim();
+  const header = typeof headers?.get === "function" ? headers.get("retry-after") : null;
+  const retryAfter = parseRetryAfter(header, Date.now()) ?? (status === 429 ? retryIn(message) : undefined);
+  return new OverworldHttpError(status, code, message, retryAfter === undefined ? {} : { retryAfter });
+}
+
 /** The HTTP side of a server (authentication) and the way to its zones. */
 export class Client {
   readonly baseUrl: string;
@@ -144,10 +182,7 @@ export class Client {
 
   /** The WebSocket URL of a zone (`zone` undefined: the server's default zone). */
   socketUrl(zone?: string): string {
-    const url = new URL(this.baseUrl + "/ws");
-    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
-    if (zone !== undefined) url.searchParams.set("zone", zone);
-    return url.toString();
+    return socketUrl(this.baseUrl, zone);
   }
 
   /**
@@ -243,19 +278,12 @@ export class Client {
     } catch (e) {
       throw new OverworldHttpError(0, "network_error", `${method} ${path}: ${(e as Error).message}`, { cause: e });
     }
+    if (response.status !== 200 && response.status !== 202) throw toHttpError(response.status, text, response.headers, response.statusText);
     let json: unknown;
     try {
       json = JSON.parse(text);
     } catch {
       json = undefined;
-    }
-    if (response.status !== 200 && response.status !== 202) {
-      const o = (json ?? {}) as { error?: unknown; message?: unknown };
-      const code = typeof o.error === "string" ? o.error : "http_error";
-      const message = typeof o.message === "string" ? o.message : `HTTP ${response.status} ${response.statusText ?? ""}`.trim();
-      const header = typeof response.headers?.get === "function" ? response.headers.get("retry-after") : null;
-      const retryAfter = parseRetryAfter(header, Date.now()) ?? (response.status === 429 ? retryIn(message) : undefined);
-      throw new OverworldHttpError(response.status, code, message, retryAfter === undefined ? {} : { retryAfter });
     }
     if (json === undefined) throw new OverworldHttpError(response.status, "bad_response", `${method} ${path}: unexpected body ${text.slice(0, 200)}`);
     return { status: response.status, json };

@@ -150,6 +150,14 @@ export interface ConnectOptions extends EntityViewOptions {
    */
   requestTimeout?: number;
   /**
+   * Keep `entities` (the interpolation buffers) and report entities entering and leaving
+   * (default true). False: a snapshot is only applied to `world` and told to `onSnapshot`,
+   * for a client that reads the world's entries itself, e.g. an observer drawing every entity
+   * of a zone or world of tens of thousands (the operator console's live map): `entities`
+   * stays empty, `onEnter` and `onLeave` are never called.
+   */
+  trackEntities?: boolean;
+  /**
    * After a reconnection, join the matches the player was in again (default true): within the
    * server's grace (15 s by default) the player takes its own place back, unseen by the others.
    * A failure is told as a `rejoin_failed` match notice.
@@ -171,11 +179,14 @@ export interface ConnectionStats {
   /** Server messages that did not decode (ignored), NOTIFYs of a kind or body not known included. */
   undecodable: number;
   inputs: number;
+  /** Milliseconds the newest SNAPSHOT took to apply to `world` (to decode), refused or not. */
+  applyMs: number;
 }
 
-/** Close codes after which the connection does not try again. */
-const FINAL = new Set([1000, 4001, 4004]);
-const UNAUTHORIZED = 4003;
+/** Close codes after which the connection does not try again: normal, protocol version, replaced. */
+export const FINAL_CLOSES: ReadonlySet<number> = new Set([1000, 4001, 4004]);
+/** The close code of a refused token: tried again only with a refreshed one (`ConnectOptions.refresh`). */
+export const UNAUTHORIZED = 4003;
 const OPEN = 1;
 
 type Listener<A extends unknown[]> = (...args: A) => void;
@@ -236,7 +247,7 @@ function toBytes(data: unknown): Uint8Array | undefined {
 export class ZoneConnection {
   /** Decoded entities with their recent history, for interpolation. */
   readonly entities: EntityView;
-  readonly stats: ConnectionStats = { connects: 0, handshakes: 0, snapshots: 0, refused: 0, resyncs: 0, undecodable: 0, inputs: 0 };
+  readonly stats: ConnectionStats = { connects: 0, handshakes: 0, snapshots: 0, refused: 0, resyncs: 0, undecodable: 0, inputs: 0, applyMs: 0 };
 
   private readonly url: string;
   private current: Session;
@@ -710,7 +721,7 @@ export class ZoneConnection {
     // The first socket never got a handshake: connecting failed, nothing is tried again.
     if (this.hs === undefined) return this.finish(code, reason);
     const limit = this.options.reconnect === false ? 0 : (this.options.reconnect?.maxAttempts ?? Infinity);
-    if (FINAL.has(code) || this.attempt >= limit) return this.finish(code, reason);
+    if (FINAL_CLOSES.has(code) || this.attempt >= limit) return this.finish(code, reason);
     if (code === UNAUTHORIZED) {
       const refresh = this.options.refresh;
       if (refresh === undefined || this.refreshed) return this.finish(code, reason);
@@ -890,7 +901,10 @@ export class ZoneConnection {
       this.stats.undecodable++;
       return;
     }
+    const t0 = this.now();
     const r = this.view.apply(bytes, h.templates);
+    const t = this.now();
+    this.stats.applyMs = t - t0;
     if (!r.ok) {
       this.stats.refused++;
       this.resync(bytes, r.error);
@@ -900,8 +914,16 @@ export class ZoneConnection {
     this.stats.snapshots++;
     const tick = r.value;
     const time = tick / h.tickRate;
-    const t = this.now();
     this.clock.observe(time, t);
+    if (this.options.trackEntities !== false) this.track(bytes, time, t, h.templates);
+    this.snapshotListeners.emit(this.view, tick);
+  }
+
+  /**
+   * The entities' work of a snapshot applied (at server time `time`, local time `t`): every
+   * entity decoded into the interpolation buffers, and those entering and leaving told.
+   */
+  private track(bytes: Uint8Array, time: number, t: number, templates: readonly TemplateSchema[]): void {
     const { entities: held, cells: cellOf } = this.view.resolve();
     // A view sent again from scratch (baseline 0 after a reconnection or a resync) comes over
     // several frames: entities of the previous view are held over until their cell is there
@@ -919,7 +941,7 @@ export class ZoneConnection {
     const entered: Entity[] = [];
     for (const [id, e] of held) {
       if (this.known.has(id)) continue;
-      const entity = decodeEntity(e, h.templates, this.entities.angleUnit);
+      const entity = decodeEntity(e, templates, this.entities.angleUnit);
       if (entity !== undefined) entered.push(entity);
     }
     const left: number[] = [];
@@ -928,7 +950,6 @@ export class ZoneConnection {
     for (const id of this.carry.keys()) this.known.add(id);
     for (const e of entered) this.enterListeners.emit(e);
     for (const id of left) this.leaveListeners.emit(id);
-    this.snapshotListeners.emit(this.view, tick);
   }
 
   /**

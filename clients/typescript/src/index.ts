@@ -9,7 +9,7 @@ export type { Entity, EntityViewOptions, Sample } from "./interpolation.js";
 export { ServerClock } from "./clock.js";
 export { backoffDelay } from "./backoff.js";
 export type { BackoffOptions } from "./backoff.js";
-export { ConnectError, FULL, ZoneConnection, retryAfter } from "./connection.js";
+export { ConnectError, FINAL_CLOSES, FULL, UNAUTHORIZED, ZoneConnection, retryAfter } from "./connection.js";
 export type {
   CloseInfo,
   ConnectOptions,
@@ -21,7 +21,7 @@ export type {
   WebSocketConstructor,
   WebSocketLike,
 } from "./connection.js";
-export { Client, OverworldHttpError } from "./client.js";
+export { Client, OverworldHttpError, socketUrl, toHttpError } from "./client.js";
 export type { ClientOptions, FetchLike, Session } from "./client.js";
 export { Storage } from "./storage.js";
 export type { ListOptions, StorageAck, StorageDelete, StorageId, StorageObject, StoragePage, StorageWrite } from "./storage.js";

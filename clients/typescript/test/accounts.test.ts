@@ -7,6 +7,7 @@ import {
   ACCOUNT_ERROR_CODES,
   Client,
   OverworldHttpError,
+  toHttpError,
   type Account,
   type AccountErrorCode,
   type EmailPending,
@@ -144,6 +145,15 @@ describe("accounts: the wire", () => {
     expect(date.retryAfter).toBeGreaterThanOrEqual(3);
     expect(date.retryAfter).toBeLessThanOrEqual(6);
     expect(await fail(client.authenticateEmail("a@example.com", "x"))).toMatchObject({ status: 429, retryAfter: undefined });
+  });
+
+  it("toHttpError: the same error from any failed answer (another client of the API)", () => {
+    const h = (o: Record<string, string>) => ({ get: (n: string) => o[n] ?? null });
+    expect(toHttpError(429, '{"error":"busy","message":"m"}', h({ "retry-after": "4" }))).toMatchObject({ status: 429, code: "busy", message: "m", retryAfter: 4 });
+    expect(toHttpError(429, '{"error":"rate_limited","message":"retry in 9 s"}')).toMatchObject({ retryAfter: 9 });
+    const plain = toHttpError(502, "<html>bad gateway</html>", undefined, "Bad Gateway");
+    expect(plain).toBeInstanceOf(OverworldHttpError);
+    expect(plain).toMatchObject({ status: 502, code: "http_error", message: "HTTP 502 Bad Gateway", retryAfter: undefined });
   });
 
   it("errors: a fetch without headers, a body that is not an account, a 202 that is not pending", async () => {

@@ -4,6 +4,7 @@ import {
   ConnectError,
   FULL,
   retryAfter,
+  socketUrl,
   OverworldHttpError,
   ZoneConnection,
   type CloseInfo,
@@ -743,6 +744,40 @@ describe("Client", () => {
     expect(FakeSocket.last().sent[0]).toMatchObject({ token: "new" });
     conn.close();
     expect(new Client({ baseUrl: "http://h:1" }).socketUrl("a b")).toBe("ws://h:1/ws?zone=a+b");
+  });
+
+  it("socketUrl without a Client: ws or wss, the zone as a query parameter", () => {
+    expect(socketUrl("http://h:4000", "goblins")).toBe("ws://h:4000/ws?zone=goblins");
+    expect(socketUrl("https://h/", "a b/c")).toBe("wss://h/ws?zone=a+b%2Fc");
+    expect(socketUrl("https://h")).toBe("wss://h/ws");
+  });
+});
+
+describe("ZoneConnection: trackEntities false (an observer's whole zone)", () => {
+  it("applies each snapshot to the world and tells onSnapshot, without the entities' work", () => {
+    const { conn, socket } = connect({ trackEntities: false });
+    const enters: number[] = [];
+    const ticks: number[] = [];
+    conn.onEnter((e) => enters.push(e.id));
+    conn.onLeave((id) => enters.push(-id));
+    conn.onSnapshot((view, tick) => ticks.push(tick + view.entities().size / 100));
+    socket.accept();
+    // An observer's handshake: no entity of its own; the grid's key space is the view's.
+    socket.deliver(encodeHandshake({ entityId: 0, cols: 27, rows: 27 }));
+    expect(conn.handshake).toMatchObject({ entityId: 0, cols: 27, rows: 27, cellSize: 12, width: 316 });
+    expect(conn.world.space).toBe(29 * 29);
+    socket.deliver(snap(5, [goblin(1, 10), goblin(2, 11)]));
+    socket.deliver(encodeSnapshot({ tick: 6, baseline: 5, cells: [{ key: 40, entities: [goblin(2, 11)] }] }));
+    expect(ticks).toEqual([5.02, 6.01]);
+    expect(conn.world.entities().size).toBe(1);
+    expect(conn.stats.snapshots).toBe(2);
+    expect(conn.stats.applyMs).toBeGreaterThanOrEqual(0);
+    expect(conn.entities.size).toBe(0);
+    expect(conn.sample().size).toBe(0);
+    expect(enters).toEqual([]);
+    // A refused snapshot is answered as ever.
+    socket.deliver(snap(9, [goblin(1, 0)], { baseline: 8 }));
+    expect(socket.of("resync")).toEqual([{ type: "resync", reason: 1, last_tick: 6 }]);
   });
 });
 

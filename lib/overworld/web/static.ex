@@ -22,9 +22,12 @@ defmodule Overworld.Web.Static do
   }
 
   # The page loads only its own scripts (and its decoding worker) and styles and talks only to
-  # its own server (HTTP and the WebSocket): nothing from a CDN, nothing inline.
+  # its own server (HTTP and the WebSocket): nothing from a CDN, nothing inline. `connect-src
+  # 'self'` covers the page's own ws:/wss: origin (CSP Level 3; Chromium since 71, Safari 16,
+  # the browsers the console is built for), and nothing else: `ws: wss:` let it connect
+  # anywhere.
   @csp "default-src 'self'; script-src 'self'; worker-src 'self'; style-src 'self'; img-src 'self' data: blob:; " <>
-         "connect-src 'self' ws: wss:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+         "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 
   @doc false
   # Whether a path is the console's (answered by `serve/2`, a 404 for unknown files).
