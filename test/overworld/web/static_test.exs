@@ -27,6 +27,7 @@ defmodule Overworld.Web.StaticTest do
       assert headers["content-type"] == "text/html; charset=utf-8"
       assert body == priv("index.html")
       assert headers["content-security-policy"] =~ "script-src 'self'"
+
       # Its own server only, the WebSocket included (same-origin ws:/wss: is 'self'), not any host.
       assert headers["content-security-policy"] =~ "connect-src 'self';"
       refute headers["content-security-policy"] =~ "ws:"
