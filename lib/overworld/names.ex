@@ -150,6 +150,15 @@ defmodule Overworld.Names do
       ])
 
   @doc false
+  # The observer connections of an operator on this node, of every server.
+  @spec observers_of(String.t()) :: [pid]
+  def observers_of(operator),
+    do:
+      Registry.select(@registry, [
+        {{{:observer, :_, :_}, :"$1", :"$2"}, [{:==, :"$2", operator}], [:"$1"]}
+      ])
+
+  @doc false
   # What a session registered with (`Overworld.Session.Hello`): `{server, user, value}` of the
   # session `pid` of this node, or nil.
   @spec session_of(pid) :: {atom, term, term} | nil

@@ -74,7 +74,8 @@ defmodule Overworld.Operators do
   Adds an operator to the table, or changes its password or role: the password (8 to 256
   bytes) is hashed in the node's pool with `iterations` (option, default
   #{Password.default_iterations()}). Option `:role`: `:operator` (default) or `:viewer`.
-  The operator's earlier tokens are refused from now on (a new hash).
+  The operator's earlier tokens are refused from now on (a new hash) and its observer
+  connections closed.
   """
   @spec put(String.t(), String.t(), keyword) :: :ok | {:error, term}
   def put(name, password, opts \\ []) do
@@ -99,13 +100,19 @@ defmodule Overworld.Operators do
          {:ok, role} <- check_role(opts),
          {:ok, hash} <- check_hash(hash) do
       row = {@table, name, hash, role, System.system_time(:second)}
-      Accounts.change(fn -> :mnesia.write(row) end, :sync)
+
+      with :ok <- Accounts.change(fn -> :mnesia.write(row) end, :sync),
+           do: Overworld.Session.Observer.revoked(name)
     end
   end
 
   @doc "Removes an operator from the table (its tokens are refused from now on)."
   @spec delete(String.t()) :: :ok | {:error, :not_found | term}
   def delete(name) do
+    with :ok <- delete_row(name), do: Overworld.Session.Observer.revoked(name)
+  end
+
+  defp delete_row(name) do
     Accounts.change(
       fn ->
         if :mnesia.read(@table, name, :write) == [], do: :mnesia.abort({:refused, :not_found})
@@ -215,9 +222,14 @@ defmodule Overworld.Operators do
       else: {:error, :revoked}
   end
 
-  @doc "Logs an operator's token out (`verify/2`'s claims): it is refused from now on."
+  @doc """
+  Logs an operator's token out (`verify/2`'s claims): it is refused from now on, and the
+  observer connections opened with it are closed (4003).
+  """
   @spec logout(claims) :: :ok | {:error, term}
-  def logout(%{sid: sid, expires_at: until}), do: Accounts.revoke_sid(sid, until)
+  def logout(%{name: name, sid: sid, expires_at: until}) do
+    with :ok <- Accounts.revoke_sid(sid, until), do: Overworld.Session.Observer.revoked(name)
+  end
 
   # A token of an operator carries this of its hash: a new password refuses the old tokens.
   defp fingerprint(hash), do: :erlang.phash2(hash, 0x100000000)

@@ -84,7 +84,9 @@ defmodule Overworld.Server do
   * `:observers` - operators' observer connections (the live visualizer,
     `Overworld.Session.Observer`): `max:` how many at once on this server (3), `budget:` the
     bytes per second each may be sent (16 MiB: a whole zone's changes, where a player's view
-    has `interest: [budget: ...]`).
+    has `interest: [budget: ...]`), `max_outbound:` bytes queued towards one before it is
+    closed as too slow (8 MiB: a keyframe of a 40,000-entity world is about a megabyte; as
+    for `:max_outbound`, past a sixteenth of it frames are skipped until it has read).
   * `:operators` - the operators of the configuration, `[%{name: "alice", password_hash:
     "pbkdf2-sha256$...", role: "operator" | "viewer"}]` (default `[]`; more are added at run
     time: `Overworld.Operators`), who log in to the operator API (docs/operator-api.md).
@@ -219,7 +221,8 @@ defmodule Overworld.Server do
   defp observer_schema do
     [
       max: {:non_neg_integer, 3},
-      budget: {:pos_integer, 16 * 1024 * 1024}
+      budget: {:pos_integer, 16 * 1024 * 1024},
+      max_outbound: {:pos_integer, 8 * 1024 * 1024}
     ]
   end
 

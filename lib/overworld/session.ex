@@ -108,8 +108,10 @@ defmodule Overworld.Session do
     tickets: [],
     created: 0,
     # An operator's observer connection (the operator's name; `Overworld.Session.Observer`):
-    # no avatar, the whole zone in view.
-    observer: nil
+    # no avatar, the whole zone in view; its bytes queued before it is too slow (nil: the
+    # server's `:max_outbound`).
+    observer: nil,
+    max_outbound: nil
   ]
 
   @type t :: %__MODULE__{}
@@ -316,6 +318,16 @@ defmodule Overworld.Session do
 
     send(self(), {:reattach, @reattach_tries})
     {:noreply, %{st | zone_pid: nil, zone_was: pid}}
+  end
+
+  # The operator of an observer connection logged out (got a new password, was removed).
+  def handle_info(:overworld_revoked, %{observer: op} = st) when op != nil do
+    with :live <- st.phase,
+         {:error, why} <- Overworld.Session.Observer.check(st) do
+      close(st, 4003, "token #{why}", 3)
+    else
+      _ -> {:noreply, st}
+    end
   end
 
   # Tokens of the user were revoked (a logout, revoke_all, disable): this session's too?
@@ -643,6 +655,20 @@ defmodule Overworld.Session do
   # answers busy instead of suspending the session, and the driver's reply is taken here, not
   # as one more message through the session's mailbox per frame.
   defp send_data(%{sock: sock}, data), do: :prim_inet.send(sock, data, [:nosuspend]) == :ok
+
+  @doc false
+  # Bounds what waits for a client (`max_outbound` bytes): the kernel's send buffer (left to
+  # autotuning it grows to megabytes, net.ipv4.tcp_wmem, which would hide a client that does
+  # not read from the bound for a minute or more, and hold that much memory per client) and
+  # the port's watermarks, a sixteenth, a half and a quarter of it.
+  @spec bound_outbound(port, pos_integer) :: :ok | {:error, term}
+  def bound_outbound(sock, max_outbound) do
+    :inet.setopts(sock,
+      sndbuf: max(div(max_outbound, 16), 4_096),
+      high_watermark: div(max_outbound, 2),
+      low_watermark: div(max_outbound, 4)
+    )
+  end
 
   @doc false
   # Closes with a code (after an ERROR message for the 4000s), then waits a moment for the

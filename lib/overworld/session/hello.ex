@@ -29,13 +29,13 @@ defmodule Overworld.Session.Hello do
   def hello(%{token: token}, st) do
     case hello_user(token, st) do
       {:ok, claims} -> player(claims, st)
-      {:operator, op} -> observe(op, st)
+      {:operator, op} -> observe(op, token, st)
       closed -> closed
     end
   end
 
-  defp observe(op, st) do
-    with {:ok, st} <- Overworld.Session.Observer.hello(st, op.name) do
+  defp observe(op, token, st) do
+    with {:ok, st} <- Overworld.Session.Observer.hello(st, op.name, token) do
       Process.flag(:priority, :normal)
       {:ok, %{st | phase: :live}}
     end

@@ -16,6 +16,13 @@ defmodule Overworld.Session.Observer do
   #   messages close it with 4002. The zone does not know it (no player, no entity).
   # * A restarted zone server is subscribed to again and the view starts over from
   #   keyframes, as a player's session's (`Overworld.Session.Hello.reattach/3`).
+  # * Its frames are a whole zone's (a keyframe of 40,000 entities is about a megabyte): its
+  #   socket gets a bound of its own (`observers: [max_outbound: ...]`, with the send buffer
+  #   and the port's watermarks scaled as a player's are from `:max_outbound`); past it,
+  #   frames are skipped (coalesced) as a player's are, and it is closed as too slow only
+  #   past that bound.
+  # * Its operator logs out, or gets a new password, or is removed (`revoked/1`): each of its
+  #   observers checks its token again and one refused is closed with 4003.
 
   alias Overworld.{Names, Session}
   alias Overworld.Session.Hello
@@ -24,11 +31,18 @@ defmodule Overworld.Session.Observer do
   The observer's HELLO, after the operator's token was checked (`operator`: its name): the
   slot taken, the zone (the world) subscribed to, HANDSHAKE sent (avatar id 0).
   """
-  @spec hello(Session.t(), binary) :: {:ok, Session.t()} | tuple
-  def hello(st, operator) do
-    st = %{st | user: "operator:" <> operator, observer: operator}
+  @spec hello(Session.t(), binary, binary) :: {:ok, Session.t()} | tuple
+  def hello(st, operator, token) do
+    st = %{
+      st
+      | user: "operator:" <> operator,
+        observer: operator,
+        claims: {:operator, token},
+        max_outbound: st.cfg.observers.max_outbound
+    }
 
-    with {:ok, st} <- slot(st, st.cfg.observers.max),
+    with {:ok, st} <- slot(st, operator, st.cfg.observers.max),
+         :ok <- Session.bound_outbound(st.sock, st.cfg.observers.max_outbound),
          {:ok, home} <- home(st),
          {:ok, config} <- Hello.zone_config(home),
          view = [radius: radius_m(config), budget: st.cfg.observers.budget],
@@ -59,17 +73,46 @@ defmodule Overworld.Session.Observer do
     end
   end
 
-  # One of the server's `max` observer slots, or closed: full.
-  defp slot(st, max) do
-    if Enum.any?(1..max//1, &match?({:ok, _}, Names.register(Names.observer(st.cfg.name, &1)))),
-      do: {:ok, st},
-      else:
-        Session.close(
-          st,
-          4008,
-          "retry_after=5; at most #{max} observers at once on this server",
-          8
-        )
+  @doc """
+  Tells the observers of `operator`, on every node of the cluster, that its tokens may have
+  been revoked (a logout, a new password, removed): each checks its own again (`check/2`).
+  """
+  @spec revoked(String.t()) :: :ok
+  def revoked(operator) do
+    :erpc.multicast(Overworld.Cluster.live(), __MODULE__, :revoked_here, [operator])
+    :ok
+  end
+
+  @doc false
+  def revoked_here(operator) do
+    for pid <- Names.observers_of(operator), do: send(pid, :overworld_revoked)
+    :ok
+  end
+
+  @doc "Whether the observer's operator token is still good: `:ok` or `{:error, why}`."
+  @spec check(Session.t()) :: :ok | {:error, term}
+  def check(%{claims: {:operator, token}, cfg: cfg}) do
+    case Overworld.Operators.verify(cfg, token) do
+      {:ok, _} -> :ok
+      {:error, why} -> {:error, why}
+    end
+  end
+
+  # One of the server's `max` observer slots (its value: the operator's name, for
+  # `revoked_here/1`), or closed: full.
+  defp slot(st, operator, max) do
+    if Enum.any?(
+         1..max//1,
+         &match?({:ok, _}, Names.register(Names.observer(st.cfg.name, &1), operator))
+       ),
+       do: {:ok, st},
+       else:
+         Session.close(
+           st,
+           4008,
+           "retry_after=5; at most #{max} observers at once on this server",
+           8
+         )
   end
 
   # The zone whose ticks pace the frames: the zone, or a world's first zone.

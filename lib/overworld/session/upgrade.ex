@@ -22,18 +22,8 @@ defmodule Overworld.Session.Upgrade do
          {:ok, token_user} <- url_token(cfg, query),
          {:ok, zone} <- zone(cfg, query),
          :ok <- :gen_tcp.send(sock, WebSocket.upgrade_response(accept)) do
-      # The kernel's send buffer is bounded too: left to autotuning it grows to megabytes
-      # (net.ipv4.tcp_wmem), which would hide a client that does not read from the
-      # outbound bound for a minute or more, and hold that much memory per client.
-      :ok =
-        :inet.setopts(sock,
-          packet: :raw,
-          active: Session.active(),
-          exit_on_close: true,
-          sndbuf: max(div(cfg.max_outbound, 16), 4_096),
-          high_watermark: div(cfg.max_outbound, 2),
-          low_watermark: div(cfg.max_outbound, 4)
-        )
+      :ok = :inet.setopts(sock, packet: :raw, active: Session.active(), exit_on_close: true)
+      :ok = Session.bound_outbound(sock, cfg.max_outbound)
 
       :counters.add(cfg.counters, Server.counter(:sessions), 1)
       now = System.monotonic_time(:millisecond)

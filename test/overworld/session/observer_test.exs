@@ -10,15 +10,17 @@ defmodule Overworld.Session.ObserverTest do
   @critters 2_000
   @iterations 1_000
 
-  setup do
+  # (`@tag server: [...]`: more options of the server.)
+  setup context do
     hash = Password.encode(Password.hash("olga's password", @iterations))
+    oleg = Password.encode(Password.hash("oleg's password", @iterations))
 
     world =
-      start_world(:observer_server, {:observer_zone, make_ref()},
+      [
         critters: @critters,
         accounts: [password_iterations: @iterations],
         observers: [max: 2],
-        operators: [%{name: "olga", password_hash: hash}],
+        operators: [%{name: "olga", password_hash: hash}, %{name: "oleg", password_hash: oleg}],
         operator_api: [
           audit_file:
             Path.join(
@@ -26,14 +28,20 @@ defmodule Overworld.Session.ObserverTest do
               "audit-observer-#{System.unique_integer([:positive])}.log"
             )
         ]
-      )
+      ]
+      |> Keyword.merge(context[:server] || [])
+      |> then(&start_world(:observer_server, {:observer_zone, make_ref()}, &1))
 
-    body = :jiffy.encode(%{name: "olga", password: "olga's password"})
+    {:ok, world: Map.put(world, :token, login(world, "olga"))}
+  end
+
+  defp login(world, name) do
+    body = :jiffy.encode(%{name: name, password: "#{name}'s password"})
 
     {:ok, 200, _, reply} =
       Overworld.Client.request(host(), world.port, "POST", "/api/v1/operator/login", body, [])
 
-    {:ok, world: Map.put(world, :token, :jiffy.decode(reply, [:return_maps])["token"])}
+    :jiffy.decode(reply, [:return_maps])["token"]
   end
 
   defp observe(world), do: join(world, auth: %{"token" => world.token, "user_id" => "operator"})
@@ -90,6 +98,49 @@ defmodule Overworld.Session.ObserverTest do
     Process.exit(pid, :kill)
     obs = until_tick(obs, obs.view.tick + 5)
     assert seen(until_all(obs, @critters, 90)) == @critters
+  end
+
+  test "its operator logs out: the observer is closed (4003), another operator's carries on",
+       %{world: world} do
+    olga = observe(world) |> snapshots(2)
+    oleg = observe(Map.put(world, :token, login(world, "oleg"))) |> snapshots(2)
+
+    {:ok, 200, _, _} =
+      Overworld.Client.request(host(), world.port, "POST", "/api/v1/operator/logout", "",
+        headers: [{"authorization", "Bearer " <> world.token}]
+      )
+
+    assert {4003, [3]} = expect_close(olga.conn)
+    snapshots(oleg, 5)
+
+    # The token is refused from then on, for an observer connection too.
+    c = connect(world)
+    hello(c, world.token)
+    assert {4003, [3]} = expect_close(c)
+  end
+
+  test "a new password for its operator closes the observer", %{world: world} do
+    name = "otto#{System.unique_integer([:positive])}"
+    :ok = Overworld.Operators.put(name, "#{name}'s password", iterations: @iterations)
+    on_exit(fn -> Overworld.Operators.delete(name) end)
+    otto = observe(Map.put(world, :token, login(world, name))) |> snapshots(2)
+    :ok = Overworld.Operators.put(name, "a new password", iterations: @iterations)
+    assert {4003, [3]} = expect_close(otto.conn)
+  end
+
+  # The players' bound (`max_outbound`, 4 KiB here) is below one whole-zone frame (some 8 KB
+  # of deltas for 2,000 critters; a 40,000-entity world's keyframe is a megabyte, over the
+  # default 256 KiB): the observer has a bound of its own (`observers: [max_outbound: ...]`, default 8 MiB) and is not too slow.
+  @tag server: [max_outbound: 4_096]
+  test "a whole zone's frames exceed the players' outbound bound: not too slow",
+       %{world: world} do
+    obs = observe(world) |> until_all(@critters, 90)
+    # Reads nothing for a while (a browser busy drawing): the kernel's buffers fill, frames
+    # wait in the port, then are skipped; a player would have been closed as too slow.
+    Process.sleep(1_500)
+    obs = snapshots(obs, 30)
+    assert seen(obs) == Overworld.Zone.count(world.zone)
+    assert Overworld.Server.stats(world.name).closed_slow == 0
   end
 
   defp hello(conn, token) do
