@@ -249,39 +249,7 @@ defmodule Mix.Tasks.Overworld.Server do
     # (A world is spread over a cluster of more than one configured node.)
     clustered? = Overworld.Cluster.clustered?()
 
-    persist? = Keyword.get(opts, :persist, true)
-
-    started =
-      for entry <- zones do
-        case entry do
-          {:world, module, world_opts} ->
-            world_opts = put_given(world_opts, opts, [:snapshot_ticks])
-            dir = Path.join([data_dir, "worlds", to_string(world_opts[:name])])
-
-            world_opts =
-              if persist?, do: Keyword.put(world_opts, :data_dir, dir), else: world_opts
-
-            if clustered? and not persist?,
-              do: Mix.raise("a world over a cluster keeps its zones' files: drop --no-persist")
-
-            world_opts =
-              if clustered?, do: Keyword.put(world_opts, :cluster, true), else: world_opts
-
-            start_world!(module, world_opts)
-
-          {module, zone_opts} ->
-            zone_opts =
-              zone_opts
-              |> put_given(opts, [:snapshot_ticks])
-              |> then(
-                &if persist?,
-                  do: Keyword.put(&1, :data_dir, Path.join(data_dir, "zones")),
-                  else: &1
-              )
-
-            start_zone!(module, zone_opts)
-        end
-      end
+    started = start_served!(zones, Keyword.put(opts, :data_dir, data_dir))
 
     public = fn
       {:world, name} -> to_string(name)
@@ -338,6 +306,46 @@ defmodule Mix.Tasks.Overworld.Server do
     :ok
   end
 
+  @doc false
+  # Starts the zones and worlds of `served/3` (`opts`: `:data_dir`, `:persist`,
+  # `:snapshot_ticks` as `serve/3` takes them); answers `[{id | {:world, name}, config}]`.
+  @spec start_served!([tuple], keyword) :: [{term, map}]
+  def start_served!(zones, opts) do
+    data_dir = Keyword.fetch!(opts, :data_dir)
+    clustered? = Overworld.Cluster.clustered?()
+    persist? = Keyword.get(opts, :persist, true)
+
+    for entry <- zones do
+      case entry do
+        {:world, module, world_opts} ->
+          world_opts = put_given(world_opts, opts, [:snapshot_ticks])
+          dir = Path.join([data_dir, "worlds", to_string(world_opts[:name])])
+
+          world_opts = if persist?, do: Keyword.put(world_opts, :data_dir, dir), else: world_opts
+
+          if clustered? and not persist?,
+            do: Mix.raise("a world over a cluster keeps its zones' files: drop --no-persist")
+
+          world_opts =
+            if clustered?, do: Keyword.put(world_opts, :cluster, true), else: world_opts
+
+          start_world!(module, world_opts)
+
+        {module, zone_opts} ->
+          zone_opts =
+            zone_opts
+            |> put_given(opts, [:snapshot_ticks])
+            |> then(
+              &if persist?,
+                do: Keyword.put(&1, :data_dir, Path.join(data_dir, "zones")),
+                else: &1
+            )
+
+          start_zone!(module, zone_opts)
+      end
+    end
+  end
+
   # The statistics lines go straight to this OS process's standard output through a port of
   # the reporter's own, so that a saturated node (whose I/O server waits behind the sessions)
   # cannot hold them back. When output is captured (the group leader is not the node's `user`
@@ -390,7 +398,10 @@ defmodule Mix.Tasks.Overworld.Server do
     e in ArgumentError -> Mix.raise(Exception.message(e))
   end
 
-  defp start_server!(server_opts) do
+  @doc false
+  # Starts the `Overworld.Server` (linked), or the task ends with why not.
+  @spec start_server!(keyword) :: :ok
+  def start_server!(server_opts) do
     # A server that cannot start exits, and would take this (linked) process with it before
     # its error could be told: exits are trapped for the start only.
     trap = Process.flag(:trap_exit, true)

@@ -145,54 +145,10 @@ defmodule Overworld.Bench.World do
 
   # Tick durations of the zones over `seconds` (telemetry: every tick).
   defp window(opts, zones) do
-    me = self()
-    handler = {__MODULE__, make_ref()}
-    watched = MapSet.new(zones)
+    {:ok, per_zone} =
+      Overworld.Bench.Ticks.during(zones, fn -> Process.sleep(opts[:seconds] * 1000) end)
 
-    :ok =
-      Overworld.Telemetry.attach(handler, [:overworld, :zone, :tick, :stop], fn _, m, meta, _ ->
-        if MapSet.member?(watched, meta.zone), do: send(me, {:bench_tick, meta.zone, m.duration})
-      end)
-
-    flush()
-    m0 = Map.new(zones, &{&1, Zone.metrics(&1)})
-    Process.sleep(opts[:seconds] * 1000)
-    m1 = Map.new(zones, &{&1, Zone.metrics(&1)})
-    Overworld.Telemetry.detach(handler)
-    samples = collect(%{})
-
-    Map.new(zones, fn z ->
-      us =
-        for d <- Map.get(samples, z, []), do: System.convert_time_unit(d, :native, :microsecond)
-
-      s = Stats.summary(us)
-
-      {z,
-       %{
-         ticks: s.count,
-         p50_us: s.p50,
-         p99_us: if(s.count >= 100, do: s.p99),
-         max_us: s.max,
-         overruns: m1[z].overruns - m0[z].overruns,
-         entities: m1[z].entities
-       }}
-    end)
-  end
-
-  defp flush do
-    receive do
-      {:bench_tick, _, _} -> flush()
-    after
-      0 -> :ok
-    end
-  end
-
-  defp collect(acc) do
-    receive do
-      {:bench_tick, z, d} -> collect(Map.update(acc, z, [d], &[d | &1]))
-    after
-      0 -> acc
-    end
+    per_zone
   end
 
   defp line(what, z),
