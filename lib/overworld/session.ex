@@ -111,7 +111,9 @@ defmodule Overworld.Session do
     # no avatar, the whole zone in view; its bytes queued before it is too slow (nil: the
     # server's `:max_outbound`).
     observer: nil,
-    max_outbound: nil
+    max_outbound: nil,
+    # What the session measures of its frames, for operators (`Overworld.Session.Stats`).
+    stats: nil
   ]
 
   @type t :: %__MODULE__{}

@@ -6,14 +6,17 @@ defmodule Overworld.Operators.Sessions do
   zone); each one's session is described by the node it runs on, from what the session
   registered with (`Overworld.Session.Hello`: when it connected, its socket), without a
   message to the session: the client's address and the bytes sent on its socket
-  (`:inet.peername/1`, `:inet.getstat/2`).
+  (`:inet.peername/1`, `:inet.getstat/2`), the round-trip time the kernel measures on it
+  (Linux's `TCP_INFO`), and what the session measured of its frames
+  (`Overworld.Session.Stats`: frames sent, their interval and jitter, budget deferrals).
   """
 
   @doc """
   The sessions of the zone `id` of this node, at most `limit` (by user id), and how many
   players it has: `{:ok, sessions, total}`. Each session: `user_id` (text), `entity`,
   `connected` (its socket is open: false for a player waiting in its grace period, or joined
-  without a session), `connected_at` (unix seconds), `address`, `bytes_out`, `node`.
+  without a session), `connected_at` (unix seconds), `address`, `bytes_out`, `rtt_ms`,
+  `frames`, `frame_interval_ms`, `frame_jitter_ms`, `deferred`, `node`.
   """
   @spec of_zone(term, pos_integer) :: {:ok, [map], non_neg_integer}
   def of_zone(id, limit) do
@@ -48,6 +51,11 @@ defmodule Overworld.Operators.Sessions do
             connected_at: nil,
             address: nil,
             bytes_out: nil,
+            rtt_ms: nil,
+            frames: nil,
+            frame_interval_ms: nil,
+            frame_jitter_ms: nil,
+            deferred: nil,
             node: if(is_pid(pid), do: Atom.to_string(node(pid)))
           },
           Map.get(described, pid, %{})
@@ -62,7 +70,7 @@ defmodule Overworld.Operators.Sessions do
   @spec describe([pid]) :: [{pid, map}]
   def describe(pids) do
     for pid <- pids,
-        {_server, _user, %{since: since, sock: sock}} <- [Overworld.Names.session_of(pid)] do
+        {_server, _user, %{since: since, sock: sock} = seen} <- [Overworld.Names.session_of(pid)] do
       address =
         case :inet.peername(sock) do
           {:ok, {ip, port}} -> "#{:inet.ntoa(ip)}:#{port}"
@@ -75,7 +83,25 @@ defmodule Overworld.Operators.Sessions do
           _ -> nil
         end
 
-      {pid, %{connected: address != nil, connected_at: since, address: address, bytes_out: bytes}}
+      frames = if seen[:stats], do: Overworld.Session.Stats.read(seen.stats), else: %{}
+
+      {pid,
+       Map.merge(frames, %{
+         connected: address != nil,
+         connected_at: since,
+         address: address,
+         bytes_out: bytes,
+         rtt_ms: rtt_ms(sock)
+       })}
+    end
+  end
+
+  # The kernel's smoothed round-trip time of the socket (`struct tcp_info`'s `tcpi_rtt`, µs,
+  # at byte 68), or nil where it cannot be read.
+  defp rtt_ms(sock) do
+    case :inet.getopts(sock, [{:raw, 6, 11, 104}]) do
+      {:ok, [{:raw, 6, 11, <<_::binary-size(68), rtt::native-32, _::binary>>}]} -> rtt / 1000
+      _ -> nil
     end
   end
 end

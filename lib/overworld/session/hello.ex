@@ -43,11 +43,12 @@ defmodule Overworld.Session.Hello do
 
   defp player(%{user_id: user} = claims, st) do
     # (What operators see of the session: `Overworld.Operators.Sessions`.)
-    seen = %{since: System.system_time(:second), sock: st.sock}
+    stats = Overworld.Session.Stats.new()
+    seen = %{since: System.system_time(:second), sock: st.sock, stats: stats}
 
     with {:ok, handoff} <- register(st.cfg.name, user, seen, 3),
          :ok <- Overworld.Accounts.LastSeen.touch(user),
-         st = %{st | user: user, claims: claims, pace_hash: :erlang.phash2(user)},
+         st = %{st | user: user, claims: claims, pace_hash: :erlang.phash2(user), stats: stats},
          {:ok, st} <- enter_zone(st, handoff) do
       # Until now the connection ran at high priority (answering within a second whatever
       # the load); a live session's snapshots yield to the zone's tick.

@@ -95,6 +95,7 @@ defmodule Overworld.Session.Snapshots do
                 :counters.add(c, Server.counter(:bytes_out), info.bytes)
                 :counters.add(c, Server.counter(:frames_out), 1)
                 if late?, do: :counters.add(c, Server.counter(:frames_late), 1)
+                if st.stats, do: Overworld.Session.Stats.frame(st.stats, info.deferred)
                 %{st | obs: obs, pos: pos, told_interval: k}
 
               Port.info(st.sock) == nil ->

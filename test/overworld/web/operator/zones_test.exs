@@ -186,6 +186,11 @@ defmodule Overworld.Web.Operator.ZonesTest do
     for s <- sessions do
       assert %{"connected" => true, "address" => "127.0.0.1:" <> _, "node" => _} = s
       assert is_integer(s["connected_at"]) and s["bytes_out"] > 0 and is_integer(s["entity"])
+      # What the session measured of its frames (two read at least), and the kernel's RTT.
+      assert s["frames"] >= 2 and s["frame_interval_ms"] > 0
+      assert is_number(s["frame_jitter_ms"]) and s["frame_jitter_ms"] >= 0
+      assert is_integer(s["deferred"]) and s["deferred"] >= 0
+      assert is_number(s["rtt_ms"]) and s["rtt_ms"] >= 0
     end
 
     assert {200, %{"sessions" => [_], "total" => 2}} =
