@@ -210,6 +210,36 @@ defmodule Overworld.Interest do
   end
 
   @doc """
+  What operators see of an observer (the visualizer draws it): its view and leave radii
+  (metres), the runs of cells the client holds (`[row, first_col, last_col, tick]`, the tick
+  each run is at), the cells waiting for their keyframe, and the byte budget (bytes per
+  second). For a world's observer, the runs of every zone it watches (one grid: the world's).
+  """
+  @spec describe(t | Overworld.Interest.World.t()) :: map
+  def describe(%Overworld.Interest.World{subs: subs}) do
+    parts = subs |> Map.values() |> Enum.map(&describe/1)
+    [first | _] = parts
+
+    %{
+      first
+      | held: parts |> Enum.flat_map(& &1.held) |> Enum.sort() |> Enum.dedup(),
+        pending: Enum.sum(for p <- parts, do: p.pending)
+    }
+  end
+
+  def describe(%__MODULE__{} = o) do
+    unit = Overworld.Entity.meters(1)
+
+    %{
+      radius_m: o.radius / unit,
+      leave_m: o.leave / unit,
+      held: for({row, runs} <- o.held, {a, b, t} <- runs, do: [row, a, b, t]) |> Enum.sort(),
+      pending: map_size(o.pending),
+      budget: o.budget
+    }
+  end
+
+  @doc """
   The client lost track (a gap, a baseline it does not hold, a block it could not decode): the
   next frame starts from nothing (baseline 0) and every cell in view comes again as a
   keyframe. The cause is logged.

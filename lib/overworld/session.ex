@@ -405,6 +405,20 @@ defmodule Overworld.Session do
     {:stop, :normal, handoff, %{st | entity: nil, phase: :gone}}
   end
 
+  # What an operator sees of the session's view (`Overworld.Operators.Sessions.interest/1`).
+  def handle_call(:interest, _from, %{obs: obs, pos: {x, y}} = st) when obs != nil do
+    unit = Overworld.Entity.meters(1)
+
+    view =
+      obs
+      |> Overworld.Interest.describe()
+      |> Map.merge(%{zone: st.zone, entity: st.entity, x: x / unit, y: y / unit})
+
+    {:reply, {:ok, view}, st}
+  end
+
+  def handle_call(:interest, _from, st), do: {:reply, {:error, :no_view}, st}
+
   # The server shuts down (1001) or the session crashed (1011, the crash is logged by
   # gen_server): close the socket, drop the counters, and take the player out of the zone
   # (nobody will resume it). Normal ends clean up before they stop (phase :gone).

@@ -1,6 +1,6 @@
 defmodule Overworld.Operators.Sessions do
   @moduledoc """
-  The players' sessions as the operator API sees them: those of a zone, and a kick.
+  The players' sessions as the operator API sees them: those of a zone, one's view.
 
   A zone's players come from its in-memory copy (`Overworld.Zone.players/1`, no message to the
   zone); each one's session is described by the node it runs on, from what the session
@@ -63,6 +63,36 @@ defmodule Overworld.Operators.Sessions do
       end
 
     {:ok, sessions, length(players)}
+  end
+
+  @doc """
+  What the session of `user_id` (on whichever node of the cluster holds it) sees: its
+  position (metres), view and leave radii, the runs of cells its client holds
+  (`Overworld.Interest.describe/1`), its zone and avatar. A message to that one session,
+  answered within 2 s. `{:error, :no_session}` when the user has none, `{:error, :no_view}`
+  before its first frame.
+  """
+  @spec interest(binary) :: {:ok, map} | {:error, :no_session | :no_view}
+  def interest(user_id) do
+    pids =
+      Overworld.Cluster.live()
+      |> :erpc.multicall(Overworld.Names, :sessions_of, [user_id], 2_000)
+      |> Enum.flat_map(fn
+        {:ok, pids} -> pids
+        _ -> []
+      end)
+
+    case pids do
+      [] ->
+        {:error, :no_session}
+
+      [pid | _] ->
+        try do
+          GenServer.call(pid, :interest, 2_000)
+        catch
+          :exit, _ -> {:error, :no_session}
+        end
+    end
   end
 
   @doc false

@@ -36,7 +36,8 @@ defmodule Overworld.Web.Operator do
     {["zones", :_, "history", "range"], "GET"},
     {["zones", :_, "history", "state"], "GET"},
     {["zones", :_, "rewind"], "POST"},
-    {["sessions", :_, "kick"], "POST"}
+    {["sessions", :_, "kick"], "POST"},
+    {["sessions", :_, "interest"], "GET"}
   ]
 
   @doc false

@@ -65,6 +65,19 @@ defmodule Overworld.Web.Operator.Zones do
     end
   end
 
+  def handle(["sessions", user, "interest"], _req, _cfg, _op) do
+    case Overworld.Operators.Sessions.interest(user) do
+      {:ok, view} ->
+        Web.json(200, Map.update!(view, :zone, &Overworld.Operators.Zones.text/1))
+
+      {:error, :no_session} ->
+        Operator.not_found("#{Web.printable(user, 64)} has no session")
+
+      {:error, :no_view} ->
+        Web.error(409, "no_view", "the session has sent no frame yet")
+    end
+  end
+
   defp zone(["stop"], {ref, node, id}, req, cfg, op) do
     result = Zones.run(node, id, :stop_here)
     Operator.audit(cfg, req, op.name, "zone_stop", target(ref, id), result)

@@ -196,6 +196,22 @@ defmodule Overworld.Web.Operator.ZonesTest do
     assert {200, %{"sessions" => [_], "total" => 2}} =
              get(w, "/api/v1/operator/zones/#{ref}/sessions?limit=1")
 
+    # A player's view: where it stands, its radii, the cells its client holds (around it).
+    assert {200, view} = get(w, "/api/v1/operator/sessions/#{one.user}/interest")
+    assert %{"radius_m" => r, "leave_m" => leave, "held" => [_ | _] = held} = view
+    assert r > 0 and leave > r and view["entity"] == one.entity
+    cell = Overworld.Zone.config(w.zone).cell_size
+
+    for [row, a, b, tick] <- held, col <- a..b do
+      assert tick > 0
+      # The cell's nearest point lies within the leave radius (cells are `cell` metres).
+      dx = max(0, max(col * cell - view["x"], view["x"] - (col + 1) * cell))
+      dy = max(0, max(row * cell - view["y"], view["y"] - (row + 1) * cell))
+      assert :math.sqrt(dx * dx + dy * dy) <= leave
+    end
+
+    assert {404, _} = get(w, "/api/v1/operator/sessions/nobody/interest")
+
     assert {200, %{"kicked" => 1}} =
              post(w, "/api/v1/operator/sessions/#{one.user}/kick", %{reason: "spamming the chat"})
 
