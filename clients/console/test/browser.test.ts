@@ -441,6 +441,8 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     expect((await api(`/api/v1/operator/accounts/${session.userId}`)).disabled).toBe(true);
     await until("the account shown disabled", async () => ((await page.getByTestId("account-status").textContent()) ?? "").includes("disabled"), 5_000, tail(log));
     await page.getByTestId("account-enable").waitFor({ timeout: 5_000 });
+    // The search's results are searched again: the row says disabled too.
+    await until("the result row shown disabled", async () => ((await row.textContent()) ?? "").includes("disabled"), 5_000, tail(log));
     expect(await page.getByTestId("console-message").textContent()).toBe(`disable ${session.userId}: done`);
 
     // The audit log's newest row: alice disabled that account.
