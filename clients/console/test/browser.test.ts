@@ -80,32 +80,46 @@ interface Frame {
   pixels: number[][];
 }
 
+/**
+ * The map's next frame, read in an animation frame callback right after the map drew it: the
+ * scene a scrubber step or a snapshot brought is drawn on the canvas by then (the map draws in
+ * its own callback, asked for before this one).
+ */
 async function frame(page: Page): Promise<Frame> {
-  return page.evaluate(() => {
-    const map = window.__overworldMap!;
-    const stats = window.__overworldStats;
-    const canvas = document.querySelector<HTMLCanvasElement>('[data-testid="map-canvas"]')!;
-    const points = map.onScreen(1_000_000);
-    const image = canvas.getContext("2d")!.getImageData(0, 0, canvas.width, canvas.height).data;
-    // (src/render.ts draws a square of `side` pixels from (x - half, y - half), rounded down: this
-    // pixel is in it whichever way the rounding of the position's arithmetic goes.)
-    const side = Math.min(12, Math.max(2, Math.round(map.view().zoom * 0.8)));
-    const half = side >> 1;
-    const pixels = points.map((p) => {
-      const o = (Math.round(p.y - half) * canvas.width + Math.round(p.x - half)) * 4;
-      return [image[o]!, image[o + 1]!, image[o + 2]!];
-    });
-    return {
-      mode: stats.mode,
-      tick: stats.mode === "history" ? Number(/^tick (\d+)/.exec(document.querySelector('[data-testid="scrubber-tick"]')!.textContent ?? "")?.[1]) : stats.sceneTick,
-      drawn: stats.entitiesDrawn,
-      points,
-      view: map.view(),
-      width: canvas.width,
-      height: canvas.height,
-      pixels,
-    };
-  });
+  return page.evaluate(
+    () =>
+      new Promise<Frame>((resolve) => {
+        const map = window.__overworldMap!;
+        const stats = window.__overworldStats;
+        const canvas = document.querySelector<HTMLCanvasElement>('[data-testid="map-canvas"]')!;
+        const label = document.querySelector('[data-testid="scrubber-tick"]')!;
+        const drawn = stats.frames;
+        const read = () => {
+          if (stats.frames === drawn) return void requestAnimationFrame(read);
+          const points = map.onScreen(1_000_000);
+          const image = canvas.getContext("2d")!.getImageData(0, 0, canvas.width, canvas.height).data;
+          // (src/render.ts draws a square of `side` pixels from (x - half, y - half), rounded
+          // down: this pixel is in it whichever way the rounding of the position's arithmetic goes.)
+          const side = Math.min(12, Math.max(2, Math.round(map.view().zoom * 0.8)));
+          const half = side >> 1;
+          const pixels = points.map((p) => {
+            const o = (Math.round(p.y - half) * canvas.width + Math.round(p.x - half)) * 4;
+            return [image[o]!, image[o + 1]!, image[o + 2]!];
+          });
+          resolve({
+            mode: stats.mode,
+            tick: stats.mode === "history" ? Number(/^tick (\d+)/.exec(label.textContent ?? "")?.[1]) : stats.sceneTick,
+            drawn: stats.entitiesDrawn,
+            points,
+            view: map.view(),
+            width: canvas.width,
+            height: canvas.height,
+            pixels,
+          });
+        };
+        requestAnimationFrame(read);
+      }),
+  );
 }
 
 interface HistoryEntity {
