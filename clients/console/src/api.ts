@@ -13,6 +13,7 @@ export { OverworldHttpError };
 /** The routes, in one place. */
 export const PATHS = {
   login: "/api/v1/operator/login",
+  logout: "/api/v1/operator/logout",
   zones: "/api/v1/operator/zones",
   zoneStart: "/api/v1/operator/zones/start",
   zoneStop: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/stop`,
@@ -100,7 +101,9 @@ export function zoneLabel(z: ZoneInfo): string {
 
 export interface EntityDetails {
   id: number;
+  /** Its kind's template (as the handshake names it), and its kind. */
   template: string | null;
+  kind: string | null;
   owner: string | null;
   cell: number | null;
   zone: string | null;
@@ -219,6 +222,7 @@ export function toEntity(o: Json): EntityDetails {
   return {
     id: num(o.id) ?? 0,
     template: str(o.template),
+    kind: str(o.kind),
     owner: str(o.owner),
     cell: num(o.cell),
     zone: str(o.zone),
@@ -296,6 +300,11 @@ export class Api {
     const token = str(o.token);
     if (token === null || token === "") throw new OverworldHttpError(200, "bad_response", "the login answer has no token");
     return { token, expiresIn: num(o.expires_in) };
+  }
+
+  /** Revokes the operator token on the server (on every node): refused from then on. */
+  async logout(): Promise<void> {
+    await this.json("POST", PATHS.logout, {});
   }
 
   async zones(): Promise<ZoneList> {

@@ -27,6 +27,8 @@ export class ConsoleTab {
   private readonly sessionBox = h("div", { testid: "session-table-box" });
   private readonly auditBox = h("div", { testid: "audit-box" });
   private zones: ZoneInfo[] = [];
+  /** The query of the results shown (null: none yet), searched again after an account changes. */
+  private shownQuery: string | null = null;
 
   constructor(o: ConsoleOptions) {
     this.o = o;
@@ -98,13 +100,14 @@ export class ConsoleTab {
 
   // ---- accounts ----
 
-  async search(): Promise<void> {
+  async search(q = this.query.value.trim()): Promise<void> {
     let found: AccountSummary[];
     try {
-      found = await this.o.api.accounts(this.query.value.trim());
+      found = await this.o.api.accounts(q);
     } catch (e) {
       return this.fail("search", e);
     }
+    this.shownQuery = q;
     fill(
       this.accountList,
       found.length === 0
@@ -157,7 +160,9 @@ export class ConsoleTab {
   private async setDisabled(id: string, disable: boolean): Promise<void> {
     if (disable && !this.confirm(`Disable account ${id}? Its tokens are refused and its connections closed.`)) return;
     const done = await this.act(disable ? `disable ${id}` : `enable ${id}`, () => (disable ? this.o.api.disableAccount(id) : this.o.api.enableAccount(id)));
-    if (done !== undefined) await Promise.all([this.view(id), this.loadAudit()]);
+    // (The results' status and the sessions too: a disabled account's connections are closed.)
+    if (done !== undefined)
+      await Promise.all([this.view(id), this.loadAudit(), this.shownQuery === null ? undefined : this.search(this.shownQuery), this.loadSessions()]);
   }
 
   // ---- zones ----

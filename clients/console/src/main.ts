@@ -57,6 +57,16 @@ function loggedOut(why: string): void {
   showLogin(why);
 }
 
+/** The Log out button: the token revoked on the server first (else it would stay valid until it expires). */
+async function logOut(): Promise<void> {
+  try {
+    await api.logout();
+  } catch {
+    // Refused already (expired, revoked) or the server is gone: logged out here all the same.
+  }
+  loggedOut("");
+}
+
 function showLogin(why = ""): void {
   const name = h("input", { type: "text", name: "name", autocomplete: "username", required: true, testid: "login-name" });
   const password = h("input", { type: "password", name: "password", autocomplete: "current-password", required: true, testid: "login-password" });
@@ -132,7 +142,7 @@ function showApp(): void {
       mapTab,
       consoleButton,
       h("span", { class: "spacer" }),
-      h("button", { testid: "logout", onclick: () => loggedOut("") }, "Log out"),
+      h("button", { testid: "logout", onclick: () => void logOut() }, "Log out"),
     ),
     map.root,
     consoleTab.root,

@@ -403,7 +403,7 @@ export class MapTab {
     this.panel.state("loading…");
     try {
       const d = await this.o.api.entity(zone.ref, id);
-      if (this.selectedId === id) this.panel.state({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, state: d.state });
+      if (this.selectedId === id) this.panel.state({ owner: d.owner, cell: d.cell, zone: d.zone, template: d.template, kind: d.kind, state: d.state });
     } catch (e) {
       if (!(e instanceof OverworldHttpError) || e.status === 401) this.failed(e);
       else if (this.selectedId === id) this.panel.state(`${e.message} (${e.status})`);

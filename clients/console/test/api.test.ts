@@ -44,7 +44,7 @@ describe("Api: request shapes", () => {
   });
 
   it("sends the operator token as a bearer token on every operator call", async () => {
-    const { calls, f } = fake([200, { zones: [] }], [200, {}], [200, {}], [200, {}], [200, {}], [200, {}], [200, {}], [200, {}], [200, { entries: [] }], [200, { accounts: [] }]);
+    const { calls, f } = fake([200, { zones: [] }], [200, {}], [200, {}], [200, {}], [200, {}], [200, {}], [200, {}], [200, {}], [200, { entries: [] }], [200, { accounts: [] }], [200, {}]);
     const a = api(f);
     await a.zones();
     await a.rewind("z 1", 42);
@@ -56,6 +56,7 @@ describe("Api: request shapes", () => {
     await a.enableAccount("u1");
     await a.audit();
     await a.accounts("bob & co");
+    await a.logout();
     expect(calls.map((c) => [c.method, c.url.replace("http://h:4000", ""), c.body])).toEqual([
       ["GET", "/api/v1/operator/zones", undefined],
       ["POST", "/api/v1/operator/zones/z%201/rewind", { tick: 42 }],
@@ -67,6 +68,7 @@ describe("Api: request shapes", () => {
       ["POST", "/api/v1/operator/accounts/u1/enable", {}],
       ["GET", "/api/v1/operator/audit?limit=100", undefined],
       ["GET", "/api/v1/operator/accounts?q=bob%20%26%20co", undefined],
+      ["POST", "/api/v1/operator/logout", {}],
     ]);
     for (const c of calls) expect(c.headers.authorization).toBe("Bearer tok");
   });
@@ -122,13 +124,13 @@ describe("Api: answers", () => {
 
   it("an entity's details, the history range and a tick's state", async () => {
     const { f } = fake(
-      [200, { id: 5, template: "goblin", fields: { x: 1 }, owner: "u9", cell: 40, zone: "w/0,0", state: { hp: 3 } }],
+      [200, { id: 5, template: "goblin", kind: "warlord", fields: { x: 1 }, owner: "u9", cell: 40, zone: "w/0,0", state: { hp: 3 } }],
       [200, { oldest: 100, newest: 400, tick_rate: 30 }],
       [200, { tick: 150, entities: [{ id: 1, template: "goblin", x: 1.5, y: 2.5 }, { id: 2 }, { id: 3, template: 0, x: 0, y: 0, kind: "warlord" }] }],
       [200, { oldest: 1 }],
     );
     const a = api(f);
-    expect(await a.entity("z", 5)).toEqual({ id: 5, template: "goblin", owner: "u9", cell: 40, zone: "w/0,0", state: { hp: 3 } });
+    expect(await a.entity("z", 5)).toEqual({ id: 5, template: "goblin", kind: "warlord", owner: "u9", cell: 40, zone: "w/0,0", state: { hp: 3 } });
     expect(await a.historyRange("z")).toEqual({ oldest: 100, newest: 400, tickRate: 30 });
     expect(await a.historyState("z", 150)).toEqual({
       tick: 150,

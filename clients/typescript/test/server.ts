@@ -53,10 +53,23 @@ async function startLock(): Promise<() => void> {
 /**
  * Starts the server (by default with 2000 goblins in one zone; `options`: goblins.server's own,
  * e.g. `["--zones", "2x2", "--entities", "500"]`) and waits for its `listening on` line.
+ * `prepare` runs first, with the start lock held, on the fresh data directory (e.g. `mix
+ * overworld.operator.add` into it: a mix task of the same project, which may compile too).
  */
-export async function startServer(prefix = "overworld-ts-", options: string[] = ["--entities", "2000"]): Promise<RunningServer> {
+export async function startServer(
+  prefix = "overworld-ts-",
+  options: string[] = ["--entities", "2000"],
+  prepare?: (dataDir: string) => Promise<void>,
+): Promise<RunningServer> {
   const unlock = await startLock();
   const dataDir = mkdtempSync(join(tmpdir(), prefix));
+  try {
+    await prepare?.(dataDir);
+  } catch (e) {
+    unlock();
+    rmSync(dataDir, { recursive: true, force: true });
+    throw e;
+  }
   let output = "";
   const child: ChildProcess = spawn(
     "mix",

@@ -7,7 +7,11 @@ defmodule Overworld.Web.Inspect do
   # resolved the zone; each function answers a `Overworld.Web.response()`.
   #
   # Positions go out in metres (floats), as the client's decoded fields do; any other term of
-  # the entity (its kind, state, data, owner, input) as JSON when it is one, else printed.
+  # the entity (its kind, state, data, owner, input) as JSON when it is one, else printed. An
+  # entity's `template` is the name of its kind's template in the zone's wire module, as the
+  # handshake lists it (a client finds its fields and colours by it; a template may cover
+  # several kinds: the goblin world's `goblin` covers goblins and warlords), else its kind
+  # printed (a zone without a wire, a kind not replicated); `kind` is the kind printed.
 
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
@@ -28,10 +32,12 @@ defmodule Overworld.Web.Inspect do
         e ->
           x = entity(e, :x)
           y = entity(e, :y)
+          kind = entity(e, :kind)
 
           Web.json(200, %{
             id: id,
-            template: printed(entity(e, :kind)),
+            template: Map.get(template_names(config), kind, printed(kind)),
+            kind: printed(kind),
             zone: inspect(zone),
             cell: Overworld.Spatial.Grid.key(config.grid, x, y),
             owner: printed(entity(e, :owner)),
@@ -66,18 +72,23 @@ defmodule Overworld.Web.Inspect do
     end
   end
 
-  @doc "The entities after a past tick (`?tick=N`) of the zone's history: ids, kinds, metres."
+  @doc "The entities after a past tick (`?tick=N`) of the zone's history: ids, templates, kinds, metres."
   @spec history_state(zone, map) :: Web.response()
   def history_state(zone, query) do
     with {:ok, tick} <- non_negative(query["tick"], "tick"),
          {:ok, dump} <- dump(zone) do
       case Overworld.Zone.History.state_at(dump, tick) do
         {:ok, cells, _game} ->
+          names = template_names(dump.config)
+
           entities =
             for {_key, list} <- cells, e <- list do
+              kind = entity(e, :kind)
+
               %{
                 id: entity(e, :id),
-                template: printed(entity(e, :kind)),
+                template: Map.get(names, kind, printed(kind)),
+                kind: printed(kind),
                 x: metres(entity(e, :x)),
                 y: metres(entity(e, :y))
               }
@@ -160,6 +171,14 @@ defmodule Overworld.Web.Inspect do
     do: Web.error(400, "invalid_request", "#{what}: expected a non-negative integer")
 
   defp metres(units), do: units / Overworld.Entity.unit()
+
+  # Entity kind => the name of its template in the zone's wire module (none without a wire).
+  defp template_names(%{wire: wire, wire_kinds: kinds}) when wire != nil do
+    templates = List.to_tuple(wire.__templates__())
+    Map.new(kinds, fn {kind, i} -> {kind, printed(elem(templates, i).name)} end)
+  end
+
+  defp template_names(_config), do: %{}
 
   # A term as JSON when it is one (numbers, strings, booleans, nil, lists and maps of them,
   # atoms as their names), else as Elixir prints it.

@@ -31,7 +31,9 @@ defmodule Overworld.Web.InspectTest do
 
     assert {200, json} = body(Inspect.show_entity(zone, "7"))
     assert json["id"] == 7
+    # (No wire: the template is the kind.)
     assert json["template"] == Atom.to_string(entity(e, :kind))
+    assert json["kind"] == json["template"]
     assert json["state"]["x"] == entity(e, :x) / 1024
     assert json["state"]["y"] == entity(e, :y) / 1024
 
@@ -43,6 +45,28 @@ defmodule Overworld.Web.InspectTest do
     assert {404, %{"error" => "not_found"}} = body(Inspect.show_entity(zone, "999999"))
     assert {400, %{"error" => "invalid_request"}} = body(Inspect.show_entity(zone, "x7"))
     assert {400, _} = body(Inspect.show_entity(zone, "0"))
+  end
+
+  test "with a wire, an entity's template is its kind's template (as the handshake names it), and its kind" do
+    zone = start(wire: Overworld.Test.Game.Wire, history: 100)
+    {:ok, 5} = Zone.tick_now(zone, 5)
+
+    # Critters of both kinds are one template, `critter` (kinds beetle and mouse).
+    assert {200, %{"template" => "critter", "kind" => "mouse"}} =
+             body(Inspect.show_entity(zone, "4"))
+
+    assert {200, %{"template" => "critter", "kind" => "beetle"}} =
+             body(Inspect.show_entity(zone, "7"))
+
+    assert {200, %{"tick" => 5, "entities" => list}} =
+             body(Inspect.history_state(zone, %{"tick" => "5"}))
+
+    assert length(list) == 300
+
+    for e <- list do
+      kind = if rem(e["id"], 4) == 0, do: "mouse", else: "beetle"
+      assert {e["template"], e["kind"]} == {"critter", kind}
+    end
   end
 
   test "the history's range and a past tick's entities, as state_at/2 replays them" do
@@ -58,8 +82,13 @@ defmodule Overworld.Web.InspectTest do
              body(Inspect.history_state(zone, %{"tick" => "33"}))
 
     {:ok, cells, _} = Zone.state_at(zone, 33)
-    replayed = for {_, es} <- cells, e <- es, do: {entity(e, :id), entity(e, :x) / 1024}
-    assert Enum.sort(for e <- list, do: {e["id"], e["x"]}) == Enum.sort(replayed)
+
+    replayed =
+      for {_, es} <- cells,
+          e <- es,
+          do: {entity(e, :id), entity(e, :x) / 1024, entity(e, :y) / 1024}
+
+    assert Enum.sort(for e <- list, do: {e["id"], e["x"], e["y"]}) == Enum.sort(replayed)
     assert length(list) == 300
 
     assert {409, %{"error" => "out_of_range"}} =
