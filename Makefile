@@ -187,6 +187,8 @@ bench: deps owload
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 100 --seconds 3 --json $(SHORT)/backend-matches-lua.json
 	mix overworld.bench.backend --tsung bench/tsung/register.xml --json $(SHORT)/backend-tsung-register.json
 	mix overworld.bench.metrics --zones 20 --entities 200 --samples 200 --warmup 1 --baseline 1 --http 10 --json $(SHORT)/metrics-scrape.json
+	cd $(GAME) && mix goblins.bench.visualizer --warmup 2 --seconds 3 --json ../../$(SHORT)/visualizer-fps.json
+	cd $(GAME) && mix goblins.bench.visualizer --observers 0,1 --rounds 1 --seconds 2 --json ../../$(SHORT)/visualizer-observers.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -238,6 +240,10 @@ bench-full: deps owload
 	mix overworld.bench.backend --tsung bench/tsung/login.xml --json bench/results/backend-tsung-login.json
 	mix overworld.bench.backend --tsung bench/tsung/rpc.xml --json bench/results/backend-tsung-rpc.json
 	mix overworld.bench.backend --tsung bench/tsung/matches.xml --json bench/results/backend-tsung-matches.json
+	cd $(GAME) && mix goblins.bench.visualizer --json ../../bench/results/visualizer-fps-10k.json
+	cd $(GAME) && mix goblins.bench.visualizer --zones 2x2 --json ../../bench/results/visualizer-fps-2x2-40k.json
+	cd $(GAME) && mix goblins.bench.visualizer --observers 0,1,3 --rounds 3 --seconds 30 --json ../../bench/results/visualizer-observers-10k.json
+	cd $(GAME) && mix goblins.bench.visualizer --zones 2x2 --observers 0,1 --rounds 2 --seconds 20 --json ../../bench/results/visualizer-observers-2x2-40k.json
 	mix overworld.bench.backend --workload storage --storage embedded --json bench/results/backend-storage-embedded.json
 	mix overworld.bench.backend --workload storage --storage postgres --json bench/results/backend-storage-postgres.json
 	mix overworld.bench.backend --workload register --storage postgres --json bench/results/backend-register-postgres.json

@@ -155,7 +155,8 @@ defmodule Mix.Tasks.Goblins.Bench.Visualizer do
     [{id, _config}] = ServerTask.start_served!([served], data_dir: dir, persist: false)
     password = Base.url_encode64(:crypto.strong_rand_bytes(12))
     hash = Password.encode(Password.hash(password, 1_000))
-    max = if counts, do: max(Enum.max(counts), 1), else: 3
+    # (Room for a round's observers while the last round's are still closing.)
+    max = if counts, do: 2 * Enum.max(counts) + 1, else: 3
 
     ServerTask.start_server!(
       port: 0,
@@ -267,6 +268,7 @@ defmodule Mix.Tasks.Goblins.Bench.Visualizer do
         {_, ticks} = Ticks.during(zones, fn -> Process.sleep(seconds * 1000) end)
         bytes = for pid <- pids, do: stop_drain(pid)
         s1 = Overworld.Server.stats()
+        closed(s0.connections, 100)
         tick = merged(ticks)
 
         Mix.shell().info(
@@ -357,7 +359,15 @@ defmodule Mix.Tasks.Goblins.Bench.Visualizer do
       {:tcp, ^sock, data} -> drain_loop(sock, bytes && bytes + byte_size(data))
       :measure -> drain_loop(sock, 0)
       {:report, to} -> send(to, {:drained, self(), bytes || 0})
-      {:tcp_closed, ^sock} -> exit(:observer_closed)
+      {:tcp_closed, ^sock} -> exit({:observer_closed_by_the_server, bytes})
+    end
+  end
+
+  # Until the sessions of the round's observers are gone (`tries` × 50 ms at most).
+  defp closed(connections, tries) do
+    if Overworld.Server.stats().connections > connections and tries > 0 do
+      Process.sleep(50)
+      closed(connections, tries - 1)
     end
   end
 
