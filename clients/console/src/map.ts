@@ -1,5 +1,6 @@
 // The Map tab: the zones to watch, the live map of the one watched (an observer connection over
-// the real protocol), the selected entity's panel, the history scrubber and the charts.
+// the real protocol), the selected entity's panel, the history scrubber, the charts and the
+// players' table.
 import { socketUrl, type Handshake } from "../../typescript/src/index.js";
 import { OverworldHttpError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
 import { Camera, wheelFactor, type Rect } from "./camera.js";
@@ -8,6 +9,7 @@ import { ColourTable } from "./colors.js";
 import { fill, h } from "./dom.js";
 import { legendItems, swatchColours, zoneItems } from "./map-side.js";
 import { EntityPanel } from "./entity-panel.js";
+import { PlayersPanel } from "./players-panel.js";
 import { borders, targets, zoneAt, type Target } from "./layout.js";
 import { InlineSource, WorkerSource, type LiveEvents, type LiveSource } from "./live.js";
 import { Renderer, cellOf, type Overlays, type ZoneBorder } from "./render.js";
@@ -44,6 +46,9 @@ export class MapTab {
   private readonly message = h("div", { class: "message", testid: "map-message" });
   private readonly scrubber: Scrubber;
   readonly charts: ChartsPanel;
+  private readonly players: PlayersPanel;
+  /** The players of the last poll of the sessions. */
+  private sessions: SessionInfo[] = [];
 
   private target: Target | null = null;
   private source: LiveSource | null = null;
@@ -71,6 +76,7 @@ export class MapTab {
     this.o = o;
     this.renderer = new Renderer(this.canvas);
     this.charts = new ChartsPanel(o.history);
+    this.players = new PlayersPanel((user) => this.selectPlayer(user));
     this.scrubber = new Scrubber(o.api, {
       showHistory: (state, zone) => this.showHistory(state, zone),
       failed: (e) => this.failed(e),
@@ -102,6 +108,7 @@ export class MapTab {
         this.canvas,
         this.scrubber.root,
         this.charts.root,
+        this.players.root,
       ),
     );
     requestAnimationFrame(this.frame);
@@ -131,7 +138,10 @@ export class MapTab {
 
   setVisible(v: boolean): void {
     this.visible = v;
-    if (v) this.charts.draw();
+    if (v) {
+      this.charts.draw();
+      this.players.draw();
+    }
   }
 
   /** Stops watching and drawing for good (logout). */
@@ -173,6 +183,8 @@ export class MapTab {
     this.hs = undefined;
     this.fitted = false;
     this.select(null);
+    this.sessions = [];
+    this.players.clear();
     this.live = new Scene();
     this.hasLive = false;
     stats.zone = t.name;
@@ -203,7 +215,7 @@ export class MapTab {
     this.scrubber.setZones(t.zones);
     this.charts.watch(t.name);
     void this.loadSessions();
-    this.sessionTimer = setInterval(() => void this.loadSessions(), 2000);
+    this.sessionTimer = setInterval(() => this.visible && void this.loadSessions(), 2000);
   }
 
   private handshake(hs: Handshake): void {
@@ -358,10 +370,18 @@ export class MapTab {
 
   select(id: number | null): void {
     this.selectedId = id;
+    this.players.select(id === null ? null : (this.sessions.find((s) => s.entity === id)?.userId ?? null));
     this.panel.select(id);
     this.reselect();
     this.lastPanel = 0;
     if (id !== null) void this.loadState();
+  }
+
+  /** A row of the players' table: the player, and its avatar on the map. */
+  selectPlayer(user: string): void {
+    const entity = this.sessions.find((s) => s.userId === user)?.entity ?? null;
+    if (entity !== null) this.select(entity);
+    this.players.select(user);
   }
 
   /** After a new scene: the selected entity's index in it. */
@@ -425,11 +445,12 @@ export class MapTab {
     try {
       for (const z of t.zones) all.push(...(await this.o.api.sessions(z.ref)));
     } catch (e) {
-      if (e instanceof OverworldHttpError && e.status !== 401) return this.charts.setSessions(null, `sessions: ${e.message}`);
+      if (e instanceof OverworldHttpError && e.status !== 401) return this.players.setSessions(null, `sessions: ${e.message}`);
       return this.failed(e);
     }
     if (this.target !== t) return;
-    this.charts.setSessions(all);
+    this.sessions = all;
+    this.players.setSessions(all);
   }
 
   private failed(e: unknown): void {
