@@ -558,6 +558,9 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     await until(`the panel to show #${a.entity}`, async () => (await page.getByTestId("entity-id").textContent()) === `#${a.entity}`, 5_000, tail(log));
     await page.getByTestId("player-charts").waitFor({ state: "visible", timeout: 5_000 });
     expect(await page.locator(`[data-testid="player-row"][data-user="${a.userId}"]`).getAttribute("class")).toContain("selected");
+    // (The click scrolled the table into view: the map back in view, as one would look at it;
+    // headless Chromium draws a page's animation frames at a crawl while the canvas is out of view.)
+    await page.evaluate(() => document.querySelector('[data-testid="map-canvas"]')!.scrollIntoView({ block: "nearest" }));
 
     // The cells drawn are the API's held runs (polled every second; the player stands still).
     let interest: any = null;
