@@ -25,6 +25,7 @@ export const PATHS = {
   rewind: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/rewind`,
   sessions: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/sessions`,
   kick: (user: string) => `/api/v1/operator/sessions/${seg(user)}/kick`,
+  interest: (user: string) => `/api/v1/operator/sessions/${seg(user)}/interest`,
   accounts: (q: string) => `/api/v1/operator/accounts?q=${encodeURIComponent(q)}`,
   account: (id: string) => `/api/v1/operator/accounts/${seg(id)}`,
   accountDisable: (id: string) => `/api/v1/operator/accounts/${seg(id)}/disable`,
@@ -131,8 +132,47 @@ export interface SessionInfo {
   /** Unix seconds. */
   connectedAt: string | number | null;
   address: string | null;
+  /** Bytes sent on its socket, in all. */
   bytesOut: number | null;
+  /** The kernel's smoothed round-trip time of its socket (ms). */
+  rttMs: number | null;
+  /** Snapshot frames sent, in all. */
+  frames: number | null;
+  /** Milliseconds between its last two frames. */
+  frameIntervalMs: number | null;
+  /** RFC 3550 jitter of the frames' send intervals (ms). */
+  frameJitterMs: number | null;
+  /** Runs and keyframes its interest held back for lack of byte budget, in all. */
+  deferred: number | null;
   node: string | null;
+}
+
+/** A run of grid cells a player's client holds: a row, its first and last column, the tick it is at. */
+export interface HeldRun {
+  row: number;
+  first: number;
+  last: number;
+  /** null: not said. */
+  tick: number | null;
+}
+
+/** `GET sessions/:user_id/interest`: what a player's view holds. */
+export interface InterestInfo {
+  /** Its zone, as the server prints its id. */
+  zone: string | null;
+  entity: number | null;
+  /** Where the player stands (metres). */
+  x: number | null;
+  y: number | null;
+  /** The view radius (cells within it enter) and the leave radius (cells beyond it leave), metres. */
+  radiusM: number | null;
+  leaveM: number | null;
+  /** The cells its client holds (of the zone's `cell_size` metres), in runs. */
+  held: HeldRun[];
+  /** Cells waiting for their keyframe. */
+  pending: number | null;
+  /** Its byte budget (bytes per second). */
+  budget: number | null;
 }
 
 export interface AccountSummary {
@@ -238,8 +278,44 @@ export function toSession(o: Json): SessionInfo {
     connectedAt: time(o.connected_at),
     address: str(o.address),
     bytesOut: num(o.bytes_out),
+    rttMs: num(o.rtt_ms),
+    frames: num(o.frames),
+    frameIntervalMs: num(o.frame_interval_ms),
+    frameJitterMs: num(o.frame_jitter_ms),
+    deferred: num(o.deferred),
     node: str(o.node),
   };
+}
+
+/** A held run `[row, first_col, last_col, tick]` (the tick may be missing), or null when it is not one. */
+function toHeldRun(v: unknown): HeldRun | null {
+  if (!Array.isArray(v)) return null;
+  const [row, first, last, tick] = v.map(num);
+  if (row == null || first == null || last == null || last < first) return null;
+  return { row, first, last, tick: tick ?? null };
+}
+
+export function toInterest(o: Json): InterestInfo {
+  return {
+    zone: str(o.zone),
+    entity: num(o.entity),
+    x: num(o.x),
+    y: num(o.y),
+    radiusM: num(o.radius_m),
+    leaveM: num(o.leave_m),
+    held: list(o.held)
+      .map(toHeldRun)
+      .filter((r): r is HeldRun => r !== null),
+    pending: num(o.pending),
+    budget: num(o.budget),
+  };
+}
+
+/** The number of cells of held runs. */
+export function heldCells(runs: readonly HeldRun[]): number {
+  let n = 0;
+  for (const r of runs) n += r.last - r.first + 1;
+  return n;
 }
 
 export function toAccount(o: Json): AccountDetails {
@@ -346,6 +422,11 @@ export class Api {
   async sessions(ref: string): Promise<SessionInfo[]> {
     const o = await this.json("GET", PATHS.sessions(ref));
     return list(o.sessions).filter(isObject).map(toSession);
+  }
+
+  /** What a player's view holds (404: no session; 409 `no_view`: no frame sent yet). */
+  async interest(userId: string): Promise<InterestInfo> {
+    return toInterest(await this.json("GET", PATHS.interest(userId)));
   }
 
   /** The server's status (public: no token sent). */

@@ -1,11 +1,9 @@
 // The charts under the map: the last five minutes of the server's status (polled every second
-// by the app into a StatusHistory) for the zones watched, and the players' table (the operator
-// API's sessions of those zones, with each player's bandwidth from two polls).
-import type { SessionInfo } from "./api.js";
+// by the app into a StatusHistory) for the zones watched. (The players' table and charts are
+// src/players-panel.ts.)
 import { drawChart, type Line } from "./chart.js";
-import { fill, h, show, table } from "./dom.js";
-import { formatBytes, formatTime } from "./format.js";
-import { rate, type Series, type StatusHistory } from "./ring.js";
+import { h, show } from "./dom.js";
+import type { Series, StatusHistory } from "./ring.js";
 
 const COLOURS = ["#4ab8ff", "#f0c846", "#5fbf4a", "#e8543a", "#c77dff", "#46d2c8", "#ff8cbe", "#a0c85a"];
 
@@ -13,9 +11,7 @@ export class ChartsPanel {
   readonly root: HTMLElement;
   private readonly history: StatusHistory;
   private readonly canvases: Record<string, HTMLCanvasElement> = {};
-  private readonly players = h("div", { testid: "player-table-box" });
   private watched = "";
-  private previousBytes = new Map<string, { at: number; bytes: number }>();
 
   constructor(history: StatusHistory) {
     this.history = history;
@@ -24,8 +20,6 @@ export class ChartsPanel {
       "section",
       { class: "charts", testid: "charts" },
       h("div", { class: "chart-grid" }, chart("tick"), chart("phases"), chart("overruns"), chart("entities"), chart("sessions"), chart("bytes"), chart("inputs-dropped")),
-      h("h3", {}, "Players"),
-      this.players,
     );
     show(this.canvases.phases!, false);
   }
@@ -33,7 +27,6 @@ export class ChartsPanel {
   /** Charts the zones of a watched target (its name as clients give it). */
   watch(name: string): void {
     this.watched = name;
-    this.previousBytes.clear();
     this.draw();
   }
 
@@ -74,32 +67,5 @@ export class ChartsPanel {
     drawChart(this.canvases.sessions!, "Sessions", "", [...server("sessions", "server", "#d6dbe4"), ...per("players")], now, w);
     drawChart(this.canvases.bytes!, "Bytes out per second", "B/s", server("bytes_out_per_s", "server", "#4ab8ff"), now, w);
     drawChart(this.canvases["inputs-dropped"]!, "Inputs dropped per second", "", server("inputs_dropped_per_s", "server", "#e8543a"), now, w);
-  }
-
-  /** The players of the zones watched (null: the server has no sessions route yet, or it failed). */
-  setSessions(sessions: SessionInfo[] | null, error = ""): void {
-    if (sessions === null) {
-      fill(this.players, h("p", { class: "message" }, error || "no sessions"));
-      return;
-    }
-    const now = performance.now();
-    const rows = sessions.map((s) => {
-      const prev = this.previousBytes.get(s.userId);
-      const bps = prev === undefined || s.bytesOut === null ? NaN : rate(prev.bytes, s.bytesOut, now - prev.at);
-      if (s.bytesOut !== null) this.previousBytes.set(s.userId, { at: now, bytes: s.bytesOut });
-      return [
-        h("span", { class: "mono" }, s.userId),
-        formatTime(s.connectedAt),
-        s.address ?? "–",
-        formatBytes(s.bytesOut),
-        Number.isFinite(bps) ? `${formatBytes(Math.round(bps))}/s` : "–",
-      ];
-    });
-    fill(
-      this.players,
-      sessions.length === 0
-        ? h("p", { class: "message" }, "no players")
-        : table("player-table", ["user", "connected", "address", "bytes out", "bandwidth"], rows, "player-row"),
-    );
   }
 }

@@ -1,5 +1,6 @@
 // The Map tab: the zones to watch, the live map of the one watched (an observer connection over
-// the real protocol), the selected entity's panel, the history scrubber and the charts.
+// the real protocol), the players' views on it, the selected entity's panel, the history
+// scrubber, the charts and the players' table.
 import { socketUrl, type Handshake } from "../../typescript/src/index.js";
 import { OverworldHttpError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
 import { Camera, wheelFactor, type Rect } from "./camera.js";
@@ -8,6 +9,7 @@ import { ColourTable } from "./colors.js";
 import { fill, h } from "./dom.js";
 import { legendItems, swatchColours, zoneItems } from "./map-side.js";
 import { EntityPanel } from "./entity-panel.js";
+import { PlayersPanel } from "./players-panel.js";
 import { borders, targets, zoneAt, type Target } from "./layout.js";
 import { InlineSource, WorkerSource, type LiveEvents, type LiveSource } from "./live.js";
 import { Renderer, cellOf, type Overlays, type ZoneBorder } from "./render.js";
@@ -15,6 +17,7 @@ import type { StatusHistory } from "./ring.js";
 import { Scene, fromHistory, nearest } from "./scene.js";
 import { Scrubber } from "./scrubber.js";
 import { FpsMeter, stats } from "./stats.js";
+import { PlayerViews, type ViewsInfo } from "./views.js";
 
 export interface MapOptions {
   api: Api;
@@ -41,9 +44,12 @@ export class MapTab {
   private readonly legend = h("div", { class: "legend", testid: "legend" });
   private readonly panel = new EntityPanel({ close: () => this.select(null), refresh: () => void this.loadState() });
   private readonly gridBox = h("input", { type: "checkbox", testid: "grid-toggle", checked: true });
+  private readonly viewsBox = h("input", { type: "checkbox", testid: "views-toggle", checked: true });
   private readonly message = h("div", { class: "message", testid: "map-message" });
   private readonly scrubber: Scrubber;
   readonly charts: ChartsPanel;
+  private readonly players: PlayersPanel;
+  private readonly playerViews: PlayerViews;
 
   private target: Target | null = null;
   private source: LiveSource | null = null;
@@ -63,6 +69,7 @@ export class MapTab {
   private lastDraw = -Infinity;
   private lastPanel = 0;
   private sessionTimer: ReturnType<typeof setInterval> | undefined;
+  private heldTimer: ReturnType<typeof setInterval> | undefined;
   private drag: { x: number; y: number; moved: boolean; id: number } | null = null;
   private disposed = false;
   private zoneTimer: ReturnType<typeof setInterval> | undefined;
@@ -71,6 +78,8 @@ export class MapTab {
     this.o = o;
     this.renderer = new Renderer(this.canvas);
     this.charts = new ChartsPanel(o.history);
+    this.players = new PlayersPanel((user) => this.selectPlayer(user));
+    this.playerViews = new PlayerViews(o.api, (e) => this.failed(e));
     this.scrubber = new Scrubber(o.api, {
       showHistory: (state, zone) => this.showHistory(state, zone),
       failed: (e) => this.failed(e),
@@ -96,12 +105,14 @@ export class MapTab {
           { class: "toolbar" },
           h("button", { testid: "fit-button", onclick: () => this.fit() }, "Fit"),
           h("label", {}, this.gridBox, " grid"),
+          h("label", { title: "each player's view radius; the selected player's held cells" }, this.viewsBox, " views"),
           this.status,
         ),
         this.message,
         this.canvas,
         this.scrubber.root,
         this.charts.root,
+        this.players.root,
       ),
     );
     requestAnimationFrame(this.frame);
@@ -124,6 +135,11 @@ export class MapTab {
     return out;
   }
 
+  /** For browser tests: the players' views the last frame drew (the selected player, its held cells, the view circles). */
+  views(): ViewsInfo {
+    return { ...this.playerViews.drawn };
+  }
+
   /** For browser tests: the camera's centre (metres) and zoom (pixels per metre). */
   view(): { cx: number; cy: number; zoom: number } {
     return { cx: this.camera.cx, cy: this.camera.cy, zoom: this.camera.zoom };
@@ -131,7 +147,10 @@ export class MapTab {
 
   setVisible(v: boolean): void {
     this.visible = v;
-    if (v) this.charts.draw();
+    if (v) {
+      this.charts.draw();
+      this.players.draw();
+    }
   }
 
   /** Stops watching and drawing for good (logout). */
@@ -148,6 +167,7 @@ export class MapTab {
     this.target = null;
     this.scrubber.stop();
     clearInterval(this.sessionTimer);
+    clearInterval(this.heldTimer);
     stats.mode = "idle";
     stats.zone = "";
   }
@@ -173,6 +193,8 @@ export class MapTab {
     this.hs = undefined;
     this.fitted = false;
     this.select(null);
+    this.playerViews.reset();
+    this.players.clear();
     this.live = new Scene();
     this.hasLive = false;
     stats.zone = t.name;
@@ -203,7 +225,9 @@ export class MapTab {
     this.scrubber.setZones(t.zones);
     this.charts.watch(t.name);
     void this.loadSessions();
-    this.sessionTimer = setInterval(() => void this.loadSessions(), 2000);
+    this.sessionTimer = setInterval(() => this.visible && void this.loadSessions(), 2000);
+    // The selected player's held cells, about every second.
+    this.heldTimer = setInterval(() => this.visible && void this.playerViews.loadHeld(), 1000);
   }
 
   private handshake(hs: Handshake): void {
@@ -298,6 +322,7 @@ export class MapTab {
       zones: this.zoneBorders,
       selected: this.selected,
       showGrid: this.gridBox.checked,
+      views: this.playerViews.overlay(this.scene(), hs?.cellSize ?? 0, this.viewsBox.checked),
     };
   }
 
@@ -358,10 +383,26 @@ export class MapTab {
 
   select(id: number | null): void {
     this.selectedId = id;
+    // (A player's avatar selects the player: its view's cells are shaded.)
+    this.selectPlayerOnly(this.playerViews.userOf(id));
     this.panel.select(id);
     this.reselect();
     this.lastPanel = 0;
     if (id !== null) void this.loadState();
+  }
+
+  /** A row of the players' table: the player, and its avatar on the map. */
+  selectPlayer(user: string): void {
+    const entity = this.playerViews.entityOf(user);
+    if (entity !== null) this.select(entity);
+    this.selectPlayerOnly(user);
+  }
+
+  private selectPlayerOnly(user: string | null): void {
+    if (user === this.playerViews.selected) return;
+    this.playerViews.select(user);
+    this.players.select(user);
+    void this.playerViews.loadHeld();
   }
 
   /** After a new scene: the selected entity's index in it. */
@@ -425,11 +466,13 @@ export class MapTab {
     try {
       for (const z of t.zones) all.push(...(await this.o.api.sessions(z.ref)));
     } catch (e) {
-      if (e instanceof OverworldHttpError && e.status !== 401) return this.charts.setSessions(null, `sessions: ${e.message}`);
+      if (e instanceof OverworldHttpError && e.status !== 401) return this.players.setSessions(null, `sessions: ${e.message}`);
       return this.failed(e);
     }
     if (this.target !== t) return;
-    this.charts.setSessions(all);
+    this.playerViews.setPlayers(all);
+    this.players.setSessions(all);
+    await this.playerViews.loadRadii();
   }
 
   private failed(e: unknown): void {

@@ -1,8 +1,9 @@
 // Drawing the map on a 2D canvas. The entities, the grid and the zone borders are written as
 // pixels into one ImageData buffer (a Uint32Array view: one store per pixel, no path, no state
 // change per entity) and put on the canvas once per frame; the few vector things (the selected
-// entity, the zones' labels) are drawn on top with the 2D context. On software rendering (headless Chromium on two shared cores) this holds 40,000
+// entity, the zones' labels, the players' views) are drawn on top with the 2D context. On software rendering (headless Chromium on two shared cores) this holds 40,000
 // entities per frame where a path per colour with a rect per entity does not.
+import type { HeldRun } from "./api.js";
 import { clamp, type Camera, type Rect } from "./camera.js";
 import { pixel, type ColourTable } from "./colors.js";
 import { BAND, HANDED, STALE, type Scene } from "./scene.js";
@@ -27,6 +28,21 @@ export interface Overlays {
   /** The selected entity's index in the scene (-1: none). */
   selected: number;
   showGrid: boolean;
+  /** The players' views (null: none, or not shown). */
+  views: ViewsOverlay | null;
+}
+
+/** The players' views (src/views.ts): circles of their view radii, the selected one's held cells. */
+export interface ViewsOverlay {
+  /** Centre x, y and radius (metres) of each circle, three numbers each: `count` circles. */
+  circles: Float64Array;
+  count: number;
+  /** The selected player's circle (-1: none) and its leave radius (metres; NaN: not known). */
+  selected: number;
+  leave: number;
+  /** The cells the selected player's view holds (rows and columns of cells of `cellSize` metres). */
+  held: readonly HeldRun[];
+  cellSize: number;
 }
 
 export interface FrameInfo {
@@ -44,6 +60,10 @@ const GRID = pixel([44, 50, 62]);
 const BORDER = pixel([230, 200, 60]);
 const BAND_RING = pixel([255, 230, 90]);
 const HANDED_RING = pixel([255, 255, 255]);
+/** The players' views (vectors), in the players' blue (src/colors.ts). */
+const HELD_FILL = "rgba(74, 184, 255, 0.22)";
+const VIEW_STROKE = "rgba(74, 184, 255, 0.6)";
+const SELECTED_VIEW = "#a8dcff";
 
 export class Renderer {
   readonly canvas: HTMLCanvasElement;
@@ -116,6 +136,7 @@ export class Renderer {
       if (f & (BAND | HANDED)) this.ring(x0 - 1, y0 - 1, s + 2, f & HANDED ? HANDED_RING : BAND_RING);
     }
     this.ctx.putImageData(this.image!, 0, 0);
+    if (o.views !== null) this.views(o.views, camera);
     this.vectors(scene, camera, o, s);
     return { processed: n, drawn, ms: performance.now() - t0 };
   }
@@ -181,6 +202,62 @@ export class Renderer {
     const r0 = Math.max(0, Math.floor((v.y0 - world.y0) / g.cellSize));
     const r1 = Math.min(g.rows, Math.ceil((v.y1 - world.y0) / g.cellSize));
     for (let r = r0; r <= r1 && r * g.cellSize <= world.y1 - world.y0; r++) this.hline(xa, xb, Math.round(camera.screenY(world.y0 + r * g.cellSize)), GRID);
+  }
+
+  /** The players' views: the selected one's held cells shaded (one path), then every view circle (one path), the selected one's brighter. */
+  private views(v: ViewsOverlay, camera: Camera): void {
+    const ctx = this.ctx;
+    const cs = v.cellSize;
+    if (v.held.length > 0 && cs > 0) {
+      ctx.fillStyle = HELD_FILL;
+      ctx.beginPath();
+      for (const r of v.held) {
+        // (Whole pixels, as the grid lines are: the shade meets them.)
+        const xa = Math.round(camera.screenX(r.first * cs));
+        const xb = Math.round(camera.screenX((r.last + 1) * cs));
+        const ya = Math.round(camera.screenY(r.row * cs));
+        const yb = Math.round(camera.screenY((r.row + 1) * cs));
+        if (xb <= 0 || yb <= 0 || xa >= this.w || ya >= this.h) continue;
+        ctx.rect(xa, ya, Math.max(1, xb - xa), Math.max(1, yb - ya));
+      }
+      ctx.fill();
+    }
+    if (v.count === 0) return;
+    const zoom = camera.zoom;
+    const c = v.circles;
+    ctx.strokeStyle = VIEW_STROKE;
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    for (let k = 0; k < v.count; k++) {
+      if (k === v.selected) continue;
+      this.circle(camera.screenX(c[k * 3]!), camera.screenY(c[k * 3 + 1]!), c[k * 3 + 2]! * zoom);
+    }
+    ctx.stroke();
+    const k = v.selected;
+    if (k < 0 || k >= v.count) return;
+    const x = camera.screenX(c[k * 3]!);
+    const y = camera.screenY(c[k * 3 + 1]!);
+    ctx.strokeStyle = SELECTED_VIEW;
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    this.circle(x, y, c[k * 3 + 2]! * zoom);
+    ctx.stroke();
+    if (Number.isFinite(v.leave)) {
+      // The leave radius (cells beyond it leave the view), dashed.
+      ctx.lineWidth = 1;
+      ctx.setLineDash([5, 5]);
+      ctx.beginPath();
+      this.circle(x, y, v.leave * zoom);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    }
+  }
+
+  /** A circle added to the current path (pixels), unless it is wholly outside the canvas. */
+  private circle(x: number, y: number, r: number): void {
+    if (!(r > 0) || x + r < 0 || y + r < 0 || x - r > this.w || y - r > this.h) return;
+    this.ctx.moveTo(x + r, y);
+    this.ctx.arc(x, y, r, 0, Math.PI * 2);
   }
 
   /** What is drawn as vectors over the pixels: zone labels, the selection. */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Api, OverworldHttpError, PATHS, type FetchFn } from "../src/api.js";
+import { Api, OverworldHttpError, PATHS, heldCells, type FetchFn } from "../src/api.js";
 import { TokenStore } from "../src/token.js";
 
 interface Call {
@@ -145,7 +145,29 @@ describe("Api: answers", () => {
   it("sessions, accounts and the audit log, with fields missing", async () => {
     const { f } = fake(
       // (Overworld.Operators.Sessions.of_zone/2.)
-      [200, { sessions: [{ user_id: "u1", entity: 7, connected: true, connected_at: 1700000000, address: "1.2.3.4:5", bytes_out: 100, node: "n@h" }, {}], total: 2 }],
+      [
+        200,
+        {
+          sessions: [
+            {
+              user_id: "u1",
+              entity: 7,
+              connected: true,
+              connected_at: 1700000000,
+              address: "1.2.3.4:5",
+              bytes_out: 100,
+              rtt_ms: 0.052,
+              frames: 40,
+              frame_interval_ms: 33.3,
+              frame_jitter_ms: 0.625,
+              deferred: 3,
+              node: "n@h",
+            },
+            {},
+          ],
+          total: 2,
+        },
+      ],
       // (Overworld.Accounts.account/1 and its last_seen_at.)
       [200, { accounts: [{ user_id: "u1", created_at: 1600000000, devices: [], email: null, custom_id: null, disabled: false, last_seen_at: 1700000000 }, { user_id: "u2", disabled: true }] }],
       [200, { user_id: "u1", created_at: 1600000000, devices: ["dev-1", "dev-2"], email: "a@b.c", custom_id: null, disabled: true, last_seen_at: null }],
@@ -153,8 +175,34 @@ describe("Api: answers", () => {
     );
     const a = api(f);
     const [s1, s2] = await a.sessions("z");
-    expect(s1).toEqual({ userId: "u1", entity: 7, connected: true, connectedAt: 1700000000, address: "1.2.3.4:5", bytesOut: 100, node: "n@h" });
-    expect(s2).toEqual({ userId: "", entity: null, connected: null, connectedAt: null, address: null, bytesOut: null, node: null });
+    expect(s1).toEqual({
+      userId: "u1",
+      entity: 7,
+      connected: true,
+      connectedAt: 1700000000,
+      address: "1.2.3.4:5",
+      bytesOut: 100,
+      rttMs: 0.052,
+      frames: 40,
+      frameIntervalMs: 33.3,
+      frameJitterMs: 0.625,
+      deferred: 3,
+      node: "n@h",
+    });
+    expect(s2).toEqual({
+      userId: "",
+      entity: null,
+      connected: null,
+      connectedAt: null,
+      address: null,
+      bytesOut: null,
+      rttMs: null,
+      frames: null,
+      frameIntervalMs: null,
+      frameJitterMs: null,
+      deferred: null,
+      node: null,
+    });
     const accounts = await a.accounts("u");
     expect(accounts.map((x) => [x.id, x.disabled, x.lastSeen])).toEqual([
       ["u1", false, 1700000000],
@@ -165,6 +213,60 @@ describe("Api: answers", () => {
     const audit = await a.audit(100);
     expect(audit[0]).toEqual({ at: 1, operator: "ops", action: "kick", target: '{"user":"u1"}', result: "ok", address: "::1" });
     expect(audit[1]).toEqual({ at: null, operator: null, action: null, target: null, result: null, address: null });
+  });
+
+  it("a session's interest (what its view holds), read field by field: held runs that are not runs are dropped", async () => {
+    const { calls, f } = fake(
+      // (Overworld.Operators.Sessions.interest/1, through Overworld.Web.Operator.Zones.)
+      [
+        200,
+        {
+          zone: "goblins",
+          entity: 2001,
+          x: 120.5,
+          y: 80.25,
+          radius_m: 90,
+          leave_m: 114,
+          held: [
+            [3, 4, 9, 1200],
+            [4, 2, 2, 1199],
+            [5, 1, 3],
+            [6, 5, 1, 10],
+            ["7", 1, 2, 3],
+            "junk",
+            [8],
+          ],
+          pending: 2,
+          budget: 65536,
+        },
+      ],
+      [200, { held: "no" }],
+      [409, { error: "no_view", message: "the session has sent no frame yet" }],
+    );
+    const a = api(f);
+    const v = await a.interest("user/1");
+    expect(calls[0]!.url).toBe("http://h:4000/api/v1/operator/sessions/user%2F1/interest");
+    expect(calls[0]!.method).toBe("GET");
+    expect(calls[0]!.headers.authorization).toBe("Bearer tok");
+    expect(PATHS.interest("u 2")).toBe("/api/v1/operator/sessions/u%202/interest");
+    expect(v).toEqual({
+      zone: "goblins",
+      entity: 2001,
+      x: 120.5,
+      y: 80.25,
+      radiusM: 90,
+      leaveM: 114,
+      held: [
+        { row: 3, first: 4, last: 9, tick: 1200 },
+        { row: 4, first: 2, last: 2, tick: 1199 },
+        { row: 5, first: 1, last: 3, tick: null },
+      ],
+      pending: 2,
+      budget: 65536,
+    });
+    expect(heldCells(v.held)).toBe(6 + 1 + 3);
+    expect(await a.interest("u")).toEqual({ zone: null, entity: null, x: null, y: null, radiusM: null, leaveM: null, held: [], pending: null, budget: null });
+    await expect(a.interest("u")).rejects.toMatchObject({ status: 409, code: "no_view" });
   });
 
   it("a history dump as a blob, with the file name the server suggests", async () => {

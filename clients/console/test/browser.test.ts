@@ -2,9 +2,11 @@
 // playwright-core) against the real server: the goblin example's `mix goblins.server` with
 // 2000 goblins in one zone and two operators (alice, an operator; victor, a viewer). The map
 // draws every entity where the server has it (live, and at a past tick of the history), a click
-// shows an entity's fields and server-side state, the charts move, an operator disables a
-// connected player's account (the player is closed with 4003, the audit log shows it), a player's
-// token is refused, logout revokes the token, a viewer cannot disable.
+// shows an entity's fields and server-side state, the charts move, the players' table shows two
+// connected players' figures and the map their views (circles, the selected one's held cells
+// as the operator API answers them), an operator disables a connected player's account (the
+// player is closed with 4003, the audit log shows it), a player's token is refused, logout
+// revokes the token, a viewer cannot disable.
 // Needs /usr/bin/chromium (`make deps-ts` installs it); skipped only when OVERWORLD_SKIP_BROWSER=1.
 import { existsSync } from "node:fs";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
@@ -35,11 +37,10 @@ const TOKEN_KEY = "overworld.operator";
 /** The map's colours of the goblin world's kinds (src/colors.ts), and what is not an entity (src/render.ts). */
 const GOBLIN = [95, 191, 74];
 const WARLORD = [232, 84, 58];
-const NOT_ENTITIES = [
-  [17, 19, 24],
-  [28, 32, 40],
-  [44, 50, 62],
-];
+const WORLD = [28, 32, 40];
+const NOT_ENTITIES = [[17, 19, 24], WORLD, [44, 50, 62]];
+/** The goblin world's cells (metres: examples/goblins/lib/goblins.ex, `cell_size: 12`). */
+const CELL = 12;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -122,6 +123,53 @@ async function frame(page: Page): Promise<Frame> {
   );
 }
 
+/**
+ * The most common colour (RGB) inside each of some grid cells `[row, col]` of `cell` metres on
+ * the map's next frame (2 pixels in from the cell's edges: no grid line).
+ */
+async function cellModes(page: Page, cells: Array<[number, number]>, cell: number): Promise<number[][]> {
+  return page.evaluate(
+    ([cells, cell]) =>
+      new Promise<number[][]>((resolve) => {
+        const map = window.__overworldMap!;
+        const stats = window.__overworldStats;
+        const canvas = document.querySelector<HTMLCanvasElement>('[data-testid="map-canvas"]')!;
+        const drawn = stats.frames;
+        const read = () => {
+          if (stats.frames === drawn) return void requestAnimationFrame(read);
+          const w = canvas.width;
+          const h = canvas.height;
+          const data = canvas.getContext("2d")!.getImageData(0, 0, w, h).data;
+          const { cx, cy, zoom } = map.view();
+          const sx = (x: number) => Math.round((x - cx) * zoom + w / 2);
+          const sy = (y: number) => Math.round((y - cy) * zoom + h / 2);
+          resolve(
+            cells.map(([row, col]) => {
+              const counts = new Map<string, number>();
+              for (let y = Math.max(0, sy(row * cell) + 2); y < Math.min(h, sy((row + 1) * cell) - 2); y++)
+                for (let x = Math.max(0, sx(col * cell) + 2); x < Math.min(w, sx((col + 1) * cell) - 2); x++) {
+                  const o = (y * w + x) * 4;
+                  const k = `${data[o]},${data[o + 1]},${data[o + 2]}`;
+                  counts.set(k, (counts.get(k) ?? 0) + 1);
+                }
+              let best = "";
+              let n = 0;
+              for (const [k, c] of counts) if (c > n) [best, n] = [k, c];
+              return best === "" ? [] : best.split(",").map(Number);
+            }),
+          );
+        };
+        requestAnimationFrame(read);
+      }),
+    [cells, cell] as const,
+  );
+}
+
+interface ViewPlayer {
+  userId: string;
+  entity: number;
+}
+
 interface HistoryEntity {
   id: number;
   template: string;
@@ -151,6 +199,8 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
   let page: Page;
   let log: string[] = [];
   const open: ZoneConnection[] = [];
+  /** The players connected for the players' table and views tests. */
+  const players: ViewPlayer[] = [];
 
   async function call(path: string, t: string | null = token, method = "GET", body?: unknown): Promise<{ status: number; body: any }> {
     const headers: Record<string, string> = { accept: "application/json" };
@@ -414,6 +464,170 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
       tail(log),
     );
   }, 15_000);
+
+  it("the players' table: each player's bandwidth, RTT, frame interval, jitter and deferrals, updated every 2 s", async () => {
+    // Two players in the zone (the SDK in Node), kept for the views test.
+    for (const name of ["view-a", "view-b"]) {
+      const { client, session } = await player(name);
+      const conn = await client.connect(session, { zone: "goblins" });
+      open.push(conn);
+      expect(conn.entityId).toBeGreaterThan(0);
+      players.push({ userId: session.userId, entity: conn.entityId });
+    }
+    const users = players.map((p) => p.userId).sort();
+    const rows = page.getByTestId("player-row");
+    const figures = () =>
+      rows.evaluateAll((rs) =>
+        rs.map((r) => {
+          const cells = [...r.querySelectorAll<HTMLElement>("td[data-col]")];
+          return {
+            user: (r as HTMLElement).dataset.user!,
+            value: Object.fromEntries(cells.map((td) => [td.dataset.col!, td.dataset.value === "" || td.dataset.value === undefined ? NaN : Number(td.dataset.value)])),
+            text: Object.fromEntries(cells.map((td) => [td.dataset.col!, td.textContent ?? ""])),
+          };
+        }),
+      );
+    type Figures = Awaited<ReturnType<typeof figures>>;
+    const numeric = (f: Figures) =>
+      f.length === 2 &&
+      f.every(
+        (r) =>
+          r.value.bandwidth! > 0 &&
+          r.value.rtt! >= 0 &&
+          r.value.interval! > 0 &&
+          r.value.jitter! >= 0 &&
+          r.value.deferred! >= 0 &&
+          r.value["deferred-rate"]! >= 0 &&
+          r.value.bytes! > 0,
+      );
+    let first: Figures = [];
+    // (Two polls of the sessions, 2 s apart, give a bandwidth.)
+    await until(
+      "both players in the table with numeric figures",
+      async () => numeric((first = await figures())),
+      10_000,
+      () => `\nrows: ${JSON.stringify(first)}${tail(log)()}`,
+    );
+    expect(first.map((r) => r.user).sort()).toEqual(users);
+    expect(await page.getByTestId("player-table").count()).toBe(1);
+    for (const r of first) {
+      expect(r.value.entity).toBe(players.find((p) => p.userId === r.user)!.entity);
+      // Shown as numbers with their units.
+      expect(r.text.bandwidth).toMatch(/^\d+(\.\d)? (B|KiB|MiB)\/s$/);
+      expect(r.text.rtt).toMatch(/^\d+(\.\d+)? ms$/);
+      expect(r.text.interval).toMatch(/^\d+(\.\d+)? ms$/);
+      expect(r.text.jitter).toMatch(/^\d+(\.\d+)? ms$/);
+      // The server's frames are a tick apart (30 Hz), give or take.
+      expect(r.value.interval!).toBeGreaterThan(5);
+      expect(r.value.interval!).toBeLessThan(500);
+    }
+    // What the operator API answers is what the table shows (sent totals only grow).
+    const { sessions } = await api(`/api/v1/operator/zones/${ref}/sessions`);
+    for (const r of first) {
+      const s = sessions.find((x: { user_id: string }) => x.user_id === r.user);
+      expect(s.bytes_out).toBeGreaterThanOrEqual(r.value.bytes!);
+      expect(s.frames).toBeGreaterThan(0);
+      expect(typeof s.rtt_ms).toBe("number");
+    }
+    // The next polls: the totals have grown, the figures are still numbers.
+    let next: Figures = [];
+    await until(
+      "the table's figures to update",
+      async () => {
+        next = await figures();
+        return numeric(next) && next.every((r) => r.value.bytes! > first.find((f) => f.user === r.user)!.value.bytes!);
+      },
+      8_000,
+      () => `\nrows: ${JSON.stringify(next)}${tail(log)()}`,
+    );
+  }, 30_000);
+
+  it("the players' views: a circle around each player, and the cells the selected player's view holds shaded on the map", async () => {
+    const views = () => page.evaluate(() => window.__overworldMap!.views());
+    // Both players' entities are on the map, and each gets a view circle.
+    let last: unknown = null;
+    await until("two view circles", async () => ((last = await views()) as { circles: number }).circles === players.length, 10_000, () => `\nviews: ${JSON.stringify(last)}${tail(log)()}`);
+    const ids = new Set((await page.evaluate(() => window.__overworldMap!.onScreen(1_000_000))).map((p) => p.id));
+    for (const p of players) expect(ids.has(p.entity)).toBe(true);
+    expect(await views()).toMatchObject({ on: true, selected: null, heldCells: 0 });
+
+    // A click on a player's row selects it: its entity on the map, its charts, its held cells.
+    const [a, b] = players as [ViewPlayer, ViewPlayer];
+    await page.locator(`[data-testid="player-row"][data-user="${a.userId}"]`).click();
+    await until("the player selected", async () => (await views()).selected === a.userId, 5_000, tail(log));
+    await until(`the panel to show #${a.entity}`, async () => (await page.getByTestId("entity-id").textContent()) === `#${a.entity}`, 5_000, tail(log));
+    await page.getByTestId("player-charts").waitFor({ state: "visible", timeout: 5_000 });
+    expect(await page.locator(`[data-testid="player-row"][data-user="${a.userId}"]`).getAttribute("class")).toContain("selected");
+    // (The click scrolled the table into view: the map back in view, as one would look at it;
+    // headless Chromium draws a page's animation frames at a crawl while the canvas is out of view.)
+    await page.evaluate(() => document.querySelector('[data-testid="map-canvas"]')!.scrollIntoView({ block: "nearest" }));
+
+    // The cells drawn are the API's held runs (polled every second; the player stands still).
+    let interest: any = null;
+    let shown = -1;
+    const cellsOf = (held: number[][]) => held.reduce((n, [, first, last]) => n + last! - first! + 1, 0);
+    await until(
+      "the map's held cells to be the API's",
+      async () => {
+        interest = await api(`/api/v1/operator/sessions/${a.userId}/interest`);
+        shown = (await views()).heldCells;
+        return shown > 0 && shown === cellsOf(interest.held);
+      },
+      10_000,
+      () => `\nmap ${shown}, API ${interest === null ? "–" : cellsOf(interest.held)}${tail(log)()}`,
+    );
+    expect(interest.entity).toBe(a.entity);
+    expect(interest.radius_m).toBeGreaterThan(0);
+    expect(interest.leave_m).toBeGreaterThan(interest.radius_m);
+    const held = new Set<string>();
+    for (const [row, first, last] of interest.held as number[][]) for (let c = first!; c <= last!; c++) held.add(`${row},${c}`);
+    // (The goblin world's cells are 12 m, examples/goblins/lib/goblins.ex: the player's own cell is held.)
+    expect(held.has(`${Math.floor(interest.y / CELL)},${Math.floor(interest.x / CELL)}`)).toBe(true);
+
+    // The pixels: the most common colour inside a held cell is shaded, inside a cell far from
+    // every held one it is the world's plain background.
+    const { zones } = await api("/api/v1/operator/zones");
+    expect(zones.find((z: { ref: string }) => z.ref === ref).entities).toBeGreaterThan(0);
+    const side = Math.sqrt(ENTITIES * 50);
+    const cols = Math.floor(side / CELL);
+    const near = (row: number, col: number) => Math.hypot((col + 0.5) * CELL - interest.x, (row + 0.5) * CELL - interest.y);
+    // A held cell 20 to 60 m from the player (off its selection ring), and the unheld cell
+    // farthest from it, inside the world.
+    const heldCell = [...held].map((k) => k.split(",").map(Number) as [number, number]).find(([r, c]) => near(r, c) > 20 && near(r, c) < 60)!;
+    expect(heldCell).toBeDefined();
+    let far: [number, number] = [0, 0];
+    for (let r = 0; r < cols; r++) for (let c = 0; c < cols; c++) if (!held.has(`${r},${c}`) && near(r, c) > near(...far)) far = [r, c];
+    expect(near(...far)).toBeGreaterThan(interest.leave_m + 2 * CELL);
+    const modes = await cellModes(page, [heldCell, far], CELL);
+    expect(modes[1]).toEqual(WORLD);
+    expect(modes[0]).not.toEqual(WORLD);
+    expect(NOT_ENTITIES).not.toContainEqual(modes[0]);
+    // (Shaded in the players' blue: bluer than the background.)
+    expect(modes[0]![2]! - modes[0]![0]!).toBeGreaterThan(WORLD[2]! - WORLD[0]!);
+
+    // The other player's row: its cells instead.
+    await page.locator(`[data-testid="player-row"][data-user="${b.userId}"]`).click();
+    await until("the other player selected, its cells drawn", async () => {
+      const v = await views();
+      return v.selected === b.userId && v.heldCells > 0;
+    }, 10_000, tail(log));
+
+    // The views toggle: nothing drawn, then back.
+    await page.getByTestId("views-toggle").uncheck();
+    await until("no views drawn", async () => {
+      const v = await views();
+      return !v.on && v.circles === 0 && v.heldCells === 0;
+    }, 5_000, tail(log));
+    expect((await cellModes(page, [heldCell], CELL))[0]).toEqual(WORLD);
+    await page.getByTestId("views-toggle").check();
+    await until("the views drawn again", async () => (await views()).circles === players.length, 5_000, tail(log));
+
+    // Closing the entity's panel lets the player go.
+    await page.getByTestId("entity-close").click();
+    await until("no player selected", async () => (await views()).selected === null, 5_000, tail(log));
+    expect((await views()).heldCells).toBe(0);
+    expect(log.filter((x) => x.startsWith("pageerror"))).toEqual([]);
+  }, 40_000);
 
   it("an operator disables a connected player's account in the Console tab: the player is closed with 4003 and the audit log shows it", async () => {
     const { client, session, device } = await player("disabled");
