@@ -85,8 +85,8 @@ defmodule Overworld.Physics do
       |> Enum.with_index()
       |> Enum.reduce(%{}, fn {{x0, y0, x1, y1}, i}, acc ->
         # Floor division, as near/4's: a circle's bounding box may reach below 0.
-        for cx <- floor_div(x0, cell)..floor_div(x1, cell),
-            cy <- floor_div(y0, cell)..floor_div(y1, cell),
+        for cx <- Integer.floor_div(x0, cell)..Integer.floor_div(x1, cell),
+            cy <- Integer.floor_div(y0, cell)..Integer.floor_div(y1, cell),
             reduce: acc,
             do: (acc -> Map.update(acc, {cx, cy}, [i], &[i | &1]))
       end)
@@ -182,7 +182,9 @@ defmodule Overworld.Physics do
     cell = 2 * Enum.reduce(moved, 1, fn {_, _, _, r, _}, acc -> max(r, acc) end)
 
     grid =
-      Enum.group_by(moved, fn {_, px, py, _, _} -> {floor_div(px, cell), floor_div(py, cell)} end)
+      Enum.group_by(moved, fn {_, px, py, _, _} ->
+        {Integer.floor_div(px, cell), Integer.floor_div(py, cell)}
+      end)
 
     for {id, px, py, r, _m} = b <- moved do
       {cx, cy} = correction(b, grid, cell)
@@ -193,8 +195,8 @@ defmodule Overworld.Physics do
 
   # The sum of a body's contact terms (step 2), from the integrated positions.
   defp correction({_, px, py, _, _} = b, grid, cell) do
-    gx = floor_div(px, cell)
-    gy = floor_div(py, cell)
+    gx = Integer.floor_div(px, cell)
+    gy = Integer.floor_div(py, cell)
 
     for ox <- (gx - 1)..(gx + 1), oy <- (gy - 1)..(gy + 1), reduce: {0, 0} do
       acc ->
@@ -255,13 +257,20 @@ defmodule Overworld.Physics do
     x1 = qx + 2 * r
     y1 = qy + 2 * r
 
-    for(
-      gx <- floor_div(x0, cell)..floor_div(x1, cell),
-      gy <- floor_div(y0, cell)..floor_div(y1, cell),
-      i <- Map.get(index, {gx, gy}, []),
-      do: i
-    )
-    |> Enum.uniq()
+    gx0 = Integer.floor_div(x0, cell)
+    gx1 = Integer.floor_div(x1, cell)
+    gy0 = Integer.floor_div(y0, cell)
+    gy1 = Integer.floor_div(y1, cell)
+    all = tuple_size(world.boxes) + tuple_size(world.circles)
+
+    # (A body's square over more index cells than there are obstacles: every obstacle, once.)
+    candidates =
+      if (gx1 - gx0 + 1) * (gy1 - gy0 + 1) > all,
+        do: Enum.to_list(0..(all - 1)),
+        else:
+          Enum.uniq(for gx <- gx0..gx1, gy <- gy0..gy1, i <- Map.get(index, {gx, gy}, []), do: i)
+
+    candidates
     |> Enum.filter(fn i ->
       {bx0, by0, bx1, by1} = bounds(world, i)
       bx0 <= x1 and bx1 >= x0 and by0 <= y1 and by1 >= y0
@@ -279,9 +288,6 @@ defmodule Overworld.Physics do
       {cx - r, cy - r, cx + r, cy + r}
     end
   end
-
-  defp floor_div(a, b) when a >= 0, do: div(a, b)
-  defp floor_div(a, b), do: -div(-a + b - 1, b)
 
   defp box({qx, qy} = q, r, {x0, y0, x1, y1}) do
     nx = qx |> max(x0) |> min(x1)
@@ -307,9 +313,7 @@ defmodule Overworld.Physics do
         end
 
       true ->
-        d = isqrt(d2)
-        push = r - d
-        {qx + div(dx * push, d), qy + div(dy * push, d)}
+        push_out(q, dx, dy, d2, r)
     end
   end
 
@@ -331,11 +335,16 @@ defmodule Overworld.Physics do
           {cx + s, qy}
 
         true ->
-          d = isqrt(d2)
-          push = s - d
-          {qx + div(dx * push, d), qy + div(dy * push, d)}
+          push_out(q, dx, dy, d2, s)
       end
     end
+  end
+
+  # Pushed along (dx, dy) (d2 = dx² + dy² > 0) until `reach` from what it met.
+  defp push_out({qx, qy}, dx, dy, d2, reach) do
+    d = isqrt(d2)
+    push = reach - d
+    {qx + div(dx * push, d), qy + div(dy * push, d)}
   end
 
   # Step 5.

@@ -76,10 +76,10 @@ defmodule Overworld.Physics.Nav do
 
   # The keys of the cells whose closed square meets the box `{x0, y0, x1, y1}` (and `keep?`).
   defp cells(cols, rows, c, {x0, y0, x1, y1}, keep?) do
-    c0 = max(0, floor_div(x0, c) - 1)
-    c1 = min(cols - 1, floor_div(x1, c))
-    r0 = max(0, floor_div(y0, c) - 1)
-    r1 = min(rows - 1, floor_div(y1, c))
+    c0 = max(0, Integer.floor_div(x0, c) - 1)
+    c1 = min(cols - 1, Integer.floor_div(x1, c))
+    r0 = max(0, Integer.floor_div(y0, c) - 1)
+    r1 = min(rows - 1, Integer.floor_div(y1, c))
 
     if c0 > c1 or r0 > r1,
       do: [],
@@ -109,9 +109,6 @@ defmodule Overworld.Physics.Nav do
     bitmap(keys, next, n, [:binary.copy(<<0>>, next - i) | acc])
   end
 
-  defp floor_div(a, b) when a >= 0, do: div(a, b)
-  defp floor_div(a, b), do: -div(-a + b - 1, b)
-
   @doc "Whether the cell `(col, row)` is blocked (or outside the grid)."
   @spec blocked?(t, integer, integer) :: boolean
   def blocked?(%__MODULE__{cols: cols, rows: rows}, col, row)
@@ -129,8 +126,8 @@ defmodule Overworld.Physics.Nav do
   @spec path(t, {integer, integer}, {integer, integer}) ::
           {:ok, [{integer, integer}]} | {:error, :blocked | :unreachable | :too_far}
   def path(%__MODULE__{cell: c} = nav, {fx, fy}, {tx, ty} = to) do
-    start = {floor_div(fx, c), floor_div(fy, c)}
-    goal = {floor_div(tx, c), floor_div(ty, c)}
+    start = {Integer.floor_div(fx, c), Integer.floor_div(fy, c)}
+    goal = {Integer.floor_div(tx, c), Integer.floor_div(ty, c)}
 
     cond do
       blocked?(nav, elem(start, 0), elem(start, 1)) or blocked?(nav, elem(goal, 0), elem(goal, 1)) ->
