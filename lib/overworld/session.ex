@@ -108,9 +108,10 @@ defmodule Overworld.Session do
     tickets: [],
     created: 0,
     # An operator's observer connection (the operator's name; `Overworld.Session.Observer`):
-    # no avatar, the whole zone in view; its bytes queued before it is too slow (nil: the
-    # server's `:max_outbound`).
+    # no avatar, the whole zone in view.
     observer: nil,
+    # Bytes queued towards the client before it is too slow: the server's `:max_outbound`,
+    # an observer's own (`Overworld.Session.Observer`).
     max_outbound: nil,
     # What the session measures of its frames, for operators (`Overworld.Session.Stats`).
     stats: nil

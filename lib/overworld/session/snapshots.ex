@@ -51,7 +51,7 @@ defmodule Overworld.Session.Snapshots do
     cfg = st.cfg
 
     cond do
-      queued > (st.max_outbound || cfg.max_outbound) ->
+      queued > st.max_outbound ->
         Session.too_slow(st, "#{queued} bytes queued")
 
       queued > 0 ->

@@ -33,6 +33,7 @@ defmodule Overworld.Session.Upgrade do
       st = %Session{
         sock: sock,
         cfg: cfg,
+        max_outbound: cfg.max_outbound,
         zone: zone,
         token_user: token_user,
         ws: WebSocket.new(cfg.max_message_size),
