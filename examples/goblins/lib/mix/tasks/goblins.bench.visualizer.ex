@@ -200,7 +200,7 @@ defmodule Mix.Tasks.Goblins.Bench.Visualizer do
 
     try do
       :ok = await_line(port, "measuring", (warmup + 90) * 1000)
-      cpu0 = os_cpu()
+      cpu0 = Overworld.Metrics.CPU.os_seconds()
 
       {page, ticks} =
         Ticks.during(zones, fn ->
@@ -208,7 +208,7 @@ defmodule Mix.Tasks.Goblins.Bench.Visualizer do
           :jiffy.decode(json, [:return_maps])
         end)
 
-      beam_cpu = 100 * (os_cpu() - cpu0) / page["seconds"]
+      beam_cpu = 100 * (Overworld.Metrics.CPU.os_seconds() - cpu0) / page["seconds"]
       report_fps(page, ticks, beam_cpu)
     after
       External.stop(port, 10_000)
@@ -408,14 +408,6 @@ defmodule Mix.Tasks.Goblins.Bench.Visualizer do
     "#{t.zones} zone(s), #{t.ticks} ticks, tick p50 #{t.p50_us} µs, p99 #{t.p99_us || "n/a (under 100 ticks a zone)"} µs" <>
       "#{if t.p99_us, do: " (#{Float.round(above, 1)} ticks above it per zone)", else: ""}, " <>
       "max #{t.max_us} µs, overruns #{t.overruns}#{if t.zones > 1, do: " (worst zone's p50/p99/max)", else: ""}"
-  end
-
-  # This OS process's CPU time (user + system), in seconds.
-  defp os_cpu do
-    stat = File.read!("/proc/self/stat")
-    [_, rest] = String.split(stat, ") ", parts: 2)
-    fields = String.split(rest)
-    (String.to_integer(Enum.at(fields, 11)) + String.to_integer(Enum.at(fields, 12))) / 100
   end
 
   defp await_line(port, line, timeout) do
