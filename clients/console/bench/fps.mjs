@@ -12,6 +12,7 @@
 // full fps, the snapshots applied, and the CPU the browser's processes (and this script) used.
 import { readdirSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
+import { CHROMIUM, CHROMIUM_ARGS } from "../../typescript/test/chromium.mjs";
 
 const [base, zone, name, password, warmupS, seconds] = process.argv.slice(2);
 if (!seconds) {
@@ -55,18 +56,7 @@ const fail = (e) => {
   console.log(`failed: ${e instanceof Error ? e.message : String(e)}`.replaceAll("\n", " "));
   process.exit(1);
 };
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-}).catch(fail);
+const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS }).catch(fail);
 // (Chromium's processes are this script's descendants: the tree's time less this process's.)
 const selfTicks = () => {
   const u = process.cpuUsage();

@@ -2,8 +2,9 @@
 //
 //   node scripts/screenshots.mjs OUT_DIR [--zones 2x2] [--entities N]     (from clients/console)
 //
-// Starts the goblin example's server (examples/goblins, `mix goblins.server --port 0
-// --no-persist`, an operator added to its fresh data directory first, as test/server.ts does),
+// Starts the goblin example's server as the browser tests do (test/server.ts, bundled here with
+// esbuild: `mix goblins.server --port 0 --no-persist`, an operator added to its fresh data
+// directory first),
 // connects a few players (the SDK's sources, bundled here with esbuild, over `ws`), logs in to
 // /console in headless Chromium (1280 x 800) and saves:
 //
@@ -12,7 +13,6 @@
 //   console-charts.png    the charts and the players' table
 //   console-accounts.png  the Console tab, all of it (1280 wide, as tall as it is): an account
 //                         searched, viewed and disabled; the zones, the sessions, the audit log
-import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -20,13 +20,11 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
+import { CHROMIUM, CHROMIUM_ARGS, sleep, until } from "../../typescript/test/chromium.mjs";
 import { WebSocket } from "ws";
 
 const HERE = fileURLToPath(new URL("..", import.meta.url));
-const GAME = resolve(HERE, "../../examples/goblins");
-const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
-const OPERATOR = { name: "alice", password: "alice's password" };
+const OPERATOR = { name: "alice", password: "alice's password", role: "operator" };
 const PLAYERS = 3;
 
 const { values, positionals } = parseArgs({ allowPositionals: true, options: { zones: { type: "string", default: "1x1" }, entities: { type: "string", default: "2000" } } });
@@ -38,71 +36,25 @@ const out = resolve(positionals[0]);
 mkdirSync(out, { recursive: true });
 const world = values.zones !== "1x1";
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what, check, ms) {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await sleep(100);
-  }
-}
-
-/** Runs a mix task in the goblin example; `input` on its stdin. */
-function mix(args, input) {
-  return new Promise((resolve, reject) => {
-    const child = spawn("mix", args, { cwd: GAME, env: { ...process.env, MIX_ENV: "dev" }, stdio: ["pipe", "pipe", "pipe"] });
-    let output = "";
-    child.stdout.on("data", (c) => (output += c));
-    child.stderr.on("data", (c) => (output += c));
-    child.on("error", reject);
-    child.on("exit", (code) => (code === 0 ? resolve() : reject(new Error(`mix ${args.join(" ")} exited with ${code}:\n${output}`))));
-    child.stdin.end(input);
+/**
+ * A TypeScript module of this repository bundled by esbuild into `dir` and imported: the SDK's
+ * sources (its Client, for players over `ws`), and test/server.ts (the server as the browser
+ * tests start it; `import.meta.url` kept pointing at the SDK's test/server.ts, which finds the
+ * repository from it).
+ */
+async function load(dir, name, entry) {
+  const file = join(dir, name);
+  const serverTs = resolve(HERE, "../typescript/test/server.ts");
+  await build({
+    entryPoints: [resolve(HERE, entry)],
+    bundle: true,
+    format: "esm",
+    platform: "node",
+    packages: "external",
+    outfile: file,
+    logLevel: "warning",
+    define: { "import.meta.url": JSON.stringify(pathToFileURL(serverTs).href) },
   });
-}
-
-/** The server, in its own process group: its base URL and a stop function. */
-async function startServer(dataDir) {
-  await mix(["overworld.operator.add", OPERATOR.name, "--data-dir", dataDir, "--iterations", "1000"], `${OPERATOR.password}\n`);
-  const args = ["goblins.server", "--port", "0", "--zones", values.zones, "--entities", values.entities, "--data-dir", dataDir, "--no-persist", "--interval", "3600"];
-  const child = spawn("mix", args, { cwd: GAME, env: { ...process.env, MIX_ENV: "dev" }, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-  const stop = async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const exited = new Promise((r) => child.once("exit", r));
-    try {
-      process.kill(-child.pid, "SIGTERM");
-    } catch {
-      return;
-    }
-    if ((await Promise.race([exited, sleep(5000).then(() => "timeout")])) === "timeout") process.kill(-child.pid, "SIGKILL");
-  };
-  let output = "";
-  try {
-    const base = await new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no 'listening on' line in 120 s:\n${output.slice(-4000)}`)), 120_000);
-      const read = (c) => {
-        output += c;
-        const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(output);
-        if (m) {
-          clearTimeout(timer);
-          resolve(m[1]);
-        }
-      };
-      child.stdout.on("data", read);
-      child.stderr.on("data", read);
-      child.on("exit", (code) => reject(new Error(`the server exited (${code}):\n${output.slice(-4000)}`)));
-    });
-    return { base, stop };
-  } catch (e) {
-    await stop();
-    throw e;
-  }
-}
-
-/** The SDK's sources bundled into one module and imported (its Client, for players over `ws`). */
-async function loadSdk(dir) {
-  const file = join(dir, "sdk.mjs");
-  await build({ entryPoints: [resolve(HERE, "../typescript/src/index.ts")], bundle: true, format: "esm", platform: "node", outfile: file, logLevel: "warning" });
   return import(pathToFileURL(file).href);
 }
 
@@ -118,16 +70,17 @@ let browser;
 const players = [];
 try {
   // (All three at once; whatever started is stopped below even if another failed.)
+  const servers = await load(dataDir, "server.mjs", "test/server.ts");
   const [s, b, l] = await Promise.allSettled([
-    startServer(dataDir),
+    servers.startConsoleServer("overworld-screenshots-", ["--zones", values.zones, "--entities", values.entities], [OPERATOR]),
     chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS }),
-    loadSdk(dataDir),
+    load(dataDir, "sdk.mjs", "../typescript/src/index.ts"),
   ]);
   if (s.status === "fulfilled") server = s.value;
   if (b.status === "fulfilled") browser = b.value;
   for (const r of [s, b, l]) if (r.status === "rejected") throw r.reason;
   const sdk = l.value;
-  const base = server.base;
+  const base = server.baseUrl;
   console.log(`server at ${base}`);
 
   // A few players in the zone (blue on the map, rows of the players' table).

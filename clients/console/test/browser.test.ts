@@ -11,6 +11,7 @@
 import { existsSync } from "node:fs";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CHROMIUM, CHROMIUM_ARGS, sleep, until } from "../../typescript/test/chromium.mjs";
 import { WebSocket } from "ws";
 import { Client, type CloseInfo, type Session, type ZoneConnection } from "../../typescript/src/index.js";
 import { ALICE, START_TIMEOUT, VICTOR, startConsoleServer, type Operator, type RunningServer } from "./server.js";
@@ -18,18 +19,6 @@ import { ALICE, START_TIMEOUT, VICTOR, startConsoleServer, type Operator, type R
 const SKIP = process.env.OVERWORLD_SKIP_BROWSER === "1";
 if (SKIP) console.warn("browser.test.ts: skipped (OVERWORLD_SKIP_BROWSER=1)");
 
-const CHROMIUM = "/usr/bin/chromium";
-// As root, without a sandbox; the background services off (this machine's network is closed).
-const CHROMIUM_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const VIEWPORT = { width: 1280, height: 800 };
 const ENTITIES = 2000;
 /** Where the console keeps its operator token (src/token.ts). */
@@ -42,15 +31,6 @@ const NOT_ENTITIES = [[17, 19, 24], WORLD, [44, 50, 62]];
 /** The goblin world's cells (metres: examples/goblins/lib/goblins.ex, `cell_size: 12`). */
 const CELL = 12;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, check: () => boolean | Promise<boolean>, ms: number, detail = () => ""): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}${detail()}`);
-    await sleep(50);
-  }
-}
 
 /** What a page logged and threw, for failure messages. */
 function record(page: Page): string[] {

@@ -13,6 +13,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CHROMIUM, CHROMIUM_ARGS, sleep, until } from "./chromium.mjs";
 import { WebSocket } from "ws";
 import { Client, type ZoneConnection } from "../src/index.js";
 import { START_TIMEOUT, startServer, type RunningServer } from "./server.js";
@@ -20,31 +21,8 @@ import { START_TIMEOUT, startServer, type RunningServer } from "./server.js";
 const SKIP = process.env.OVERWORLD_SKIP_BROWSER === "1";
 if (SKIP) console.warn("browser.test.ts: skipped (OVERWORLD_SKIP_BROWSER=1)");
 
-const CHROMIUM = "/usr/bin/chromium";
-// As root, without a sandbox; the background services off, since this machine's network is
-// closed and Chromium's own connections to Google's hosts would be refused.
-const CHROMIUM_ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const PACKAGE = fileURLToPath(new URL("..", import.meta.url));
 const FIXTURE = fileURLToPath(new URL("./browser/", import.meta.url));
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, check: () => boolean | Promise<boolean>, ms: number, detail = () => ""): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}${detail()}`);
-    await sleep(50);
-  }
-}
 
 /** The SDK's build (`tsc -p tsconfig.build.json`, ESM), into a directory of its own. */
 async function buildSdk(outDir: string): Promise<void> {
