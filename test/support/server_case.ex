@@ -242,6 +242,33 @@ defmodule Overworld.Test.ServerCase do
     :jiffy.decode(body, [:return_maps])
   end
 
+  @doc """
+  An HTTP request to the world's server (`body`: a map sent as JSON, or raw text; `token`: a
+  bearer token, or nil for none): `{status, JSON answer (nulls as nil) or the raw body,
+  headers}`.
+  """
+  def api(%{port: port}, method, path, body, token \\ nil) do
+    headers = if token, do: [headers: [{"authorization", "Bearer " <> token}]], else: []
+    body = if is_map(body), do: :jiffy.encode(body), else: body || ""
+    {:ok, status, headers, reply} = Client.request(@host, port, method, path, body, headers)
+
+    json =
+      case Overworld.Web.decode_json(reply, null_term: nil) do
+        {:ok, j} -> j
+        :error -> reply
+      end
+
+    {status, json, Map.new(headers)}
+  end
+
+  @doc "An operator's token (`POST /api/v1/operator/login`; fails on anything but 200)."
+  def operator_login(world, name, password) do
+    {200, %{"token" => token}, _} =
+      api(world, "POST", "/api/v1/operator/login", %{name: name, password: password})
+
+    token
+  end
+
   @doc "Polls `fun` until it answers a truthy value (every 20 ms, for up to `timeout` ms)."
   def eventually(fun, timeout \\ 3_000) do
     deadline = System.monotonic_time(:millisecond) + timeout

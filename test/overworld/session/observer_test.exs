@@ -35,14 +35,7 @@ defmodule Overworld.Session.ObserverTest do
     {:ok, world: Map.put(world, :token, login(world, "olga"))}
   end
 
-  defp login(world, name) do
-    body = :jiffy.encode(%{name: name, password: "#{name}'s password"})
-
-    {:ok, 200, _, reply} =
-      Overworld.Client.request(host(), world.port, "POST", "/api/v1/operator/login", body, [])
-
-    :jiffy.decode(reply, [:return_maps])["token"]
-  end
+  defp login(world, name), do: operator_login(world, name, "#{name}'s password")
 
   defp observe(world), do: join(world, auth: %{"token" => world.token, "user_id" => "operator"})
 

@@ -40,29 +40,8 @@ defmodule Overworld.Web.OperatorTest do
         "audit-#{name}-#{System.unique_integer([:positive])}.log"
       )
 
-  defp call(w, method, path, body, token \\ nil) do
-    headers = if token, do: [headers: [{"authorization", "Bearer " <> token}]], else: []
-    body = if is_map(body), do: :jiffy.encode(body), else: body || ""
-    {:ok, status, headers, reply} = Client.request(host(), w.port, method, path, body, headers)
-
-    json =
-      case Overworld.Web.decode_json(reply, null_term: nil) do
-        {:ok, j} -> j
-        :error -> reply
-      end
-
-    {status, json, Map.new(headers)}
-  end
-
-  defp get(w, path, token), do: w |> call("GET", path, nil, token) |> Tuple.delete_at(2)
-  defp post(w, path, body, token), do: w |> call("POST", path, body, token) |> Tuple.delete_at(2)
-
-  defp login(w, name, password) do
-    {200, %{"token" => token}} =
-      post(w, "/api/v1/operator/login", %{name: name, password: password}, nil)
-
-    token
-  end
+  defp get(w, path, token), do: w |> api("GET", path, nil, token) |> Tuple.delete_at(2)
+  defp post(w, path, body, token), do: w |> api("POST", path, body, token) |> Tuple.delete_at(2)
 
   test "login: the right password gets a token; a wrong one and an unknown name answer alike" do
     w = world(:op_login)
@@ -94,7 +73,7 @@ defmodule Overworld.Web.OperatorTest do
   test "a player's token is refused on every operator route; an operator's on the player's" do
     w = world(:op_tokens)
     player = auth(w)
-    token = login(w, "alice", "alice's password")
+    token = operator_login(w, "alice", "alice's password")
 
     for {method, path} <- [
           {"GET", "/api/v1/operator/me"},
@@ -109,7 +88,7 @@ defmodule Overworld.Web.OperatorTest do
         ] do
       for t <- [player["token"], player["refresh_token"]] do
         assert {401, %{"error" => "invalid_token", "message" => "wrong_type"}, _} =
-                 call(w, method, path, "{}", t),
+                 api(w, method, path, "{}", t),
                "#{method} #{path}"
       end
     end
@@ -145,7 +124,7 @@ defmodule Overworld.Web.OperatorTest do
   test "a viewer reads and may not act; a logout refuses the token from then on" do
     w = world(:op_viewer)
     player = auth(w)
-    viewer = login(w, "victor", "victor's password")
+    viewer = operator_login(w, "victor", "victor's password")
 
     assert {200, %{"role" => "viewer"}} = get(w, "/api/v1/operator/me", viewer)
     assert {200, %{"zones" => [_ | _]}} = get(w, "/api/v1/operator/zones", viewer)
@@ -168,7 +147,7 @@ defmodule Overworld.Web.OperatorTest do
     :ok = Operators.put(name, "first password", iterations: @iterations, role: :viewer)
     assert %{name: ^name, role: :viewer} = Enum.find(Operators.list(), &(&1.name == name))
 
-    first = login(w, name, "first password")
+    first = operator_login(w, name, "first password")
     assert {200, %{"role" => "viewer"}} = get(w, "/api/v1/operator/me", first)
 
     :ok = Operators.put_hash(name, hash("second password"))
@@ -177,7 +156,7 @@ defmodule Overworld.Web.OperatorTest do
     assert {401, _} =
              post(w, "/api/v1/operator/login", %{name: name, password: "first password"}, nil)
 
-    second = login(w, name, "second password")
+    second = operator_login(w, name, "second password")
     assert {200, %{"role" => "operator"}} = get(w, "/api/v1/operator/me", second)
 
     :ok = Operators.delete(name)
@@ -194,13 +173,13 @@ defmodule Overworld.Web.OperatorTest do
                nil
              )
 
-    _ = login(w, "alice", "alice's password")
+    _ = operator_login(w, "alice", "alice's password")
     :ok = Operators.delete("alice")
   end
 
   test "accounts: search, view, disable closes the player's WebSocket, enable lets it back" do
     w = world(:op_accounts)
-    token = login(w, "alice", "alice's password")
+    token = operator_login(w, "alice", "alice's password")
     device = device()
 
     {:ok, %{"user_id" => user} = first} = Client.authenticate_device(host(), w.port, device)
@@ -260,9 +239,9 @@ defmodule Overworld.Web.OperatorTest do
   test "the audit log: every action and failed login, newest first, bounded by limit" do
     w = world(:op_audit)
     {401, _} = post(w, "/api/v1/operator/login", %{name: "mallory", password: "guess"}, nil)
-    token = login(w, "alice", "alice's password")
+    token = operator_login(w, "alice", "alice's password")
     {200, _} = post(w, "/api/v1/operator/logout", nil, token)
-    token = login(w, "alice", "alice's password")
+    token = operator_login(w, "alice", "alice's password")
 
     assert [
              %{"action" => "login", "operator" => "alice", "result" => "ok"},
@@ -287,7 +266,7 @@ defmodule Overworld.Web.OperatorTest do
     end)
 
     {200, _} = post(w, "/api/v1/operator/logout", nil, token)
-    token = login(w, "alice", "alice's password")
+    token = operator_login(w, "alice", "alice's password")
 
     assert [%{"action" => "login"}, %{"action" => "logout"}, %{"action" => "login"} | rest] =
              audit(w, token, 100)
@@ -301,7 +280,7 @@ defmodule Overworld.Web.OperatorTest do
 
   test "bad input: clear 4xx" do
     w = world(:op_bad)
-    token = login(w, "alice", "alice's password")
+    token = operator_login(w, "alice", "alice's password")
 
     assert {400, %{"error" => "bad_json"}} = post(w, "/api/v1/operator/login", "{not json", nil)
     assert {400, %{"error" => "invalid_body"}} = post(w, "/api/v1/operator/login", "[1]", nil)
@@ -323,10 +302,10 @@ defmodule Overworld.Web.OperatorTest do
     assert {404, _} = get(w, "/api/v1/operator/accounts//disable", token)
 
     assert {405, %{"error" => "method_not_allowed"}, %{"allow" => "POST"}} =
-             call(w, "GET", "/api/v1/operator/zones/start", nil, token)
+             api(w, "GET", "/api/v1/operator/zones/start", nil, token)
 
     assert {204, _, %{"access-control-allow-methods" => "GET, OPTIONS"} = h} =
-             call(w, "OPTIONS", "/api/v1/operator/zones", nil, nil)
+             api(w, "OPTIONS", "/api/v1/operator/zones", nil, nil)
 
     assert h["access-control-allow-origin"] == "*"
     assert {400, %{"error" => "bad_json"}} = post(w, "/api/v1/operator/zones/start", "{", token)
@@ -358,7 +337,7 @@ defmodule Overworld.Web.OperatorTest do
         do: {401, _} = post(w, "/api/v1/operator/login", %{name: "alice", password: "no"}, nil)
 
     assert {429, %{"error" => "rate_limited"}, %{"retry-after" => _}} =
-             call(w, "POST", "/api/v1/operator/login", %{
+             api(w, "POST", "/api/v1/operator/login", %{
                name: "alice",
                password: "alice's password"
              })

@@ -5,7 +5,6 @@ defmodule Overworld.Web.Operator.InspectTest do
   import Overworld.Test.ServerCase
 
   alias Overworld.Accounts.Password
-  alias Overworld.Client
 
   @iterations 1_000
 
@@ -27,18 +26,11 @@ defmodule Overworld.Web.Operator.InspectTest do
         operator_api: [audit_file: audit]
       )
 
-    {200, %{"token" => token}} =
-      call(world, "POST", "/api/v1/operator/login", %{name: "ida", password: "ida's password"})
-
-    {:ok, world: Map.put(world, :token, token)}
+    {:ok, world: Map.put(world, :token, operator_login(world, "ida", "ida's password"))}
   end
 
-  defp call(w, method, path, body, token \\ nil) do
-    headers = if token, do: [headers: [{"authorization", "Bearer " <> token}]], else: []
-    body = if is_map(body), do: :jiffy.encode(body), else: ""
-    {:ok, status, _headers, reply} = Client.request(host(), w.port, method, path, body, headers)
-    {status, :jiffy.decode(reply, [:return_maps])}
-  end
+  defp call(w, method, path, body, token),
+    do: w |> api(method, path, body, token) |> Tuple.delete_at(2)
 
   test "entity, history and rewind of a debug zone, by its ref", %{world: w} do
     # (Zones of other tests may run on this node too: ours by its id.)

@@ -5,7 +5,6 @@ defmodule Overworld.Web.Operator.ZonesTest do
   import Overworld.Test.ServerCase
 
   alias Overworld.Accounts.Password
-  alias Overworld.Client
   alias Overworld.Operators.Zones
   alias Overworld.Test.Game
   alias Overworld.Zone
@@ -36,28 +35,11 @@ defmodule Overworld.Web.Operator.ZonesTest do
         zones: Map.put(zones, "critters", {name, :critters})
       )
 
-    {200, %{"token" => token}} =
-      post(w, "/api/v1/operator/login", %{name: "alice", password: "alice's password"}, nil)
-
-    Map.put(w, :token, token)
+    Map.put(w, :token, operator_login(w, "alice", "alice's password"))
   end
 
-  defp call(w, method, path, body, token) do
-    headers = [headers: [{"authorization", "Bearer " <> (token || "")}]]
-    body = if is_map(body), do: :jiffy.encode(body), else: body || ""
-    {:ok, status, headers, reply} = Client.request(host(), w.port, method, path, body, headers)
-
-    json =
-      case Overworld.Web.decode_json(reply, null_term: nil) do
-        {:ok, j} -> j
-        :error -> reply
-      end
-
-    {status, json, Map.new(headers)}
-  end
-
-  defp get(w, path), do: w |> call("GET", path, nil, w.token) |> Tuple.delete_at(2)
-  defp post(w, path, body, token), do: w |> call("POST", path, body, token) |> Tuple.delete_at(2)
+  defp get(w, path), do: w |> api("GET", path, nil, w.token) |> Tuple.delete_at(2)
+  defp post(w, path, body, token), do: w |> api("POST", path, body, token) |> Tuple.delete_at(2)
   defp post(w, path, body \\ nil), do: post(w, path, body, w.token)
 
   defp zones(w) do
@@ -115,7 +97,7 @@ defmodule Overworld.Web.Operator.ZonesTest do
 
     # The history, as `mix overworld.replay` reads it.
     assert {200, bytes, headers} =
-             call(w, "GET", "/api/v1/operator/zones/#{ref}/history", nil, w.token)
+             api(w, "GET", "/api/v1/operator/zones/#{ref}/history", nil, w.token)
 
     assert headers["content-type"] == "application/octet-stream"
     assert headers["content-disposition"] =~ ~s(filename="history-#{ref}-40.owh")
