@@ -1,6 +1,8 @@
 //! Overworld's native sidecar (docs/sidecar.md): the fixed-point physics step
-//! ([`physics::step`]), bit for bit the same as `Overworld.Physics` in Elixir.
+//! ([`physics::step`]) and A* pathfinding on a navigation grid ([`nav::Nav`]), bit for bit the
+//! same as `Overworld.Physics` and `Overworld.Physics.Nav` in Elixir.
 
+pub mod nav;
 pub mod physics;
 
 pub use physics::isqrt;
