@@ -84,8 +84,9 @@ defmodule Overworld.Physics do
       bounds
       |> Enum.with_index()
       |> Enum.reduce(%{}, fn {{x0, y0, x1, y1}, i}, acc ->
-        for cx <- div(x0, cell)..div(x1, cell),
-            cy <- div(y0, cell)..div(y1, cell),
+        # Floor division, as near/4's: a circle's bounding box may reach below 0.
+        for cx <- floor_div(x0, cell)..floor_div(x1, cell),
+            cy <- floor_div(y0, cell)..floor_div(y1, cell),
             reduce: acc,
             do: (acc -> Map.update(acc, {cx, cy}, [i], &[i | &1]))
       end)
