@@ -56,8 +56,13 @@ deps-elixir:
 # reference through the same script (Goblins.Bench.Reference).
 CARGO_SH := $(GAME)/reference/cargo.sh
 
+# The sidecar (sidecar/: physics and pathfinding, docs/sidecar.md) is built with its own copy
+# of the same script; the zones that use it start sidecar/target/release/overworld-sidecar.
+SIDECAR_SH := sidecar/cargo.sh
+
 deps-rust:
 	@$(CARGO_SH) --setup build --release --quiet
+	@$(SIDECAR_SH) build --release --quiet
 
 # The TypeScript SDK (clients/typescript): Node 20 or later and npm, Debian's Chromium for the browser
 # test (test/browser.test.ts drives /usr/bin/chromium with playwright-core, which never downloads
@@ -115,6 +120,7 @@ test-example:
 
 test-rust:
 	$(CARGO_SH) test --release --quiet
+	$(SIDECAR_SH) test --release --quiet
 
 test-ts:
 	cd clients/typescript && npx tsc -p tsconfig.json --noEmit && npx vitest run
@@ -255,4 +261,4 @@ bench-full: deps owload
 	mix overworld.bench.metrics --json bench/results/metrics-scrape-20-zones.json
 
 clean:
-	rm -rf _build $(GAME)/_build $(GAME)/reference/target clients/typescript/node_modules clients/typescript/dist
+	rm -rf _build $(GAME)/_build $(GAME)/reference/target sidecar/target clients/typescript/node_modules clients/typescript/dist
