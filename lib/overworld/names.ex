@@ -74,6 +74,9 @@ defmodule Overworld.Names do
   @spec bucket(term, non_neg_integer) :: key
   def bucket(id, index), do: {:bucket, id, index}
 
+  @spec sidecar(term) :: key
+  def sidecar(id), do: {:sidecar, id}
+
   @spec session(atom, term) :: key
   def session(server, user), do: {:session, server, user}
 

@@ -109,6 +109,26 @@ defmodule Overworld.Zone do
     while it lasts: a `handle_entity/3` that never returns stalls its zone, not the others
     (default 5_000)
 
+  Physics (`Overworld.Zone.Physics`, docs/sidecar.md):
+
+  * `:physics` — nil (default: none), `:elixir` or `:sidecar`: every tick starts by moving the
+    bodies by their velocities (`vx`, `vy`), pushing them apart and out of the obstacles, from
+    the state the last tick left (physics lags game logic by one tick); `:sidecar` computes it
+    in the native sidecar (`Overworld.Sidecar`), with the Elixir step as its fallback: the
+    same bits either way
+  * `:transport` — how the workers talk to the sidecar: `:socket` (default) or `:shm`
+  * `:map` — the static obstacles: the path of an obstacle map (`Overworld.Physics.Map`) or
+    `[boxes: [{x0, y0, x1, y1}], circles: [{cx, cy, r}]]` in metres (default nil: none)
+  * `:body` — `[radius: metres, mass: 1..65535]` of every body when the zone module has no
+    `c:body/1` (default `[radius: 0.5, mass: 1]`)
+  * `:max_radius` — the largest body radius in metres (default 1); velocities are limited to
+    `(cell_size - 2 * max_radius) / 2` per tick and axis
+  * `:sidecar` — `executable` (default `Overworld.Sidecar.executable/0`), `threads` (its
+    rayon threads, default its machine's cores), `deadline_ms` (how long a worker waits for
+    an answer before it computes the step itself; default 10), `pipeline` (default true),
+    `restart_ms` (default 50), `max_bodies` (per worker, for `:shm`; default 65,536), `fault`
+    (tests only: docs/sidecar.md, "Faults")
+
   Persistence and recovery (see "Persistence and recovery" below):
 
   * `:data_dir` — a directory: the zone keeps snapshots and a journal in `<data_dir>/<id>/`
@@ -274,7 +294,20 @@ defmodule Overworld.Zone do
   """
   @callback handle_crossing(Overworld.Entity.t(), from :: term, to :: term) :: :ok | :veto
 
-  @optional_callbacks terminate: 2, handle_durable: 2, replay_durable: 2, handle_crossing: 3
+  @doc """
+  With physics (zone option `:physics`): whether an entity is a body, and its `{radius, mass}`
+  (radius in units, at most the zone's `:max_radius`; mass 1..65,535), or nil (not a body).
+  Called by the bucket workers at every tick, like `c:handle_entity/3`; optional: without it
+  every entity is a body of the zone's `:body` radius and mass. A failure, or a value out of
+  range, makes no body for that tick. See `Overworld.Zone.Physics`.
+  """
+  @callback body(Overworld.Entity.t()) :: {pos_integer, pos_integer} | nil
+
+  @optional_callbacks terminate: 2,
+                      handle_durable: 2,
+                      replay_durable: 2,
+                      handle_crossing: 3,
+                      body: 1
 
   defmacro __using__(_opts) do
     quote do

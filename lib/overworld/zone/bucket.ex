@@ -29,7 +29,9 @@ defmodule Overworld.Zone.Bucket do
   alias Overworld.Protocol.Snapshot
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.World.Place
-  alias Overworld.Zone.{Config, Inputs, Memory, Pass, Wire}
+  alias Overworld.Sidecar
+  alias Overworld.Zone.{Config, Inputs, Memory, Pass, Physics, Wire}
+  alias Overworld.Zone.Physics.Link
 
   # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
   # tick (see collect_garbage/1), so a small zone stays small.
@@ -136,7 +138,9 @@ defmodule Overworld.Zone.Bucket do
        unwire: [],
        # Our last tick's shadows and handoffs, for a server that restarts before it heard of
        # them (it publishes them again).
-       world: nil
+       world: nil,
+       # Our connection to the zone's sidecar (physics: :sidecar).
+       link: %Link{}
      }}
   end
 
@@ -211,7 +215,8 @@ defmodule Overworld.Zone.Bucket do
             tick: 0,
             avatars: %{},
             departed: %{},
-            world: nil
+            world: nil,
+            link: Link.close(st.link)
         }
 
     {:reply,
@@ -235,13 +240,21 @@ defmodule Overworld.Zone.Bucket do
   end
 
   def handle_info(
-        {:tick, epoch, n, simulate?, ctx, spawns, despawns, world, sent_at},
+        {:tick, epoch, n, simulate?, ctx, spawns, despawns, world, sent_at, sidecar},
         %{epoch: epoch} = st
       )
       when n > st.tick or not st.loaded do
     st = if st.collect_due, do: collect_garbage(st), else: st
+    # The physics of this tick, from the state the last one left (before a world's adoptions
+    # change our cells): the sidecar's answer, or computed here.
+    t = System.monotonic_time()
+    {phys, st} = physics_in(st, n, simulate?)
+    phys = Physics.without(phys, Overworld.Zone.Bucket.World.back(st, world))
+    t_phys = System.monotonic_time() - t
     {st, world} = Overworld.Zone.Bucket.World.world_in(st, world)
-    {:noreply, run_tick(st, n, simulate?, ctx, spawns, despawns, world, sent_at)}
+
+    {:noreply,
+     run_tick(st, n, simulate?, ctx, spawns, despawns, world, sent_at, {phys, t_phys, sidecar})}
   end
 
   # Every worker of the zone is done with the tick: collect garbage (see collect_garbage/1).
@@ -312,7 +325,7 @@ defmodule Overworld.Zone.Bucket do
 
   ## The tick
 
-  defp run_tick(st, n, simulate?, ctx, spawns, despawns, world, sent_at) do
+  defp run_tick(st, n, simulate?, ctx, spawns, despawns, world, sent_at, {phys, t_phys, sidecar}) do
     t_in = System.monotonic_time()
     %Config{grid: grid} = st.config
     st = arrived(st, spawns, simulate?)
@@ -322,7 +335,18 @@ defmodule Overworld.Zone.Bucket do
 
     pass =
       if simulate? do
-        Pass.run(st.own, st.view, st.bounds, st.config, st.index, ctx, inputs, despawns, world)
+        Pass.run(
+          st.own,
+          st.view,
+          st.bounds,
+          st.config,
+          st.index,
+          ctx,
+          inputs,
+          despawns,
+          world,
+          phys
+        )
       else
         own = own_pairs(st)
         {_, lo, hi} = st.bounds
@@ -371,7 +395,7 @@ defmodule Overworld.Zone.Bucket do
        %{
          count: count,
          input: t0 - t_in,
-         systems: t1 - t0,
+         systems: t1 - t0 + t_phys,
          grid: t2 - t1,
          lag: t_in - sent_at,
          waited: waited,
@@ -382,7 +406,7 @@ defmodule Overworld.Zone.Bucket do
        }}
     )
 
-    %{
+    st = %{
       st
       | view: before ++ own,
         own: own,
@@ -393,7 +417,48 @@ defmodule Overworld.Zone.Bucket do
         departed: departed,
         world: out_world
     }
+
+    physics_out(st, n, sidecar)
   end
+
+  ## Physics (Overworld.Zone.Physics, docs/sidecar.md)
+
+  # The results of this tick's physics step for our bodies, in the order of our cells: the
+  # sidecar's answer to what we sent at the end of the last tick, or the Elixir step of our
+  # stripe and its halo (no sidecar, or its answer failed: the same bits). A load step has
+  # none (and forgets what was sent).
+  defp physics_in(%{config: %Config{physics: nil}} = st, _n, _simulate?), do: {[], st}
+
+  defp physics_in(st, _n, false), do: {[], %{st | link: Link.drop(st.link)}}
+
+  defp physics_in(%{config: %Config{physics: p}} = st, n, true) do
+    case Link.await(st.link, p, n - 1) do
+      {{:ok, results}, link} ->
+        Sidecar.count(p, :sidecar)
+        {results, %{st | link: link}}
+
+      {_none_or_error, link} ->
+        if p.mode == :sidecar, do: Sidecar.count(p, :fallback)
+        {fallback(st, p), %{st | link: link}}
+    end
+  end
+
+  defp fallback(st, p) do
+    {stop, lo, _} = st.bounds
+    first = first_key(lo, st.config.grid)
+    {own, halo} = Enum.split_with(st.view, fn {k, _} -> k >= first and k < stop end)
+    Physics.step(Physics.bodies(own, p), Physics.bodies(halo, p), p)
+  end
+
+  # At the end of a tick: our bodies to the sidecar (the N−1 pipeline: it computes the next
+  # tick's step while the node sends this tick's frames).
+  defp physics_out(%{config: %Config{physics: %Physics{mode: :sidecar} = p}} = st, n, sidecar)
+       when sidecar > 0 do
+    link = Link.request(st.link, p, st.index, sidecar, n, Physics.bodies(own_pairs(st), p))
+    %{st | link: link}
+  end
+
+  defp physics_out(st, _n, _sidecar), do: %{st | link: Link.close(st.link)}
 
   # The first key of our stripe, from the first key past its first row.
   defp first_key(lo, %Grid{stride: stride}), do: lo - stride

@@ -63,7 +63,13 @@ defmodule Overworld.Zone.Config do
         :bounds,
         :grid,
         :stripes,
-        :owners
+        :owners,
+        :physics,
+        :transport,
+        :map,
+        :body,
+        :max_radius,
+        :sidecar
       ]
   ]
 
@@ -104,7 +110,13 @@ defmodule Overworld.Zone.Config do
           bounds: {non_neg_integer, non_neg_integer, non_neg_integer, non_neg_integer},
           grid: Grid.t(),
           stripes: tuple,
-          owners: tuple
+          owners: tuple,
+          physics: Overworld.Zone.Physics.t() | nil,
+          transport: :socket | :shm,
+          map: nil | Path.t() | keyword,
+          body: keyword,
+          max_radius: number,
+          sidecar: keyword
         }
 
   @doc false
@@ -145,7 +157,15 @@ defmodule Overworld.Zone.Config do
       rejoin_ms: {:pos_integer, 15_000},
       max_restarts: {:non_neg_integer, 20},
       max_seconds: {:pos_integer, 5},
-      wire: {{:custom, &wire?/1, "nil or a module using Overworld.Template"}, nil}
+      wire: {{:custom, &wire?/1, "nil or a module using Overworld.Template"}, nil},
+      physics: {{:in, [nil, :elixir, :sidecar]}, nil},
+      transport: {{:in, [:socket, :shm]}, :socket},
+      map:
+        {{:custom, &(is_nil(&1) or is_binary(&1) or is_list(&1)),
+          "nil, an obstacle map's path or [boxes: ..., circles: ...]"}, nil},
+      body: {{:custom, &Keyword.keyword?/1, "a keyword list [radius: m, mass: m]"}, []},
+      max_radius: {:pos_number, 1},
+      sidecar: {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Sidecar)"}, []}
     ]
   end
 
@@ -200,7 +220,8 @@ defmodule Overworld.Zone.Config do
         grid: grid,
         stripes: List.to_tuple(stripes),
         owners: owners(stripes, grid.rows),
-        wire_kinds: wire_kinds(o.wire)
+        wire_kinds: wire_kinds(o.wire),
+        physics: Overworld.Zone.Physics.new(o, module, grid)
       })
     )
   end

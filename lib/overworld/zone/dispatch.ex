@@ -117,12 +117,15 @@ defmodule Overworld.Zone.Dispatch do
     t0 = System.monotonic_time()
     spawns = Enum.group_by(spawns, &Config.owner_of(config, entity(&1, :x), entity(&1, :y)))
     despawns = Map.new(despawns, &{&1, true})
+    # The sidecar every worker sends this tick's bodies to (0: none, the next tick's physics
+    # is computed in Elixir): one reading for all, so that they all send or none does.
+    sidecar = Overworld.Sidecar.generation(config.physics)
 
     [first | others] =
       for w <- 0..(config.workers - 1) do
         {elem(workers, w),
          {:tick, epoch, n, simulate?, ctx, Enum.reverse(Map.get(spawns, w, [])), despawns,
-          world && elem(world, w), System.monotonic_time()}}
+          world && elem(world, w), System.monotonic_time(), sidecar}}
       end
 
     # One message, to worker 0, which forwards the others' parts: a server killed while

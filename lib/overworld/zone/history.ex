@@ -135,8 +135,11 @@ defmodule Overworld.Zone.History do
       # One worker: its stripe is every row, it has no border rows (lo = 0, hi = stop).
       stop = Grid.key_at(grid, 0, grid.rows)
       ctx = Dispatch.context(c, n)
+      # The tick's physics, from the state before it (Overworld.Zone.Physics).
+      phys = Overworld.Zone.Physics.step_all(pairs, c.physics)
+      phys = Overworld.Zone.Physics.without(phys, back(c, Map.get(record, :world)))
       {pairs, view, world} = world_in(c, pairs, Map.get(record, :world))
-      pass = Pass.run(pairs, view, {stop, 0, stop}, c, 0, ctx, inputs, despawns, world)
+      pass = Pass.run(pairs, view, {stop, 0, stop}, c, 0, ctx, inputs, despawns, world, phys)
       Sweep.insert_desc(pass.desc, grid, spawns ++ pass.movers, [])
     else
       # Workers are empty before a load step (a fresh zone, or a recovery from disk), and
@@ -149,6 +152,16 @@ defmodule Overworld.Zone.History do
   # as one worker takes it: every worker's shadows (a row may be in two parts) and
   # adoptions; the entities handed away at the end of the last tick are still in the cells,
   # not computed (those that came straight back go: their new copy is adopted).
+  # The entities handed away at the end of the last tick and back with this one (their old
+  # copies leave the cells: world_in/3).
+  defp back(%Config{world: nil}, _world), do: %{}
+  defp back(_c, nil), do: %{}
+
+  defp back(_c, parts) do
+    {_, _, {adopted, handed}} = elem(parts, 0)
+    Map.take(handed, Map.keys(adopted))
+  end
+
   defp world_in(%Config{world: nil}, pairs, _world), do: {pairs, pairs, nil}
   defp world_in(_c, pairs, nil), do: {pairs, pairs, {%{}, %{}, %{}}}
 

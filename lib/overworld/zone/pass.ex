@@ -30,7 +30,8 @@ defmodule Overworld.Zone.Pass do
 
   @doc false
   # `own` is the view from our first cell on; the walk stops at key `stop` (the first key past
-  # our stripe). Cells with a key below `lo` or from `hi` on are our border rows, which the
+  # our stripe). `phys`: the physics step's results of our bodies, in the walk's order
+  # (`Overworld.Zone.Physics`): each body is moved to its result before game code sees it. Cells with a key below `lo` or from `hi` on are our border rows, which the
   # other workers need: they are returned apart too. The new cells come in descending order.
   @spec run(
           Sweep.pairs(),
@@ -41,10 +42,22 @@ defmodule Overworld.Zone.Pass do
           Overworld.Zone.Context.t(),
           map,
           map,
-          nil | {map, map}
+          nil | {map, map},
+          [Overworld.Zone.Physics.result()]
         ) ::
           result
-  def run(own, view, {stop, lo, hi}, %Config{} = config, me, ctx, inputs, despawns, world \\ nil) do
+  def run(
+        own,
+        view,
+        {stop, lo, hi},
+        %Config{} = config,
+        me,
+        ctx,
+        inputs,
+        despawns,
+        world \\ nil,
+        phys \\ []
+      ) do
     # In a world of zones (`world`): the ids of the shadows in the view (the neighbours'
     # entities, read-only), of the entities adopted from a neighbour this tick, and of those
     # handed to a neighbour at the end of the last (still in our cells, not computed: the
@@ -76,7 +89,8 @@ defmodule Overworld.Zone.Pass do
         env,
         plain?,
         {[], [], if(wire, do: [], else: nil)},
-        {[], [], [], [], {0, nil}, []}
+        {[], [], [], [], {0, nil}, []},
+        phys
       )
 
     %{
@@ -95,13 +109,14 @@ defmodule Overworld.Zone.Pass do
 
   # The cursors `above`, `same` and `below` sweep the view for the 3x3 block of each cell.
   # `out` holds the new cells (descending), our border cells, and with a wire the cells' ops.
-  defp cells([{k, _} | _], _above, _same, _below, {stop, _, _}, _env, _plain?, out, acc)
+  defp cells([{k, _} | _], _above, _same, _below, {stop, _, _}, _env, _plain?, out, acc, _phys)
        when k >= stop,
        do: done(out, acc)
 
-  defp cells([], _above, _same, _below, _bounds, _env, _plain?, out, acc), do: done(out, acc)
+  defp cells([], _above, _same, _below, _bounds, _env, _plain?, out, acc, _phys),
+    do: done(out, acc)
 
-  defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, out, acc) do
+  defp cells([{k, list} | rest], above, same, below, bounds, env, plain?, out, acc, phys) do
     {mod, %Grid{cell: cell, stride: stride} = grid, _, _, {_, _, bx1, by1}, ctx, _, _, wire,
      shadows, adopted, _, veto} = env
 
@@ -115,7 +130,7 @@ defmodule Overworld.Zone.Pass do
     x1 = if x0 + cell > bx1, do: bx1 + 1, else: x0 + cell
     y1 = if y0 + cell > by1, do: by1 + 1, else: y0 + cell
     {x0, x1, y0, y1} = band(veto, k, stride, {x0, x1, y0, y1})
-    {stays, acc} = walk(list, k, x0, x1, y0, y1, view, mod, ctx, [], acc, env, plain?)
+    {stays, acc, phys} = walk(list, k, x0, x1, y0, y1, view, mod, ctx, [], acc, env, plain?, phys)
 
     {desc, border, wired} = out
     {list, stays, acc} = adopted(wire, adopted, list, reverse(stays), acc)
@@ -123,13 +138,25 @@ defmodule Overworld.Zone.Pass do
 
     case stays do
       [] ->
-        cells(rest, above, same, below, bounds, env, plain?, {desc, border, wired}, acc)
+        cells(rest, above, same, below, bounds, env, plain?, {desc, border, wired}, acc, phys)
 
       _ ->
         pair = {k, stays}
         {_, lo, hi} = bounds
         border = if k < lo or k >= hi, do: [pair | border], else: border
-        cells(rest, above, same, below, bounds, env, plain?, {[pair | desc], border, wired}, acc)
+
+        cells(
+          rest,
+          above,
+          same,
+          below,
+          bounds,
+          env,
+          plain?,
+          {[pair | desc], border, wired},
+          acc,
+          phys
+        )
     end
   end
 
@@ -206,10 +233,10 @@ defmodule Overworld.Zone.Pass do
   # worker (the tightest loop); otherwise an entity despawned goes, one handed to a neighbour
   # zone is not computed, and a player's entity gets its input (the others, most of them, cost
   # a few more checks).
-  defp walk([], _k, _x0, _x1, _y0, _y1, _view, _mod, _ctx, stays, acc, _env, _plain?),
-    do: {stays, acc}
+  defp walk([], _k, _x0, _x1, _y0, _y1, _view, _mod, _ctx, stays, acc, _env, _plain?, phys),
+    do: {stays, acc, phys}
 
-  defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, false = plain?) do
+  defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, false = plain?, phys) do
     inputs = elem(env, 6)
     despawns = elem(env, 7)
     departed = elem(env, 11)
@@ -217,28 +244,44 @@ defmodule Overworld.Zone.Pass do
     cond do
       # (Handed to a neighbour: not ours to compute, nor to despawn.)
       is_map_key(departed, entity(e, :id)) ->
-        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
+        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, skip(phys, e))
 
       is_map_key(despawns, entity(e, :id)) ->
-        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, gone(acc, e), env, plain?)
+        acc = gone(acc, e)
+        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, skip(phys, e))
 
       true ->
-        {stays, acc} =
-          one(with_input(e, inputs), k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
-
-        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
+        e = with_input(e, inputs)
+        {stepped, phys} = stepped(e, phys)
+        {stays, acc} = one(e, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
+        walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, phys)
     end
   end
 
-  defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?) do
-    {stays, acc} = one(e, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
-    walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?)
+  defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, []) do
+    {stays, acc} = one(e, e, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
+    walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, [])
   end
 
-  defp one(e, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env) do
+  defp walk([e | rest], k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, phys) do
+    {stepped, phys} = stepped(e, phys)
+    {stays, acc} = one(e, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
+    walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, phys)
+  end
+
+  # The entity moved by the physics step, when it is the next body of the results (bodies
+  # are a subsequence of the walk); game code computes from it. A failure of game code keeps
+  # the entity as it was (before the step too).
+  defp stepped(e, [{id, x, y} | rest]) when elem(e, 1) == id, do: {entity(e, x: x, y: y), rest}
+  defp stepped(e, phys), do: {e, phys}
+
+  defp skip([{id, _, _} | rest], e) when elem(e, 1) == id, do: rest
+  defp skip(phys, _e), do: phys
+
+  defp one(e, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env) do
     id = entity(e, :id)
 
-    case call(mod, e, view, ctx) do
+    case call(mod, stepped, view, ctx) do
       {:ok, {:entity, ^id, _, x, y, _, _, _, _, _, _, _, _} = e2}
       when is_integer(x) and x >= x0 and x < x1 and is_integer(y) and y >= y0 and y < y1 ->
         {[e2 | stays], acc}

@@ -24,10 +24,22 @@ defmodule Overworld.Zone.Supervisor do
     await_leftovers(config)
     # Made here, in the supervisor's process: it survives a server restart.
     shared = Overworld.Zone.Metrics.new(config.workers, config.wire != nil)
-    config = %{config | shared: Overworld.Metrics.Zones.labelled(shared, config)}
+
+    config = %{
+      config
+      | shared: Overworld.Metrics.Zones.labelled(shared, config),
+        physics: physics(config)
+    }
+
     # The store (zones with a data directory) first: it outlives worker and server restarts.
     store = if config.data_dir, do: [Overworld.Zone.Store.child_spec(config)], else: []
-    children = store ++ [Buckets.child_spec(config), Server.child_spec(config)]
+    # The sidecar last: its restarts (it restarts its OS process itself) touch nothing else.
+    sidecar =
+      if config.physics && config.physics.mode == :sidecar,
+        do: [Overworld.Sidecar.child_spec(config.physics)],
+        else: []
+
+    children = store ++ [Buckets.child_spec(config), Server.child_spec(config)] ++ sidecar
     # Elixir 1.14's Supervisor.init/2 does not pass :auto_shutdown on; give OTP the flags.
     flags = %{
       strategy: :rest_for_one,
@@ -37,6 +49,15 @@ defmodule Overworld.Zone.Supervisor do
     }
 
     {:ok, {flags, children}}
+  end
+
+  # The physics' state, made here (it survives a server restart): the sidecar's counters and
+  # generation, the path of its socket (short: a Unix socket's path has at most 107 bytes).
+  defp physics(%Config{physics: nil}), do: nil
+
+  defp physics(%Config{physics: p, id: id}) do
+    name = "ow-sidecar-#{System.pid()}-#{System.unique_integer([:positive])}.sock"
+    %{p | zone: id, ref: Overworld.Sidecar.new_ref(), socket: Path.join(System.tmp_dir!(), name)}
   end
 
   # A zone supervisor killed leaves its children to stop by themselves: they trap exits, and

@@ -11,6 +11,17 @@ defmodule Overworld.Zone.Bucket.World do
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.World.Place
 
+  @doc false
+  # The entities we handed away at the end of our last tick that come straight back with this
+  # one (`world`): their old copies leave our cells as the tick starts (world_in/2).
+  @spec back(map, nil | tuple) :: map
+  def back(%{place: nil}, _world), do: %{}
+  def back(_st, nil), do: %{}
+
+  def back(st, {_shadows, adopt, _marks}) do
+    for e <- adopt, is_map_key(st.departed, entity(e, :id)), into: %{}, do: {entity(e, :id), true}
+  end
+
   # At the start of a tick: the entities a neighbour handed to us (`adopt`, computed by us
   # from this tick on) join our cells, and the neighbours' shadows of their last tick join the
   # view (read-only, with those we handed away at the end of ours). Answers the Pass's world.
@@ -27,11 +38,7 @@ defmodule Overworld.Zone.Bucket.World do
 
     # (An entity we handed away at the end of our last tick that comes straight back: its old
     # copy goes first.)
-    back =
-      for e <- adopt,
-          is_map_key(st.departed, entity(e, :id)),
-          into: %{},
-          do: {entity(e, :id), true}
+    back = back(st, {shadows, adopt, marks})
 
     {own, view} =
       if map_size(back) == 0,

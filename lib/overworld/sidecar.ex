@@ -1,0 +1,257 @@
+defmodule Overworld.Sidecar do
+  @moduledoc """
+  The sidecar of a zone with `physics: :sidecar` (docs/sidecar.md): the `overworld-sidecar`
+  executable, a separate OS process (a crash in native code never takes the node down), started
+  as a port by this process, which the zone's supervisor runs beside the zone's workers.
+
+  It starts the executable (`serve --socket PATH --stripes N`), waits for its ready line (the
+  protocol version: another version is refused and logged), then publishes a new
+  **generation** in the zone's physics state; the zone server reads it at every tick, and the
+  bucket workers connect to that generation's socket and send it their bodies. When the
+  sidecar exits (killed, crashed) or a worker reports a failed answer (late, garbled, wrong
+  tick), the generation goes back to 0 (the workers compute with the Elixir fallback), the
+  process is killed if it still runs, and a new one is started after `restart_ms` (doubling
+  while it keeps failing within a second of its start, up to 5 s). Each switch is logged and
+  counted (`counters/1`).
+
+  The executable: the option `sidecar: [executable: path]`, else the one built with the
+  framework (`executable/0`). The sidecar exits when its standard input closes, so it never
+  outlives the node.
+  """
+
+  use GenServer
+  require Logger
+
+  alias Overworld.Zone.Physics
+
+  @protocol 1
+  @max_backoff 5_000
+
+  @doc "The sidecar executable built with the framework (`make deps-rust`, or `mix compile`)."
+  @spec executable() :: Path.t()
+  def executable do
+    priv = Application.app_dir(:overworld, "priv/native/overworld-sidecar")
+
+    if File.exists?(priv),
+      do: priv,
+      else: Path.expand("../../sidecar/target/release/overworld-sidecar", __DIR__)
+  end
+
+  @doc false
+  # Atomics of a zone's sidecar state: 1 generation ready (0: none), 2 starts, 3 exits,
+  # 4 failures reported by workers, 5 ticks computed by the fallback, 6 ticks by the sidecar.
+  @spec new_ref() :: :atomics.atomics_ref()
+  def new_ref, do: :atomics.new(6, signed: false)
+
+  @doc "The generation of the sidecar ready to answer (0: none)."
+  @spec generation(Physics.t() | nil) :: non_neg_integer
+  def generation(%Physics{mode: :sidecar, ref: ref}) when ref != nil, do: :atomics.get(ref, 1)
+  def generation(_), do: 0
+
+  @doc """
+  The sidecar's counters: `starts`, `exits` (the process ended: killed, crashed, or stopped by
+  us after a failure), `failures` (answers the workers could not use), and the ticks whose
+  physics the `fallback` (Elixir) and the `sidecar` computed (counted per worker).
+  """
+  @spec counters(Physics.t()) :: %{atom => non_neg_integer}
+  def counters(%Physics{ref: ref}) do
+    %{
+      generation: :atomics.get(ref, 1),
+      starts: :atomics.get(ref, 2),
+      exits: :atomics.get(ref, 3),
+      failures: :atomics.get(ref, 4),
+      fallback: :atomics.get(ref, 5),
+      sidecar: :atomics.get(ref, 6)
+    }
+  end
+
+  @doc false
+  # A worker's answer for a tick was unusable (`reason`): the sidecar of `generation` goes.
+  @spec failed(Physics.t(), non_neg_integer, term) :: :ok
+  def failed(%Physics{ref: ref} = p, generation, reason) do
+    :atomics.add(ref, 4, 1)
+
+    if :atomics.compare_exchange(ref, 1, generation, 0) == :ok do
+      case Overworld.Names.whereis(Overworld.Names.sidecar(p.zone)) do
+        nil -> :ok
+        pid -> send(pid, {:failed, generation, reason})
+      end
+    end
+
+    :ok
+  end
+
+  @doc false
+  @spec count(Physics.t(), :fallback | :sidecar) :: :ok
+  def count(%Physics{ref: ref}, :fallback), do: :atomics.add(ref, 5, 1)
+  def count(%Physics{ref: ref}, :sidecar), do: :atomics.add(ref, 6, 1)
+
+  @spec start_link(Physics.t()) :: GenServer.on_start()
+  def start_link(%Physics{} = physics) do
+    GenServer.start_link(__MODULE__, physics,
+      name: Overworld.Names.via(Overworld.Names.sidecar(physics.zone))
+    )
+  end
+
+  @spec child_spec(Physics.t()) :: Supervisor.child_spec()
+  def child_spec(physics),
+    do: %{id: __MODULE__, start: {__MODULE__, :start_link, [physics]}, shutdown: 2_000}
+
+  @impl true
+  def init(physics) do
+    Process.flag(:trap_exit, true)
+    Logger.metadata(zone: inspect(physics.zone))
+
+    st = %{
+      physics: physics,
+      port: nil,
+      os_pid: nil,
+      buffer: "",
+      started_at: nil,
+      generation: 0,
+      backoff: physics.sidecar.restart_ms,
+      timer: nil
+    }
+
+    {:ok, start(st)}
+  end
+
+  @impl true
+  def handle_info({port, {:data, data}}, %{port: port} = st), do: {:noreply, ready(st, data)}
+
+  def handle_info({port, {:exit_status, status}}, %{port: port} = st) do
+    {:noreply, gone(st, "exited with status #{status}")}
+  end
+
+  def handle_info({:EXIT, port, reason}, %{port: port} = st),
+    do: {:noreply, gone(st, "port closed: #{inspect(reason)}")}
+
+  def handle_info({:EXIT, _other, _reason}, st), do: {:noreply, st}
+
+  def handle_info({:failed, generation, reason}, %{generation: generation, port: port} = st)
+      when port != nil do
+    Logger.warning(
+      "sidecar generation #{generation}: a worker could not use its answer " <>
+        "(#{inspect(reason)}); the Elixir fallback computes the physics until a new one answers"
+    )
+
+    kill(st)
+    {:noreply, gone(st, "stopped after a failed answer")}
+  end
+
+  def handle_info({:failed, _generation, _reason}, st), do: {:noreply, st}
+  def handle_info(:start, st), do: {:noreply, start(%{st | timer: nil})}
+  def handle_info(_other, st), do: {:noreply, st}
+
+  @impl true
+  def terminate(_reason, st) do
+    :atomics.put(st.physics.ref, 1, 0)
+    kill(st)
+    File.rm(st.physics.socket)
+    :ok
+  end
+
+  defp start(%{physics: p} = st) do
+    exe = p.sidecar.executable || executable()
+
+    args =
+      ["serve", "--socket", p.socket, "--stripes", Integer.to_string(p.stripes)] ++
+        if(p.sidecar.threads, do: ["--threads", Integer.to_string(p.sidecar.threads)], else: []) ++
+        if(p.sidecar.fault, do: ["--fault", p.sidecar.fault], else: [])
+
+    if File.exists?(exe) do
+      port = Port.open({:spawn_executable, exe}, [:binary, :exit_status, :use_stdio, args: args])
+
+      {:os_pid, os_pid} = Port.info(port, :os_pid)
+      :atomics.add(p.ref, 2, 1)
+
+      %{
+        st
+        | port: port,
+          os_pid: os_pid,
+          buffer: "",
+          started_at: System.monotonic_time(:millisecond)
+      }
+    else
+      Logger.error(
+        "the sidecar executable #{exe} does not exist (build it: make deps-rust, or " <>
+          "sidecar/cargo.sh build --release); the zone's physics runs in Elixir"
+      )
+
+      retry(st)
+    end
+  end
+
+  # The ready line: `overworld-sidecar ready 1`.
+  defp ready(%{generation: 0} = st, data) do
+    buffer = st.buffer <> data
+
+    case String.split(buffer, "\n", parts: 2) do
+      ["overworld-sidecar ready " <> version, _] ->
+        if version == Integer.to_string(@protocol) do
+          generation = :atomics.get(st.physics.ref, 2)
+          :atomics.put(st.physics.ref, 1, generation)
+          Logger.info("sidecar generation #{generation} ready (OS process #{st.os_pid})")
+          %{st | generation: generation, buffer: ""}
+        else
+          Logger.error(
+            "the sidecar speaks protocol #{inspect(version)}, the zone #{@protocol}: not used"
+          )
+
+          kill(st)
+          st
+        end
+
+      [_partial] when byte_size(buffer) < 256 ->
+        %{st | buffer: buffer}
+
+      _ ->
+        Logger.error("the sidecar did not say it was ready: #{inspect(buffer)}")
+        kill(st)
+        st
+    end
+  end
+
+  # Anything the sidecar writes later is ignored.
+  defp ready(st, _data), do: st
+
+  defp gone(st, why) do
+    :atomics.put(st.physics.ref, 1, 0)
+    :atomics.add(st.physics.ref, 3, 1)
+
+    Logger.warning(
+      "sidecar generation #{st.generation} (OS process #{st.os_pid}) #{why}; the Elixir " <>
+        "fallback computes the physics until a new one answers"
+    )
+
+    if st.port do
+      try do
+        Port.close(st.port)
+      rescue
+        ArgumentError -> :ok
+      end
+    end
+
+    retry(%{st | port: nil, os_pid: nil, generation: 0})
+  end
+
+  # A sidecar that fails soon after it started waits longer before the next start.
+  defp retry(st) do
+    quick? = st.started_at != nil and System.monotonic_time(:millisecond) - st.started_at < 1_000
+
+    backoff =
+      if quick?,
+        do: min(st.backoff * 2, @max_backoff),
+        else: st.physics.sidecar.restart_ms
+
+    if st.timer, do: Process.cancel_timer(st.timer)
+    %{st | backoff: backoff, timer: Process.send_after(self(), :start, backoff)}
+  end
+
+  defp kill(%{os_pid: nil}), do: :ok
+
+  defp kill(%{os_pid: os_pid}) do
+    System.cmd("kill", ["-KILL", Integer.to_string(os_pid)], stderr_to_stdout: true)
+    :ok
+  end
+end
