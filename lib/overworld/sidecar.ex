@@ -11,7 +11,7 @@ defmodule Overworld.Sidecar do
   sidecar exits (killed, crashed) or a worker reports a failed answer (late, garbled, wrong
   tick), the generation goes back to 0 (the workers compute with the Elixir fallback), the
   process is killed if it still runs, and a new one is started after `restart_ms` (doubling
-  while it keeps failing within a second of its start, up to 5 s). Each switch is logged and
+  while new ones keep failing before they are ready, up to 5 s). Each switch is logged and
   counted (`counters/1`).
 
   The executable: the option `sidecar: [executable: path]`, else the one built with the
@@ -39,9 +39,11 @@ defmodule Overworld.Sidecar do
 
   @doc false
   # Atomics of a zone's sidecar state: 1 generation ready (0: none), 2 starts, 3 exits,
-  # 4 failures reported by workers, 5 ticks computed by the fallback, 6 ticks by the sidecar.
+  # 4 failures reported by workers, 5 ticks computed by the fallback, 6 ticks by the sidecar;
+  # the last failure: 7 when a worker saw it, 8 since when it had been waiting for the
+  # answer (monotonic µs).
   @spec new_ref() :: :atomics.atomics_ref()
-  def new_ref, do: :atomics.new(6, signed: false)
+  def new_ref, do: :atomics.new(8, signed: true)
 
   @doc "The generation of the sidecar ready to answer (0: none)."
   @spec generation(Physics.t() | nil) :: non_neg_integer
@@ -66,9 +68,13 @@ defmodule Overworld.Sidecar do
   end
 
   @doc false
-  # A worker's answer for a tick was unusable (`reason`): the sidecar of `generation` goes.
-  @spec failed(Physics.t(), non_neg_integer, term) :: :ok
-  def failed(%Physics{ref: ref} = p, generation, reason) do
+  # A worker's answer for a tick was unusable (`reason`; it had been waiting since `waiting`,
+  # monotonic µs): the sidecar of `generation` goes.
+  @spec failed(Physics.t(), non_neg_integer, term, integer | nil) :: :ok
+  def failed(%Physics{ref: ref} = p, generation, reason, waiting \\ nil) do
+    now = System.monotonic_time(:microsecond)
+    :atomics.put(ref, 7, now)
+    :atomics.put(ref, 8, waiting || now)
     :atomics.add(ref, 4, 1)
 
     if :atomics.compare_exchange(ref, 1, generation, 0) == :ok do
@@ -107,7 +113,6 @@ defmodule Overworld.Sidecar do
       port: nil,
       os_pid: nil,
       buffer: "",
-      started_at: nil,
       generation: 0,
       backoff: physics.sidecar.restart_ms,
       timer: nil
@@ -169,8 +174,7 @@ defmodule Overworld.Sidecar do
         st
         | port: port,
           os_pid: os_pid,
-          buffer: "",
-          started_at: System.monotonic_time(:millisecond)
+          buffer: ""
       }
     else
       Logger.error(
@@ -232,17 +236,16 @@ defmodule Overworld.Sidecar do
       end
     end
 
-    retry(%{st | port: nil, os_pid: nil, generation: 0})
+    retry(%{st | port: nil, os_pid: nil, generation: 0}, st.generation > 0)
   end
 
-  # A sidecar that fails soon after it started waits longer before the next start.
-  defp retry(st) do
-    quick? = st.started_at != nil and System.monotonic_time(:millisecond) - st.started_at < 1_000
-
+  # A sidecar that failed before it was ready (or could not start) makes the next start wait
+  # longer; one that answered restarts after `restart_ms`.
+  defp retry(st, was_ready? \\ false) do
     backoff =
-      if quick?,
-        do: min(st.backoff * 2, @max_backoff),
-        else: st.physics.sidecar.restart_ms
+      if was_ready?,
+        do: st.physics.sidecar.restart_ms,
+        else: min(st.backoff * 2, @max_backoff)
 
     if st.timer, do: Process.cancel_timer(st.timer)
     %{st | backoff: backoff, timer: Process.send_after(self(), :start, backoff)}

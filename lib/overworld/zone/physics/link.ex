@@ -31,12 +31,14 @@ defmodule Overworld.Zone.Physics.Link do
   def request(link, _p, _stripe, 0, _tick, _bodies), do: close(link)
 
   def request(link, p, stripe, generation, tick, bodies) do
+    sending = System.monotonic_time(:microsecond)
+
     with {:ok, link} <- connect(link, p, stripe, generation),
          :ok <- :gen_tcp.send(link.socket, Physics.request(tick, bodies, length(bodies))) do
       %{link | pending: {tick, bodies}}
     else
       {:error, reason} ->
-        Sidecar.failed(p, generation, {:send, reason})
+        Sidecar.failed(p, generation, {:send, reason}, sending)
         close(link)
     end
   end
@@ -48,16 +50,17 @@ defmodule Overworld.Zone.Physics.Link do
   @spec await(t, Physics.t(), non_neg_integer) ::
           {{:ok, [Physics.result()]} | :none | {:error, term}, t}
   def await(%{pending: {tick, bodies}, socket: socket} = link, p, tick) when socket != nil do
-    deadline = System.monotonic_time(:millisecond) + p.sidecar.deadline_ms
+    waiting = System.monotonic_time(:microsecond)
+    deadline = div(waiting, 1000) + p.sidecar.deadline_ms
 
     case receive_answer(socket, tick, length(bodies), deadline) do
       {:ok, results} = ok ->
         if Physics.same_ids?(results, bodies),
           do: {ok, %{link | pending: nil}},
-          else: fail(link, p, :wrong_ids)
+          else: fail(link, p, :wrong_ids, waiting)
 
       {:error, reason} ->
-        fail(link, p, reason)
+        fail(link, p, reason, waiting)
     end
   end
 
@@ -82,8 +85,8 @@ defmodule Overworld.Zone.Physics.Link do
     end
   end
 
-  defp fail(link, p, reason) do
-    Sidecar.failed(p, link.generation, reason)
+  defp fail(link, p, reason, waiting) do
+    Sidecar.failed(p, link.generation, reason, waiting)
     {{:error, reason}, close(link)}
   end
 

@@ -1,0 +1,98 @@
+defmodule Mix.Tasks.Overworld.Bench.Sidecar do
+  @shortdoc "The zone's physics per tick: Elixir against the sidecar; a zone through SIGKILLs"
+  @moduledoc """
+  Measures the physics of zones (docs/sidecar.md, docs/benchmarks.md "The sidecar"):
+
+  1. **The crossover**: for each of `--bodies` (a comma-separated list), a scene of wandering
+     bodies among walls and pillars, split in two stripes as a zone of two workers splits it,
+     stepped `--ticks` times by two processes in parallel, by the Elixir fallback and by the
+     sidecar over sockets. For the sidecar, each worker's marshalling is timed apart: `in`
+     (the entities turned into body records and sent), `out` (the answer decoded, checked and
+     merged into the entities), and `wait` (the sidecar's compute and the transfer). Per
+     tick: the slower worker's time, and the CPU time of the node and of the sidecar.
+  2. **Kills** (`--kills K`, 0 to skip): a zone of `--kill-bodies` bodies with
+     `physics: :sidecar` ticking at 30 Hz while its sidecar gets SIGKILL K times, 0.3 to 0.9 s
+     apart: the zone's tick p50/p99/max, overruns, entities before and after, the ticks the
+     fallback computed, and each kill's detection time (from the kill, or from when a worker
+     started waiting for the answer if later, to the worker's failure).
+
+      mix overworld.bench.sidecar [--bodies 500,2000,5000,10000,50000] [--ticks 200]
+                                  [--kills 100] [--kill-bodies 10000] [--threads N]
+                                  [--json PATH]
+
+  Targets (issue 17): the sidecar faster than the Elixir fallback from 2,000 bodies up; the
+  zone's tick p99 ≤ 33 ms through 100 kills with 10,000 bodies, no entity lost.
+  """
+  use Mix.Task
+
+  alias Overworld.Bench.{Args, Stats}
+
+  @switches [
+    bodies: :string,
+    ticks: :integer,
+    kills: :integer,
+    kill_bodies: :integer,
+    threads: :integer,
+    json: :string
+  ]
+
+  @impl true
+  def run(argv) do
+    opts = Args.parse!(argv, @switches, "overworld.bench.sidecar")
+    o = Args.positive!(opts, ticks: 200, kill_bodies: 10_000)
+    kills = Keyword.get(opts, :kills, 100)
+    Args.at_least!([kills: kills], [:kills], 0)
+
+    sizes =
+      opts
+      |> Keyword.get(:bodies, "500,2000,5000,10000,50000")
+      |> String.split(",", trim: true)
+      |> Enum.map(fn s ->
+        case Integer.parse(String.trim(s)) do
+          {n, ""} when n > 0 -> n
+          _ -> Mix.raise("--bodies: expected positive integers separated by commas, got #{s}")
+        end
+      end)
+
+    Stats.start_node()
+    machine = Stats.machine()
+    info = &Mix.shell().info/1
+    info.("Sidecar benchmark\n" <> Stats.machine_line(machine))
+
+    exe = Overworld.Sidecar.executable()
+
+    unless File.exists?(exe),
+      do: Mix.raise("no sidecar at #{exe}: build it with `make deps-rust`")
+
+    threads = if opts[:threads], do: [threads: opts[:threads]], else: []
+    info.("1. The crossover (#{o.ticks} ticks each, two workers)")
+    crossover = Overworld.Bench.Sidecar.crossover(sizes, [ticks: o.ticks, print: info] ++ threads)
+
+    killed =
+      if kills > 0 do
+        info.("2. #{kills} SIGKILLs of the sidecar of a zone of #{o.kill_bodies} bodies")
+
+        k =
+          Overworld.Bench.Sidecar.kills(
+            [bodies: o.kill_bodies, kills: kills, print: info] ++ threads
+          )
+
+        info.(
+          "tick p50 #{k.tick_p50_ms} ms, p99 #{k.tick_p99_ms} ms, max #{k.tick_max_ms} ms " <>
+            "(#{k.ticks} ticks), #{k.overruns} overruns; entities #{k.entities_before} → " <>
+            "#{k.entities_after}; fallback ticks #{k.fallback_ticks}, sidecar ticks " <>
+            "#{k.sidecar_ticks}; starts #{k.starts}; detection p50 #{k.detection_ms.p50} ms, " <>
+            "p99 #{k.detection_ms.p99} ms, max #{k.detection_ms.max} ms (#{k.detection_ms.samples} " <>
+            "kills seen, #{k.undetected} not seen by a worker)"
+        )
+
+        k
+      end
+
+    Stats.write_result(
+      opts[:json],
+      %{crossover: crossover, kills: killed, sidecar: exe, date: Date.to_iso8601(Date.utc_today())},
+      machine
+    )
+  end
+end

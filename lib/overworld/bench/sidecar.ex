@@ -1,0 +1,398 @@
+defmodule Overworld.Bench.Sidecar do
+  @moduledoc false
+  # `mix overworld.bench.sidecar`: what the zone's physics costs per tick, computed by the
+  # Elixir fallback and by the sidecar, and a zone that keeps its ticks while its sidecar is
+  # killed again and again.
+  #
+  # 1. The crossover (`crossover/2`): for each number of bodies, a scene of wandering bodies
+  #    among walls, split in two stripes as a zone of two workers splits it, stepped `ticks`
+  #    times by two worker processes in parallel:
+  #    * Elixir: each worker's `Overworld.Zone.Physics.step/3` of its stripe and its halo;
+  #    * sidecar over sockets: each worker turns its entities into body records and sends
+  #      them (`in`), waits for the answer (`wait`: the sidecar's compute and the transfer),
+  #      decodes and checks it and moves its entities (`out`), as the bucket workers do.
+  #    Per tick: the slower worker's time (they run in parallel), and the CPU both processes
+  #    used (the node's and the sidecar's, from /proc).
+  # 2. Kills (`kills/1`): a zone of `bodies` bodies with `physics: :sidecar` at 30 Hz while
+  #    its sidecar gets SIGKILL `kills` times at random moments; its tick durations, entities
+  #    before and after, the fallback's ticks, and the detection time of each kill (from the
+  #    kill, or from when a worker started waiting if later, to the worker's failure).
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 1, entity: 2]
+
+  alias Overworld.Bench.{Stats, Ticks}
+  alias Overworld.Metrics.CPU
+  alias Overworld.Zone.Physics
+
+  # Bodies wander among the walls of a grid of rooms: they pick a new velocity every 20 ticks.
+  defmodule Zone do
+    @moduledoc false
+    use Overworld.Zone
+
+    @impl true
+    def init(bodies), do: {:ok, %{}, [{:spawn, bodies}]}
+
+    @impl true
+    def handle_entity(entity(rng: rng) = e, _view, ctx) do
+      if rem(ctx.tick + entity(e, :id), 20) == 0 do
+        {a, rng} = Overworld.Random.uniform(rng, 4_096)
+        {b, rng} = Overworld.Random.uniform(rng, 4_096)
+        {:ok, entity(e, vx: a - 2_048, vy: b - 2_048, rng: rng)}
+      else
+        {:ok, e}
+      end
+    end
+  end
+
+  @doc false
+  # The world of `n` bodies: a side giving each about 16 m² (metres), rooms of 40 m with walls
+  # and pillars, the bodies (entity specs) spread at random.
+  @spec scene(pos_integer, integer) :: {pos_integer, keyword, [keyword]}
+  def scene(n, seed) do
+    side = max(80, 40 * ceil(:math.sqrt(n * 16) / 40))
+    rooms = div(side, 40)
+
+    walls =
+      for i <- 1..(rooms - 1)//1, j <- 0..(rooms - 1) do
+        # A wall between rooms with a 6 m door in its middle, both ways.
+        [
+          {i * 40, j * 40, i * 40 + 1, j * 40 + 17},
+          {i * 40, j * 40 + 23, i * 40 + 1, j * 40 + 40},
+          {j * 40, i * 40, j * 40 + 17, i * 40 + 1},
+          {j * 40 + 23, i * 40, j * 40 + 40, i * 40 + 1}
+        ]
+      end
+      |> List.flatten()
+
+    pillars = for i <- 0..(rooms - 1), j <- 0..(rooms - 1), do: {i * 40 + 20, j * 40 + 20, 2}
+    :rand.seed(:exsss, seed)
+    unit = Overworld.Entity.unit()
+
+    bodies =
+      for _ <- 1..n do
+        [
+          kind: :body,
+          x: :rand.uniform(side * unit - 2 * unit) + unit,
+          y: :rand.uniform(side * unit - 2 * unit) + unit,
+          vx: :rand.uniform(4_096) - 2_048,
+          vy: :rand.uniform(4_096) - 2_048
+        ]
+      end
+
+    {side, [boxes: walls, circles: pillars], bodies}
+  end
+
+  ## 1. The crossover
+
+  @doc false
+  @spec crossover([pos_integer], keyword) :: [map]
+  def crossover(sizes, opts) do
+    ticks = Keyword.fetch!(opts, :ticks)
+    print = Keyword.get(opts, :print, fn _ -> :ok end)
+
+    for n <- sizes do
+      {p, stripes} = setup(n)
+      elixir = elixir_ticks(p, stripes, ticks)
+      socket = sidecar_ticks(p, stripes, ticks, opts)
+      row = %{bodies: n, ticks: ticks, elixir: elixir, socket: socket}
+      print.(line(row))
+      row
+    end
+  end
+
+  defp line(%{bodies: n, elixir: e, socket: s}) do
+    ratio = if s.tick_ms.p50 > 0, do: Float.round(e.tick_ms.p50 / s.tick_ms.p50, 2)
+
+    "#{n} bodies: Elixir #{ms(e.tick_ms.p50)} ms/tick (p99 #{ms(e.tick_ms.p99)}, " <>
+      "CPU #{ms(e.cpu_ms)} ms); sidecar over sockets #{ms(s.tick_ms.p50)} ms/tick " <>
+      "(p99 #{ms(s.tick_ms.p99)}): marshalling in #{ms(s.in_ms.p50)} + out " <>
+      "#{ms(s.out_ms.p50)} ms, waiting #{ms(s.wait_ms.p50)} ms; CPU node #{ms(s.cpu_node_ms)} " <>
+      "+ sidecar #{ms(s.cpu_sidecar_ms)} ms; Elixir/sidecar #{ratio}× (p50s of #{s.ticks} ticks)"
+  end
+
+  defp ms(nil), do: "-"
+  defp ms(v), do: :erlang.float_to_binary(v / 1, decimals: 2)
+
+  # A zone's physics for the scene, and its two stripes: each a worker's cells (entities by
+  # grid cell, in key order) and the halo of its stripe (the row beyond its border).
+  defp setup(n) do
+    {side, walls, specs} = scene(n, n)
+
+    config =
+      Overworld.Zone.Config.new!(Zone,
+        id: {:bench_sidecar, n},
+        size: {side, side},
+        workers: 2,
+        physics: :elixir,
+        map: walls
+      )
+
+    grid = config.grid
+
+    entities =
+      specs
+      |> Enum.with_index(1)
+      |> Enum.map(fn {spec, id} ->
+        entity(id: id, kind: :body, x: spec[:x], y: spec[:y], vx: spec[:vx], vy: spec[:vy])
+      end)
+
+    pairs = Overworld.Spatial.Sweep.from_entities(grid, entities)
+
+    stripes =
+      for {r0, r1} <- Tuple.to_list(config.stripes) do
+        own = Enum.filter(pairs, fn {k, _} -> div(k, grid.stride) - 1 in r0..(r1 - 1)//1 end)
+
+        halo =
+          Enum.filter(pairs, fn {k, _} -> (div(k, grid.stride) - 1) in [r0 - 1, r1] end)
+
+        {own, halo}
+      end
+
+    {%{config.physics | stripes: 2}, stripes}
+  end
+
+  defp elixir_ticks(p, stripes, ticks) do
+    cpu0 = CPU.os_seconds()
+
+    samples =
+      for _ <- 1..ticks do
+        stripes
+        |> Enum.map(fn {own, halo} ->
+          Task.async(fn ->
+            {t, _} =
+              :timer.tc(fn ->
+                Physics.step(Physics.bodies(own, p), Physics.bodies(halo, p), p)
+              end)
+
+            t / 1000
+          end)
+        end)
+        |> Task.await_many(60_000)
+        |> Enum.max()
+      end
+
+    cpu = (CPU.os_seconds() - cpu0) * 1000 / ticks
+    %{tick_ms: summary(samples), cpu_ms: cpu}
+  end
+
+  defp sidecar_ticks(p, stripes, ticks, opts) do
+    socket = Path.join(System.tmp_dir!(), "ow-bench-#{System.unique_integer([:positive])}.sock")
+    exe = Keyword.get(opts, :executable) || Overworld.Sidecar.executable()
+
+    args =
+      ["serve", "--socket", socket, "--stripes", "2"] ++
+        if(opts[:threads], do: ["--threads", Integer.to_string(opts[:threads])], else: [])
+
+    port = Port.open({:spawn_executable, exe}, [:binary, :exit_status, args: args])
+    {:os_pid, os_pid} = Port.info(port, :os_pid)
+
+    receive do
+      {^port, {:data, "overworld-sidecar ready 1\n"}} -> :ok
+    after
+      10_000 -> raise "the sidecar #{exe} did not start"
+    end
+
+    p = %{p | socket: socket, mode: :sidecar, transport: :socket}
+
+    try do
+      links =
+        for {_, s} <- Enum.with_index(stripes) do
+          {:ok, link} = connect(p, s)
+          link
+        end
+
+      cpu0 = {CPU.os_seconds(), CPU.os_seconds(os_pid)}
+
+      samples =
+        for t <- 1..ticks do
+          stripes
+          |> Enum.zip(links)
+          |> Enum.map(fn {{own, _halo}, sock} -> Task.async(fn -> round_trip(p, own, sock, t) end) end)
+          |> Task.await_many(60_000)
+        end
+
+      {n1, s1} = {CPU.os_seconds(), CPU.os_seconds(os_pid)}
+      {n0, s0} = cpu0
+
+      %{
+        ticks: ticks,
+        tick_ms: summary(for(ws <- samples, do: ws |> Enum.map(&total/1) |> Enum.max())),
+        in_ms: summary(for(ws <- samples, do: ws |> Enum.map(&elem(&1, 0)) |> Enum.max())),
+        wait_ms: summary(for(ws <- samples, do: ws |> Enum.map(&elem(&1, 1)) |> Enum.max())),
+        out_ms: summary(for(ws <- samples, do: ws |> Enum.map(&elem(&1, 2)) |> Enum.max())),
+        marshal_cpu_ms:
+          summary(for(ws <- samples, do: ws |> Enum.map(&(elem(&1, 0) + elem(&1, 2))) |> Enum.sum())),
+        cpu_node_ms: (n1 - n0) * 1000 / ticks,
+        cpu_sidecar_ms: (s1 - s0) * 1000 / ticks
+      }
+    after
+      Port.close(port)
+      File.rm(socket)
+    end
+  end
+
+  defp total({a, b, c}), do: a + b + c
+
+  defp connect(p, stripe) do
+    {:ok, sock} =
+      :gen_tcp.connect({:local, p.socket}, 0, [:binary, :local, active: false, packet: 4], 1_000)
+
+    :ok = :gen_tcp.send(sock, Physics.hello(p, stripe, 0))
+    {:ok, <<"OWSA", 1::little-64>>} = :gen_tcp.recv(sock, 0, 1_000)
+    {:ok, sock}
+  end
+
+  # One worker's tick over the socket: in (bodies and records, sent), wait, out (decoded,
+  # checked, merged into the entities), in microseconds.
+  defp round_trip(p, own, sock, tick) do
+    t0 = System.monotonic_time(:microsecond)
+    bodies = Physics.bodies(own, p)
+    n = length(bodies)
+    :ok = :gen_tcp.send(sock, Physics.request(tick, bodies, n))
+    t1 = System.monotonic_time(:microsecond)
+    {:ok, frame} = :gen_tcp.recv(sock, 0, 60_000)
+    t2 = System.monotonic_time(:microsecond)
+    {:ok, results} = Physics.answer(frame, tick, n)
+    true = Physics.same_ids?(results, bodies)
+    _ = merge(own, results)
+    t3 = System.monotonic_time(:microsecond)
+    {(t1 - t0) / 1000, (t2 - t1) / 1000, (t3 - t2) / 1000}
+  end
+
+  # The entities moved to their results (as the pass does, entity by entity in order).
+  defp merge(pairs, results) do
+    {merged, []} =
+      Enum.map_reduce(pairs, results, fn {k, list}, rs ->
+        {list, rs} =
+          Enum.map_reduce(list, rs, fn e, [{id, x, y} | rest] when elem(e, 1) == id ->
+            {entity(e, x: x, y: y), rest}
+          end)
+
+        {{k, list}, rs}
+      end)
+
+    merged
+  end
+
+  defp summary(samples) do
+    s = Stats.summary(samples)
+    %{p50: s.p50, p99: s.p99, max: s.max, samples: s.count}
+  end
+
+  ## 2. Kills
+
+  @doc false
+  @spec kills(keyword) :: map
+  def kills(opts) do
+    n = Keyword.fetch!(opts, :bodies)
+    kills = Keyword.fetch!(opts, :kills)
+    print = Keyword.get(opts, :print, fn _ -> :ok end)
+    {side, walls, specs} = scene(n, 7)
+    id = {:bench_sidecar_kills, System.unique_integer([:positive])}
+
+    {:ok, _} =
+      Overworld.start_zone(Zone,
+        id: id,
+        args: specs,
+        size: {side, side},
+        physics: :sidecar,
+        map: walls,
+        history: 0,
+        sidecar: Keyword.take(opts, [:executable, :threads])
+      )
+
+    p = Overworld.Zone.config(id).physics
+
+    try do
+      await_generation(p, 10_000)
+      Process.sleep(Keyword.get(opts, :warmup, 2) * 1000)
+      before = Overworld.Zone.count(id)
+      c0 = Overworld.Sidecar.counters(p)
+
+      {detections, ticks} =
+        Ticks.during([id], fn ->
+          for k <- 1..kills do
+            # A random moment of the tick cycle (kills 0.3 to 0.9 s apart: each sidecar
+            # answers a few ticks before the next kill).
+            Process.sleep(300 + :rand.uniform(600))
+            await_generation(p, 5_000)
+            os_pid = sidecar_os_pid(id)
+            failures = :atomics.get(p.ref, 4)
+            t_kill = System.monotonic_time(:microsecond)
+            System.cmd("kill", ["-KILL", Integer.to_string(os_pid)])
+            if rem(k, 10) == 0, do: print.("#{k} kills")
+
+            # From the kill, or from when the worker started waiting if that was later (a
+            # kill between ticks is seen when the next tick starts: nothing waits before).
+            case await_failure(p, failures, 2_000) do
+              {seen, waiting} -> seen - max(t_kill, waiting)
+              nil -> nil
+            end
+          end
+        end)
+
+      after_ = Overworld.Zone.count(id)
+      c1 = Overworld.Sidecar.counters(p)
+      t = ticks[id]
+      found = Enum.reject(detections, &is_nil/1)
+
+      %{
+        bodies: n,
+        kills: kills,
+        entities_before: before,
+        entities_after: after_,
+        ticks: t.ticks,
+        tick_p50_ms: t.p50_us && t.p50_us / 1000,
+        tick_p99_ms: t.p99_us && t.p99_us / 1000,
+        tick_max_ms: t.max_us && t.max_us / 1000,
+        overruns: t.overruns,
+        fallback_ticks: c1.fallback - c0.fallback,
+        sidecar_ticks: c1.sidecar - c0.sidecar,
+        starts: c1.starts - c0.starts,
+        exits: c1.exits - c0.exits,
+        failures: c1.failures - c0.failures,
+        detection_ms: summary(Enum.map(found, &(&1 / 1000))),
+        undetected: length(detections) - length(found)
+      }
+    after
+      Overworld.stop_zone(id)
+    end
+  end
+
+  defp await_generation(p, wait) do
+    deadline = System.monotonic_time(:millisecond) + wait
+
+    Stream.repeatedly(fn -> Overworld.Sidecar.generation(p) end)
+    |> Enum.find(fn g ->
+      g > 0 or System.monotonic_time(:millisecond) > deadline or (Process.sleep(2) && false)
+    end)
+  end
+
+  # After a kill: when the failing worker saw it and when it had started waiting for its
+  # answer (µs), or nil.
+  defp await_failure(p, failures, wait) do
+    deadline = System.monotonic_time(:millisecond) + wait
+
+    Enum.find_value(Stream.repeatedly(fn -> :ok end), fn _ ->
+      cond do
+        :atomics.get(p.ref, 4) > failures -> {:atomics.get(p.ref, 7), :atomics.get(p.ref, 8)}
+        System.monotonic_time(:millisecond) > deadline -> :none
+        true -> Process.sleep(1) && nil
+      end
+    end)
+    |> case do
+      :none -> nil
+      found -> found
+    end
+  end
+
+  defp sidecar_os_pid(id) do
+    pid = Overworld.Names.whereis(Overworld.Names.sidecar(id))
+    :sys.get_state(pid).os_pid
+  end
+
+  @doc false
+  @spec machine() :: map
+  def machine, do: Stats.machine()
+end
