@@ -16,6 +16,26 @@ defmodule Overworld.Test.SidecarFrames do
 
   @version 1
 
+  @root Path.expand("../..", __DIR__)
+
+  @doc """
+  Builds the sidecar (`sidecar/cargo.sh build --release`, quick when it is up to date) and
+  answers its executable; raises with cargo's output when the build fails.
+  """
+  @spec build_sidecar!() :: Path.t()
+  def build_sidecar! do
+    cargo = Path.join(@root, "sidecar/cargo.sh")
+
+    case System.cmd(cargo, ["build", "--release", "--quiet"], stderr_to_stdout: true) do
+      {_, 0} -> :ok
+      {out, status} -> raise "building the sidecar failed (#{cargo}, status #{status}):\n#{out}"
+    end
+
+    exe = Path.join(@root, "sidecar/target/release/overworld-sidecar")
+    unless File.exists?(exe), do: raise("no sidecar at #{exe} after the build")
+    exe
+  end
+
   @doc """
   An "OWPS" frame: a world `width` × `height`, its `boxes` `{x0, y0, x1, y1}` and `circles`
   `{cx, cy, r}`, the tick rate and the bodies `{id, x, y, vx, vy, r, m}`.

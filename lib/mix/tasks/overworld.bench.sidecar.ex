@@ -91,7 +91,12 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
 
     Stats.write_result(
       opts[:json],
-      %{crossover: crossover, kills: killed, sidecar: exe, date: Date.to_iso8601(Date.utc_today())},
+      %{
+        crossover: crossover,
+        kills: killed,
+        sidecar: exe,
+        date: Date.to_iso8601(Date.utc_today())
+      },
       machine
     )
   end

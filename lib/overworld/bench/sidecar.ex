@@ -141,10 +141,9 @@ defmodule Overworld.Bench.Sidecar do
 
     stripes =
       for {r0, r1} <- Tuple.to_list(config.stripes) do
-        own = Enum.filter(pairs, fn {k, _} -> div(k, grid.stride) - 1 in r0..(r1 - 1)//1 end)
+        own = Enum.filter(pairs, fn {k, _} -> (div(k, grid.stride) - 1) in r0..(r1 - 1)//1 end)
 
-        halo =
-          Enum.filter(pairs, fn {k, _} -> (div(k, grid.stride) - 1) in [r0 - 1, r1] end)
+        halo = Enum.filter(pairs, fn {k, _} -> (div(k, grid.stride) - 1) in [r0 - 1, r1] end)
 
         {own, halo}
       end
@@ -208,7 +207,9 @@ defmodule Overworld.Bench.Sidecar do
         for t <- 1..ticks do
           stripes
           |> Enum.zip(links)
-          |> Enum.map(fn {{own, _halo}, sock} -> Task.async(fn -> round_trip(p, own, sock, t) end) end)
+          |> Enum.map(fn {{own, _halo}, sock} ->
+            Task.async(fn -> round_trip(p, own, sock, t) end)
+          end)
           |> Task.await_many(60_000)
         end
 
@@ -222,7 +223,9 @@ defmodule Overworld.Bench.Sidecar do
         wait_ms: summary(for(ws <- samples, do: ws |> Enum.map(&elem(&1, 1)) |> Enum.max())),
         out_ms: summary(for(ws <- samples, do: ws |> Enum.map(&elem(&1, 2)) |> Enum.max())),
         marshal_cpu_ms:
-          summary(for(ws <- samples, do: ws |> Enum.map(&(elem(&1, 0) + elem(&1, 2))) |> Enum.sum())),
+          summary(
+            for(ws <- samples, do: ws |> Enum.map(&(elem(&1, 0) + elem(&1, 2))) |> Enum.sum())
+          ),
         cpu_node_ms: (n1 - n0) * 1000 / ticks,
         cpu_sidecar_ms: (s1 - s0) * 1000 / ticks
       }

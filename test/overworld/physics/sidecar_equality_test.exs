@@ -17,14 +17,7 @@ defmodule Overworld.Physics.SidecarEqualityTest do
   @m 1024
 
   setup_all do
-    cargo = Path.join(@root, "sidecar/cargo.sh")
-
-    case System.cmd(cargo, ["build", "--release", "--quiet"], stderr_to_stdout: true) do
-      {_, 0} -> :ok
-      {out, status} -> raise "building the sidecar failed (#{cargo}, status #{status}):\n#{out}"
-    end
-
-    unless File.exists?(@exe), do: raise("no sidecar at #{@exe} after the build")
+    Overworld.Test.SidecarFrames.build_sidecar!()
     :ok
   end
 
