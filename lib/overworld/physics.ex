@@ -90,6 +90,8 @@ defmodule Overworld.Physics do
             reduce: acc,
             do: (acc -> Map.update(acc, {cx, cy}, [i], &[i | &1]))
       end)
+      # Each cell's obstacles in ascending order (near/4 takes a single cell's as it is).
+      |> Map.new(fn {k, l} -> {k, :lists.reverse(l)} end)
 
     %{
       width: width,
@@ -180,11 +182,7 @@ defmodule Overworld.Physics do
 
     # Cells twice the largest radius: two bodies that touch are in the same or adjacent cells.
     cell = 2 * Enum.reduce(moved, 1, fn {_, _, _, r, _}, acc -> max(r, acc) end)
-
-    grid =
-      Enum.group_by(moved, fn {_, px, py, _, _} ->
-        {Integer.floor_div(px, cell), Integer.floor_div(py, cell)}
-      end)
+    grid = group(moved, cell, %{})
 
     for {id, px, py, r, _m} = b <- moved do
       {cx, cy} = correction(b, grid, cell)
@@ -193,19 +191,43 @@ defmodule Overworld.Physics do
     end
   end
 
-  # The sum of a body's contact terms (step 2), from the integrated positions.
+  # The bodies by grid cell (the order within a cell does not matter: the terms are summed).
+  defp group([], _cell, grid), do: grid
+
+  defp group([{_, px, py, _, _} = b | rest], cell, grid) do
+    key = {Integer.floor_div(px, cell), Integer.floor_div(py, cell)}
+
+    case grid do
+      %{^key => list} -> group(rest, cell, %{grid | key => [b | list]})
+      _ -> group(rest, cell, Map.put(grid, key, [b]))
+    end
+  end
+
+  # The sum of a body's contact terms (step 2), from the integrated positions: the bodies of
+  # its cell and the 8 around it.
   defp correction({_, px, py, _, _} = b, grid, cell) do
     gx = Integer.floor_div(px, cell)
     gy = Integer.floor_div(py, cell)
+    acc = terms(grid, {gx - 1, gy - 1}, b, {0, 0})
+    acc = terms(grid, {gx - 1, gy}, b, acc)
+    acc = terms(grid, {gx - 1, gy + 1}, b, acc)
+    acc = terms(grid, {gx, gy - 1}, b, acc)
+    acc = terms(grid, {gx, gy}, b, acc)
+    acc = terms(grid, {gx, gy + 1}, b, acc)
+    acc = terms(grid, {gx + 1, gy - 1}, b, acc)
+    acc = terms(grid, {gx + 1, gy}, b, acc)
+    terms(grid, {gx + 1, gy + 1}, b, acc)
+  end
 
-    for ox <- (gx - 1)..(gx + 1), oy <- (gy - 1)..(gy + 1), reduce: {0, 0} do
-      acc ->
-        case grid do
-          %{{^ox, ^oy} => others} -> Enum.reduce(others, acc, &term(b, &1, &2))
-          _ -> acc
-        end
+  defp terms(grid, key, b, acc) do
+    case grid do
+      %{^key => others} -> each_term(others, b, acc)
+      _ -> acc
     end
   end
+
+  defp each_term([], _b, acc), do: acc
+  defp each_term([o | rest], b, acc), do: each_term(rest, b, term(b, o, acc))
 
   defp term({id, _, _, _, _}, {id, _, _, _, _}, acc), do: acc
 
@@ -264,18 +286,30 @@ defmodule Overworld.Physics do
     all = tuple_size(world.boxes) + tuple_size(world.circles)
 
     # (A body's square over more index cells than there are obstacles: every obstacle, once.)
-    candidates =
-      if (gx1 - gx0 + 1) * (gy1 - gy0 + 1) > all,
-        do: Enum.to_list(0..(all - 1)),
-        else:
-          Enum.uniq(for gx <- gx0..gx1, gy <- gy0..gy1, i <- Map.get(index, {gx, gy}, []), do: i)
+    cond do
+      # (Most bodies: their square within one index cell, whose list is in order.)
+      gx0 == gx1 and gy0 == gy1 ->
+        meeting(Map.get(index, {gx0, gy0}, []), world, {x0, y0, x1, y1})
 
-    candidates
-    |> Enum.filter(fn i ->
+      (gx1 - gx0 + 1) * (gy1 - gy0 + 1) > all ->
+        meeting(Enum.to_list(0..(all - 1)), world, {x0, y0, x1, y1})
+
+      true ->
+        for(gx <- gx0..gx1, gy <- gy0..gy1, i <- Map.get(index, {gx, gy}, []), do: i)
+        |> Enum.uniq()
+        |> Enum.sort()
+        |> meeting(world, {x0, y0, x1, y1})
+    end
+  end
+
+  # Those of the obstacles `is` (in order) whose bounding box meets the square.
+  defp meeting([], _world, _square), do: []
+
+  defp meeting(is, world, {x0, y0, x1, y1}) do
+    Enum.filter(is, fn i ->
       {bx0, by0, bx1, by1} = bounds(world, i)
       bx0 <= x1 and bx1 >= x0 and by0 <= y1 and by1 >= y0
     end)
-    |> Enum.sort()
   end
 
   defp bounds(world, i) do
