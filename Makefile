@@ -195,6 +195,7 @@ bench: deps owload
 	mix overworld.bench.metrics --zones 20 --entities 200 --samples 200 --warmup 1 --baseline 1 --http 10 --json $(SHORT)/metrics-scrape.json
 	cd $(GAME) && mix goblins.bench.visualizer --warmup 2 --seconds 3 --json ../../$(SHORT)/visualizer-fps.json
 	cd $(GAME) && mix goblins.bench.visualizer --observers 0,1 --rounds 1 --seconds 2 --json ../../$(SHORT)/visualizer-observers.json
+	mix overworld.bench.sidecar --bodies 500,2000 --ticks 20 --kills 3 --kill-bodies 2000 --json $(SHORT)/sidecar.json
 
 # `make bench-full`: exactly the commands docs/benchmarks.md quotes for its figures (some hours:
 # 340 s runs, the persistence series), writing the JSON the doc names in bench/results/.
@@ -259,6 +260,7 @@ bench-full: deps owload
 	mix overworld.bench.backend --workload matches --handler echo_lua --storage postgres --players 3000,4000 --json bench/results/backend-matches-lua-postgres.json
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 3000,4000 --json bench/results/backend-matches-lua-embedded-3000-4000.json
 	mix overworld.bench.metrics --json bench/results/metrics-scrape-20-zones.json
+	mix overworld.bench.sidecar --json bench/results/sidecar.json
 
 clean:
 	rm -rf _build $(GAME)/_build $(GAME)/reference/target sidecar/target clients/typescript/node_modules clients/typescript/dist
