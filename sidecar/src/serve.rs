@@ -21,6 +21,7 @@ use crate::shm::{Publish, Segment};
 use crate::wire::{self, Hello, HelloError, Request, ShmRequest};
 use std::io::{BufReader, Read, Write};
 use std::net::Shutdown;
+use std::ops::Range;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -385,18 +386,20 @@ fn hello(
             shared.transport()
         ));
     }
+    let stripe = hello.stripe as usize;
     let env = match environment(shared, hello) {
         Ok(env) => env,
         Err(e) => return refuse(e),
     };
+    // The welcome goes before the connection is registered: the stepper writes to it only
+    // after, and only once the worker's first request is in.
     let mut out = Vec::new();
     wire::welcome(&mut out);
     if (&**stream).write_all(&out).is_err() {
         return None;
     }
-    let stripe = env.1;
     let mut state = shared.lock();
-    state.env = Some(env.0);
+    state.env = Some(env);
     let slot = &mut state.slots[stripe];
     // The stripe's older connection (and its request) are replaced.
     if let Some(old) = slot.conn.replace(Conn {
@@ -409,9 +412,9 @@ fn hello(
     Some(stripe)
 }
 
-/// The environment a hello describes (checked), and its stripe: the current world and grid
-/// when they are the same, a new grid otherwise.
-fn environment(shared: &Shared, hello: Hello) -> Result<(Arc<Env>, usize), String> {
+/// The environment a hello describes (checked): the current world and grid when they are the
+/// same (a grid is built once per world), a new one otherwise.
+fn environment(shared: &Shared, hello: Hello) -> Result<Arc<Env>, String> {
     physics::check(&[], hello.tick_rate)?;
     let current = shared.lock().env.as_ref().map(|e| Arc::clone(&e.geometry));
     let geometry = match current {
@@ -426,11 +429,10 @@ fn environment(shared: &Shared, hello: Hello) -> Result<(Arc<Env>, usize), Strin
             })
         }
     };
-    let env = Env {
+    Ok(Arc::new(Env {
         geometry,
         tick_rate: hello.tick_rate,
-    };
-    Ok((Arc::new(env), hello.stripe as usize))
+    }))
 }
 
 /// Reads the requests of a registered connection into its stripe's slot, until the connection
@@ -620,81 +622,24 @@ impl Stepper {
         }
         let (mut body_at, mut query_at) = (0, 0);
         for s in 0..shared.stripes {
-            let r = &self.taken[s];
-            let tick = if fault == Some(FaultKind::WrongTick) {
-                r.tick.wrapping_add(1)
-            } else {
-                r.tick
-            };
-            let (n, q) = (r.bodies.len(), r.queries.len());
-            let results = outcome.as_ref().map(|all| &all[body_at..body_at + n]);
-            let paths = &self.paths[query_at.min(self.paths.len())..];
-            body_at += n;
-            query_at += q;
+            let (n, q) = (self.taken[s].bodies.len(), self.taken[s].queries.len());
+            let (bodies, queries) = (body_at..body_at + n, query_at..query_at + q);
+            (body_at, query_at) = (bodies.end, queries.end);
             let Some(stream) = self.conns[s].take() else {
                 continue;
             };
+            let results = outcome.as_ref().map(|all| &all[bodies]);
+            self.encode(s, results, queries, fault);
             let out = &mut self.out;
-            match results {
-                Err(message) => wire::error(out, tick, message),
-                Ok(results) => {
-                    let paths = &paths[..q];
-                    let tags = r.queries.iter().map(|&(tag, _)| tag);
-                    match &shared.segment {
-                        None => {
-                            wire::begin_frame(out, b"OWSR");
-                            wire::put(out, &[tick, n as i64, q as i64]);
-                            wire::put_records(out, results, tags, paths);
-                            if let Err(e) = wire::end_frame(out) {
-                                wire::error(out, tick, &e);
-                            }
-                        }
-                        Some(segment) => {
-                            let records = &mut self.records;
-                            records.clear();
-                            wire::put_records(records, results, tags, paths);
-                            if records.len() > segment.answer_room() {
-                                let message = format!(
-                                    "an answer of {} bytes, the answer region holds {}",
-                                    records.len(),
-                                    segment.answer_room()
-                                );
-                                wire::error(out, tick, &message);
-                            } else {
-                                let publish = if fault == Some(FaultKind::Half) && s == 0 {
-                                    Publish::LeaveOdd
-                                } else {
-                                    Publish::Complete
-                                };
-                                let header = (tick, n as i64, q as i64);
-                                let mut seq = segment.write_answer(
-                                    s,
-                                    &mut self.seqs[s],
-                                    header,
-                                    records,
-                                    publish,
-                                );
-                                if fault == Some(FaultKind::WrongSeq) {
-                                    seq += 2;
-                                }
-                                wire::begin_frame(out, b"OWSR");
-                                let bytes = records.len() as i64;
-                                wire::put(out, &[tick, n as i64, q as i64, seq, bytes]);
-                                wire::end_frame(out).unwrap();
-                            }
-                        }
-                    }
-                }
-            }
             if fault == Some(FaultKind::Garble) {
                 out[4..8].copy_from_slice(GARBLED);
             }
             if fault == Some(FaultKind::Truncate) {
                 let _ = (&*stream).write_all(&out[..out.len() / 2]);
+                let _ = stream.shutdown(Shutdown::Both);
                 for c in self.conns.iter_mut().filter_map(Option::take) {
                     let _ = c.shutdown(Shutdown::Both);
                 }
-                let _ = stream.shutdown(Shutdown::Both);
                 let state = shared.lock();
                 for c in state.slots.iter().filter_map(|s| s.conn.as_ref()) {
                     let _ = c.stream.shutdown(Shutdown::Both);
@@ -706,5 +651,63 @@ impl Stepper {
                 let _ = stream.shutdown(Shutdown::Both);
             }
         }
+    }
+
+    /// Writes stripe `s`'s answer frame in `self.out`: its `results` and the paths of its
+    /// `queries` (a range of `self.paths`), or the error of a refused step. With the shared
+    /// segment the records go in the stripe's answer region, and the frame announces them.
+    fn encode(
+        &mut self,
+        s: usize,
+        results: Result<&[(i64, i64, i64)], &String>,
+        queries: Range<usize>,
+        fault: Option<FaultKind>,
+    ) {
+        let r = &self.taken[s];
+        let out = &mut self.out;
+        let tick = if fault == Some(FaultKind::WrongTick) {
+            r.tick.wrapping_add(1)
+        } else {
+            r.tick
+        };
+        let results = match results {
+            Ok(results) => results,
+            Err(message) => return wire::error(out, tick, message),
+        };
+        let paths = &self.paths[queries];
+        let tags = r.queries.iter().map(|&(tag, _)| tag);
+        let (n, q) = (results.len() as i64, paths.len() as i64);
+        let Some(segment) = &self.shared.segment else {
+            wire::begin_frame(out, b"OWSR");
+            wire::put(out, &[tick, n, q]);
+            wire::put_records(out, results, tags, paths);
+            if let Err(e) = wire::end_frame(out) {
+                wire::error(out, tick, &e);
+            }
+            return;
+        };
+        let records = &mut self.records;
+        records.clear();
+        wire::put_records(records, results, tags, paths);
+        if records.len() > segment.answer_room() {
+            let message = format!(
+                "an answer of {} bytes, the answer region holds {}",
+                records.len(),
+                segment.answer_room()
+            );
+            return wire::error(out, tick, &message);
+        }
+        let publish = if fault == Some(FaultKind::Half) && s == 0 {
+            Publish::LeaveOdd
+        } else {
+            Publish::Complete
+        };
+        let mut seq = segment.write_answer(s, &mut self.seqs[s], (tick, n, q), records, publish);
+        if fault == Some(FaultKind::WrongSeq) {
+            seq += 2;
+        }
+        wire::begin_frame(out, b"OWSR");
+        wire::put(out, &[tick, n, q, seq, records.len() as i64]);
+        wire::end_frame(out).unwrap();
     }
 }
