@@ -15,8 +15,9 @@
  *     a guard (ow_guarded): a thread-local record of the mapping being accessed and a jmp_buf;
  *     the SIGBUS handler installed at load time siglongjmp's back into the guard when the fault
  *     lies inside that mapping, and the call returns {error, resized} (or {error, fault} when
- *     the file's size did not change: a page the kernel could not provide, /dev/shm full). Any
- *     other SIGBUS goes to the handler that was there before (or gets the default action);
+ *     the file has the mapped size again when checked right after: a page the kernel could not
+ *     provide, /dev/shm full, or a file truncated and restored during the copy). Any other
+ *     SIGBUS goes to the handler that was there before (or gets the default action);
  *   - a resource's mapping lives until its destructor or close/1, and close/1 waits (a
  *     read-write lock) for the copies in flight on other schedulers.
  *
@@ -38,6 +39,11 @@
 #include <unistd.h>
 
 #include <erl_nif.h>
+
+/* The segment's numbers are little-endian, and the sequence words are stored natively. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "overworld_shm: the shared segment is little-endian; this target is not"
+#endif
 
 /* A segment is at most 1 GiB, and its size a multiple of 64. */
 #define OW_MAX_SIZE ((uint64_t)1 << 30)

@@ -31,8 +31,9 @@ defmodule Overworld.Sidecar.Shm do
       offset not a multiple of 64;
     * `:resized` — the file's size is no longer the mapped size (the sidecar truncated or grew
       it: the segment is unusable);
-    * `:fault` — a copy raised SIGBUS while the file kept its size (the kernel could not give a
-      page: `/dev/shm` full);
+    * `:fault` — a copy raised SIGBUS, yet the file has the mapped size when checked right
+      after (the kernel could not give a page, `/dev/shm` full; or the file was truncated and
+      restored during the copy);
     * `:closed` — `close/1` was called on the segment;
     * `:torn` — a region being written (odd `seq`) or rewritten during the copy;
     * `:seq` — a region whose `seq` is not the expected one.
