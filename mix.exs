@@ -9,6 +9,8 @@ defmodule Overworld.MixProject do
       version: @version,
       elixir: "~> 1.14",
       elixirc_paths: elixirc_paths(Mix.env()),
+      # The shared-segment NIF of the sidecar (Mix.Tasks.Compile.OverworldNative).
+      compilers: Mix.compilers() ++ [:overworld_native],
       start_permanent: Mix.env() == :prod,
       deps: deps(),
       aliases: aliases(),

@@ -1,0 +1,953 @@
+/*
+ * overworld_shm: the BEAM side of the sidecar's shared segment (docs/sidecar.md, "The shared
+ * segment (`transport` 1)"), loaded by Overworld.Sidecar.Shm.
+ *
+ * A segment is a file (in /dev/shm) mapped MAP_SHARED, held by a NIF resource. The functions
+ * copy bytes in and out of it, plain (the file's header) or under the regions' sequence locks.
+ * The library runs inside the node, so nothing it is given may crash it:
+ *
+ *   - every argument is checked (badarg for a term of the wrong kind, {error, bounds} for an
+ *     offset or length outside the mapping, whatever the integer), before anything is written;
+ *   - every access to the mapping is bounds-checked against the mapped size, and made only while
+ *     the file still has that size (fstat before each call: {error, resized});
+ *   - the other process may still truncate the file between that fstat and the copy: touching a
+ *     mapped page past the end of its file raises SIGBUS. Every access to the mapping runs under
+ *     a guard (ow_guarded): a thread-local record of the mapping being accessed and a jmp_buf;
+ *     the SIGBUS handler installed at load time siglongjmp's back into the guard when the fault
+ *     lies inside that mapping, and the call returns {error, resized} (or {error, fault} when
+ *     the file has the mapped size again when checked right after: a page the kernel could not
+ *     provide, /dev/shm full, or a file truncated and restored during the copy). Any other
+ *     SIGBUS goes to the handler that was there before (or gets the default action);
+ *   - a resource's mapping lives until its destructor or close/1, and close/1 waits (a
+ *     read-write lock) for the copies in flight on other schedulers.
+ *
+ * The library pins itself in memory (RTLD_NODELETE): its SIGBUS handler must stay mapped even
+ * if the module that loaded it is purged.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <erl_nif.h>
+
+/* The segment's numbers are little-endian, and the sequence words are stored natively. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "overworld_shm: the shared segment is little-endian; this target is not"
+#endif
+
+/* A segment is at most 1 GiB, and its size a multiple of 64. */
+#define OW_MAX_SIZE ((uint64_t)1 << 30)
+/* Every region starts with a 64-byte header: seq tick n q bytes 0 0 0. */
+#define OW_REGION_HEADER 64
+/* Body records (id x y vx vy r m 0) and result records (id x y 0). */
+#define OW_BODY_BYTES 64
+#define OW_BODY_FIELDS 7
+#define OW_RESULT_BYTES 32
+
+typedef struct {
+    ErlNifRWLock *lock; /* read: an access to the mapping; write: close */
+    int fd;
+    unsigned char *base;
+    size_t size;
+    int closed;
+} ow_shm;
+
+static ErlNifResourceType *ow_shm_type;
+
+static ERL_NIF_TERM atom_ok, atom_error, atom_closed, atom_bounds, atom_resized, atom_fault,
+    atom_torn, atom_seq, atom_size, atom_tick, atom_count, atom_errno;
+
+/* ------------------------------------------------------------------------------------------ */
+/* The SIGBUS guard                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    sigjmp_buf env;
+    const unsigned char *lo; /* the mapping being accessed by this thread: [lo, hi) */
+    const unsigned char *hi;
+} ow_guard;
+
+/* The guard of the access this thread is making, NULL outside ow_guarded. initial-exec: the
+ * signal handler reads it, and the general-dynamic model may allocate on a thread's first
+ * access (not async-signal-safe). */
+static __thread ow_guard *ow_active_guard __attribute__((tls_model("initial-exec")));
+
+static struct sigaction ow_previous_sigbus;
+static int ow_sigbus_installed; /* load callbacks are serialised by the runtime */
+
+static void ow_on_sigbus(int sig, siginfo_t *info, void *context)
+{
+    ow_guard *guard = ow_active_guard;
+
+    /* Ours: a fault raised by the kernel (si_code > 0, not a kill(2)) at an address inside the
+     * mapping this thread is accessing. */
+    if (guard != NULL && info != NULL && info->si_code > 0) {
+        const unsigned char *addr = (const unsigned char *)info->si_addr;
+        if (addr >= guard->lo && addr < guard->hi) {
+            ow_active_guard = NULL;
+            siglongjmp(guard->env, 1);
+        }
+    }
+
+    /* Anyone else's: what was there before us. */
+    if (ow_previous_sigbus.sa_flags & SA_SIGINFO) {
+        if (ow_previous_sigbus.sa_sigaction != NULL) {
+            ow_previous_sigbus.sa_sigaction(sig, info, context);
+            return;
+        }
+    } else if (ow_previous_sigbus.sa_handler == SIG_IGN) {
+        return;
+    } else if (ow_previous_sigbus.sa_handler != SIG_DFL) {
+        ow_previous_sigbus.sa_handler(sig);
+        return;
+    }
+    /* The default action: reset it, then let the signal come again (a fault re-executes the
+     * faulting instruction when the handler returns; a sent signal is raised again, pending
+     * until the handler returns since SIGBUS is blocked while it runs). */
+    {
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGBUS, &dfl, NULL);
+        if (info == NULL || info->si_code <= 0) {
+            raise(SIGBUS);
+        }
+    }
+}
+
+typedef void (*ow_op)(void *arg);
+
+/* Runs op(arg), whose every access to the mapping lies in [s->base, s->base + s->size).
+ * Returns 0, or -1 when the access raised SIGBUS (op did not finish; what it wrote in arg is
+ * to be ignored). */
+static int __attribute__((noinline)) ow_guarded(const ow_shm *s, ow_op op, void *arg)
+{
+    ow_guard guard;
+
+    guard.lo = s->base;
+    guard.hi = s->base + s->size;
+    if (sigsetjmp(guard.env, 0) != 0) {
+        /* Back from the handler: SIGBUS is still blocked in this thread (the mask was not
+         * saved, the cheap sigsetjmp): unblock it for the next fault. */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        ow_active_guard = NULL;
+        return -1;
+    }
+    ow_active_guard = &guard;
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    op(arg);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
+    ow_active_guard = NULL;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Helpers                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static ERL_NIF_TERM ow_error(ErlNifEnv *env, ERL_NIF_TERM reason)
+{
+    return enif_make_tuple2(env, atom_error, reason);
+}
+
+static ERL_NIF_TERM ow_errno_term(ErlNifEnv *env, int err)
+{
+    const char *name;
+    switch (err) {
+    case EACCES: name = "eacces"; break;
+    case EBADF: name = "ebadf"; break;
+    case EBUSY: name = "ebusy"; break;
+    case EEXIST: name = "eexist"; break;
+    case EFBIG: name = "efbig"; break;
+    case EINTR: name = "eintr"; break;
+    case EINVAL: name = "einval"; break;
+    case EIO: name = "eio"; break;
+    case EISDIR: name = "eisdir"; break;
+    case ELOOP: name = "eloop"; break;
+    case EMFILE: name = "emfile"; break;
+    case ENAMETOOLONG: name = "enametoolong"; break;
+    case ENFILE: name = "enfile"; break;
+    case ENODEV: name = "enodev"; break;
+    case ENOENT: name = "enoent"; break;
+    case ENOMEM: name = "enomem"; break;
+    case ENOSPC: name = "enospc"; break;
+    case ENOTDIR: name = "enotdir"; break;
+    case ENXIO: name = "enxio"; break;
+    case EPERM: name = "eperm"; break;
+    case EROFS: name = "erofs"; break;
+    case ETXTBSY: name = "etxtbsy"; break;
+    default: return enif_make_tuple2(env, atom_errno, enif_make_int(env, err));
+    }
+    return enif_make_atom(env, name);
+}
+
+enum { ARG_OK, ARG_RANGE, ARG_BAD };
+
+/* An unsigned 64-bit argument: ARG_OK, ARG_RANGE (an integer, but negative or above 2^64 - 1),
+ * or ARG_BAD (not an integer). */
+static int ow_get_u64(ErlNifEnv *env, ERL_NIF_TERM term, uint64_t *out)
+{
+    ErlNifUInt64 value;
+    *out = 0;
+    if (enif_get_uint64(env, term, &value)) {
+        *out = (uint64_t)value;
+        return ARG_OK;
+    }
+    return enif_term_type(env, term) == ERL_NIF_TERM_TYPE_INTEGER ? ARG_RANGE : ARG_BAD;
+}
+
+/* A sequence number to publish from: even, and room for + 2. */
+static int ow_get_seq(ErlNifEnv *env, ERL_NIF_TERM term, uint64_t *out)
+{
+    ErlNifUInt64 value;
+    if (!enif_get_uint64(env, term, &value) || (value & 1) != 0 || value > UINT64_MAX - 2) {
+        return 0;
+    }
+    *out = (uint64_t)value;
+    return 1;
+}
+
+static int ow_get_shm(ErlNifEnv *env, ERL_NIF_TERM term, ow_shm **out)
+{
+    return enif_get_resource(env, term, ow_shm_type, (void **)out);
+}
+
+/* Whether [offset, offset + len) lies inside a mapping of `size` bytes (no overflow). */
+static int ow_within(uint64_t offset, uint64_t len, uint64_t size)
+{
+    return offset <= size && len <= size - offset;
+}
+
+/* Takes the resource's read lock for an access. Returns 0 (locked, the mapping usable, its file
+ * still the mapped size unless !check_size), or the reason (unlocked). */
+static ERL_NIF_TERM ow_enter(ow_shm *s, int check_size)
+{
+    enif_rwlock_rlock(s->lock);
+    if (s->closed) {
+        enif_rwlock_runlock(s->lock);
+        return atom_closed;
+    }
+    if (check_size) {
+        struct stat st;
+        if (fstat(s->fd, &st) != 0 || (uint64_t)st.st_size != (uint64_t)s->size) {
+            enif_rwlock_runlock(s->lock);
+            return atom_resized;
+        }
+    }
+    return 0;
+}
+
+/* Why a guarded access failed: the file's size changed ({error, resized}), or it did not (the
+ * kernel could not provide a page: {error, fault}). Called with the read lock held. */
+static ERL_NIF_TERM ow_fault_reason(ow_shm *s)
+{
+    struct stat st;
+    if (fstat(s->fd, &st) != 0 || (uint64_t)st.st_size != (uint64_t)s->size) {
+        return atom_resized;
+    }
+    return atom_fault;
+}
+
+/* Tells the scheduler how much of its time slice (1 ms) a long call took. */
+static void ow_account(ErlNifEnv *env, ErlNifTime start)
+{
+    ErlNifTime us = enif_monotonic_time(ERL_NIF_USEC) - start;
+    if (us >= 10) {
+        int percent = us >= 1000 ? 100 : (int)(us / 10);
+        enif_consume_timeslice(env, percent);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Guarded operations                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t len;
+} ow_copy_arg;
+
+static void ow_op_copy(void *p)
+{
+    ow_copy_arg *a = p;
+    memcpy(a->dst, a->src, a->len);
+}
+
+typedef struct {
+    uint64_t *seq_word;     /* the region's first word */
+    uint64_t seq;           /* its current (even) value */
+    unsigned char *header;  /* region + 8 */
+    const unsigned char *header_src;
+    size_t header_len;      /* <= 56, the rest zeroed */
+    unsigned char *records; /* region + 64 */
+    const unsigned char *records_src;
+    size_t records_len;
+    int stale; /* out: the region's seq was not `seq` (nothing written) */
+} ow_publish_arg;
+
+/* The writer's side of the sequence lock (docs/sidecar.md). */
+static void ow_op_publish(void *p)
+{
+    ow_publish_arg *a = p;
+    if (__atomic_load_n(a->seq_word, __ATOMIC_RELAXED) != a->seq) {
+        a->stale = 1;
+        return;
+    }
+    a->stale = 0;
+    __atomic_store_n(a->seq_word, a->seq + 1, __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    memcpy(a->header, a->header_src, a->header_len);
+    memset(a->header + a->header_len, 0, OW_REGION_HEADER - 8 - a->header_len);
+    if (a->records_len > 0) {
+        memcpy(a->records, a->records_src, a->records_len);
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(a->seq_word, a->seq + 2, __ATOMIC_RELEASE);
+}
+
+enum { CONSUME_OK, CONSUME_TORN, CONSUME_SEQ };
+
+typedef struct {
+    const uint64_t *seq_word;
+    const unsigned char *src; /* the region, seq word included */
+    unsigned char *dst;
+    size_t len;
+    uint64_t expected;
+    int result; /* out: CONSUME_* */
+} ow_consume_arg;
+
+/* The reader's side of the sequence lock. */
+static void ow_op_consume(void *p)
+{
+    ow_consume_arg *a = p;
+    uint64_t before = __atomic_load_n(a->seq_word, __ATOMIC_ACQUIRE);
+    if (before & 1) {
+        a->result = CONSUME_TORN;
+        return;
+    }
+    if (before != a->expected) {
+        a->result = CONSUME_SEQ;
+        return;
+    }
+    memcpy(a->dst, a->src, a->len);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    a->result = __atomic_load_n(a->seq_word, __ATOMIC_RELAXED) == before ? CONSUME_OK
+                                                                          : CONSUME_TORN;
+}
+
+static ERL_NIF_TERM ow_consume_error(int result)
+{
+    return result == CONSUME_TORN ? atom_torn : atom_seq;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* NIFs                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* create(Path :: binary, Size) -> {ok, Ref} | {error, Reason} */
+static ERL_NIF_TERM nif_create(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ErlNifBinary path_bin;
+    char path[PATH_MAX];
+    uint64_t size;
+    int fd, err;
+    void *base;
+    ow_shm *s;
+    ERL_NIF_TERM term;
+
+    (void)argc;
+    if (!enif_inspect_binary(env, argv[0], &path_bin) || path_bin.size == 0 ||
+        path_bin.size >= sizeof(path) || memchr(path_bin.data, 0, path_bin.size) != NULL) {
+        return enif_make_badarg(env);
+    }
+    switch (ow_get_u64(env, argv[1], &size)) {
+    case ARG_BAD: return enif_make_badarg(env);
+    case ARG_RANGE: return ow_error(env, atom_size);
+    default: break;
+    }
+    if (size == 0 || size % 64 != 0 || size > OW_MAX_SIZE) {
+        return ow_error(env, atom_size);
+    }
+    memcpy(path, path_bin.data, path_bin.size);
+    path[path_bin.size] = '\0';
+
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        return ow_error(env, ow_errno_term(env, errno));
+    }
+    if (ftruncate(fd, (off_t)size) != 0) {
+        err = errno;
+        close(fd);
+        return ow_error(env, ow_errno_term(env, err));
+    }
+    base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        err = errno;
+        close(fd);
+        return ow_error(env, ow_errno_term(env, err));
+    }
+    s = enif_alloc_resource(ow_shm_type, sizeof(ow_shm));
+    if (s == NULL) {
+        munmap(base, (size_t)size);
+        close(fd);
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    s->fd = fd;
+    s->base = base;
+    s->size = (size_t)size;
+    s->closed = 0;
+    s->lock = enif_rwlock_create("overworld_shm");
+    if (s->lock == NULL) {
+        /* The destructor unmaps and closes. */
+        enif_release_resource(s);
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    term = enif_make_resource(env, s);
+    enif_release_resource(s);
+    return enif_make_tuple2(env, atom_ok, term);
+}
+
+static void ow_unmap(ow_shm *s)
+{
+    if (!s->closed) {
+        munmap(s->base, s->size);
+        close(s->fd);
+        s->closed = 1;
+        s->base = NULL;
+        s->fd = -1;
+    }
+}
+
+static void ow_shm_destructor(ErlNifEnv *env, void *obj)
+{
+    ow_shm *s = obj;
+    (void)env;
+    ow_unmap(s); /* no reference left: no access in flight */
+    if (s->lock != NULL) {
+        enif_rwlock_destroy(s->lock);
+    }
+}
+
+/* close(Ref) -> ok */
+static ERL_NIF_TERM nif_close(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ow_shm *s;
+    (void)argc;
+    if (!ow_get_shm(env, argv[0], &s)) {
+        return enif_make_badarg(env);
+    }
+    enif_rwlock_rwlock(s->lock);
+    ow_unmap(s);
+    enif_rwlock_rwunlock(s->lock);
+    return atom_ok;
+}
+
+/* size(Ref) -> {ok, MappedSize, FileSize} | {error, closed | Errno} */
+static ERL_NIF_TERM nif_size(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ow_shm *s;
+    struct stat st;
+    ERL_NIF_TERM reason, result;
+    (void)argc;
+    if (!ow_get_shm(env, argv[0], &s)) {
+        return enif_make_badarg(env);
+    }
+    if ((reason = ow_enter(s, 0)) != 0) {
+        return ow_error(env, reason);
+    }
+    if (fstat(s->fd, &st) != 0) {
+        result = ow_error(env, ow_errno_term(env, errno));
+    } else {
+        result = enif_make_tuple3(env, atom_ok, enif_make_uint64(env, s->size),
+                                  enif_make_int64(env, (ErlNifSInt64)st.st_size));
+    }
+    enif_rwlock_runlock(s->lock);
+    return result;
+}
+
+/* write(Ref, Offset, IoData) -> ok | {error, bounds | resized | fault | closed} */
+static ERL_NIF_TERM nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ow_shm *s;
+    uint64_t offset = 0;
+    int offset_arg;
+    ErlNifBinary data;
+    ERL_NIF_TERM reason;
+    ow_copy_arg copy;
+    ErlNifTime start;
+
+    (void)argc;
+    if (!ow_get_shm(env, argv[0], &s)) {
+        return enif_make_badarg(env);
+    }
+    offset_arg = ow_get_u64(env, argv[1], &offset);
+    if (offset_arg == ARG_BAD || !enif_inspect_iolist_as_binary(env, argv[2], &data)) {
+        return enif_make_badarg(env);
+    }
+    start = enif_monotonic_time(ERL_NIF_USEC);
+    if ((reason = ow_enter(s, 1)) != 0) {
+        return ow_error(env, reason);
+    }
+    if (offset_arg != ARG_OK || !ow_within(offset, data.size, s->size)) {
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, atom_bounds);
+    }
+    copy.dst = s->base + offset;
+    copy.src = data.data;
+    copy.len = data.size;
+    if (ow_guarded(s, ow_op_copy, &copy) != 0) {
+        reason = ow_fault_reason(s);
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, reason);
+    }
+    enif_rwlock_runlock(s->lock);
+    ow_account(env, start);
+    return atom_ok;
+}
+
+/* read(Ref, Offset, Len) -> {ok, Binary} | {error, ...}; check_size = 0: __read_unchecked__ */
+static ERL_NIF_TERM ow_read(ErlNifEnv *env, const ERL_NIF_TERM argv[], int check_size)
+{
+    ow_shm *s;
+    uint64_t offset = 0, len = 0;
+    int offset_arg, len_arg;
+    ERL_NIF_TERM reason, bin;
+    ow_copy_arg copy;
+    ErlNifTime start;
+
+    if (!ow_get_shm(env, argv[0], &s)) {
+        return enif_make_badarg(env);
+    }
+    offset_arg = ow_get_u64(env, argv[1], &offset);
+    len_arg = ow_get_u64(env, argv[2], &len);
+    if (offset_arg == ARG_BAD || len_arg == ARG_BAD) {
+        return enif_make_badarg(env);
+    }
+    start = enif_monotonic_time(ERL_NIF_USEC);
+    if ((reason = ow_enter(s, check_size)) != 0) {
+        return ow_error(env, reason);
+    }
+    if (offset_arg != ARG_OK || len_arg != ARG_OK || !ow_within(offset, len, s->size)) {
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, atom_bounds);
+    }
+    copy.dst = enif_make_new_binary(env, (size_t)len, &bin);
+    copy.src = s->base + offset;
+    copy.len = (size_t)len;
+    if (copy.dst == NULL) {
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    if (ow_guarded(s, ow_op_copy, &copy) != 0) {
+        reason = ow_fault_reason(s);
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, reason);
+    }
+    enif_rwlock_runlock(s->lock);
+    ow_account(env, start);
+    return enif_make_tuple2(env, atom_ok, bin);
+}
+
+static ERL_NIF_TERM nif_read(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    return ow_read(env, argv, 1);
+}
+
+/* For the tests: read/3 without the fstat check, so that a truncated file faults. */
+static ERL_NIF_TERM nif_read_unchecked(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    (void)argc;
+    return ow_read(env, argv, 0);
+}
+
+/* Publishes under the region's sequence lock: records_len bytes of records (already checked to
+ * fit) and header_len (<= 56) bytes of header words. Returns 0 (ok) or the error reason. */
+static ERL_NIF_TERM ow_publish(ow_shm *s, uint64_t region, uint64_t seq,
+                               const unsigned char *header, size_t header_len,
+                               const unsigned char *records, size_t records_len)
+{
+    ow_publish_arg arg;
+    arg.seq_word = (uint64_t *)(void *)(s->base + region);
+    arg.seq = seq;
+    arg.header = s->base + region + 8;
+    arg.header_src = header;
+    arg.header_len = header_len;
+    arg.records = s->base + region + OW_REGION_HEADER;
+    arg.records_src = records;
+    arg.records_len = records_len;
+    arg.stale = 0;
+    if (ow_guarded(s, ow_op_publish, &arg) != 0) {
+        return ow_fault_reason(s);
+    }
+    return arg.stale ? atom_seq : 0;
+}
+
+/* publish(Ref, RegionOffset, Seq, Header, Records) -> ok | {error, ...} */
+static ERL_NIF_TERM nif_publish(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ow_shm *s;
+    uint64_t region = 0, seq = 0;
+    int region_arg;
+    ErlNifBinary header, records;
+    ERL_NIF_TERM reason;
+    ErlNifTime start;
+
+    (void)argc;
+    if (!ow_get_shm(env, argv[0], &s)) {
+        return enif_make_badarg(env);
+    }
+    region_arg = ow_get_u64(env, argv[1], &region);
+    if (region_arg == ARG_BAD || !ow_get_seq(env, argv[2], &seq) ||
+        !enif_inspect_iolist_as_binary(env, argv[3], &header) ||
+        header.size > OW_REGION_HEADER - 8 ||
+        !enif_inspect_iolist_as_binary(env, argv[4], &records)) {
+        return enif_make_badarg(env);
+    }
+    start = enif_monotonic_time(ERL_NIF_USEC);
+    if ((reason = ow_enter(s, 1)) != 0) {
+        return ow_error(env, reason);
+    }
+    if (region_arg != ARG_OK || region % 64 != 0 ||
+        !ow_within(region, OW_REGION_HEADER, s->size) ||
+        !ow_within(region + OW_REGION_HEADER, records.size, s->size)) {
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, atom_bounds);
+    }
+    reason = ow_publish(s, region, seq, header.data, header.size, records.data, records.size);
+    enif_rwlock_runlock(s->lock);
+    ow_account(env, start);
+    return reason != 0 ? ow_error(env, reason) : atom_ok;
+}
+
+/* publish_bodies(Ref, RegionOffset, RegionLen, Seq, Tick, Bodies) -> {ok, N} | {error, ...} */
+static ERL_NIF_TERM nif_publish_bodies(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ow_shm *s;
+    uint64_t region = 0, region_len = 0, seq = 0;
+    int region_arg, region_len_arg;
+    ErlNifSInt64 tick;
+    unsigned n, i;
+    int64_t *records, header[4];
+    ERL_NIF_TERM list, head, reason;
+    ErlNifTime start;
+
+    (void)argc;
+    if (!ow_get_shm(env, argv[0], &s)) {
+        return enif_make_badarg(env);
+    }
+    region_arg = ow_get_u64(env, argv[1], &region);
+    region_len_arg = ow_get_u64(env, argv[2], &region_len);
+    if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || !ow_get_seq(env, argv[3], &seq) ||
+        !enif_get_int64(env, argv[4], &tick) || !enif_get_list_length(env, argv[5], &n)) {
+        return enif_make_badarg(env);
+    }
+    /* The capacity, against the region (the mapping is checked under the lock). */
+    if (region_arg != ARG_OK || region_len_arg != ARG_OK || region % 64 != 0 ||
+        region_len < OW_REGION_HEADER ||
+        (uint64_t)n > (region_len - OW_REGION_HEADER) / OW_BODY_BYTES) {
+        return ow_error(env, atom_bounds);
+    }
+    start = enif_monotonic_time(ERL_NIF_USEC);
+
+    /* Every body decoded (and checked) before anything is written. */
+    records = enif_alloc((size_t)n * OW_BODY_BYTES + 1);
+    if (records == NULL) {
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    list = argv[5];
+    for (i = 0; i < n; i++) {
+        const ERL_NIF_TERM *fields;
+        int arity, f;
+        int64_t *record = records + (size_t)i * (OW_BODY_BYTES / 8);
+        if (!enif_get_list_cell(env, list, &head, &list) ||
+            !enif_get_tuple(env, head, &arity, &fields) || arity != OW_BODY_FIELDS) {
+            enif_free(records);
+            return enif_make_badarg(env);
+        }
+        for (f = 0; f < OW_BODY_FIELDS; f++) {
+            ErlNifSInt64 v;
+            if (!enif_get_int64(env, fields[f], &v)) {
+                enif_free(records);
+                return enif_make_badarg(env);
+            }
+            record[f] = (int64_t)htole64((uint64_t)v);
+        }
+        record[OW_BODY_FIELDS] = 0;
+    }
+
+    header[0] = (int64_t)htole64((uint64_t)tick);
+    header[1] = (int64_t)htole64((uint64_t)n);
+    header[2] = 0; /* q: no path queries */
+    header[3] = (int64_t)htole64((uint64_t)n * OW_BODY_BYTES);
+
+    if ((reason = ow_enter(s, 1)) != 0) {
+        enif_free(records);
+        return ow_error(env, reason);
+    }
+    if (!ow_within(region, region_len, s->size)) {
+        reason = atom_bounds;
+    } else {
+        reason = ow_publish(s, region, seq, (const unsigned char *)header, sizeof(header),
+                            (const unsigned char *)records, (size_t)n * OW_BODY_BYTES);
+    }
+    enif_rwlock_runlock(s->lock);
+    enif_free(records);
+    ow_account(env, start);
+    if (reason != 0) {
+        return ow_error(env, reason);
+    }
+    return enif_make_tuple2(env, atom_ok, enif_make_uint(env, n));
+}
+
+/* consume(Ref, RegionOffset, ExpectedSeq, Len) -> {ok, Binary} | {error, ...} */
+static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ow_shm *s;
+    uint64_t region = 0, expected = 0, len = 0;
+    int region_arg, len_arg;
+    ERL_NIF_TERM reason, bin;
+    ow_consume_arg arg;
+    ErlNifTime start;
+
+    (void)argc;
+    if (!ow_get_shm(env, argv[0], &s)) {
+        return enif_make_badarg(env);
+    }
+    region_arg = ow_get_u64(env, argv[1], &region);
+    len_arg = ow_get_u64(env, argv[3], &len);
+    if (region_arg == ARG_BAD || len_arg == ARG_BAD ||
+        ow_get_u64(env, argv[2], &expected) != ARG_OK) {
+        return enif_make_badarg(env);
+    }
+    start = enif_monotonic_time(ERL_NIF_USEC);
+    if ((reason = ow_enter(s, 1)) != 0) {
+        return ow_error(env, reason);
+    }
+    if (region_arg != ARG_OK || len_arg != ARG_OK || region % 64 != 0 || len < 8 ||
+        !ow_within(region, len, s->size)) {
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, atom_bounds);
+    }
+    arg.dst = enif_make_new_binary(env, (size_t)len, &bin);
+    if (arg.dst == NULL) {
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
+    arg.src = s->base + region;
+    arg.len = (size_t)len;
+    arg.expected = expected;
+    arg.result = CONSUME_SEQ;
+    if (ow_guarded(s, ow_op_consume, &arg) != 0) {
+        reason = ow_fault_reason(s);
+        enif_rwlock_runlock(s->lock);
+        return ow_error(env, reason);
+    }
+    enif_rwlock_runlock(s->lock);
+    ow_account(env, start);
+    if (arg.result != CONSUME_OK) {
+        return ow_error(env, ow_consume_error(arg.result));
+    }
+    return enif_make_tuple2(env, atom_ok, bin);
+}
+
+/* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N)
+ *   -> {ok, [{Id, X, Y}]} | {error, ...} */
+static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ow_shm *s;
+    uint64_t region = 0, region_len = 0, expected = 0, n = 0, header_tick, header_n;
+    int region_arg, region_len_arg, n_arg;
+    ErlNifSInt64 tick;
+    unsigned char *buffer;
+    size_t len;
+    ERL_NIF_TERM reason, list;
+    ow_consume_arg arg;
+    ErlNifTime start;
+    uint64_t word;
+
+    (void)argc;
+    if (!ow_get_shm(env, argv[0], &s)) {
+        return enif_make_badarg(env);
+    }
+    region_arg = ow_get_u64(env, argv[1], &region);
+    region_len_arg = ow_get_u64(env, argv[2], &region_len);
+    n_arg = ow_get_u64(env, argv[5], &n);
+    if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || n_arg == ARG_BAD ||
+        ow_get_u64(env, argv[3], &expected) != ARG_OK || !enif_get_int64(env, argv[4], &tick)) {
+        return enif_make_badarg(env);
+    }
+    if (region_arg != ARG_OK || region_len_arg != ARG_OK || n_arg != ARG_OK ||
+        region % 64 != 0 || region_len < OW_REGION_HEADER ||
+        n > (region_len - OW_REGION_HEADER) / OW_RESULT_BYTES) {
+        return ow_error(env, atom_bounds);
+    }
+    len = OW_REGION_HEADER + (size_t)n * OW_RESULT_BYTES;
+    start = enif_monotonic_time(ERL_NIF_USEC);
+    buffer = enif_alloc(len);
+    if (buffer == NULL) {
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    if ((reason = ow_enter(s, 1)) != 0) {
+        enif_free(buffer);
+        return ow_error(env, reason);
+    }
+    if (!ow_within(region, region_len, s->size)) {
+        enif_rwlock_runlock(s->lock);
+        enif_free(buffer);
+        return ow_error(env, atom_bounds);
+    }
+    arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
+    arg.src = s->base + region;
+    arg.dst = buffer;
+    arg.len = len;
+    arg.expected = expected;
+    arg.result = CONSUME_SEQ;
+    if (ow_guarded(s, ow_op_consume, &arg) != 0) {
+        reason = ow_fault_reason(s);
+        enif_rwlock_runlock(s->lock);
+        enif_free(buffer);
+        return ow_error(env, reason);
+    }
+    enif_rwlock_runlock(s->lock);
+    if (arg.result != CONSUME_OK) {
+        enif_free(buffer);
+        return ow_error(env, ow_consume_error(arg.result));
+    }
+
+    /* A consistent copy: its header must be of the expected tick and count. */
+    memcpy(&word, buffer + 8, 8);
+    header_tick = le64toh(word);
+    memcpy(&word, buffer + 16, 8);
+    header_n = le64toh(word);
+    if ((int64_t)header_tick != (int64_t)tick) {
+        enif_free(buffer);
+        return ow_error(env, enif_make_tuple2(env, atom_tick,
+                                              enif_make_int64(env, (ErlNifSInt64)header_tick)));
+    }
+    if (header_n != n) {
+        enif_free(buffer);
+        return ow_error(env, enif_make_tuple2(env, atom_count,
+                                              enif_make_uint64(env, (ErlNifUInt64)header_n)));
+    }
+
+    list = enif_make_list(env, 0);
+    for (uint64_t i = n; i > 0; i--) {
+        const unsigned char *record = buffer + OW_REGION_HEADER + (size_t)(i - 1) * OW_RESULT_BYTES;
+        uint64_t id, x, y;
+        memcpy(&id, record, 8);
+        memcpy(&x, record + 8, 8);
+        memcpy(&y, record + 16, 8);
+        list = enif_make_list_cell(
+            env,
+            enif_make_tuple3(env, enif_make_int64(env, (ErlNifSInt64)(int64_t)le64toh(id)),
+                             enif_make_int64(env, (ErlNifSInt64)(int64_t)le64toh(x)),
+                             enif_make_int64(env, (ErlNifSInt64)(int64_t)le64toh(y))),
+            list);
+    }
+    enif_free(buffer);
+    ow_account(env, start);
+    return enif_make_tuple2(env, atom_ok, list);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Loading                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static int ow_open_type(ErlNifEnv *env)
+{
+    ow_shm_type = enif_open_resource_type(env, NULL, "overworld_shm", ow_shm_destructor,
+                                          ERL_NIF_RT_CREATE | ERL_NIF_RT_TAKEOVER, NULL);
+    return ow_shm_type == NULL ? -1 : 0;
+}
+
+static void ow_make_atoms(ErlNifEnv *env)
+{
+    atom_ok = enif_make_atom(env, "ok");
+    atom_error = enif_make_atom(env, "error");
+    atom_closed = enif_make_atom(env, "closed");
+    atom_bounds = enif_make_atom(env, "bounds");
+    atom_resized = enif_make_atom(env, "resized");
+    atom_fault = enif_make_atom(env, "fault");
+    atom_torn = enif_make_atom(env, "torn");
+    atom_seq = enif_make_atom(env, "seq");
+    atom_size = enif_make_atom(env, "size");
+    atom_tick = enif_make_atom(env, "tick");
+    atom_count = enif_make_atom(env, "count");
+    atom_errno = enif_make_atom(env, "errno");
+}
+
+/* Pins this library (its handler must outlive a purge of the module) and installs the SIGBUS
+ * handler, once per OS process. */
+static int ow_install_sigbus(void)
+{
+    Dl_info info;
+    struct sigaction action;
+
+    if (ow_sigbus_installed) {
+        return 0;
+    }
+    if (dladdr((void *)ow_on_sigbus, &info) == 0 || info.dli_fname == NULL ||
+        dlopen(info.dli_fname, RTLD_NOW | RTLD_NODELETE) == NULL) {
+        return -1;
+    }
+    memset(&action, 0, sizeof(action));
+    action.sa_sigaction = ow_on_sigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    if (sigaction(SIGBUS, &action, &ow_previous_sigbus) != 0) {
+        return -1;
+    }
+    ow_sigbus_installed = 1;
+    return 0;
+}
+
+static int ow_load(ErlNifEnv *env, void **priv_data, ERL_NIF_TERM load_info)
+{
+    (void)priv_data;
+    (void)load_info;
+    if (ow_open_type(env) != 0 || ow_install_sigbus() != 0) {
+        return 1;
+    }
+    ow_make_atoms(env);
+    return 0;
+}
+
+static int ow_upgrade(ErlNifEnv *env, void **priv_data, void **old_priv_data,
+                      ERL_NIF_TERM load_info)
+{
+    (void)old_priv_data;
+    return ow_load(env, priv_data, load_info);
+}
+
+static ErlNifFunc ow_funcs[] = {
+    {"create", 2, nif_create, 0},
+    {"close", 1, nif_close, 0},
+    {"size", 1, nif_size, 0},
+    {"write", 3, nif_write, 0},
+    {"read", 3, nif_read, 0},
+    {"__read_unchecked__", 3, nif_read_unchecked, 0},
+    {"publish", 5, nif_publish, 0},
+    {"publish_bodies", 6, nif_publish_bodies, 0},
+    {"consume", 4, nif_consume, 0},
+    {"consume_results", 6, nif_consume_results, 0},
+};
+
+ERL_NIF_INIT(Elixir.Overworld.Sidecar.Shm, ow_funcs, ow_load, NULL, ow_upgrade, NULL)

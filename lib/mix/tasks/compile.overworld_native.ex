@@ -1,0 +1,137 @@
+defmodule Mix.Tasks.Compile.OverworldNative do
+  @shortdoc "Builds the shared-segment NIF (priv/native/overworld_shm.so)"
+  @moduledoc """
+  A Mix compiler (mix.exs: `compilers: Mix.compilers() ++ [:overworld_native]`) that builds
+  the NIF of `Overworld.Sidecar.Shm`, `priv/native/overworld_shm.so`, from
+  `c_src/overworld_shm.c`:
+
+      cc -O2 -fPIC -shared -Wall -Wextra -Werror -I<erts include> -o priv/native/overworld_shm.so c_src/overworld_shm.c
+
+  It compiles only when the library is missing or older than its source (silent otherwise),
+  into a temporary file renamed over the library (a node that has the old one loaded keeps a
+  valid mapping). The include directory is the running runtime's (`erts-VSN/include` under
+  `:code.root_dir/0`), else `/usr/lib/erlang/usr/include`. Without a `cc` on the `PATH` it
+  prints one warning and succeeds: the shared-memory transport then reports the library
+  missing when a zone starts (`Overworld.Sidecar.Shm.load/0`).
+
+  Paths are relative to the project's directory, the current directory when Mix compiles a
+  project, also when it compiles this one as another project's dependency. `priv/` reaches the
+  build through the link (or copy) Mix makes of it (`_build/ENV/lib/overworld/priv`); a copy
+  made before this compiler ran is refreshed.
+  """
+  use Mix.Task.Compiler
+
+  @source "c_src/overworld_shm.c"
+  @target "priv/native/overworld_shm.so"
+  @recursive true
+
+  @impl true
+  def run(_args) do
+    cond do
+      not File.exists?(@source) ->
+        {:noop, []}
+
+      up_to_date?() ->
+        sync_build_priv()
+        {:noop, []}
+
+      cc = System.find_executable("cc") ->
+        build(cc)
+
+      true ->
+        Mix.shell().error(
+          "warning: no C compiler (cc): #{@target} not built, the shared-memory sidecar " <>
+            "transport is unavailable"
+        )
+
+        {:ok, []}
+    end
+  end
+
+  @impl true
+  def clean do
+    File.rm(@target)
+    :ok
+  end
+
+  @impl true
+  def manifests, do: []
+
+  defp up_to_date? do
+    case {File.stat(@target, time: :posix), File.stat(@source, time: :posix)} do
+      {{:ok, target}, {:ok, source}} -> target.mtime >= source.mtime
+      _ -> false
+    end
+  end
+
+  defp build(cc) do
+    File.mkdir_p!(Path.dirname(@target))
+    tmp = "#{@target}.#{System.os_time()}.tmp"
+
+    args =
+      ["-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror"] ++
+        ["-I#{include_dir()}", "-o", tmp, @source]
+
+    Mix.shell().info("Compiling #{@source} (cc)")
+
+    case System.cmd(cc, args, stderr_to_stdout: true) do
+      {output, 0} ->
+        if output != "", do: Mix.shell().info(output)
+        File.rename!(tmp, @target)
+        sync_build_priv()
+        {:ok, []}
+
+      {output, status} ->
+        File.rm(tmp)
+        message = "cc exited with status #{status}:\n" <> output
+        Mix.shell().error(message)
+
+        {:error,
+         [
+           %Mix.Task.Compiler.Diagnostic{
+             compiler_name: "overworld_native",
+             file: Path.expand(@source),
+             message: message,
+             position: nil,
+             severity: :error
+           }
+         ]}
+    end
+  end
+
+  # The runtime's own headers (erl_nif.h), else Debian's erlang-dev location.
+  defp include_dir do
+    erts = Path.join([:code.root_dir(), "erts-#{:erlang.system_info(:version)}", "include"])
+
+    if File.exists?(Path.join(erts, "erl_nif.h")),
+      do: erts,
+      else: "/usr/lib/erlang/usr/include"
+  end
+
+  # Mix links the project's priv/ into the build (nothing to do), or copies it (build_embedded):
+  # then the copy gets the library too.
+  defp sync_build_priv do
+    build_priv = Path.join(Mix.Project.app_path(), "priv")
+
+    case File.lstat(build_priv) do
+      {:ok, %File.Stat{type: :directory}} ->
+        copy = Path.join(build_priv, "native/overworld_shm.so")
+
+        unless same_file?(copy, @target) do
+          File.mkdir_p!(Path.dirname(copy))
+          File.cp!(@target, copy <> ".tmp")
+          File.rename!(copy <> ".tmp", copy)
+        end
+
+      _ ->
+        :ok
+    end
+  end
+
+  defp same_file?(a, b) do
+    case {File.stat(a, time: :posix), File.stat(b, time: :posix)} do
+      {{:ok, sa}, {:ok, sb}} -> sa.size == sb.size and sa.mtime >= sb.mtime
+      _ -> false
+    end
+  end
+end
