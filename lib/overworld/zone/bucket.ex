@@ -31,7 +31,7 @@ defmodule Overworld.Zone.Bucket do
   alias Overworld.World.Place
   alias Overworld.Sidecar
   alias Overworld.Zone.{Config, Inputs, Memory, Pass, Physics, Wire}
-  alias Overworld.Zone.Physics.Link
+  alias Overworld.Sidecar.Link
 
   # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
   # tick (see collect_garbage/1), so a small zone stays small.

@@ -1,4 +1,4 @@
-defmodule Overworld.Zone.Physics.Link do
+defmodule Overworld.Sidecar.Link do
   @moduledoc false
   # A bucket worker's connection to its zone's sidecar (docs/sidecar.md, "The zone's
   # protocol"): its own Unix socket, length-prefixed frames (`packet: 4`), one request per tick
