@@ -704,7 +704,7 @@ impl Stepper {
         };
         let mut seq = segment.write_answer(s, &mut self.seqs[s], (tick, n, q), records, publish);
         if fault == Some(FaultKind::WrongSeq) {
-            seq += 2;
+            seq = seq.wrapping_add(2);
         }
         wire::begin_frame(out, b"OWSR");
         wire::put(out, &[tick, n, q, seq, records.len() as i64]);
