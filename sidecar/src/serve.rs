@@ -635,12 +635,14 @@ impl Stepper {
                 out[4..8].copy_from_slice(GARBLED);
             }
             if fault == Some(FaultKind::Truncate) {
+                // Under the lock: no worker sees its connection end (and says a new hello)
+                // before every connection of now is closed.
+                let state = shared.lock();
                 let _ = (&*stream).write_all(&out[..out.len() / 2]);
                 let _ = stream.shutdown(Shutdown::Both);
                 for c in self.conns.iter_mut().filter_map(Option::take) {
                     let _ = c.shutdown(Shutdown::Both);
                 }
-                let state = shared.lock();
                 for c in state.slots.iter().filter_map(|s| s.conn.as_ref()) {
                     let _ = c.stream.shutdown(Shutdown::Both);
                 }
@@ -704,7 +706,7 @@ impl Stepper {
         };
         let mut seq = segment.write_answer(s, &mut self.seqs[s], (tick, n, q), records, publish);
         if fault == Some(FaultKind::WrongSeq) {
-            seq += 2;
+            seq = seq.wrapping_add(2);
         }
         wire::begin_frame(out, b"OWSR");
         wire::put(out, &[tick, n, q, seq, records.len() as i64]);

@@ -295,14 +295,16 @@ impl Segment {
         publish: Publish,
     ) -> i64 {
         assert!(records.len() <= self.answer_room() && records.len() % 8 == 0);
+        // (Wrapping: a region the zone filled with a huge seq must not stop the sidecar.)
         if *seq % 2 != 0 {
-            *seq += 1;
+            *seq = seq.wrapping_add(1);
         }
         let old = *seq;
-        *seq += 2;
+        let (odd, even) = (old.wrapping_add(1), old.wrapping_add(2));
+        *seq = even;
         let announced = match publish {
-            Publish::Complete => old + 2,
-            Publish::LeaveOdd => old + 1,
+            Publish::Complete => even,
+            Publish::LeaveOdd => odd,
         };
         let base = self.answer_region(stripe);
         let fits = self
@@ -313,7 +315,7 @@ impl Segment {
         }
         let store = |at: usize, v: i64| self.word(at).store((v as u64).to_le(), Ordering::Relaxed);
         let lock = self.word(base);
-        lock.store(((old + 1) as u64).to_le(), Ordering::Relaxed);
+        lock.store((odd as u64).to_le(), Ordering::Relaxed);
         fence(Ordering::Release);
         let header = [tick, n, q, records.len() as i64, 0, 0, 0];
         for (k, &v) in header.iter().enumerate() {
@@ -325,7 +327,7 @@ impl Segment {
         }
         fence(Ordering::Release);
         if publish == Publish::Complete {
-            lock.store(((old + 2) as u64).to_le(), Ordering::Relaxed);
+            lock.store((even as u64).to_le(), Ordering::Relaxed);
         }
         announced
     }
