@@ -85,10 +85,17 @@ defmodule Overworld.Test.Restart do
         seen = saw(seen, {:in, msg})
 
         case {at, msg} do
-          {:during, {:tick_all, _, {:tick, _, _, true, _, _, _, _, _}}} -> seen
-          {:during, {:tick, _, _, true, _, _, _, _, _}} -> seen
-          {:between, {:idle, _, _, _, _}} -> seen
-          _ -> await_moment(w, at, seen)
+          {:during, {:tick_all, _, mine}} when is_tuple(mine) ->
+            if simulated_tick(mine), do: seen, else: await_moment(w, at, seen)
+
+          {:during, tick} when elem(tick, 0) == :tick ->
+            if simulated_tick(tick), do: seen, else: await_moment(w, at, seen)
+
+          {:between, {:idle, _, _, _, _}} ->
+            seen
+
+          _ ->
+            await_moment(w, at, seen)
         end
 
       {:trace, ^w, :send, msg, _to} ->
@@ -113,9 +120,23 @@ defmodule Overworld.Test.Restart do
   end
 
   defp saw(seen, {:in, {:tick_all, _others, mine}}), do: saw(seen, {:in, mine})
-  defp saw(seen, {:in, {:tick, _, n, true, _, _, _, _, _}}), do: %{seen | tick: max(seen.tick, n)}
+
+  defp saw(seen, {:in, tick}) when elem(tick, 0) == :tick do
+    case simulated_tick(tick) do
+      nil -> seen
+      n -> %{seen | tick: max(seen.tick, n)}
+    end
+  end
+
   defp saw(seen, {:out, {:done, _, n, _, _}}), do: %{seen | done: max(seen.done, n)}
   # (The notice of a tick over: its report was sent before the trace began, maybe.)
   defp saw(seen, {:in, {:idle, _, {_, _, n, _}, _, _}}), do: %{seen | done: max(seen.done, n)}
   defp saw(seen, _), do: seen
+
+  # The number of a simulated tick's message to a worker (`{:tick, epoch, n, true, ...}`,
+  # Overworld.Zone.Dispatch.send_tick/9, whatever else it carries), or nil.
+  defp simulated_tick(msg) when tuple_size(msg) >= 4 and elem(msg, 0) == :tick and elem(msg, 3),
+    do: elem(msg, 2)
+
+  defp simulated_tick(_msg), do: nil
 end
