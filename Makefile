@@ -15,8 +15,9 @@ SHELL := /bin/bash
 # openssl (certificates for a local TLS cluster); the PostgreSQL client (Overworld.Postgres)
 # and the PostgreSQL server its tests and benches start (lib/overworld/bench/postgres_server.ex); luerl, the Lua
 # interpreter of Overworld.Lua; Prometheus (promtool checks GET /metrics, and the dashboard's
-# test scrapes a server with it: docs/metrics.md).
-APT_PACKAGES := elixir erlang-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
+# test scrapes a server with it: docs/metrics.md); gcc and libc6-dev, the C compiler of the
+# shared segment's NIF (c_src/, built by `mix compile`) and the linker Rust's builds call.
+APT_PACKAGES := elixir erlang-dev gcc libc6-dev erlang-jiffy erlang-cowlib erlang-mnesia erlang-crypto \
   erlang-proper erlang-runtime-tools erlang-tools erlang-ssl erlang-public-key openssl \
   erlang-p1-pgsql postgresql wrk tsung erlang-luerl prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -857,6 +857,18 @@ fn req(tick: i64, bodies: Vec<Body>) -> Req {
     }
 }
 
+/// Workers `a` and `b` (stripes 0 and 1) get their shares of one step over `reqs`.
+fn answered(
+    a: &mut Client,
+    b: &mut Client,
+    (zone, world, nav): (&Zone, &World, &Nav),
+    reqs: &[Req],
+) {
+    let want = expected(zone, world, nav, reqs);
+    assert_eq!(decode_answer(&a.recv().unwrap()), want[0]);
+    assert_eq!(decode_answer(&b.recv().unwrap()), want[1]);
+}
+
 #[test]
 fn a_newer_request_replaces_an_older_one() {
     let zone = Zone::empty();
@@ -869,46 +881,40 @@ fn a_newer_request_replaces_an_older_one() {
     a.send(&req(2, vec![body(1, 2000)]).frame());
     assert!(a.silent_for(Duration::from_millis(200)));
     b.send(&req(2, vec![body(2, 9000)]).frame());
-    let want = expected(
-        &zone,
-        &world,
-        &nav,
+    answered(
+        &mut a,
+        &mut b,
+        (&zone, &world, &nav),
         &[req(2, vec![body(1, 2000)]), req(2, vec![body(2, 9000)])],
     );
-    assert_eq!(decode_answer(&a.recv().unwrap()), want[0]);
-    assert_eq!(decode_answer(&b.recv().unwrap()), want[1]);
     // Stripe 0's tick 3 is replaced by its tick 4 before stripe 1 gets there: tick 3 is never
     // answered.
     a.send(&req(3, vec![body(1, 3000)]).frame());
     a.send(&req(4, vec![body(1, 4000), body(4, 40)]).frame());
     b.send(&req(4, vec![body(2, 9000)]).frame());
-    let want = expected(
-        &zone,
-        &world,
-        &nav,
+    answered(
+        &mut a,
+        &mut b,
+        (&zone, &world, &nav),
         &[
             req(4, vec![body(1, 4000), body(4, 40)]),
             req(4, vec![body(2, 9000)]),
         ],
     );
-    assert_eq!(decode_answer(&a.recv().unwrap()), want[0]);
-    assert_eq!(decode_answer(&b.recv().unwrap()), want[1]);
     // A newer request for the same tick replaces the one waiting (given the time to arrive).
     a.send(&req(5, vec![body(1, 3000)]).frame());
     a.send(&req(5, vec![body(1, 3500), body(3, 100)]).frame());
     std::thread::sleep(Duration::from_millis(300));
     b.send(&req(5, vec![body(2, 7000)]).frame());
-    let want = expected(
-        &zone,
-        &world,
-        &nav,
+    answered(
+        &mut a,
+        &mut b,
+        (&zone, &world, &nav),
         &[
             req(5, vec![body(1, 3500), body(3, 100)]),
             req(5, vec![body(2, 7000)]),
         ],
     );
-    assert_eq!(decode_answer(&a.recv().unwrap()), want[0]);
-    assert_eq!(decode_answer(&b.recv().unwrap()), want[1]);
     assert!(a.silent_for(Duration::from_millis(100)));
     assert!(b.silent_for(Duration::from_millis(1)));
 }

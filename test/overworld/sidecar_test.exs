@@ -78,6 +78,16 @@ defmodule Overworld.SidecarTest do
     assert c.failures == 0 and c.starts == 1 and c.exits == 0
   end
 
+  test "without the pipeline (bodies sent as the tick starts): the same bits", ctx do
+    {id, p} = start(:sidecar, [pipeline: false], ctx.scene, ctx.exe)
+    on_exit(fn -> Overworld.stop_zone(id) end)
+    ready(p)
+    run(id, ctx.expected)
+    c = Sidecar.counters(p)
+    # Every tick's step is the sidecar's, the first one too (nothing is sent ahead).
+    assert c.sidecar == 2 * 40 and c.fallback == 0 and c.failures == 0
+  end
+
   test "SIGKILL mid-run: the fallback computes at once, the sidecar restarts and answers", ctx do
     {id, p} = start(:sidecar, [], ctx.scene, ctx.exe)
     on_exit(fn -> Overworld.stop_zone(id) end)

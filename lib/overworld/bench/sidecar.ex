@@ -176,29 +176,28 @@ defmodule Overworld.Bench.Sidecar do
   end
 
   defp sidecar_ticks(p, stripes, ticks, opts) do
-    socket = Path.join(System.tmp_dir!(), "ow-bench-#{System.unique_integer([:positive])}.sock")
-    exe = Keyword.get(opts, :executable) || Overworld.Sidecar.executable()
+    # The sidecar as a zone runs it (Overworld.Sidecar), its workers' links made here.
+    zone = {:bench_sidecar, System.unique_integer([:positive])}
+    name = "ow-bench-#{System.unique_integer([:positive])}.sock"
 
-    args =
-      ["serve", "--socket", socket, "--stripes", "2"] ++
-        if(opts[:threads], do: ["--threads", Integer.to_string(opts[:threads])], else: [])
+    p = %{
+      p
+      | mode: :sidecar,
+        zone: zone,
+        ref: Overworld.Sidecar.new_ref(),
+        socket: Path.join(System.tmp_dir!(), name),
+        sidecar: Map.merge(p.sidecar, Map.new(Keyword.take(opts, [:executable, :threads])))
+    }
 
-    port = Port.open({:spawn_executable, exe}, [:binary, :exit_status, args: args])
-    {:os_pid, os_pid} = Port.info(port, :os_pid)
-
-    receive do
-      {^port, {:data, "overworld-sidecar ready 1\n"}} -> :ok
-    after
-      10_000 -> raise "the sidecar #{exe} did not start"
-    end
-
-    p = %{p | socket: socket, mode: :sidecar, transport: :socket}
+    {:ok, sidecar} = Overworld.Sidecar.start_link(p)
+    await_generation(p, 10_000) || raise "the sidecar did not start"
+    os_pid = sidecar_os_pid(zone)
 
     try do
       links =
         for {_, s} <- Enum.with_index(stripes) do
-          {:ok, link} = connect(p, s)
-          link
+          {:ok, link} = Overworld.Sidecar.Link.connect(%Overworld.Sidecar.Link{}, p, s, 1)
+          link.socket
         end
 
       cpu0 = {CPU.os_seconds(), CPU.os_seconds(os_pid)}
@@ -230,21 +229,11 @@ defmodule Overworld.Bench.Sidecar do
         cpu_sidecar_ms: (s1 - s0) * 1000 / ticks
       }
     after
-      Port.close(port)
-      File.rm(socket)
+      GenServer.stop(sidecar)
     end
   end
 
   defp total({a, b, c}), do: a + b + c
-
-  defp connect(p, stripe) do
-    {:ok, sock} =
-      :gen_tcp.connect({:local, p.socket}, 0, [:binary, :local, active: false, packet: 4], 1_000)
-
-    :ok = :gen_tcp.send(sock, Physics.hello(p, stripe, 0))
-    {:ok, <<"OWSA", 1::little-64>>} = :gen_tcp.recv(sock, 0, 1_000)
-    {:ok, sock}
-  end
 
   # One worker's tick over the socket: in (bodies and records, sent), wait, out (decoded,
   # checked, merged into the entities), in microseconds.
@@ -363,30 +352,34 @@ defmodule Overworld.Bench.Sidecar do
     end
   end
 
+  # The generation of the sidecar once one is ready (nil after `wait` ms).
   defp await_generation(p, wait) do
-    deadline = System.monotonic_time(:millisecond) + wait
+    case Overworld.Sidecar.generation(p) do
+      0 when wait <= 0 ->
+        nil
 
-    Stream.repeatedly(fn -> Overworld.Sidecar.generation(p) end)
-    |> Enum.find(fn g ->
-      g > 0 or System.monotonic_time(:millisecond) > deadline or (Process.sleep(2) && false)
-    end)
+      0 ->
+        Process.sleep(2)
+        await_generation(p, wait - 2)
+
+      g ->
+        g
+    end
   end
 
   # After a kill: when the failing worker saw it and when it had started waiting for its
-  # answer (µs), or nil.
+  # answer (µs), or nil after `wait` ms.
   defp await_failure(p, failures, wait) do
-    deadline = System.monotonic_time(:millisecond) + wait
+    cond do
+      :atomics.get(p.ref, 4) > failures ->
+        {:atomics.get(p.ref, 7), :atomics.get(p.ref, 8)}
 
-    Enum.find_value(Stream.repeatedly(fn -> :ok end), fn _ ->
-      cond do
-        :atomics.get(p.ref, 4) > failures -> {:atomics.get(p.ref, 7), :atomics.get(p.ref, 8)}
-        System.monotonic_time(:millisecond) > deadline -> :none
-        true -> Process.sleep(1) && nil
-      end
-    end)
-    |> case do
-      :none -> nil
-      found -> found
+      wait <= 0 ->
+        nil
+
+      true ->
+        Process.sleep(1)
+        await_failure(p, failures, wait - 1)
     end
   end
 

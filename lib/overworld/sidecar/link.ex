@@ -104,15 +104,19 @@ defmodule Overworld.Sidecar.Link do
     %__MODULE__{}
   end
 
-  defp connect(%{generation: g, socket: s} = link, _p, _stripe, g) when s != nil, do: {:ok, link}
+  @doc false
+  # The link to the sidecar of `generation` for worker `stripe`: this one if it is already
+  # to it, else a new connection (hello answered).
+  @spec connect(t, Physics.t(), non_neg_integer, pos_integer) :: {:ok, t} | {:error, term}
+  def connect(%{generation: g, socket: s} = link, _p, _stripe, g) when s != nil, do: {:ok, link}
 
-  defp connect(link, p, stripe, generation) do
+  def connect(link, p, stripe, generation) do
     _ = close(link)
-    transport = if p.transport == :shm, do: 1, else: 0
+    # (Transport 0: the records in the frames; the shared segment is not wired in yet.)
 
     case :gen_tcp.connect({:local, p.socket}, 0, socket_opts(), @connect_ms) do
       {:ok, socket} ->
-        with :ok <- :gen_tcp.send(socket, Physics.hello(p, stripe, transport)),
+        with :ok <- :gen_tcp.send(socket, Physics.hello(p, stripe, 0)),
              {:ok, <<"OWSA", 1::little-64>>} <- :gen_tcp.recv(socket, 0, @connect_ms) do
           {:ok, %__MODULE__{generation: generation, socket: socket}}
         else

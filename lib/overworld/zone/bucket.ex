@@ -29,9 +29,8 @@ defmodule Overworld.Zone.Bucket do
   alias Overworld.Protocol.Snapshot
   alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.World.Place
-  alias Overworld.Sidecar
-  alias Overworld.Zone.{Config, Inputs, Memory, Pass, Physics, Wire}
   alias Overworld.Sidecar.Link
+  alias Overworld.Zone.{Config, Inputs, Memory, Pass, Wire}
 
   # The smallest young heap (words, 80 KB); it grows with the zone's live state after the first
   # tick (see collect_garbage/1), so a small zone stays small.
@@ -157,7 +156,9 @@ defmodule Overworld.Zone.Bucket do
   end
 
   # Our own cells (the view from our first cell up to the halo behind us).
-  defp own_pairs(%{own: own, bounds: {stop, _, _}}),
+  @doc false
+  @spec own_pairs(map) :: Sweep.pairs()
+  def own_pairs(%{own: own, bounds: {stop, _, _}}),
     do: Enum.take_while(own, fn {k, _} -> k < stop end)
 
   # (Entities handed to a neighbour zone at the end of a tick are still ours at that tick: we
@@ -245,12 +246,10 @@ defmodule Overworld.Zone.Bucket do
       )
       when n > st.tick or not st.loaded do
     st = if st.collect_due, do: collect_garbage(st), else: st
-    # The physics of this tick, from the state the last one left (before a world's adoptions
-    # change our cells): the sidecar's answer, or computed here.
-    t = System.monotonic_time()
-    {phys, st} = physics_in(st, n, simulate?)
-    phys = Physics.without(phys, Overworld.Zone.Bucket.World.back(st, world))
-    t_phys = System.monotonic_time() - t
+    # (Before a world's adoptions change our cells: the physics is the last tick's state's.)
+    {phys, t_phys, st} =
+      Overworld.Zone.Bucket.Physics.physics_in(st, n, simulate?, world, sidecar)
+
     {st, world} = Overworld.Zone.Bucket.World.world_in(st, world)
 
     {:noreply,
@@ -418,50 +417,13 @@ defmodule Overworld.Zone.Bucket do
         world: out_world
     }
 
-    physics_out(st, n, sidecar)
+    Overworld.Zone.Bucket.Physics.physics_out(st, n, sidecar)
   end
 
-  ## Physics (Overworld.Zone.Physics, docs/sidecar.md)
-
-  # The results of this tick's physics step for our bodies, in the order of our cells: the
-  # sidecar's answer to what we sent at the end of the last tick, or the Elixir step of our
-  # stripe and its halo (no sidecar, or its answer failed: the same bits). A load step has
-  # none (and forgets what was sent).
-  defp physics_in(%{config: %Config{physics: nil}} = st, _n, _simulate?), do: {[], st}
-
-  defp physics_in(st, _n, false), do: {[], %{st | link: Link.drop(st.link)}}
-
-  defp physics_in(%{config: %Config{physics: p}} = st, n, true) do
-    case Link.await(st.link, p, n - 1) do
-      {{:ok, results}, link} ->
-        Sidecar.count(p, :sidecar)
-        {results, %{st | link: link}}
-
-      {_none_or_error, link} ->
-        if p.mode == :sidecar, do: Sidecar.count(p, :fallback)
-        {fallback(st, p), %{st | link: link}}
-    end
-  end
-
-  defp fallback(st, p) do
-    {stop, lo, _} = st.bounds
-    first = first_key(lo, st.config.grid)
-    {own, halo} = Enum.split_with(st.view, fn {k, _} -> k >= first and k < stop end)
-    Physics.step(Physics.bodies(own, p), Physics.bodies(halo, p), p)
-  end
-
-  # At the end of a tick: our bodies to the sidecar (the N−1 pipeline: it computes the next
-  # tick's step while the node sends this tick's frames).
-  defp physics_out(%{config: %Config{physics: %Physics{mode: :sidecar} = p}} = st, n, sidecar)
-       when sidecar > 0 do
-    link = Link.request(st.link, p, st.index, sidecar, n, Physics.bodies(own_pairs(st), p))
-    %{st | link: link}
-  end
-
-  defp physics_out(st, _n, _sidecar), do: %{st | link: Link.close(st.link)}
-
+  @doc false
   # The first key of our stripe, from the first key past its first row.
-  defp first_key(lo, %Grid{stride: stride}), do: lo - stride
+  @spec first_key(integer, Grid.t()) :: integer
+  def first_key(lo, %Grid{stride: stride}), do: lo - stride
 
   ## Avatars and their inputs (Overworld.Zone.Inputs)
 

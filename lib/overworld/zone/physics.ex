@@ -33,7 +33,6 @@ defmodule Overworld.Zone.Physics do
   @enforce_keys [:mode, :world, :radius, :mass, :max_radius, :max_speed, :tick_rate]
   defstruct [
     :mode,
-    :transport,
     :world,
     :radius,
     :mass,
@@ -53,7 +52,6 @@ defmodule Overworld.Zone.Physics do
   @typedoc "A zone's physics configuration (`Overworld.Zone.Config`'s `physics`)."
   @type t :: %__MODULE__{
           mode: :elixir | :sidecar,
-          transport: :socket | :shm,
           world: Physics.world(),
           radius: pos_integer,
           mass: pos_integer,
@@ -81,7 +79,6 @@ defmodule Overworld.Zone.Physics do
       deadline_ms: {:pos_integer, 10},
       pipeline: {:boolean, true},
       restart_ms: {:pos_integer, 50},
-      max_bodies: {:pos_integer, 65_536},
       fault: {{:custom, &(is_nil(&1) or is_binary(&1)), "nil or a fault (docs/sidecar.md)"}, nil}
     ]
   end
@@ -133,7 +130,6 @@ defmodule Overworld.Zone.Physics do
 
     %__MODULE__{
       mode: o.physics,
-      transport: o.transport,
       world: Physics.world(grid.width, grid.height, obstacles),
       radius: radius,
       mass: body.mass,
@@ -238,6 +234,8 @@ defmodule Overworld.Zone.Physics do
 
     [
       "OWSH",
+      # (The navigation grid's cell, agent radius and max_nodes: docs/sidecar.md's defaults
+      # until game code can ask for paths.)
       i64s([1, stripe, p.stripes, transport, p.tick_rate, w.width, w.height, 1024, 512, 20_000]),
       i64s([length(boxes), length(circles)]),
       for({x0, y0, x1, y1} <- boxes, do: i64s([x0, y0, x1, y1])),

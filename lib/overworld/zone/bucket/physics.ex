@@ -1,0 +1,77 @@
+defmodule Overworld.Zone.Bucket.Physics do
+  @moduledoc false
+  # A bucket worker of a zone with physics (Overworld.Zone.Physics, docs/sidecar.md): as a
+  # tick starts, the physics step of the state the last tick left, for our bodies (the
+  # sidecar's answer, or our stripe's share computed here); as it ends, our bodies to the
+  # sidecar (the N−1 pipeline: it computes the next tick's step while the node sends this
+  # tick's frames). The state is the worker's (`Overworld.Zone.Bucket`); these are its
+  # physics steps.
+
+  alias Overworld.Sidecar
+  alias Overworld.Sidecar.Link
+  alias Overworld.Zone.{Bucket, Config, Physics}
+
+  @doc false
+  # The results of this tick's step for our bodies, in the order of our cells, without those
+  # of the entities a world's tick takes out of our cells as it starts (`world`); the time it
+  # took (native units). A load step has none (and forgets what was sent). Without the
+  # pipeline (`sidecar: [pipeline: false]`), our bodies go to the sidecar of generation
+  # `sidecar` now, and we wait for them.
+  @spec physics_in(map, non_neg_integer, boolean, nil | tuple, non_neg_integer) ::
+          {[Physics.result()], integer, map}
+  def physics_in(%{config: %Config{physics: nil}} = st, _n, _simulate?, _world, _sidecar),
+    do: {[], 0, st}
+
+  def physics_in(st, _n, false, _world, _sidecar),
+    do: {[], 0, %{st | link: Link.drop(st.link)}}
+
+  def physics_in(%{config: %Config{physics: p}} = st, n, true, world, sidecar) do
+    t = System.monotonic_time()
+
+    st =
+      if p.mode == :sidecar and not p.sidecar.pipeline,
+        do: send_bodies(st, p, n - 1, sidecar),
+        else: st
+
+    {results, st} =
+      case Link.await(st.link, p, n - 1) do
+        {{:ok, results}, link} ->
+          Sidecar.count(p, :sidecar)
+          {results, %{st | link: link}}
+
+        {_none_or_error, link} ->
+          if p.mode == :sidecar, do: Sidecar.count(p, :fallback)
+          {fallback(st, p), %{st | link: link}}
+      end
+
+    results = Physics.without(results, Bucket.World.back(st, world))
+    {results, System.monotonic_time() - t, st}
+  end
+
+  # Our stripe's share of the step, from our cells and the halo around them (all the bodies
+  # our bodies' contacts can involve: the same bits as the sidecar's step of the whole zone).
+  defp fallback(st, p) do
+    {stop, lo, _} = st.bounds
+    first = Bucket.first_key(lo, st.config.grid)
+    {own, halo} = Enum.split_with(st.view, fn {k, _} -> k >= first and k < stop end)
+    Physics.step(Physics.bodies(own, p), Physics.bodies(halo, p), p)
+  end
+
+  @doc false
+  # At the end of tick `n`: with the pipeline, our bodies to the sidecar of generation
+  # `sidecar` (0: none, the link closes).
+  @spec physics_out(map, non_neg_integer, non_neg_integer) :: map
+  def physics_out(%{config: %Config{physics: %Physics{mode: :sidecar} = p}} = st, n, sidecar)
+      when p.sidecar.pipeline,
+      do: send_bodies(st, p, n, sidecar)
+
+  def physics_out(st, _n, _sidecar), do: st
+
+  # The bodies of the state of tick `n` (our cells as they are) to the sidecar.
+  defp send_bodies(st, _p, _n, 0), do: %{st | link: Link.close(st.link)}
+
+  defp send_bodies(st, p, n, sidecar) do
+    bodies = Physics.bodies(Bucket.own_pairs(st), p)
+    %{st | link: Link.request(st.link, p, st.index, sidecar, n, bodies)}
+  end
+end
