@@ -10,7 +10,7 @@ defmodule Overworld.MixProject do
       elixir: "~> 1.14",
       elixirc_paths: elixirc_paths(Mix.env()),
       # The shared-segment NIF of the sidecar (Mix.Tasks.Compile.OverworldNative).
-      compilers: Mix.compilers() ++ [:overworld_native],
+      compilers: Mix.compilers() ++ [:overworld_native, :overworld_sidecar],
       start_permanent: Mix.env() == :prod,
       deps: deps(),
       aliases: aliases(),

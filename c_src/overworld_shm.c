@@ -65,7 +65,7 @@ typedef struct {
 static ErlNifResourceType *ow_shm_type;
 
 static ERL_NIF_TERM atom_ok, atom_error, atom_closed, atom_bounds, atom_resized, atom_fault,
-    atom_torn, atom_seq, atom_size, atom_tick, atom_count, atom_errno;
+    atom_torn, atom_seq, atom_size, atom_tick, atom_count, atom_ids, atom_errno;
 
 /* ------------------------------------------------------------------------------------------ */
 /* The SIGBUS guard                                                                            */
@@ -349,6 +349,29 @@ static void ow_op_consume(void *p)
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     a->result = __atomic_load_n(a->seq_word, __ATOMIC_RELAXED) == before ? CONSUME_OK
                                                                           : CONSUME_TORN;
+}
+
+typedef struct {
+    const unsigned char *results; /* n result records (a copy) */
+    const unsigned char *bodies;  /* n body records (in the mapping) */
+    size_t n;
+    int same; /* out */
+} ow_ids_arg;
+
+/* Whether the results' ids are the bodies' (our own request region: nobody else writes it). */
+static void ow_op_same_ids(void *p)
+{
+    ow_ids_arg *a = p;
+    for (size_t i = 0; i < a->n; i++) {
+        uint64_t r, b;
+        memcpy(&r, a->results + i * OW_RESULT_BYTES, 8);
+        memcpy(&b, a->bodies + i * OW_BODY_BYTES, 8);
+        if (r != b) {
+            a->same = 0;
+            return;
+        }
+    }
+    a->same = 1;
 }
 
 static ERL_NIF_TERM ow_consume_error(int result)
@@ -636,32 +659,83 @@ static ERL_NIF_TERM nif_publish(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return reason != 0 ? ow_error(env, reason) : atom_ok;
 }
 
+/* The end of publish_bodies and publish_entities: `n` body records (decoded and checked, in
+ * `records`, freed here) published in the region [region, region + region_len) with the header
+ * tick n 0 64n. */
+static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, ow_shm *s, uint64_t region,
+                                       uint64_t region_len, uint64_t seq, ErlNifSInt64 tick,
+                                       int64_t *records, unsigned n, ErlNifTime start)
+{
+    int64_t header[4];
+    ERL_NIF_TERM reason;
+
+    header[0] = (int64_t)htole64((uint64_t)tick);
+    header[1] = (int64_t)htole64((uint64_t)n);
+    header[2] = 0; /* q: no path queries */
+    header[3] = (int64_t)htole64((uint64_t)n * OW_BODY_BYTES);
+
+    if ((reason = ow_enter(s, 1)) != 0) {
+        enif_free(records);
+        return ow_error(env, reason);
+    }
+    if (!ow_within(region, region_len, s->size)) {
+        reason = atom_bounds;
+    } else {
+        reason = ow_publish(s, region, seq, (const unsigned char *)header, sizeof(header),
+                            (const unsigned char *)records, (size_t)n * OW_BODY_BYTES);
+    }
+    enif_rwlock_runlock(s->lock);
+    enif_free(records);
+    ow_account(env, start);
+    if (reason != 0) {
+        return ow_error(env, reason);
+    }
+    return enif_make_tuple2(env, atom_ok, enif_make_uint(env, n));
+}
+
+/* The arguments publish_bodies and publish_entities share: Ref, RegionOffset, RegionLen, Seq,
+ * Tick. 1: decoded; 0: badarg; -1: out of bounds (region not a multiple of 64, or shorter than
+ * its header). */
+static int ow_region_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ow_shm **s,
+                          uint64_t *region, uint64_t *region_len, uint64_t *seq,
+                          ErlNifSInt64 *tick)
+{
+    int region_arg, region_len_arg;
+    if (!ow_get_shm(env, argv[0], s)) {
+        return 0;
+    }
+    region_arg = ow_get_u64(env, argv[1], region);
+    region_len_arg = ow_get_u64(env, argv[2], region_len);
+    if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || !ow_get_seq(env, argv[3], seq) ||
+        !enif_get_int64(env, argv[4], tick)) {
+        return 0;
+    }
+    if (region_arg != ARG_OK || region_len_arg != ARG_OK || *region % 64 != 0 ||
+        *region_len < OW_REGION_HEADER) {
+        return -1;
+    }
+    return 1;
+}
+
 /* publish_bodies(Ref, RegionOffset, RegionLen, Seq, Tick, Bodies) -> {ok, N} | {error, ...} */
 static ERL_NIF_TERM nif_publish_bodies(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     ow_shm *s;
     uint64_t region = 0, region_len = 0, seq = 0;
-    int region_arg, region_len_arg;
     ErlNifSInt64 tick;
     unsigned n, i;
-    int64_t *records, header[4];
-    ERL_NIF_TERM list, head, reason;
+    int64_t *records;
+    ERL_NIF_TERM list, head;
     ErlNifTime start;
+    int args;
 
     (void)argc;
-    if (!ow_get_shm(env, argv[0], &s)) {
-        return enif_make_badarg(env);
-    }
-    region_arg = ow_get_u64(env, argv[1], &region);
-    region_len_arg = ow_get_u64(env, argv[2], &region_len);
-    if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || !ow_get_seq(env, argv[3], &seq) ||
-        !enif_get_int64(env, argv[4], &tick) || !enif_get_list_length(env, argv[5], &n)) {
+    args = ow_region_args(env, argv, &s, &region, &region_len, &seq, &tick);
+    if (args == 0 || !enif_get_list_length(env, argv[5], &n)) {
         return enif_make_badarg(env);
     }
     /* The capacity, against the region (the mapping is checked under the lock). */
-    if (region_arg != ARG_OK || region_len_arg != ARG_OK || region % 64 != 0 ||
-        region_len < OW_REGION_HEADER ||
-        (uint64_t)n > (region_len - OW_REGION_HEADER) / OW_BODY_BYTES) {
+    if (args < 0 || (uint64_t)n > (region_len - OW_REGION_HEADER) / OW_BODY_BYTES) {
         return ow_error(env, atom_bounds);
     }
     start = enif_monotonic_time(ERL_NIF_USEC);
@@ -692,28 +766,119 @@ static ERL_NIF_TERM nif_publish_bodies(ErlNifEnv *env, int argc, const ERL_NIF_T
         record[OW_BODY_FIELDS] = 0;
     }
 
-    header[0] = (int64_t)htole64((uint64_t)tick);
-    header[1] = (int64_t)htole64((uint64_t)n);
-    header[2] = 0; /* q: no path queries */
-    header[3] = (int64_t)htole64((uint64_t)n * OW_BODY_BYTES);
+    return ow_publish_records(env, s, region, region_len, seq, tick, records, n, start);
+}
 
-    if ((reason = ow_enter(s, 1)) != 0) {
-        enif_free(records);
-        return ow_error(env, reason);
+/* The cells of publish_entities: a proper list of {Key, Entities} with Entities a proper
+ * list; their entities counted into *n (at most `max`). 0 when the term is not that. */
+static int ow_count_entities(ErlNifEnv *env, ERL_NIF_TERM cells, uint64_t max, unsigned *n)
+{
+    ERL_NIF_TERM cell;
+    uint64_t total = 0;
+    while (enif_get_list_cell(env, cells, &cell, &cells)) {
+        const ERL_NIF_TERM *pair;
+        int arity;
+        unsigned count;
+        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2 ||
+            !enif_get_list_length(env, pair[1], &count)) {
+            return 0;
+        }
+        total += count;
+        if (total > max) {
+            total = max + 1; /* more than the region holds: bounds */
+            break;
+        }
     }
-    if (!ow_within(region, region_len, s->size)) {
-        reason = atom_bounds;
-    } else {
-        reason = ow_publish(s, region, seq, (const unsigned char *)header, sizeof(header),
-                            (const unsigned char *)records, (size_t)n * OW_BODY_BYTES);
+    if (total <= max && !enif_is_empty_list(env, cells)) {
+        return 0;
     }
-    enif_rwlock_runlock(s->lock);
-    enif_free(records);
-    ow_account(env, start);
-    if (reason != 0) {
-        return ow_error(env, reason);
+    *n = total > UINT_MAX ? UINT_MAX : (unsigned)total;
+    return 1;
+}
+
+/* publish_entities(Ref, RegionOffset, RegionLen, Seq, Tick, Cells, Spec) -> {ok, N} | {error, ...}
+ *
+ * publish_bodies of the entities of Cells ([{Key, [Entity]}], in order) read where they are: an
+ * entity is a tuple whose elements IdI, XI, YI, VxI, VyI (0-based) are its id, position and
+ * velocity, and every entity is a body of radius R and mass M, its velocity limited to
+ * [-MaxSpeed, MaxSpeed] per axis. Spec = {IdI, XI, YI, VxI, VyI, R, M, MaxSpeed}. */
+static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    ow_shm *s;
+    uint64_t region = 0, region_len = 0, seq = 0, max;
+    ErlNifSInt64 tick, spec_v[8];
+    unsigned n, i = 0;
+    int64_t *records;
+    const ERL_NIF_TERM *spec;
+    ERL_NIF_TERM cells, cell;
+    ErlNifTime start;
+    int args, arity, f, need;
+
+    (void)argc;
+    args = ow_region_args(env, argv, &s, &region, &region_len, &seq, &tick);
+    if (args == 0 || !enif_get_tuple(env, argv[6], &arity, &spec) || arity != 8) {
+        return enif_make_badarg(env);
     }
-    return enif_make_tuple2(env, atom_ok, enif_make_uint(env, n));
+    for (f = 0; f < 8; f++) {
+        if (!enif_get_int64(env, spec[f], &spec_v[f]) || spec_v[f] < 0 ||
+            (f < 5 && spec_v[f] > 255)) {
+            return enif_make_badarg(env);
+        }
+    }
+    /* An entity needs every field the spec names. */
+    need = 0;
+    for (f = 0; f < 5; f++) {
+        if (spec_v[f] + 1 > need) {
+            need = (int)spec_v[f] + 1;
+        }
+    }
+    max = args < 0 ? 0 : (region_len - OW_REGION_HEADER) / OW_BODY_BYTES;
+    if (!ow_count_entities(env, argv[5], max, &n)) {
+        return enif_make_badarg(env);
+    }
+    if (args < 0 || (uint64_t)n > max) {
+        return ow_error(env, atom_bounds);
+    }
+    start = enif_monotonic_time(ERL_NIF_USEC);
+
+    /* Every entity decoded (and checked) before anything is written. */
+    records = enif_alloc((size_t)n * OW_BODY_BYTES + 1);
+    if (records == NULL) {
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    cells = argv[5];
+    while (enif_get_list_cell(env, cells, &cell, &cells)) {
+        const ERL_NIF_TERM *pair;
+        ERL_NIF_TERM list, head;
+        enif_get_tuple(env, cell, &arity, &pair);
+        list = pair[1];
+        while (enif_get_list_cell(env, list, &head, &list)) {
+            const ERL_NIF_TERM *fields;
+            int64_t *record = records + (size_t)i * (OW_BODY_BYTES / 8);
+            ErlNifSInt64 v[5];
+            if (!enif_get_tuple(env, head, &arity, &fields) || arity < need) {
+                enif_free(records);
+                return enif_make_badarg(env);
+            }
+            for (f = 0; f < 5; f++) {
+                if (!enif_get_int64(env, fields[spec_v[f]], &v[f])) {
+                    enif_free(records);
+                    return enif_make_badarg(env);
+                }
+            }
+            for (f = 3; f < 5; f++) {
+                v[f] = v[f] > spec_v[7] ? spec_v[7] : v[f] < -spec_v[7] ? -spec_v[7] : v[f];
+            }
+            for (f = 0; f < 5; f++) {
+                record[f] = (int64_t)htole64((uint64_t)v[f]);
+            }
+            record[5] = (int64_t)htole64((uint64_t)spec_v[5]);
+            record[6] = (int64_t)htole64((uint64_t)spec_v[6]);
+            record[7] = 0;
+            i++;
+        }
+    }
+    return ow_publish_records(env, s, region, region_len, seq, tick, records, n, start);
 }
 
 /* consume(Ref, RegionOffset, ExpectedSeq, Len) -> {ok, Binary} | {error, ...} */
@@ -768,8 +933,10 @@ static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return enif_make_tuple2(env, atom_ok, bin);
 }
 
-/* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N)
- *   -> {ok, [{Id, X, Y}]} | {error, ...} */
+/* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N[, IdsRegion])
+ *   -> {ok, [{Id, X, Y}]} | {error, ...}
+ * With IdsRegion (a request region of the segment), the results' ids must be those of its first
+ * N body records, in order ({error, ids} otherwise): the answer is to the bodies we sent. */
 static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     ow_shm *s;
@@ -781,21 +948,26 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
     ERL_NIF_TERM reason, list;
     ow_consume_arg arg;
     ErlNifTime start;
-    uint64_t word;
+    uint64_t word, ids_region = 0;
+    int ids_arg = ARG_OK, ids_wrong = 0;
 
-    (void)argc;
     if (!ow_get_shm(env, argv[0], &s)) {
         return enif_make_badarg(env);
     }
     region_arg = ow_get_u64(env, argv[1], &region);
     region_len_arg = ow_get_u64(env, argv[2], &region_len);
     n_arg = ow_get_u64(env, argv[5], &n);
+    if (argc == 7) {
+        ids_arg = ow_get_u64(env, argv[6], &ids_region);
+    }
     if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || n_arg == ARG_BAD ||
-        ow_get_u64(env, argv[3], &expected) != ARG_OK || !enif_get_int64(env, argv[4], &tick)) {
+        ids_arg == ARG_BAD || ow_get_u64(env, argv[3], &expected) != ARG_OK ||
+        !enif_get_int64(env, argv[4], &tick)) {
         return enif_make_badarg(env);
     }
     if (region_arg != ARG_OK || region_len_arg != ARG_OK || n_arg != ARG_OK ||
-        region % 64 != 0 || region_len < OW_REGION_HEADER ||
+        ids_arg != ARG_OK || region % 64 != 0 || ids_region % 64 != 0 ||
+        region_len < OW_REGION_HEADER ||
         n > (region_len - OW_REGION_HEADER) / OW_RESULT_BYTES) {
         return ow_error(env, atom_bounds);
     }
@@ -809,7 +981,8 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         enif_free(buffer);
         return ow_error(env, reason);
     }
-    if (!ow_within(region, region_len, s->size)) {
+    if (!ow_within(region, region_len, s->size) ||
+        (argc == 7 && !ow_within(ids_region, OW_REGION_HEADER + n * OW_BODY_BYTES, s->size))) {
         enif_rwlock_runlock(s->lock);
         enif_free(buffer);
         return ow_error(env, atom_bounds);
@@ -825,6 +998,20 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         enif_rwlock_runlock(s->lock);
         enif_free(buffer);
         return ow_error(env, reason);
+    }
+    if (arg.result == CONSUME_OK && argc == 7) {
+        ow_ids_arg ids;
+        ids.results = buffer + OW_REGION_HEADER;
+        ids.bodies = s->base + ids_region + OW_REGION_HEADER;
+        ids.n = (size_t)n;
+        ids.same = 0;
+        if (ow_guarded(s, ow_op_same_ids, &ids) != 0) {
+            reason = ow_fault_reason(s);
+            enif_rwlock_runlock(s->lock);
+            enif_free(buffer);
+            return ow_error(env, reason);
+        }
+        ids_wrong = !ids.same;
     }
     enif_rwlock_runlock(s->lock);
     if (arg.result != CONSUME_OK) {
@@ -846,6 +1033,11 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         enif_free(buffer);
         return ow_error(env, enif_make_tuple2(env, atom_count,
                                               enif_make_uint64(env, (ErlNifUInt64)header_n)));
+    }
+    /* (After the header's tick and count: a wrong tick is that, not wrong ids.) */
+    if (ids_wrong) {
+        enif_free(buffer);
+        return ow_error(env, atom_ids);
     }
 
     list = enif_make_list(env, 0);
@@ -891,6 +1083,7 @@ static void ow_make_atoms(ErlNifEnv *env)
     atom_size = enif_make_atom(env, "size");
     atom_tick = enif_make_atom(env, "tick");
     atom_count = enif_make_atom(env, "count");
+    atom_ids = enif_make_atom(env, "ids");
     atom_errno = enif_make_atom(env, "errno");
 }
 
@@ -948,6 +1141,8 @@ static ErlNifFunc ow_funcs[] = {
     {"publish_bodies", 6, nif_publish_bodies, 0},
     {"consume", 4, nif_consume, 0},
     {"consume_results", 6, nif_consume_results, 0},
+    {"consume_results", 7, nif_consume_results, 0},
+    {"publish_entities", 7, nif_publish_entities, 0},
 };
 
 ERL_NIF_INIT(Elixir.Overworld.Sidecar.Shm, ow_funcs, ow_load, NULL, ow_upgrade, NULL)

@@ -27,23 +27,35 @@ defmodule Overworld.Sidecar do
   @protocol 1
   @max_backoff 5_000
 
-  @doc "The sidecar executable built with the framework (`make deps-rust`, or `mix compile`)."
+  @doc """
+  The sidecar executable built with the framework: the newer of `priv/native/overworld-sidecar`
+  (the `overworld_sidecar` Mix compiler's, and a release's) and
+  `sidecar/target/release/overworld-sidecar` (`make deps-rust`) that exists; that last path
+  when neither does.
+  """
   @spec executable() :: Path.t()
   def executable do
-    priv = Application.app_dir(:overworld, "priv/native/overworld-sidecar")
+    built = Path.expand("../../sidecar/target/release/overworld-sidecar", __DIR__)
 
-    if File.exists?(priv),
-      do: priv,
-      else: Path.expand("../../sidecar/target/release/overworld-sidecar", __DIR__)
+    [Application.app_dir(:overworld, "priv/native/overworld-sidecar"), built]
+    |> Enum.flat_map(fn path ->
+      case File.stat(path, time: :posix) do
+        {:ok, stat} -> [{stat.mtime, path}]
+        {:error, _} -> []
+      end
+    end)
+    |> Enum.max(fn -> {0, built} end)
+    |> elem(1)
   end
 
   @doc false
   # Atomics of a zone's sidecar state: 1 generation ready (0: none), 2 starts, 3 exits,
   # 4 failures reported by workers, 5 ticks computed by the fallback, 6 ticks by the sidecar;
   # the last failure: 7 when a worker saw it, 8 since when it had been waiting for the
-  # answer (monotonic µs).
+  # answer (monotonic µs); 9 when this process last saw the sidecar go (its exit, or after a
+  # failure).
   @spec new_ref() :: :atomics.atomics_ref()
-  def new_ref, do: :atomics.new(8, signed: true)
+  def new_ref, do: :atomics.new(9, signed: true)
 
   @doc "The generation of the sidecar ready to answer (0: none)."
   @spec generation(Physics.t() | nil) :: non_neg_integer
@@ -88,6 +100,38 @@ defmodule Overworld.Sidecar do
   end
 
   @doc false
+  # The shared segment of the sidecar of `generation` (transport :shm), for a worker that
+  # connects to it: one segment per sidecar process, made before it starts.
+  @spec segment(Physics.t(), pos_integer) ::
+          {:ok, Overworld.Sidecar.Shm.t(), map} | {:error, term}
+  def segment(%Physics{zone: zone}, generation) do
+    GenServer.call(
+      Overworld.Names.via(Overworld.Names.sidecar(zone)),
+      {:segment, generation},
+      200
+    )
+  catch
+    :exit, reason -> {:error, {:segment, reason}}
+  end
+
+  @doc false
+  # The layout of a zone's shared segment (docs/sidecar.md, "The shared segment"): per stripe
+  # a request region for `max_bodies` body records and an answer region for as many results
+  # and 64 KiB of path answers (larger requests and answers go in the frames).
+  @spec layout(Physics.t()) :: map
+  def layout(%Physics{stripes: stripes, sidecar: %{max_bodies: max}}) do
+    request = 64 + 64 * max
+    answer = 64 + 64 * div(32 * max + 63, 64) + 64 * 1024
+
+    %{
+      stripes: stripes,
+      request: request,
+      answer: answer,
+      total: 64 + stripes * (request + answer)
+    }
+  end
+
+  @doc false
   @spec count(Physics.t(), :fallback | :sidecar) :: :ok
   def count(%Physics{ref: ref}, :fallback), do: :atomics.add(ref, 5, 1)
   def count(%Physics{ref: ref}, :sidecar), do: :atomics.add(ref, 6, 1)
@@ -106,6 +150,7 @@ defmodule Overworld.Sidecar do
   @impl true
   def init(physics) do
     Process.flag(:trap_exit, true)
+    if physics.transport == :shm, do: Overworld.Sidecar.Shm.load()
     Logger.metadata(zone: inspect(physics.zone))
 
     st = %{
@@ -114,6 +159,9 @@ defmodule Overworld.Sidecar do
       os_pid: nil,
       buffer: "",
       generation: 0,
+      # transport :shm: the segment of the running process, and its file.
+      shm: nil,
+      shm_path: nil,
       backoff: physics.sidecar.restart_ms,
       timer: nil
     }
@@ -149,10 +197,19 @@ defmodule Overworld.Sidecar do
   def handle_info(_other, st), do: {:noreply, st}
 
   @impl true
+  def handle_call({:segment, generation}, _from, %{generation: generation, shm: shm} = st)
+      when shm != nil and generation > 0,
+      do: {:reply, {:ok, shm, layout(st.physics)}, st}
+
+  def handle_call({:segment, _generation}, _from, st),
+    do: {:reply, {:error, :no_segment}, st}
+
+  @impl true
   def terminate(_reason, st) do
     :atomics.put(st.physics.ref, 1, 0)
     kill(st)
     File.rm(st.physics.socket)
+    drop_segment(st)
     :ok
   end
 
@@ -164,27 +221,64 @@ defmodule Overworld.Sidecar do
         if(p.sidecar.threads, do: ["--threads", Integer.to_string(p.sidecar.threads)], else: []) ++
         if(p.sidecar.fault, do: ["--fault", p.sidecar.fault], else: [])
 
-    if File.exists?(exe) do
-      port = Port.open({:spawn_executable, exe}, [:binary, :exit_status, :use_stdio, args: args])
+    with true <- File.exists?(exe) || {:error, :no_executable},
+         {:ok, st, shm_args} <- new_segment(st) do
+      port =
+        Port.open({:spawn_executable, exe}, [
+          :binary,
+          :exit_status,
+          :use_stdio,
+          args: args ++ shm_args
+        ])
 
       {:os_pid, os_pid} = Port.info(port, :os_pid)
       :atomics.add(p.ref, 2, 1)
-
-      %{
-        st
-        | port: port,
-          os_pid: os_pid,
-          buffer: ""
-      }
+      %{st | port: port, os_pid: os_pid, buffer: ""}
     else
-      Logger.error(
-        "the sidecar executable #{exe} does not exist (build it: make deps-rust, or " <>
-          "sidecar/cargo.sh build --release); the zone's physics runs in Elixir"
-      )
+      {:error, :no_executable} ->
+        Logger.error(
+          "the sidecar executable #{exe} does not exist (build it: make deps-rust, or " <>
+            "sidecar/cargo.sh build --release); the zone's physics runs in Elixir"
+        )
 
-      retry(st)
+        retry(st)
+
+      {:error, reason} ->
+        Logger.error(
+          "the sidecar's shared segment could not be made (#{inspect(reason)}); the zone's " <>
+            "physics runs in Elixir"
+        )
+
+        retry(st)
     end
   end
+
+  # transport :shm: a new segment for each process (its file in /dev/shm, sized and its header
+  # written), the last one's file removed (its mappings go with the last worker's link to it).
+  defp new_segment(%{physics: %Physics{transport: :shm} = p} = st) do
+    drop_segment(st)
+    l = layout(p)
+    dir = if File.dir?("/dev/shm"), do: "/dev/shm", else: System.tmp_dir!()
+    path = Path.join(dir, Path.basename(p.socket, ".sock") <> "-#{:atomics.get(p.ref, 2)}.shm")
+
+    header =
+      <<"OWSS", 1::little-32, l.stripes::little-64, l.request::little-64, l.answer::little-64,
+        l.total::little-64, 0::size(24)-unit(8)>>
+
+    with {:ok, shm} <- Overworld.Sidecar.Shm.create(path, l.total),
+         :ok <- Overworld.Sidecar.Shm.write(shm, 0, header) do
+      {:ok, %{st | shm: shm, shm_path: path}, ["--shm", path]}
+    else
+      {:error, _} = error ->
+        File.rm(path)
+        error
+    end
+  end
+
+  defp new_segment(st), do: {:ok, st, []}
+
+  defp drop_segment(%{shm_path: nil}), do: :ok
+  defp drop_segment(%{shm_path: path}), do: File.rm(path)
 
   # The ready line: `overworld-sidecar ready 1`.
   defp ready(%{generation: 0} = st, data) do
@@ -220,6 +314,7 @@ defmodule Overworld.Sidecar do
   defp ready(st, _data), do: st
 
   defp gone(st, why) do
+    :atomics.put(st.physics.ref, 9, System.monotonic_time(:microsecond))
     :atomics.put(st.physics.ref, 1, 0)
     :atomics.add(st.physics.ref, 3, 1)
 

@@ -116,8 +116,9 @@ defmodule Overworld.Zone do
     the state the last tick left (physics lags game logic by one tick); `:sidecar` computes it
     in the native sidecar (`Overworld.Sidecar`), with the Elixir step as its fallback: the
     same bits either way
-  * `:transport` — how the workers talk to the sidecar: `:socket` (the only one yet; the
-    shared segment of docs/sidecar.md is not wired into zones)
+  * `:transport` — how the workers' records reach the sidecar: `:socket` (default: in the
+    socket frames) or `:shm` (through a shared-memory segment, the frames only announce
+    them; needs the shared-memory NIF: docs/sidecar.md)
   * `:map` — the static obstacles: the path of an obstacle map (`Overworld.Physics.Map`) or
     `[boxes: [{x0, y0, x1, y1}], circles: [{cx, cy, r}]]` in metres (default nil: none)
   * `:body` — `[radius: metres, mass: 1..65535]` of every body when the zone module has no
@@ -128,7 +129,8 @@ defmodule Overworld.Zone do
     rayon threads, default its machine's cores), `deadline_ms` (how long a worker waits for
     an answer before it computes the step itself; default 10), `pipeline` (default true: the
     bodies go at the end of a tick, the answer is read as the next starts; false: both as
-    the next starts), `restart_ms` (default 50), `fault`
+    the next starts), `restart_ms` (default 50), `max_bodies` (`:shm`: the bodies a
+    worker's region holds, default 32,768; more go in the frame), `fault`
     (tests only: docs/sidecar.md, "Faults")
 
   Persistence and recovery (see "Persistence and recovery" below):

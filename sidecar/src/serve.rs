@@ -454,6 +454,11 @@ fn requests(
         }
         match &shared.segment {
             None => mine.parse(buf)?,
+            // A request whose records do not fit the stripe's region comes in the frame.
+            Some(_) if buf.len() != wire::SHM_REQUEST_BYTES => {
+                mine.parse(buf)?;
+                mine.framed = true;
+            }
             Some(segment) => {
                 let r = ShmRequest::parse(buf)?;
                 let h = segment.read_request(stripe, r.seq, r.records(), &mut records)?;
@@ -467,6 +472,7 @@ fn requests(
                     ));
                 }
                 mine.parse_records(r.tick, r.n, r.q, &records)?;
+                mine.framed = false;
             }
         }
         let mut state = shared.lock();
@@ -679,7 +685,17 @@ impl Stepper {
         let paths = &self.paths[queries];
         let tags = r.queries.iter().map(|&(tag, _)| tag);
         let (n, q) = (results.len() as i64, paths.len() as i64);
-        let Some(segment) = &self.shared.segment else {
+        let records = &mut self.records;
+        records.clear();
+        // The records go in the stripe's answer region, unless its request came in a frame or
+        // they do not fit the region: then in the frame, as without the segment.
+        let segment = self.shared.segment.as_ref().filter(|segment| {
+            !r.framed && {
+                wire::put_records(records, results, tags.clone(), paths);
+                records.len() <= segment.answer_room()
+            }
+        });
+        let Some(segment) = segment else {
             wire::begin_frame(out, b"OWSR");
             wire::put(out, &[tick, n, q]);
             wire::put_records(out, results, tags, paths);
@@ -688,17 +704,6 @@ impl Stepper {
             }
             return;
         };
-        let records = &mut self.records;
-        records.clear();
-        wire::put_records(records, results, tags, paths);
-        if records.len() > segment.answer_room() {
-            let message = format!(
-                "an answer of {} bytes, the answer region holds {}",
-                records.len(),
-                segment.answer_room()
-            );
-            return wire::error(out, tick, &message);
-        }
         let publish = if fault == Some(FaultKind::Half) && s == 0 {
             Publish::LeaveOdd
         } else {

@@ -65,6 +65,9 @@ pub enum HelloError {
 #[derive(Clone, Debug, Default)]
 pub struct Request {
     pub tick: i64,
+    /// Its records came in the frame although the connection uses the shared segment (they
+    /// did not fit the stripe's request region): the answer goes in the frame too.
+    pub framed: bool,
     pub bodies: Vec<Body>,
     /// `(tag, (from, to))`, in the request's order.
     pub queries: Vec<(i64, Query)>,

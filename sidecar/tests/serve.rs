@@ -1415,10 +1415,29 @@ fn shared_segment_requests_that_are_refused() {
     let mut c = sidecar.connect();
     c.hello(&zone, 0, 1, 1);
     assert_eq!(shm_round(&mut c, &shm, 0, &good).unwrap().results.len(), 2);
-    // An answer larger than its region: an error frame, the connection stays.
-    let seq = shm.write_request(0, &req(2, vec![body(1, 500), body(2, 900), body(3, 10)]));
-    c.send(&req(2, vec![body(1, 500), body(2, 900), body(3, 10)]).shm_frame(seq));
-    assert_eq!(decode_error(&c.recv().unwrap()).0, 2);
+    // An answer larger than its region comes in the frame (the records after the 3 words).
+    let three = req(2, vec![body(1, 500), body(2, 900), body(3, 10)]);
+    let want = expected(
+        &zone,
+        &zone.world(),
+        &zone.nav(),
+        std::slice::from_ref(&three),
+    );
+    let seq = shm.write_request(0, &three);
+    c.send(&three.shm_frame(seq));
+    assert_eq!(decode_answer(&c.recv().unwrap()), want[0]);
+    // So does the answer to a request that came in the frame (more bodies than the request
+    // region holds), and the segment is used again after it.
+    let four = req(3, (1..=4).map(|i| body(i, 300 * i)).collect());
+    let want = expected(
+        &zone,
+        &zone.world(),
+        &zone.nav(),
+        std::slice::from_ref(&four),
+    );
+    c.send(&four.frame());
+    assert_eq!(decode_answer(&c.recv().unwrap()), want[0]);
+    assert_eq!(shm_round(&mut c, &shm, 0, &good).unwrap().results.len(), 2);
     // Requests that close the connection.
     type Bad = Box<dyn Fn(&Shm) -> Vec<u8>>;
     let bad: Vec<Bad> = vec![
@@ -1450,10 +1469,10 @@ fn shared_segment_requests_that_are_refused() {
             words(&mut f, &[3, 4, 0, seq]);
             f
         }),
-        // The records in the frame (the socket transport's request).
+        // A frame that is neither an shm request nor a request with its records.
         Box::new({
             let frame = good.frame();
-            move |_| frame.clone()
+            move |_| frame[..frame.len() - 8].to_vec()
         }),
         Box::new(|shm| {
             let seq = shm.write_request(0, &req(3, vec![]));

@@ -24,7 +24,7 @@ defmodule Overworld.SidecarTest do
     %{exe: exe, scene: {side, walls, specs}, expected: expected}
   end
 
-  defp start(mode, sidecar, {side, walls, specs}, exe) do
+  defp start(mode, sidecar, {side, walls, specs}, exe, transport \\ :socket) do
     id = {__MODULE__, make_ref()}
 
     {:ok, _} =
@@ -35,6 +35,7 @@ defmodule Overworld.SidecarTest do
         size: {side, side},
         workers: 2,
         physics: mode,
+        transport: transport,
         map: walls,
         sidecar: Keyword.merge([executable: exe, restart_ms: 20], sidecar)
       )
@@ -135,6 +136,69 @@ defmodule Overworld.SidecarTest do
       assert c.sidecar > 2 * 5
       assert Zone.count(id) == 1_500
     end
+  end
+
+  describe "over the shared segment (transport: :shm)" do
+    test "the same bits, every record through the stripes' regions", ctx do
+      {id, p} = start(:sidecar, [], ctx.scene, ctx.exe, :shm)
+      on_exit(fn -> Overworld.stop_zone(id) end)
+      ready(p)
+      run(id, ctx.expected)
+      c = Sidecar.counters(p)
+      assert c.fallback == 2 and c.sidecar == 2 * 39 and c.failures == 0
+      # Each worker wrote 40 requests in its region (the last one's answer is pending) and read
+      # 39 answers from its answer region: their seqs say so.
+      {shm, l} = segment(id)
+
+      for stripe <- 0..1 do
+        base = 64 + stripe * (l.request + l.answer)
+        assert {:ok, <<80::little-64>>} = Sidecar.Shm.read(shm, base, 8)
+        {:ok, <<answer_seq::little-64>>} = Sidecar.Shm.read(shm, base + l.request, 8)
+        assert answer_seq in [78, 80]
+      end
+    end
+
+    test "requests larger than the region go in their frames: the same bits", ctx do
+      # 1,500 bodies over 2 stripes, room for 100 per stripe.
+      {id, p} = start(:sidecar, [max_bodies: 100], ctx.scene, ctx.exe, :shm)
+      on_exit(fn -> Overworld.stop_zone(id) end)
+      ready(p)
+      run(id, ctx.expected)
+      c = Sidecar.counters(p)
+      assert c.sidecar == 2 * 39 and c.failures == 0
+    end
+
+    for {fault, why} <- [
+          {"kill:5", "aborts mid-compute"},
+          {"half:5", "leaves an answer region half written (odd seq)"},
+          {"wrong-seq:5", "announces another seq than its region's"},
+          {"shrink:5", "truncates the segment"},
+          {"grow:5", "grows the segment"}
+        ] do
+      test "a sidecar that #{why} (#{fault}): the fallback's tick, the same bits", ctx do
+        {id, p} =
+          start(:sidecar, [fault: unquote(fault), deadline_ms: 20], ctx.scene, ctx.exe, :shm)
+
+        on_exit(fn -> Overworld.stop_zone(id) end)
+        ready(p)
+        {shm, _} = segment(id)
+        run(id, ctx.expected, [10, 20, 30])
+        c = Sidecar.counters(p)
+        assert c.failures >= 1 or unquote(fault) == "kill:5", inspect(c)
+        assert c.starts >= 2, inspect(c)
+        assert c.fallback + c.sidecar == 2 * 40
+        assert c.sidecar > 2 * 5
+        assert Zone.count(id) == 1_500
+        # A new segment for the new process; the first one's file is gone.
+        {shm2, _} = segment(id)
+        assert shm2 != shm
+      end
+    end
+  end
+
+  defp segment(id) do
+    st = :sys.get_state(Overworld.Names.whereis(Overworld.Names.sidecar(id)))
+    {st.shm, Sidecar.layout(st.physics)}
   end
 
   test "a missing executable: the Elixir physics, and the zone runs", ctx do

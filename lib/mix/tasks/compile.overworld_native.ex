@@ -83,20 +83,26 @@ defmodule Mix.Tasks.Compile.OverworldNative do
 
       {output, status} ->
         File.rm(tmp)
-        message = "cc exited with status #{status}:\n" <> output
-        Mix.shell().error(message)
-
-        {:error,
-         [
-           %Mix.Task.Compiler.Diagnostic{
-             compiler_name: "overworld_native",
-             file: Path.expand(@source),
-             message: message,
-             position: nil,
-             severity: :error
-           }
-         ]}
+        failure("overworld_native", @source, "cc exited with status #{status}:\n" <> output)
     end
+  end
+
+  @doc false
+  # A compiler's failure: the message printed, and its diagnostic on `file`.
+  @spec failure(String.t(), Path.t(), String.t()) :: {:error, [Mix.Task.Compiler.Diagnostic.t()]}
+  def failure(compiler, file, message) do
+    Mix.shell().error(message)
+
+    {:error,
+     [
+       %Mix.Task.Compiler.Diagnostic{
+         compiler_name: compiler,
+         file: Path.expand(file),
+         message: message,
+         position: nil,
+         severity: :error
+       }
+     ]}
   end
 
   # The runtime's own headers (erl_nif.h), else Debian's erlang-dev location.
@@ -110,18 +116,27 @@ defmodule Mix.Tasks.Compile.OverworldNative do
 
   # Mix links the project's priv/ into the build (nothing to do), or copies it (build_embedded):
   # then the copy gets the library too.
-  defp sync_build_priv do
+  defp sync_build_priv, do: sync_build_priv(@target)
+
+  @doc false
+  # `target` (a file of priv/) into the build's copy of priv/, if it is a copy and the file
+  # there is not the same (through a temporary file renamed over the old one).
+  @spec sync_build_priv(Path.t()) :: :ok
+  def sync_build_priv(target) do
     build_priv = Path.join(Mix.Project.app_path(), "priv")
 
     case File.lstat(build_priv) do
       {:ok, %File.Stat{type: :directory}} ->
-        copy = Path.join(build_priv, "native/overworld_shm.so")
+        copy = Path.join(build_priv, Path.relative_to(target, "priv"))
 
-        unless same_file?(copy, @target) do
+        unless same_file?(copy, target) do
           File.mkdir_p!(Path.dirname(copy))
-          File.cp!(@target, copy <> ".tmp")
+          File.cp!(target, copy <> ".tmp")
+          File.chmod!(copy <> ".tmp", File.stat!(target).mode)
           File.rename!(copy <> ".tmp", copy)
         end
+
+        :ok
 
       _ ->
         :ok

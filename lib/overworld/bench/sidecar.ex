@@ -16,13 +16,15 @@ defmodule Overworld.Bench.Sidecar do
   # 2. Kills (`kills/1`): a zone of `bodies` bodies with `physics: :sidecar` at 30 Hz while
   #    its sidecar gets SIGKILL `kills` times at random moments; its tick durations, entities
   #    before and after, the fallback's ticks, and the detection time of each kill (from the
-  #    kill, or from when a worker started waiting if later, to the worker's failure).
+  #    kill, or from when a worker started waiting if later, to the worker's failure or the
+  #    sidecar's owner seeing the process exit, whichever came first).
 
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 1, entity: 2]
 
   alias Overworld.Bench.{Stats, Ticks}
   alias Overworld.Metrics.CPU
+  alias Overworld.Sidecar.Link
   alias Overworld.Zone.Physics
 
   # Bodies wander among the walls of a grid of rooms: they pick a new velocity every 20 ticks.
@@ -94,21 +96,27 @@ defmodule Overworld.Bench.Sidecar do
     for n <- sizes do
       {p, stripes} = setup(n)
       elixir = elixir_ticks(p, stripes, ticks)
-      socket = sidecar_ticks(p, stripes, ticks, opts)
-      row = %{bodies: n, ticks: ticks, elixir: elixir, socket: socket}
-      print.(line(row))
-      row
+
+      print.(
+        "#{n} bodies: Elixir #{ms(elixir.tick_ms.p50)} ms/tick (p99 " <>
+          "#{ms(elixir.tick_ms.p99)}, CPU #{ms(elixir.cpu_ms)} ms; p50s of #{ticks} ticks)"
+      )
+
+      socket = sidecar_ticks(p, stripes, ticks, :socket, opts)
+      print.(line("sockets", elixir, socket))
+      shm = sidecar_ticks(p, stripes, ticks, :shm, opts)
+      print.(line("shared memory", elixir, shm))
+      %{bodies: n, ticks: ticks, elixir: elixir, socket: socket, shm: shm}
     end
   end
 
-  defp line(%{bodies: n, elixir: e, socket: s}) do
+  defp line(how, e, s) do
     ratio = if s.tick_ms.p50 > 0, do: Float.round(e.tick_ms.p50 / s.tick_ms.p50, 2)
 
-    "#{n} bodies: Elixir #{ms(e.tick_ms.p50)} ms/tick (p99 #{ms(e.tick_ms.p99)}, " <>
-      "CPU #{ms(e.cpu_ms)} ms); sidecar over sockets #{ms(s.tick_ms.p50)} ms/tick " <>
-      "(p99 #{ms(s.tick_ms.p99)}): marshalling in #{ms(s.in_ms.p50)} + out " <>
-      "#{ms(s.out_ms.p50)} ms, waiting #{ms(s.wait_ms.p50)} ms; CPU node #{ms(s.cpu_node_ms)} " <>
-      "+ sidecar #{ms(s.cpu_sidecar_ms)} ms; Elixir/sidecar #{ratio}× (p50s of #{s.ticks} ticks)"
+    "  sidecar over #{how} #{ms(s.tick_ms.p50)} ms/tick (p99 #{ms(s.tick_ms.p99)}): " <>
+      "marshalling in #{ms(s.in_ms.p50)} + out #{ms(s.out_ms.p50)} ms, waiting " <>
+      "#{ms(s.wait_ms.p50)} ms; CPU node #{ms(s.cpu_node_ms)} + sidecar " <>
+      "#{ms(s.cpu_sidecar_ms)} ms; Elixir/sidecar #{ratio}×"
   end
 
   defp ms(nil), do: "-"
@@ -155,27 +163,20 @@ defmodule Overworld.Bench.Sidecar do
     cpu0 = CPU.os_seconds()
 
     samples =
-      for _ <- 1..ticks do
-        stripes
-        |> Enum.map(fn {own, halo} ->
-          Task.async(fn ->
-            {t, _} =
-              :timer.tc(fn ->
-                Physics.step(Physics.bodies(own, p), Physics.bodies(halo, p), p)
-              end)
+      stripes
+      |> workers(ticks, fn {own, halo} = stripe, _t ->
+        {t, _} =
+          :timer.tc(fn -> Physics.step(Physics.bodies(own, p), Physics.bodies(halo, p), p) end)
 
-            t / 1000
-          end)
-        end)
-        |> Task.await_many(60_000)
-        |> Enum.max()
-      end
+        {t / 1000, stripe}
+      end)
+      |> Enum.map(&Enum.max/1)
 
     cpu = (CPU.os_seconds() - cpu0) * 1000 / ticks
     %{tick_ms: summary(samples), cpu_ms: cpu}
   end
 
-  defp sidecar_ticks(p, stripes, ticks, opts) do
+  defp sidecar_ticks(p, stripes, ticks, transport, opts) do
     # The sidecar as a zone runs it (Overworld.Sidecar), its workers' links made here.
     zone = {:bench_sidecar, System.unique_integer([:positive])}
     name = "ow-bench-#{System.unique_integer([:positive])}.sock"
@@ -186,8 +187,11 @@ defmodule Overworld.Bench.Sidecar do
         zone: zone,
         ref: Overworld.Sidecar.new_ref(),
         socket: Path.join(System.tmp_dir!(), name),
+        transport: transport,
         sidecar: Map.merge(p.sidecar, Map.new(Keyword.take(opts, [:executable, :threads])))
     }
+
+    if transport == :shm, do: :ok = Overworld.Sidecar.Shm.load()
 
     {:ok, sidecar} = Overworld.Sidecar.start_link(p)
     await_generation(p, 10_000) || raise "the sidecar did not start"
@@ -196,21 +200,20 @@ defmodule Overworld.Bench.Sidecar do
     try do
       links =
         for {_, s} <- Enum.with_index(stripes) do
-          {:ok, link} = Overworld.Sidecar.Link.connect(%Overworld.Sidecar.Link{}, p, s, 1)
-          link.socket
+          {:ok, link} = Link.connect(%Link{}, p, s, 1)
+          link
         end
 
       cpu0 = {CPU.os_seconds(), CPU.os_seconds(os_pid)}
 
       samples =
-        for t <- 1..ticks do
-          stripes
-          |> Enum.zip(links)
-          |> Enum.map(fn {{own, _halo}, sock} ->
-            Task.async(fn -> round_trip(p, own, sock, t) end)
-          end)
-          |> Task.await_many(60_000)
-        end
+        stripes
+        |> Enum.zip(links)
+        |> Enum.with_index(fn {{own, _halo}, link}, s -> {own, link, s} end)
+        |> workers(ticks, fn {own, link, s}, t ->
+          {sample, link} = round_trip(p, own, link, s, t)
+          {sample, {own, link, s}}
+        end)
 
       {n1, s1} = {CPU.os_seconds(), CPU.os_seconds(os_pid)}
       {n0, s0} = cpu0
@@ -235,37 +238,71 @@ defmodule Overworld.Bench.Sidecar do
 
   defp total({a, b, c}), do: a + b + c
 
-  # One worker's tick over the socket: in (bodies and records, sent), wait, out (decoded,
-  # checked, merged into the entities), in microseconds.
-  defp round_trip(p, own, sock, tick) do
+  # `ticks` ticks of one long-lived process per stripe, as a zone's bucket workers (each holds
+  # its own state, so no copy of it is timed; its garbage collected between ticks, in a heap
+  # that holds a tick's allocations: Overworld.Zone.Bucket does the same): `fun.(state, t)`
+  # answers `{sample, state}`; the samples, per tick, in the stripes' order.
+  defp workers(states, ticks, fun) do
+    me = self()
+
+    pids =
+      for state <- states do
+        spawn_link(fn -> worker_loop(me, state, fun) end)
+      end
+
+    samples =
+      for t <- 1..ticks do
+        Enum.each(pids, &send(&1, {:tick, t}))
+        for pid <- pids, do: receive(do: ({^pid, sample} -> sample))
+      end
+
+    Enum.each(pids, &send(&1, :stop))
+    samples
+  end
+
+  defp worker_loop(parent, state, fun) do
+    receive do
+      {:tick, t} ->
+        {sample, state} = fun.(state, t)
+        send(parent, {self(), sample})
+        :erlang.garbage_collect()
+        {:garbage_collection_info, info} = Process.info(self(), :garbage_collection_info)
+        # What survived (the state) four times: room for the tick's allocations.
+        Process.flag(:min_heap_size, max(10_000, info[:recent_size] * 4))
+        worker_loop(parent, state, fun)
+
+      :stop ->
+        :ok
+    end
+  end
+
+  # One worker's tick through its link, as a bucket worker does it: in (bodies and records,
+  # written and announced), wait (for the answer's frame), out (the results read, checked
+  # and merged into the entities); milliseconds.
+  defp round_trip(p, own, link, stripe, tick) do
     t0 = System.monotonic_time(:microsecond)
-    bodies = Physics.bodies(own, p)
-    n = length(bodies)
-    :ok = :gen_tcp.send(sock, Physics.request(tick, bodies, n))
+    %Link{pending: {^tick, _, _}} = link = Link.request(link, p, stripe, 1, tick, own)
     t1 = System.monotonic_time(:microsecond)
-    {:ok, frame} = :gen_tcp.recv(sock, 0, 60_000)
+    {:ok, frame} = Link.receive_frame(link, System.monotonic_time(:millisecond) + 60_000)
     t2 = System.monotonic_time(:microsecond)
-    {:ok, results} = Physics.answer(frame, tick, n)
-    true = Physics.same_ids?(results, bodies)
-    _ = merge(own, results)
+    {:ok, results} = Link.decode(link, frame)
+    _ = merge(own, results, [])
     t3 = System.monotonic_time(:microsecond)
-    {(t1 - t0) / 1000, (t2 - t1) / 1000, (t3 - t2) / 1000}
+    {{(t1 - t0) / 1000, (t2 - t1) / 1000, (t3 - t2) / 1000}, %{link | pending: nil}}
   end
 
   # The entities moved to their results (as the pass does, entity by entity in order).
-  defp merge(pairs, results) do
-    {merged, []} =
-      Enum.map_reduce(pairs, results, fn {k, list}, rs ->
-        {list, rs} =
-          Enum.map_reduce(list, rs, fn e, [{id, x, y} | rest] when elem(e, 1) == id ->
-            {entity(e, x: x, y: y), rest}
-          end)
+  defp merge([], [], acc), do: :lists.reverse(acc)
 
-        {{k, list}, rs}
-      end)
-
-    merged
+  defp merge([{k, list} | rest], results, acc) do
+    {list, results} = merge_cell(list, results, [])
+    merge(rest, results, [{k, list} | acc])
   end
+
+  defp merge_cell([], results, acc), do: {:lists.reverse(acc), results}
+
+  defp merge_cell([e | rest], [{id, x, y} | results], acc) when elem(e, 1) == id,
+    do: merge_cell(rest, results, [entity(e, x: x, y: y) | acc])
 
   defp summary(samples) do
     s = Stats.summary(samples)
@@ -289,6 +326,7 @@ defmodule Overworld.Bench.Sidecar do
         args: specs,
         size: {side, side},
         physics: :sidecar,
+        transport: Keyword.get(opts, :transport, :socket),
         map: walls,
         history: 0,
         sidecar: Keyword.take(opts, [:executable, :threads])
@@ -310,16 +348,23 @@ defmodule Overworld.Bench.Sidecar do
             Process.sleep(300 + :rand.uniform(600))
             await_generation(p, 5_000)
             os_pid = sidecar_os_pid(id)
-            failures = :atomics.get(p.ref, 4)
+            seen = {:atomics.get(p.ref, 4), :atomics.get(p.ref, 3)}
             t_kill = System.monotonic_time(:microsecond)
             System.cmd("kill", ["-KILL", Integer.to_string(os_pid)])
+            t_killed = System.monotonic_time(:microsecond)
             if rem(k, 10) == 0, do: print.("#{k} kills")
 
             # From the kill, or from when the worker started waiting if that was later (a
             # kill between ticks is seen when the next tick starts: nothing waits before).
-            case await_failure(p, failures, 2_000) do
-              {seen, waiting} -> seen - max(t_kill, waiting)
-              nil -> nil
+            # The kill happened while the `kill` command ran: between t_kill (its start
+            # included: an upper bound of the detection time) and t_killed (a lower bound).
+            case await_detection(p, seen, 2_000) do
+              {at, waiting} ->
+                {at - max(t_kill, waiting || t_kill),
+                 max(at - max(t_killed, waiting || t_killed), 0)}
+
+              nil ->
+                nil
             end
           end
         end)
@@ -328,9 +373,12 @@ defmodule Overworld.Bench.Sidecar do
       c1 = Overworld.Sidecar.counters(p)
       t = ticks[id]
       found = Enum.reject(detections, &is_nil/1)
+      found_after = Enum.map(found, &elem(&1, 1))
+      found = Enum.map(found, &elem(&1, 0))
 
       %{
         bodies: n,
+        transport: Keyword.get(opts, :transport, :socket),
         kills: kills,
         entities_before: before,
         entities_after: after_,
@@ -345,6 +393,7 @@ defmodule Overworld.Bench.Sidecar do
         exits: c1.exits - c0.exits,
         failures: c1.failures - c0.failures,
         detection_ms: summary(Enum.map(found, &(&1 / 1000))),
+        detection_after_kill_command_ms: summary(Enum.map(found_after, &(&1 / 1000))),
         undetected: length(detections) - length(found)
       }
     after
@@ -367,19 +416,21 @@ defmodule Overworld.Bench.Sidecar do
     end
   end
 
-  # After a kill: when the failing worker saw it and when it had started waiting for its
-  # answer (µs), or nil after `wait` ms.
-  defp await_failure(p, failures, wait) do
+  # After a kill: when the zone saw it (µs), and since when what saw it was waiting: a worker
+  # whose answer failed (since it started waiting for it), or the sidecar's owner seeing the
+  # process exit (no wait); nil after `wait` ms. `{failures, exits}`: the counters before.
+  defp await_detection(p, {failures, exits} = before, wait) do
+    failed =
+      if :atomics.get(p.ref, 4) > failures,
+        do: {:atomics.get(p.ref, 7), :atomics.get(p.ref, 8)}
+
+    exited = if :atomics.get(p.ref, 3) > exits, do: {:atomics.get(p.ref, 9), nil}
+
     cond do
-      :atomics.get(p.ref, 4) > failures ->
-        {:atomics.get(p.ref, 7), :atomics.get(p.ref, 8)}
-
-      wait <= 0 ->
-        nil
-
-      true ->
-        Process.sleep(1)
-        await_failure(p, failures, wait - 1)
+      failed && exited -> Enum.min_by([failed, exited], &elem(&1, 0))
+      failed || exited -> failed || exited
+      wait <= 0 -> nil
+      true -> Process.sleep(1) && await_detection(p, before, wait - 1)
     end
   end
 

@@ -6,17 +6,31 @@ defmodule Overworld.Sidecar.Link do
   # kind (the sidecar gone: end of file at once; late past the deadline; garbled; wrong tick)
   # closes the connection and is reported (`Overworld.Sidecar.failed/3`), and the worker
   # computes that tick's physics in Elixir.
+  #
+  # With `transport: :shm` the records go through the zone's shared segment (our stripe's
+  # request and answer regions, under their sequence locks: Overworld.Sidecar.Shm) and the
+  # frames only announce them; a request whose records do not fit our region goes in its
+  # frame, and so does an answer that does not fit (docs/sidecar.md).
+
+  require Overworld.Entity
+  import Overworld.Entity, only: [entity: 1]
 
   alias Overworld.Sidecar
+  alias Overworld.Sidecar.Shm
   alias Overworld.Zone.Physics
 
-  defstruct generation: 0, socket: nil, pending: nil
+  defstruct generation: 0, socket: nil, pending: nil, shm: nil, seq: 0
 
   @type t :: %__MODULE__{
           generation: non_neg_integer,
           socket: :gen_tcp.socket() | nil,
-          # {tick, bodies}: the request sent for the state of `tick`, waiting for its answer.
-          pending: nil | {non_neg_integer, [Overworld.Physics.body()]}
+          # {tick, n, bodies}: the request sent for the state of `tick` (`n` bodies: `bodies`,
+          # or nil when their records went through the segment), waiting for its answer.
+          pending: nil | {non_neg_integer, non_neg_integer, nil | [Overworld.Physics.body()]},
+          # transport :shm: the segment and our regions {request, request_bytes, answer,
+          # answer_bytes}; `seq`: our request region's last even seq.
+          shm: nil | {Shm.t(), tuple},
+          seq: non_neg_integer
         }
 
   # A frame is at most 64 MiB (docs/sidecar.md).
@@ -24,23 +38,83 @@ defmodule Overworld.Sidecar.Link do
   @connect_ms 200
 
   @doc false
-  # Sends the bodies of the state of tick `tick` to the sidecar of `generation`, connecting
-  # first if the link is not to that generation. Answers the link (with the request pending,
-  # or without it when sending failed: reported).
+  # Sends the bodies among the entities of `pairs` (our cells as the state of tick `tick` left
+  # them, in order) to the sidecar of `generation`, connecting first if the link is not to
+  # that generation. Answers the link (with the request pending, or without it when sending
+  # failed: reported).
   @spec request(t, Physics.t(), non_neg_integer, non_neg_integer, non_neg_integer, list) :: t
-  def request(link, _p, _stripe, 0, _tick, _bodies), do: close(link)
+  def request(link, _p, _stripe, 0, _tick, _pairs), do: close(link)
 
-  def request(link, p, stripe, generation, tick, bodies) do
+  def request(link, p, stripe, generation, tick, pairs) do
     sending = System.monotonic_time(:microsecond)
 
     with {:ok, link} <- connect(link, p, stripe, generation),
-         :ok <- :gen_tcp.send(link.socket, Physics.request(tick, bodies, length(bodies))) do
-      %{link | pending: {tick, bodies}}
+         {:ok, link} <- send_request(link, p, tick, pairs) do
+      link
     else
       {:error, reason} ->
         Sidecar.failed(p, generation, {:send, reason}, sending)
         close(link)
     end
+  end
+
+  # Over the segment, the records go in our request region and the frame announces them
+  # (`"OWSQ" tick n 0 seq`); written from the entities where they are when every entity is a
+  # body of the zone's radius and mass (no `body/1`), from the bodies otherwise. Over the
+  # socket, or when they do not fit the region, the records go in the frame.
+  defp send_request(%{shm: {shm, {region, len, _, _}}, seq: seq} = link, p, tick, pairs) do
+    published =
+      case p.body do
+        nil -> Shm.publish_entities(shm, region, len, seq, tick, pairs, spec(p))
+        _ -> {:bodies, Physics.bodies(pairs, p)}
+      end
+
+    published =
+      case published do
+        {:bodies, bodies} ->
+          case Shm.publish_bodies(shm, region, len, seq, tick, bodies) do
+            {:error, :bounds} -> {:frame, bodies}
+            other -> other
+          end
+
+        {:error, :bounds} ->
+          {:frame, Physics.bodies(pairs, p)}
+
+        other ->
+          other
+      end
+
+    case published do
+      {:ok, n} ->
+        frame = <<"OWSQ", tick::little-64, n::little-64, 0::little-64, seq + 2::little-64>>
+        sent(%{link | seq: seq + 2, pending: {tick, n, nil}}, frame)
+
+      {:frame, bodies} ->
+        n = length(bodies)
+        sent(%{link | pending: {tick, n, bodies}}, Physics.request(tick, bodies, n))
+
+      {:error, reason} ->
+        {:error, {:shm, reason}}
+    end
+  end
+
+  defp send_request(link, p, tick, pairs) do
+    bodies = Physics.bodies(pairs, p)
+    n = length(bodies)
+    sent(%{link | pending: {tick, n, bodies}}, Physics.request(tick, bodies, n))
+  end
+
+  defp sent(link, frame) do
+    case :gen_tcp.send(link.socket, frame) do
+      :ok -> {:ok, link}
+      error -> error
+    end
+  end
+
+  # The entity's fields (0-based tuple positions) and the zone's body
+  # (Overworld.Sidecar.Shm.publish_entities/7).
+  defp spec(p) do
+    {entity(:id), entity(:x), entity(:y), entity(:vx), entity(:vy), p.radius, p.mass, p.max_speed}
   end
 
   @doc false
@@ -49,39 +123,83 @@ defmodule Overworld.Sidecar.Link do
   # (reported; the link is closed).
   @spec await(t, Physics.t(), non_neg_integer) ::
           {{:ok, [Physics.result()]} | :none | {:error, term}, t}
-  def await(%{pending: {tick, bodies}, socket: socket} = link, p, tick) when socket != nil do
+  def await(%{pending: {tick, _, _}, socket: socket} = link, p, tick) when socket != nil do
     waiting = System.monotonic_time(:microsecond)
     deadline = div(waiting, 1000) + p.sidecar.deadline_ms
 
-    case receive_answer(socket, tick, length(bodies), deadline) do
-      {:ok, results} = ok ->
-        if Physics.same_ids?(results, bodies),
-          do: {ok, %{link | pending: nil}},
-          else: fail(link, p, :wrong_ids, waiting)
-
-      {:error, reason} ->
-        fail(link, p, reason, waiting)
+    case receive_answer(link, deadline) do
+      {:ok, _results} = ok -> {ok, %{link | pending: nil}}
+      {:error, reason} -> fail(link, p, reason, waiting)
     end
   end
 
   def await(link, _p, _tick), do: {:none, %{link | pending: nil}}
 
-  defp receive_answer(socket, tick, n, deadline) do
-    wait = max(deadline - System.monotonic_time(:millisecond), 0)
-
-    case :gen_tcp.recv(socket, 0, wait) do
+  defp receive_answer(link, deadline) do
+    case receive_frame(link, deadline) do
       {:ok, frame} ->
-        case Physics.answer(frame, tick, n) do
+        case decode(link, frame) do
           # An answer to an older request (one dropped by a load step): the next.
-          :stale -> receive_answer(socket, tick, n, deadline)
+          :stale -> receive_answer(link, deadline)
           other -> other
         end
 
-      {:error, :timeout} ->
-        {:error, :late}
+      error ->
+        error
+    end
+  end
 
-      {:error, reason} ->
-        {:error, reason}
+  @doc false
+  # The next frame from the sidecar, waiting at most until `deadline` (monotonic ms).
+  @spec receive_frame(t, integer) :: {:ok, binary} | {:error, term}
+  def receive_frame(%{socket: socket}, deadline) do
+    case :gen_tcp.recv(socket, 0, max(deadline - System.monotonic_time(:millisecond), 0)) do
+      {:ok, frame} -> {:ok, frame}
+      {:error, :timeout} -> {:error, :late}
+      {:error, reason} -> {:error, reason}
+    end
+  end
+
+  @doc false
+  # An answer frame to the pending request: its results, checked to be those of the bodies
+  # sent (read from our answer region when the frame announces them there: `"OWSR" tick n q
+  # seq bytes`, the ids checked against our request region).
+  @spec decode(t, binary) :: {:ok, [Physics.result()]} | {:error, term} | :stale
+  def decode(
+        %{shm: {shm, {request, _, region, len}}, pending: {tick, n, nil}},
+        <<"OWSR", t::little-64, n::little-64, 0::little-64, seq::little-64, _bytes::little-64>>
+      )
+      when t == tick do
+    case Shm.consume_results(shm, region, len, seq, tick, n, request) do
+      {:ok, results} -> {:ok, results}
+      {:error, :ids} -> {:error, :wrong_ids}
+      {:error, reason} -> {:error, {:shm, reason}}
+    end
+  end
+
+  def decode(%{pending: {tick, n, bodies}} = link, frame) do
+    case Physics.answer(frame, tick, n) do
+      {:ok, results} = ok ->
+        if same_ids?(link, results, bodies), do: ok, else: {:error, :wrong_ids}
+
+      other ->
+        other
+    end
+  end
+
+  defp same_ids?(_link, results, bodies) when is_list(bodies),
+    do: Physics.same_ids?(results, bodies)
+
+  # An answer in its frame to a request whose records were in our region (an answer larger
+  # than the answer region): the ids of the records we wrote there.
+  defp same_ids?(%{shm: {shm, {request, _, _, _}}}, results, nil) do
+    case Shm.read(shm, request + 64, 64 * length(results)) do
+      {:ok, records} ->
+        ids = for <<id::little-64, _::binary-size(56) <- records>>, do: id
+        Enum.map(results, &elem(&1, 0)) == ids
+
+      {:error, _} ->
+        false
     end
   end
 
@@ -112,21 +230,50 @@ defmodule Overworld.Sidecar.Link do
 
   def connect(link, p, stripe, generation) do
     _ = close(link)
-    # (Transport 0: the records in the frames; the shared segment is not wired in yet.)
 
-    case :gen_tcp.connect({:local, p.socket}, 0, socket_opts(), @connect_ms) do
-      {:ok, socket} ->
-        with :ok <- :gen_tcp.send(socket, Physics.hello(p, stripe, 0)),
-             {:ok, <<"OWSA", 1::little-64>>} <- :gen_tcp.recv(socket, 0, @connect_ms) do
-          {:ok, %__MODULE__{generation: generation, socket: socket}}
-        else
-          other ->
-            :gen_tcp.close(socket)
-            {:error, {:hello, other}}
-        end
+    with {:ok, shm} <- segment(p, stripe, generation) do
+      case :gen_tcp.connect({:local, p.socket}, 0, socket_opts(), @connect_ms) do
+        {:ok, socket} ->
+          transport = if shm, do: 1, else: 0
+
+          with :ok <- :gen_tcp.send(socket, Physics.hello(p, stripe, transport)),
+               {:ok, <<"OWSA", 1::little-64>>} <- :gen_tcp.recv(socket, 0, @connect_ms),
+               {:ok, seq} <- request_seq(shm) do
+            {:ok, %__MODULE__{generation: generation, socket: socket, shm: shm, seq: seq}}
+          else
+            other ->
+              :gen_tcp.close(socket)
+              {:error, {:hello, other}}
+          end
+
+        {:error, reason} ->
+          {:error, {:connect, reason}}
+      end
+    end
+  end
+
+  # transport :shm: the segment of that generation's sidecar and our stripe's regions.
+  defp segment(%Physics{transport: :shm} = p, stripe, generation) do
+    case Sidecar.segment(p, generation) do
+      {:ok, shm, l} ->
+        request = 64 + stripe * (l.request + l.answer)
+        {:ok, {shm, {request, l.request, request + l.request, l.answer}}}
 
       {:error, reason} ->
-        {:error, {:connect, reason}}
+        {:error, reason}
+    end
+  end
+
+  defp segment(_p, _stripe, _generation), do: {:ok, nil}
+
+  # Our request region's seq as we find it (0 in a new segment).
+  defp request_seq(nil), do: {:ok, 0}
+
+  defp request_seq({shm, {region, _, _, _}}) do
+    case Shm.read(shm, region, 8) do
+      {:ok, <<seq::little-64>>} when rem(seq, 2) == 0 -> {:ok, seq}
+      {:ok, <<seq::little-64>>} -> {:error, {:odd_seq, seq}}
+      {:error, reason} -> {:error, {:shm, reason}}
     end
   end
 

@@ -150,6 +150,31 @@ defmodule Overworld.Sidecar.Shm do
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc """
+  `publish_bodies/6` of the entities of `cells` read where they are, without a list of body
+  tuples: `cells` is `[{key, [entity]}]` (a bucket worker's cells, in order); every entity is
+  a tuple whose elements at the 0-based positions `id_i`, `x_i`, `y_i`, `vx_i`, `vy_i` are its
+  id, position and velocity, and a body of radius `r` and mass `m`, its velocity limited to
+  `[-max_speed, max_speed]` per axis. `spec` is `{id_i, x_i, y_i, vx_i, vy_i, r, m, max_speed}`.
+
+  Answers `{:ok, n}` (the entities written, in order). `{:error, :bounds}` when they do not fit
+  the region; badarg for `cells` that are not a proper list of `{key, list}` pairs, an entity
+  that is not a tuple with those elements, or one of them not a signed 64-bit integer (checked
+  before anything is written).
+  """
+  @spec publish_entities(
+          t(),
+          non_neg_integer(),
+          non_neg_integer(),
+          non_neg_integer(),
+          integer(),
+          [{term(), [tuple()]}],
+          {0..255, 0..255, 0..255, 0..255, 0..255, non_neg_integer(), non_neg_integer(),
+           non_neg_integer()}
+        ) :: {:ok, non_neg_integer()} | {:error, error() | :seq}
+  def publish_entities(_shm, _region, _region_len, _seq, _tick, _cells, _spec),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
   Reads one region under its sequence lock: loads `seq` (acquire), copies the `len` bytes from
   `region` (its header included: `seq tick n q bytes 0 0 0`, then its records), an acquire
   fence, loads `seq` again.
@@ -182,5 +207,25 @@ defmodule Overworld.Sidecar.Shm do
           {:ok, [{integer(), integer(), integer()}]}
           | {:error, error() | :torn | :seq | {:tick, integer()} | {:count, non_neg_integer()}}
   def consume_results(_shm, _region, _region_len, _expected_seq, _tick, _n),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  `consume_results/6`, and the results' ids must be those of the first `n` body records of
+  the request region at `ids_region` (the request these results answer, which only we write),
+  in order: `{:error, :ids}` otherwise (after the checks of the tick and the count).
+  """
+  @spec consume_results(
+          t(),
+          non_neg_integer(),
+          non_neg_integer(),
+          non_neg_integer(),
+          integer(),
+          non_neg_integer(),
+          non_neg_integer()
+        ) ::
+          {:ok, [{integer(), integer(), integer()}]}
+          | {:error,
+             error() | :torn | :seq | :ids | {:tick, integer()} | {:count, non_neg_integer()}}
+  def consume_results(_shm, _region, _region_len, _expected_seq, _tick, _n, _ids_region),
     do: :erlang.nif_error(:nif_not_loaded)
 end

@@ -112,7 +112,7 @@ defmodule Overworld.Zone.Config do
           stripes: tuple,
           owners: tuple,
           physics: Overworld.Zone.Physics.t() | nil,
-          transport: :socket,
+          transport: :socket | :shm,
           map: nil | Path.t() | keyword,
           body: keyword,
           max_radius: number,
@@ -159,8 +159,7 @@ defmodule Overworld.Zone.Config do
       max_seconds: {:pos_integer, 5},
       wire: {{:custom, &wire?/1, "nil or a module using Overworld.Template"}, nil},
       physics: {{:in, [nil, :elixir, :sidecar]}, nil},
-      # (The shared segment, `:shm`, is not wired into zones yet: docs/sidecar.md.)
-      transport: {{:in, [:socket]}, :socket},
+      transport: {{:in, [:socket, :shm]}, :socket},
       map:
         {{:custom, &(is_nil(&1) or is_binary(&1) or is_list(&1)),
           "nil, an obstacle map's path or [boxes: ..., circles: ...]"}, nil},

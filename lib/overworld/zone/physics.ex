@@ -46,6 +46,7 @@ defmodule Overworld.Zone.Physics do
     :zone,
     :socket,
     :ref,
+    transport: :socket,
     stripes: 1
   ]
 
@@ -60,6 +61,7 @@ defmodule Overworld.Zone.Physics do
           body: nil | (Overworld.Entity.t() -> {pos_integer, pos_integer} | nil),
           tick_rate: pos_integer,
           sidecar: map,
+          transport: :socket | :shm,
           zone: term,
           socket: Path.t() | nil,
           ref: :atomics.atomics_ref() | nil,
@@ -79,7 +81,9 @@ defmodule Overworld.Zone.Physics do
       deadline_ms: {:pos_integer, 10},
       pipeline: {:boolean, true},
       restart_ms: {:pos_integer, 50},
-      fault: {{:custom, &(is_nil(&1) or is_binary(&1)), "nil or a fault (docs/sidecar.md)"}, nil}
+      fault: {{:custom, &(is_nil(&1) or is_binary(&1)), "nil or a fault (docs/sidecar.md)"}, nil},
+      max_bodies:
+        {{:custom, &(is_integer(&1) and &1 in 1..1_000_000), "an integer in 1..1000000"}, 32_768}
     ]
   end
 
@@ -112,6 +116,14 @@ defmodule Overworld.Zone.Physics do
     max_speed = div((grid.cell - 2 * max_radius) * o.tick_rate, 2)
 
     cond do
+      o.physics == :sidecar and o.transport == :shm and Overworld.Sidecar.Shm.load() != :ok ->
+        {:error, reason} = Overworld.Sidecar.Shm.load()
+
+        raise ArgumentError,
+              "Overworld.Zone: transport: :shm needs the shared-memory NIF " <>
+                "(priv/native/overworld_shm.so, built by mix compile with a C compiler): " <>
+                inspect(reason)
+
       max_radius < 1 or max_radius > 1 <<< 20 ->
         raise ArgumentError, "Overworld.Zone: :max_radius must be in (0, 1024] metres"
 
@@ -138,6 +150,7 @@ defmodule Overworld.Zone.Physics do
       body: if(function_exported?(module, :body, 1), do: Function.capture(module, :body, 1)),
       tick_rate: o.tick_rate,
       sidecar: sidecar,
+      transport: o.transport,
       stripes: o.workers
     }
   end

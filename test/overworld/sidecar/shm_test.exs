@@ -381,6 +381,64 @@ defmodule Overworld.Sidecar.ShmTest do
     end
   end
 
+  describe "publish_entities/7" do
+    # Entities as the zone's records: {tag, id, kind, x, y, vx, vy, ...}.
+    @spec_ {1, 3, 4, 5, 6, 512, 3, 600}
+
+    defp ent(id, x, y, vx, vy), do: {:entity, id, :body, x, y, vx, vy, 0, nil}
+
+    test "the records publish_bodies/6 writes for the same bodies, velocities limited", %{
+      shm: shm
+    } do
+      cells = [
+        {7, [ent(1, 10, -20, 700, -700), ent(2, 1 <<< 40, 5, 3, -4)]},
+        {8, []},
+        {9, [ent(3, -(1 <<< 62), 0, -601, 599)]}
+      ]
+
+      bodies = [
+        {1, 10, -20, 600, -600, 512, 3},
+        {2, 1 <<< 40, 5, 3, -4, 512, 3},
+        {3, -(1 <<< 62), 0, -600, 599, 512, 3}
+      ]
+
+      assert Shm.publish_entities(shm, 0, 1024, 0, 42, cells, @spec_) == {:ok, 3}
+      assert Shm.publish_bodies(shm, 4096, 1024, 0, 42, bodies) == {:ok, 3}
+      assert Shm.read(shm, 8, 64 * 4 - 8) == Shm.read(shm, 4096 + 8, 64 * 4 - 8)
+      assert Shm.publish_entities(shm, 0, 1024, 2, 43, [], @spec_) == {:ok, 0}
+      assert {:ok, <<4::64-little, 43::64-little, 0::64>>} = Shm.read(shm, 0, 24)
+    end
+
+    test "bad cells or entities are badarg and nothing is written; too many: :bounds", %{
+      shm: shm
+    } do
+      for bad <- [
+            :cells,
+            [{1, [ent(1, 0, 0, 0, 0)]} | :improper],
+            [{1, [ent(1, 0, 0, 0, 0)], :three}],
+            [{1, [{:entity, 1, :body, 0}]}],
+            [{1, [ent(1, 0.5, 0, 0, 0)]}],
+            [{1, [ent(1, 1 <<< 63, 0, 0, 0)]}],
+            [{1, [ent(1, 0, 0, 0, 0) | :improper]}]
+          ] do
+        assert_raise ArgumentError, fn ->
+          Shm.publish_entities(shm, 0, 1024, 0, 1, bad, @spec_)
+        end
+      end
+
+      for spec <- [{1, 3, 4, 5}, {1, 3, 4, 5, 6, 512, 3, -1}, {1, 3, 4, 5, 256, 512, 3, 1}] do
+        assert_raise ArgumentError, fn ->
+          Shm.publish_entities(shm, 0, 1024, 0, 1, [{1, [ent(1, 0, 0, 0, 0)]}], spec)
+        end
+      end
+
+      assert {:ok, <<0::64>>} = Shm.read(shm, 0, 8)
+      cells = [{1, for(i <- 1..16, do: ent(i, 0, 0, 0, 0))}]
+      assert Shm.publish_entities(shm, 0, 64 + 64 * 15, 0, 1, cells, @spec_) == {:error, :bounds}
+      assert Shm.publish_entities(shm, 0, 64 + 64 * 16, 0, 1, cells, @spec_) == {:ok, 16}
+    end
+  end
+
   describe "consume_results/6" do
     defp publish_results(shm, region, seq, tick, results) do
       records =
@@ -411,6 +469,18 @@ defmodule Overworld.Sidecar.ShmTest do
       assert Shm.consume_results(shm, 8192, 1024, 4, 300, 2) == {:error, :seq}
       assert Shm.write(shm, 8192, <<3::64-little>>) == :ok
       assert Shm.consume_results(shm, 8192, 1024, 2, 300, 2) == {:error, :torn}
+    end
+
+    test "/7: the results' ids must be those of the request region's bodies", %{shm: shm} do
+      bodies = [{5, 0, 0, 0, 0, 1, 1}, {9, 0, 0, 0, 0, 1, 1}]
+      assert Shm.publish_bodies(shm, 0, 1024, 0, 1, bodies) == {:ok, 2}
+      assert publish_results(shm, 8192, 0, 300, [{5, 1, 2}, {9, 3, 4}]) == :ok
+      assert Shm.consume_results(shm, 8192, 1024, 2, 300, 2, 0) == {:ok, [{5, 1, 2}, {9, 3, 4}]}
+      assert publish_results(shm, 8192, 2, 300, [{9, 1, 2}, {5, 3, 4}]) == :ok
+      assert Shm.consume_results(shm, 8192, 1024, 4, 300, 2, 0) == {:error, :ids}
+      assert Shm.consume_results(shm, 8192, 1024, 4, 301, 2, 0) == {:error, {:tick, 300}}
+      assert Shm.consume_results(shm, 8192, 1024, 4, 300, 2, @size - 64) == {:error, :bounds}
+      assert Shm.consume_results(shm, 8192, 1024, 4, 300, 2, 100) == {:error, :bounds}
     end
 
     test "arguments", %{shm: shm} do

@@ -99,6 +99,24 @@ defmodule Overworld.Zone.PhysicsTest do
     assert run(start(workers: 5), 40) == one
   end
 
+  test "body/1's bodies through the sidecar, over sockets and over shared memory: same bits" do
+    exe = Overworld.Test.SidecarFrames.build_sidecar!()
+    want = run(start(workers: 1), 40)
+
+    for transport <- [:socket, :shm] do
+      id = start(workers: 2, physics: :sidecar, transport: transport, sidecar: [executable: exe])
+      p = Zone.config(id).physics
+
+      Enum.find(1..500, fn _ ->
+        Overworld.Sidecar.generation(p) > 0 || (Process.sleep(10) && false)
+      end)
+
+      assert run(id, 40) == want, "over #{transport}"
+      c = Overworld.Sidecar.counters(p)
+      assert c.sidecar == 2 * 39 and c.failures == 0, "over #{transport}: #{inspect(c)}"
+    end
+  end
+
   test "a zone's history replays its physics exactly" do
     id = start(workers: 3, history: 100, keyframe_ticks: 10, debug: true)
     {:ok, _} = Zone.tick_now(id, 45)
@@ -156,6 +174,14 @@ defmodule Overworld.Zone.PhysicsTest do
 
     assert_raise ArgumentError, ~r/expected :physics to be one of/, fn ->
       Zone.Config.new!(Pile, Keyword.put(opts, :physics, :rust))
+    end
+
+    assert_raise ArgumentError, ~r/expected :transport to be one of/, fn ->
+      Zone.Config.new!(Pile, opts ++ [transport: :udp])
+    end
+
+    assert_raise ArgumentError, ~r/max_bodies/, fn ->
+      Zone.Config.new!(Pile, opts ++ [sidecar: [max_bodies: 0]])
     end
 
     assert_raise ArgumentError, ~r/unknown option :deadline/, fn ->

@@ -70,8 +70,6 @@ defmodule Overworld.Zone.Bucket.Physics do
   # The bodies of the state of tick `n` (our cells as they are) to the sidecar.
   defp send_bodies(st, _p, _n, 0), do: %{st | link: Link.close(st.link)}
 
-  defp send_bodies(st, p, n, sidecar) do
-    bodies = Physics.bodies(Bucket.own_pairs(st), p)
-    %{st | link: Link.request(st.link, p, st.index, sidecar, n, bodies)}
-  end
+  defp send_bodies(st, p, n, sidecar),
+    do: %{st | link: Link.request(st.link, p, st.index, sidecar, n, Bucket.own_pairs(st))}
 end
