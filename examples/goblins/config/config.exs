@@ -5,7 +5,3 @@ config :logger, :console, format: "$time [$level] $message $metadata\n", metadat
 if config_env() == :test do
   config :logger, level: :warning
 end
-
-# Build Overworld's native sidecar into its priv/native/ when the framework compiles
-# (`--physics sidecar`; Mix.Tasks.Compile.OverworldSidecar).
-config :overworld, build_sidecar: true
