@@ -37,7 +37,9 @@ defmodule Overworld.SidecarTest do
         physics: mode,
         transport: transport,
         map: walls,
-        sidecar: Keyword.merge([executable: exe, restart_ms: 20], sidecar)
+        # (A deadline far above a step's time: a healthy sidecar's answers are never late,
+        # even on a loaded machine; the fault tests set a short one.)
+        sidecar: Keyword.merge([executable: exe, restart_ms: 20, deadline_ms: 1_000], sidecar)
       )
 
     {id, Zone.config(id).physics}

@@ -104,7 +104,14 @@ defmodule Overworld.Zone.PhysicsTest do
     want = run(start(workers: 1), 40)
 
     for transport <- [:socket, :shm] do
-      id = start(workers: 2, physics: :sidecar, transport: transport, sidecar: [executable: exe])
+      id =
+        start(
+          workers: 2,
+          physics: :sidecar,
+          transport: transport,
+          sidecar: [executable: exe, deadline_ms: 1_000]
+        )
+
       p = Zone.config(id).physics
 
       Enum.find(1..500, fn _ ->
