@@ -46,7 +46,7 @@ defmodule Overworld.Client do
       result =
         with :ok <- :gen_tcp.send(sock, req),
              {:ok, status, headers} <- response_head(sock, timeout),
-             {:ok, body} <- response_body(sock, headers, timeout),
+             {:ok, body} <- response_body(sock, status, headers, timeout),
              do: {:ok, status, headers, body}
 
       :gen_tcp.close(sock)
@@ -99,8 +99,9 @@ defmodule Overworld.Client do
         {:ok, %__MODULE__{sock: sock}}
       else
         {:ok, status, headers} ->
+          # (Not read until closed: the upgrade's connection stays open.)
           body =
-            case response_body(sock, headers, timeout) do
+            case response_body(sock, status, Map.put_new(headers, "content-length", "0"), timeout) do
               {:ok, b} -> b
               _ -> ""
             end
@@ -149,11 +150,61 @@ defmodule Overworld.Client do
     end
   end
 
-  defp response_body(sock, headers, timeout) do
-    case Integer.parse(Map.get(headers, "content-length", "0")) do
-      {0, _} -> {:ok, ""}
-      {n, _} -> :gen_tcp.recv(sock, n, timeout)
-      :error -> {:error, :bad_length}
+  # The body: `content-length` bytes, or chunks (`transfer-encoding: chunked`, as a server
+  # that streams a large answer sends it), or, with neither, all until the server closes
+  # (the request said `connection: close`).
+  defp response_body(_sock, status, _headers, _timeout) when status in [204, 304], do: {:ok, ""}
+
+  defp response_body(sock, _status, headers, timeout) do
+    cond do
+      String.downcase(Map.get(headers, "transfer-encoding", "")) =~ "chunked" ->
+        chunks(sock, timeout, [])
+
+      length = headers["content-length"] ->
+        case Integer.parse(length) do
+          {0, ""} -> {:ok, ""}
+          {n, ""} when n > 0 -> :gen_tcp.recv(sock, n, timeout)
+          _ -> {:error, :bad_length}
+        end
+
+      true ->
+        until_closed(sock, timeout, [])
+    end
+  end
+
+  defp chunks(sock, timeout, acc) do
+    :ok = :inet.setopts(sock, packet: :line)
+
+    with {:ok, line} <- :gen_tcp.recv(sock, 0, timeout),
+         [size | _] = String.split(String.trim(line), ";"),
+         {n, ""} <- Integer.parse(size, 16) do
+      :ok = :inet.setopts(sock, packet: :raw)
+
+      case n do
+        # The last chunk (trailers are not read: the connection closes).
+        0 ->
+          {:ok, acc |> Enum.reverse() |> IO.iodata_to_binary()}
+
+        n ->
+          with {:ok, data} <- :gen_tcp.recv(sock, n + 2, timeout),
+               <<chunk::binary-size(n), "\r\n">> <- data do
+            chunks(sock, timeout, [chunk | acc])
+          else
+            {:error, _} = error -> error
+            _ -> {:error, :bad_chunk}
+          end
+      end
+    else
+      {:error, _} = error -> error
+      _ -> {:error, :bad_chunk}
+    end
+  end
+
+  defp until_closed(sock, timeout, acc) do
+    case :gen_tcp.recv(sock, 0, timeout) do
+      {:ok, data} -> until_closed(sock, timeout, [data | acc])
+      {:error, :closed} -> {:ok, acc |> Enum.reverse() |> IO.iodata_to_binary()}
+      error -> error
     end
   end
 
