@@ -4,7 +4,9 @@ defmodule Overworld.SidecarTest do
   # hung, truncated, the wrong tick: its fault-injecting mode, docs/sidecar.md "Faults"), the
   # zone computes those ticks with the fallback, loses nothing, restarts the sidecar and goes
   # back to it.
-  use ExUnit.Case, async: true
+  # (Not async: its sidecars' rayon threads would compete for the 2 cores with the timing of
+  # the async tests, such as the realtime world replays of Overworld.Zone.HistoryTest.)
+  use ExUnit.Case, async: false
 
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 2]
