@@ -659,6 +659,15 @@ static ERL_NIF_TERM nif_publish(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return reason != 0 ? ow_error(env, reason) : atom_ok;
 }
 
+/* A body's 64-byte record: its 7 numbers (id x y vx vy r m), little-endian, and a zero. */
+static void ow_put_body(int64_t *record, const ErlNifSInt64 v[OW_BODY_FIELDS])
+{
+    for (int f = 0; f < OW_BODY_FIELDS; f++) {
+        record[f] = (int64_t)htole64((uint64_t)v[f]);
+    }
+    record[OW_BODY_FIELDS] = 0;
+}
+
 /* The end of publish_bodies and publish_entities: `n` body records (decoded and checked, in
  * `records`, freed here) published in the region [region, region + region_len) with the header
  * tick n 0 64n. */
@@ -755,15 +764,14 @@ static ERL_NIF_TERM nif_publish_bodies(ErlNifEnv *env, int argc, const ERL_NIF_T
             enif_free(records);
             return enif_make_badarg(env);
         }
+        ErlNifSInt64 v[OW_BODY_FIELDS];
         for (f = 0; f < OW_BODY_FIELDS; f++) {
-            ErlNifSInt64 v;
-            if (!enif_get_int64(env, fields[f], &v)) {
+            if (!enif_get_int64(env, fields[f], &v[f])) {
                 enif_free(records);
                 return enif_make_badarg(env);
             }
-            record[f] = (int64_t)htole64((uint64_t)v);
         }
-        record[OW_BODY_FIELDS] = 0;
+        ow_put_body(record, v);
     }
 
     return ow_publish_records(env, s, region, region_len, seq, tick, records, n, start);
@@ -855,7 +863,7 @@ static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF
         while (enif_get_list_cell(env, list, &head, &list)) {
             const ERL_NIF_TERM *fields;
             int64_t *record = records + (size_t)i * (OW_BODY_BYTES / 8);
-            ErlNifSInt64 v[5];
+            ErlNifSInt64 v[OW_BODY_FIELDS];
             if (!enif_get_tuple(env, head, &arity, &fields) || arity < need) {
                 enif_free(records);
                 return enif_make_badarg(env);
@@ -869,12 +877,9 @@ static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF
             for (f = 3; f < 5; f++) {
                 v[f] = v[f] > spec_v[7] ? spec_v[7] : v[f] < -spec_v[7] ? -spec_v[7] : v[f];
             }
-            for (f = 0; f < 5; f++) {
-                record[f] = (int64_t)htole64((uint64_t)v[f]);
-            }
-            record[5] = (int64_t)htole64((uint64_t)spec_v[5]);
-            record[6] = (int64_t)htole64((uint64_t)spec_v[6]);
-            record[7] = 0;
+            v[5] = spec_v[5];
+            v[6] = spec_v[6];
+            ow_put_body(record, v);
             i++;
         }
     }

@@ -57,10 +57,24 @@ defmodule Mix.Tasks.Compile.OverworldNative do
   @impl true
   def manifests, do: []
 
-  defp up_to_date? do
-    case {File.stat(@target, time: :posix), File.stat(@source, time: :posix)} do
-      {{:ok, target}, {:ok, source}} -> target.mtime >= source.mtime
-      _ -> false
+  defp up_to_date?, do: up_to_date?(@target, [@source])
+
+  @doc false
+  # Whether `target` exists and is at least as new as every file of `sources` (a missing
+  # source counts as older).
+  @spec up_to_date?(Path.t(), [Path.t()]) :: boolean
+  def up_to_date?(target, sources) do
+    case File.stat(target, time: :posix) do
+      {:ok, t} ->
+        Enum.all?(sources, fn source ->
+          case File.stat(source, time: :posix) do
+            {:ok, s} -> s.mtime <= t.mtime
+            {:error, _} -> true
+          end
+        end)
+
+      {:error, _} ->
+        false
     end
   end
 

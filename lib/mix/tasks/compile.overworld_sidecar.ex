@@ -25,6 +25,8 @@ defmodule Mix.Tasks.Compile.OverworldSidecar do
   """
   use Mix.Task.Compiler
 
+  alias Mix.Tasks.Compile.OverworldNative, as: Native
+
   @target "priv/native/overworld-sidecar"
   @built "sidecar/target/release/overworld-sidecar"
   @recursive true
@@ -34,7 +36,7 @@ defmodule Mix.Tasks.Compile.OverworldSidecar do
     cond do
       not Application.get_env(:overworld, :build_sidecar, false) -> {:noop, []}
       not File.exists?("sidecar/cargo.sh") -> {:noop, []}
-      up_to_date?(@target, sources()) -> {:noop, []}
+      Native.up_to_date?(@target, sources()) -> {:noop, []}
       true -> build()
     end
   end
@@ -47,24 +49,6 @@ defmodule Mix.Tasks.Compile.OverworldSidecar do
 
   @impl true
   def manifests, do: []
-
-  @doc false
-  # Whether `target` exists and is at least as new as every file of `sources`.
-  @spec up_to_date?(Path.t(), [Path.t()]) :: boolean
-  def up_to_date?(target, sources) do
-    case File.stat(target, time: :posix) do
-      {:ok, t} ->
-        Enum.all?(sources, fn source ->
-          case File.stat(source, time: :posix) do
-            {:ok, s} -> s.mtime <= t.mtime
-            {:error, _} -> true
-          end
-        end)
-
-      {:error, _} ->
-        false
-    end
-  end
 
   defp sources do
     ["sidecar/Cargo.toml", "sidecar/Cargo.lock" | Path.wildcard("sidecar/src/**/*.rs")]
@@ -82,11 +66,11 @@ defmodule Mix.Tasks.Compile.OverworldSidecar do
         File.cp!(@built, tmp)
         File.chmod!(tmp, 0o755)
         File.rename!(tmp, @target)
-        Mix.Tasks.Compile.OverworldNative.sync_build_priv(@target)
+        Native.sync_build_priv(@target)
         {:ok, []}
 
       {output, status} ->
-        Mix.Tasks.Compile.OverworldNative.failure(
+        Native.failure(
           "overworld_sidecar",
           "sidecar/Cargo.toml",
           "building the sidecar failed (sidecar/cargo.sh, status #{status}):\n" <> output

@@ -106,34 +106,41 @@ defmodule Overworld.Physics.Map do
   end
 
   defp shapes(list, size) when is_list(list) do
-    Enum.reduce_while(list, {:ok, []}, fn
-      t, {:ok, acc} when is_tuple(t) and tuple_size(t) == size ->
+    each(list, fn
+      t when is_tuple(t) and tuple_size(t) == size ->
         if Enum.all?(Tuple.to_list(t), &is_number/1),
-          do:
-            {:cont,
-             {:ok, [t |> Tuple.to_list() |> Enum.map(&Entity.meters/1) |> List.to_tuple() | acc]}},
-          else: {:halt, :error}
+          do: {:ok, t |> Tuple.to_list() |> Enum.map(&Entity.meters/1) |> List.to_tuple()},
+          else: :error
 
-      _, _ ->
-        {:halt, :error}
+      _ ->
+        :error
     end)
-    |> case do
-      {:ok, acc} -> {:ok, Enum.reverse(acc)}
-      :error -> :error
-    end
   end
 
   defp shapes(_, _), do: :error
 
   defp numbers(words, count) when length(words) == count do
-    Enum.reduce_while(words, {:ok, []}, fn w, {:ok, acc} ->
+    each(words, fn w ->
       case Float.parse(w) do
         {f, ""} ->
           m = if String.contains?(w, [".", "e", "E"]), do: f, else: String.to_integer(w)
-          {:cont, {:ok, [Entity.meters(m) | acc]}}
+          {:ok, Entity.meters(m)}
 
         _ ->
-          {:halt, :error}
+          :error
+      end
+    end)
+  end
+
+  defp numbers(_words, _count), do: :error
+
+  # `{:ok, values}` when `fun` answers `{:ok, value}` for every element (in order), else
+  # :error.
+  defp each(list, fun) do
+    Enum.reduce_while(list, {:ok, []}, fn x, {:ok, acc} ->
+      case fun.(x) do
+        {:ok, v} -> {:cont, {:ok, [v | acc]}}
+        :error -> {:halt, :error}
       end
     end)
     |> case do
@@ -141,6 +148,4 @@ defmodule Overworld.Physics.Map do
       :error -> :error
     end
   end
-
-  defp numbers(_words, _count), do: :error
 end

@@ -63,43 +63,39 @@ defmodule Overworld.Sidecar.Link do
   # body of the zone's radius and mass (no `body/1`), from the bodies otherwise. Over the
   # socket, or when they do not fit the region, the records go in the frame.
   defp send_request(%{shm: {shm, {region, len, _, _}}, seq: seq} = link, p, tick, pairs) do
-    published =
-      case p.body do
-        nil -> Shm.publish_entities(shm, region, len, seq, tick, pairs, spec(p))
-        _ -> {:bodies, Physics.bodies(pairs, p)}
-      end
-
-    published =
-      case published do
-        {:bodies, bodies} ->
-          case Shm.publish_bodies(shm, region, len, seq, tick, bodies) do
-            {:error, :bounds} -> {:frame, bodies}
-            other -> other
-          end
-
-        {:error, :bounds} ->
-          {:frame, Physics.bodies(pairs, p)}
-
-        other ->
-          other
-      end
-
-    case published do
+    case publish(shm, region, len, seq, tick, pairs, p) do
       {:ok, n} ->
         frame = <<"OWSQ", tick::little-64, n::little-64, 0::little-64, seq + 2::little-64>>
         sent(%{link | seq: seq + 2, pending: {tick, n, nil}}, frame)
 
       {:frame, bodies} ->
-        n = length(bodies)
-        sent(%{link | pending: {tick, n, bodies}}, Physics.request(tick, bodies, n))
+        send_frame(link, tick, bodies)
 
       {:error, reason} ->
         {:error, {:shm, reason}}
     end
   end
 
-  defp send_request(link, p, tick, pairs) do
+  defp send_request(link, p, tick, pairs), do: send_frame(link, tick, Physics.bodies(pairs, p))
+
+  # Our records in our request region: `{:ok, n}`, `{:frame, bodies}` when they do not fit.
+  defp publish(shm, region, len, seq, tick, pairs, %Physics{body: nil} = p) do
+    case Shm.publish_entities(shm, region, len, seq, tick, pairs, spec(p)) do
+      {:error, :bounds} -> {:frame, Physics.bodies(pairs, p)}
+      other -> other
+    end
+  end
+
+  defp publish(shm, region, len, seq, tick, pairs, p) do
     bodies = Physics.bodies(pairs, p)
+
+    case Shm.publish_bodies(shm, region, len, seq, tick, bodies) do
+      {:error, :bounds} -> {:frame, bodies}
+      other -> other
+    end
+  end
+
+  defp send_frame(link, tick, bodies) do
     n = length(bodies)
     sent(%{link | pending: {tick, n, bodies}}, Physics.request(tick, bodies, n))
   end

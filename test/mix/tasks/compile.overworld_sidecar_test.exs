@@ -26,12 +26,17 @@ defmodule Mix.Tasks.Compile.OverworldSidecarTest do
     File.mkdir_p!(dir)
     on_exit(fn -> File.rm_rf!(dir) end)
     [target, a, b] = for f <- ~w(target a.rs b.rs), do: Path.join(dir, f)
-    refute Compiler.up_to_date?(target, [a])
+    refute Mix.Tasks.Compile.OverworldNative.up_to_date?(target, [a])
     for {f, t} <- [{a, 1_000}, {b, 2_000}, {target, 1_500}], do: File.touch!(f, t)
-    assert Compiler.up_to_date?(target, [a])
-    refute Compiler.up_to_date?(target, [a, b])
+    assert Mix.Tasks.Compile.OverworldNative.up_to_date?(target, [a])
+    refute Mix.Tasks.Compile.OverworldNative.up_to_date?(target, [a, b])
     File.touch!(target, 2_000)
-    assert Compiler.up_to_date?(target, [a, b, Path.join(dir, "missing.rs")])
+
+    assert Mix.Tasks.Compile.OverworldNative.up_to_date?(target, [
+             a,
+             b,
+             Path.join(dir, "missing.rs")
+           ])
   end
 
   test "on: the sidecar built and installed in priv/native/, then nothing to do" do
