@@ -385,7 +385,14 @@ defmodule Overworld.Zone do
 
   def whereis(pid) when is_pid(pid), do: pid
 
-  def whereis(id), do: Names.whereis(Names.zone(id)) || Overworld.Cluster.zone(id)
+  # The registry and :pg drop a process's entries when they see it exit, a moment after it
+  # did: a local pid found under the id is checked for life (a zone just stopped is gone).
+  def whereis(id) do
+    alive(Names.whereis(Names.zone(id))) || alive(Overworld.Cluster.zone(id))
+  end
+
+  defp alive(nil), do: nil
+  defp alive(pid), do: whereis(pid)
 
   @doc """
   The zone's configuration (`Overworld.Zone.Config`: the validated options and what follows
