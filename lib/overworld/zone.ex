@@ -132,6 +132,12 @@ defmodule Overworld.Zone do
     the next starts), `restart_ms` (default 50), `max_bodies` (`:shm`: the bodies a
     worker's region holds, default 32,768; more go in the frame), `fault`
     (tests only: docs/sidecar.md, "Faults")
+  * `:nav` — paths for the entities that ask with `c:path_to/1` (`Overworld.Zone.Paths`):
+    `cell` (the navigation grid's cell in metres, default 1), `agent` (the radius obstacles
+    grow by, metres, default 0.5), `max_nodes` (cells a search expands before it answers
+    `{:error, :too_far}`, default 20,000), `per_tick` (paths a worker computes per tick,
+    default 16), `queue` (requests beyond those that wait as `:queued`, default 256; the
+    rest are refused with `{:error, :busy}`)
 
   Persistence and recovery (see "Persistence and recovery" below):
 
@@ -307,11 +313,24 @@ defmodule Overworld.Zone do
   """
   @callback body(Overworld.Entity.t()) :: {pos_integer, pos_integer} | nil
 
+  @doc """
+  With physics (zone option `:physics`): where an entity wants a path to (a point in units),
+  or nil. Called by the bucket workers on the state each tick leaves, on every entity;
+  optional. The answer comes in the next tick's context (`Overworld.Zone.Context.path/2`),
+  computed by the sidecar or in Elixir (the same path), at most `nav: [per_tick: n]` per
+  worker and tick (the others are `:queued`, or refused with `{:error, :busy}`). An entity
+  keeps asking as long as this answers a point: game code keeps the path it got in the
+  entity and answers nil. A failure, or anything but nil or `{x, y}` integers, asks for
+  nothing. See `Overworld.Zone.Paths`.
+  """
+  @callback path_to(Overworld.Entity.t()) :: {integer, integer} | nil
+
   @optional_callbacks terminate: 2,
                       handle_durable: 2,
                       replay_durable: 2,
                       handle_crossing: 3,
-                      body: 1
+                      body: 1,
+                      path_to: 1
 
   defmacro __using__(_opts) do
     quote do

@@ -57,10 +57,7 @@ defmodule Overworld.SidecarTest do
     |> Enum.sort()
   end
 
-  defp ready(p) do
-    Enum.find_value(1..500, fn _ -> Sidecar.generation(p) > 0 || (Process.sleep(10) && nil) end) ||
-      flunk("the sidecar never became ready")
-  end
+  defp ready(p), do: Overworld.Test.SidecarFrames.ready!(p)
 
   # Ticks the zone through the expected states, waiting `pause` ms before each of the ticks in
   # `pauses` (a restarted sidecar is back after a pause).

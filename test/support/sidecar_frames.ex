@@ -14,6 +14,8 @@ defmodule Overworld.Test.SidecarFrames do
   return `{:error, reason}` for a frame that does not parse.
   """
 
+  require ExUnit.Assertions
+
   @version 1
 
   @root Path.expand("../..", __DIR__)
@@ -34,6 +36,75 @@ defmodule Overworld.Test.SidecarFrames do
     exe = Path.join(@root, "sidecar/target/release/overworld-sidecar")
     unless File.exists?(exe), do: raise("no sidecar at #{exe} after the build")
     exe
+  end
+
+  @doc """
+  Waits until the sidecar of a zone's physics `p` is ready (a generation published), up to 5
+  s; fails the test otherwise.
+  """
+  @spec ready!(Overworld.Zone.Physics.t()) :: pos_integer
+  def ready!(p) do
+    Enum.find_value(1..500, fn _ ->
+      Overworld.Sidecar.generation(p) > 0 || (Process.sleep(10) && nil)
+    end) || ExUnit.Assertions.flunk("the sidecar never became ready")
+  end
+
+  @doc """
+  Starts a zone of `module` with `opts` (and a new id, which it answers), stopped when the
+  test exits.
+  """
+  @spec start_zone!(module, keyword) :: term
+  def start_zone!(module, opts) do
+    id = {module, make_ref()}
+    {:ok, _} = Overworld.start_zone(module, [id: id] ++ opts)
+    ExUnit.Callbacks.on_exit(fn -> Overworld.stop_zone(id) end)
+    id
+  end
+
+  @doc """
+  Runs a `:manual` zone with history (`debug: true`) for `ticks` ticks, then replays its
+  history (`Overworld.Zone.History.replay/1`): every hash of the last `ticks - 15` ticks or
+  more checked, none differs.
+  """
+  @spec assert_replays!(term, pos_integer) :: :ok
+  def assert_replays!(id, ticks) do
+    {:ok, _} = Overworld.Zone.tick_now(id, ticks)
+    {:ok, dump} = Overworld.Zone.History.dump(id)
+    result = Overworld.Zone.History.replay(dump)
+    ExUnit.Assertions.assert(result.checked >= ticks - 15, inspect(result))
+    ExUnit.Assertions.assert(result.mismatches == [] and result.first_mismatch == nil)
+    :ok
+  end
+
+  @doc """
+  For each transport, a zone started by `start.(opts)` (with `opts` choosing the sidecar and
+  the transport) and run by `run.(id)` for `ticks` ticks on 2 workers must give `want`,
+  every tick after the first computed by the sidecar, without a failure.
+  """
+  @spec assert_over_transports!((keyword -> term), (term -> term), term, pos_integer) :: :ok
+  def assert_over_transports!(start, run, want, ticks) do
+    exe = build_sidecar!()
+
+    for transport <- [:socket, :shm] do
+      opts = [
+        physics: :sidecar,
+        transport: transport,
+        sidecar: [executable: exe, deadline_ms: 1_000]
+      ]
+
+      id = start.(opts)
+      p = Overworld.Zone.config(id).physics
+      ready!(p)
+      ExUnit.Assertions.assert(run.(id) == want, "over #{transport}")
+      c = Overworld.Sidecar.counters(p)
+
+      ExUnit.Assertions.assert(
+        c.sidecar == 2 * (ticks - 1) and c.failures == 0,
+        "over #{transport}: #{inspect(c)}"
+      )
+    end
+
+    :ok
   end
 
   @doc """

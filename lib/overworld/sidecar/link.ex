@@ -17,16 +17,20 @@ defmodule Overworld.Sidecar.Link do
 
   alias Overworld.Sidecar
   alias Overworld.Sidecar.Shm
-  alias Overworld.Zone.Physics
+  alias Overworld.Zone.{Paths, Physics}
 
   defstruct generation: 0, socket: nil, pending: nil, shm: nil, seq: 0
 
   @type t :: %__MODULE__{
           generation: non_neg_integer,
           socket: :gen_tcp.socket() | nil,
-          # {tick, n, bodies}: the request sent for the state of `tick` (`n` bodies: `bodies`,
-          # or nil when their records went through the segment), waiting for its answer.
-          pending: nil | {non_neg_integer, non_neg_integer, nil | [Overworld.Physics.body()]},
+          # {tick, n, bodies, computed}: the request sent for the state of `tick` (`n` bodies:
+          # `bodies`, or nil when their records went through the segment; the path requests
+          # `computed`), waiting for its answer.
+          pending:
+            nil
+            | {non_neg_integer, non_neg_integer, nil | [Overworld.Physics.body()],
+               [Paths.request()]},
           # transport :shm: the segment and our regions {request, request_bytes, answer,
           # answer_bytes}; `seq`: our request region's last even seq.
           shm: nil | {Shm.t(), tuple},
@@ -39,17 +43,26 @@ defmodule Overworld.Sidecar.Link do
 
   @doc false
   # Sends the bodies among the entities of `pairs` (our cells as the state of tick `tick` left
-  # them, in order) to the sidecar of `generation`, connecting first if the link is not to
-  # that generation. Answers the link (with the request pending, or without it when sending
-  # failed: reported).
-  @spec request(t, Physics.t(), non_neg_integer, non_neg_integer, non_neg_integer, list) :: t
-  def request(link, _p, _stripe, 0, _tick, _pairs), do: close(link)
+  # them, in order) and the path requests `computed` to the sidecar of `generation`,
+  # connecting first if the link is not to that generation. Answers the link (with the
+  # request pending, or without it when sending failed: reported).
+  @spec request(
+          t,
+          Physics.t(),
+          non_neg_integer,
+          non_neg_integer,
+          non_neg_integer,
+          list,
+          [Paths.request()]
+        ) :: t
+  def request(link, p, stripe, generation, tick, pairs, computed \\ [])
+  def request(link, _p, _stripe, 0, _tick, _pairs, _computed), do: close(link)
 
-  def request(link, p, stripe, generation, tick, pairs) do
+  def request(link, p, stripe, generation, tick, pairs, computed) do
     sending = System.monotonic_time(:microsecond)
 
     with {:ok, link} <- connect(link, p, stripe, generation),
-         {:ok, link} <- send_request(link, p, tick, pairs) do
+         {:ok, link} <- send_request(link, p, tick, pairs, computed) do
       link
     else
       {:error, reason} ->
@@ -61,22 +74,24 @@ defmodule Overworld.Sidecar.Link do
   # Over the segment, the records go in our request region and the frame announces them
   # (`"OWSQ" tick n 0 seq`); written from the entities where they are when every entity is a
   # body of the zone's radius and mass (no `body/1`), from the bodies otherwise. Over the
-  # socket, or when they do not fit the region, the records go in the frame.
-  defp send_request(%{shm: {shm, {region, len, _, _}}, seq: seq} = link, p, tick, pairs) do
+  # socket, when they do not fit the region, or with path requests (a tick with paths to
+  # compute), the records go in the frame.
+  defp send_request(%{shm: {shm, {region, len, _, _}}, seq: seq} = link, p, tick, pairs, []) do
     case publish(shm, region, len, seq, tick, pairs, p) do
       {:ok, n} ->
         frame = <<"OWSQ", tick::little-64, n::little-64, 0::little-64, seq + 2::little-64>>
-        sent(%{link | seq: seq + 2, pending: {tick, n, nil}}, frame)
+        sent(%{link | seq: seq + 2, pending: {tick, n, nil, []}}, frame)
 
       {:frame, bodies} ->
-        send_frame(link, tick, bodies)
+        send_frame(link, tick, bodies, [])
 
       {:error, reason} ->
         {:error, {:shm, reason}}
     end
   end
 
-  defp send_request(link, p, tick, pairs), do: send_frame(link, tick, Physics.bodies(pairs, p))
+  defp send_request(link, p, tick, pairs, computed),
+    do: send_frame(link, tick, Physics.bodies(pairs, p), computed)
 
   # Our records in our request region: `{:ok, n}`, `{:frame, bodies}` when they do not fit.
   defp publish(shm, region, len, seq, tick, pairs, %Physics{body: nil} = p) do
@@ -95,9 +110,10 @@ defmodule Overworld.Sidecar.Link do
     end
   end
 
-  defp send_frame(link, tick, bodies) do
+  defp send_frame(link, tick, bodies, computed) do
     n = length(bodies)
-    sent(%{link | pending: {tick, n, bodies}}, Physics.request(tick, bodies, n))
+    frame = Physics.request(tick, bodies, n, Paths.queries(computed), length(computed))
+    sent(%{link | pending: {tick, n, bodies, computed}}, frame)
   end
 
   defp sent(link, frame) do
@@ -114,17 +130,19 @@ defmodule Overworld.Sidecar.Link do
   end
 
   @doc false
-  # The answer to the pending request for the state of tick `tick`: `{:ok, results}` (in the
-  # order of the bodies sent), `:none` (nothing pending for that tick) or `{:error, reason}`
-  # (reported; the link is closed).
+  # The answer to the pending request for the state of tick `tick`: `{:ok, results, paths}`
+  # (the results in the order of the bodies sent; the paths computed, by id), `:none`
+  # (nothing pending for that tick) or `{:error, reason}` (reported; the link is closed).
   @spec await(t, Physics.t(), non_neg_integer) ::
-          {{:ok, [Physics.result()]} | :none | {:error, term}, t}
-  def await(%{pending: {tick, _, _}, socket: socket} = link, p, tick) when socket != nil do
+          {{:ok, [Physics.result()], %{optional(pos_integer) => Paths.answer()}}
+           | :none
+           | {:error, term}, t}
+  def await(%{pending: {tick, _, _, _}, socket: socket} = link, p, tick) when socket != nil do
     waiting = System.monotonic_time(:microsecond)
     deadline = div(waiting, 1000) + p.sidecar.deadline_ms
 
     case receive_answer(link, deadline) do
-      {:ok, _results} = ok -> {ok, %{link | pending: nil}}
+      {:ok, _results, _paths} = ok -> {ok, %{link | pending: nil}}
       {:error, reason} -> fail(link, p, reason, waiting)
     end
   end
@@ -159,27 +177,33 @@ defmodule Overworld.Sidecar.Link do
   @doc false
   # An answer frame to the pending request: its results, checked to be those of the bodies
   # sent (read from our answer region when the frame announces them there: `"OWSR" tick n q
-  # seq bytes`, the ids checked against our request region).
-  @spec decode(t, binary) :: {:ok, [Physics.result()]} | {:error, term} | :stale
+  # seq bytes`, the ids checked against our request region), and its paths, checked to be
+  # those asked for.
+  @spec decode(t, binary) ::
+          {:ok, [Physics.result()], %{optional(pos_integer) => Paths.answer()}}
+          | {:error, term}
+          | :stale
   def decode(
-        %{shm: {shm, {request, _, region, len}}, pending: {tick, n, nil}},
+        %{shm: {shm, {request, _, region, len}}, pending: {tick, n, nil, []}},
         <<"OWSR", t::little-64, n::little-64, 0::little-64, seq::little-64, _bytes::little-64>>
       )
       when t == tick do
     case Shm.consume_results(shm, region, len, seq, tick, n, request) do
-      {:ok, results} -> {:ok, results}
+      {:ok, results} -> {:ok, results, %{}}
       {:error, :ids} -> {:error, :wrong_ids}
       {:error, reason} -> {:error, {:shm, reason}}
     end
   end
 
-  def decode(%{pending: {tick, n, bodies}} = link, frame) do
-    case Physics.answer(frame, tick, n) do
-      {:ok, results} = ok ->
-        if same_ids?(link, results, bodies), do: ok, else: {:error, :wrong_ids}
-
-      other ->
-        other
+  def decode(%{pending: {tick, n, bodies, computed}} = link, frame) do
+    with {:ok, results, paths} <- Physics.answer(frame, tick, n, length(computed)),
+         {:ids, true} <- {:ids, same_ids?(link, results, bodies)},
+         {:ok, paths} <- Paths.decode(paths, {computed, %{}}) do
+      {:ok, results, paths}
+    else
+      {:ids, false} -> {:error, :wrong_ids}
+      :error -> {:error, :wrong_paths}
+      other -> other
     end
   end
 

@@ -139,7 +139,10 @@ defmodule Overworld.Zone.Bucket do
        # them (it publishes them again).
        world: nil,
        # Our connection to the zone's sidecar (physics: :sidecar).
-       link: %Link{}
+       link: %Link{},
+       # {tick, plan}: our path requests that tick answers, planned when our bodies went to
+       # the sidecar (Overworld.Zone.Paths).
+       plan: nil
      }}
   end
 
@@ -247,8 +250,10 @@ defmodule Overworld.Zone.Bucket do
       when n > st.tick or not st.loaded do
     st = if st.collect_due, do: collect_garbage(st), else: st
     # (Before a world's adoptions change our cells: the physics is the last tick's state's.)
-    {phys, t_phys, st} =
+    {phys, paths, t_phys, st} =
       Overworld.Zone.Bucket.Physics.physics_in(st, n, simulate?, world, sidecar)
+
+    ctx = if map_size(paths) == 0, do: ctx, else: %{ctx | paths: paths}
 
     {st, world} = Overworld.Zone.Bucket.World.world_in(st, world)
 

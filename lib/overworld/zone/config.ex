@@ -69,7 +69,8 @@ defmodule Overworld.Zone.Config do
         :map,
         :body,
         :max_radius,
-        :sidecar
+        :sidecar,
+        :nav
       ]
   ]
 
@@ -116,7 +117,8 @@ defmodule Overworld.Zone.Config do
           map: nil | Path.t() | keyword,
           body: keyword,
           max_radius: number,
-          sidecar: keyword
+          sidecar: keyword,
+          nav: keyword
         }
 
   @doc false
@@ -165,7 +167,8 @@ defmodule Overworld.Zone.Config do
           "nil, an obstacle map's path or [boxes: ..., circles: ...]"}, nil},
       body: {{:custom, &Keyword.keyword?/1, "a keyword list [radius: m, mass: m]"}, []},
       max_radius: {:pos_number, 1},
-      sidecar: {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Sidecar)"}, []}
+      sidecar: {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Sidecar)"}, []},
+      nav: {{:custom, &Keyword.keyword?/1, "a keyword list (Overworld.Zone.Paths)"}, []}
     ]
   end
 
@@ -189,6 +192,10 @@ defmodule Overworld.Zone.Config do
       raise ArgumentError,
             "Overworld.Zone: durability: :replicated is for the zones of a world spread over a " <>
               "cluster (Overworld.World, cluster: true), with a :data_dir"
+    end
+
+    if o.physics == nil and o.nav != [] do
+      raise ArgumentError, "Overworld.Zone: :nav (paths) needs :physics (:elixir or :sidecar)"
     end
 
     if o.history > 0 and o.keyframe_ticks > o.history do
@@ -221,7 +228,7 @@ defmodule Overworld.Zone.Config do
         stripes: List.to_tuple(stripes),
         owners: owners(stripes, grid.rows),
         wire_kinds: wire_kinds(o.wire),
-        physics: Overworld.Zone.Physics.new(o, module, grid)
+        physics: Overworld.Zone.Physics.new(o, module, grid, key_ranges(stripes, grid))
       })
     )
   end
@@ -244,6 +251,13 @@ defmodule Overworld.Zone.Config do
         id_space: Overworld.World.Layout.id_space(l, p.id),
         tick_offset: o.tick_offset || Overworld.World.Layout.tick_offset(l, p.id)
     }
+  end
+
+  # Each stripe's cells as a range of keys `{first, stop}` (empty for an empty stripe).
+  defp key_ranges(stripes, grid) do
+    for {r0, r1} <- stripes do
+      if r1 > r0, do: {Grid.key_at(grid, 0, r0), Grid.key_at(grid, 0, r1)}, else: {0, 0}
+    end
   end
 
   # Entity kind => index of its template in the wire module's list.

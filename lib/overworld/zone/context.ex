@@ -11,9 +11,11 @@ defmodule Overworld.Zone.Context do
     one: zone option `:region`)
   * `cell_size` — the grid cell size in units, also the largest neighbour query radius
   * `seed` — the zone seed
+  * `paths` — the answers to the path requests of the state the last tick left, by entity id
+    (`path/2`)
   """
   @enforce_keys [:zone, :tick, :tick_rate, :width, :height, :cell_size, :seed]
-  defstruct @enforce_keys
+  defstruct @enforce_keys ++ [paths: %{}]
 
   @type t :: %__MODULE__{
           zone: term,
@@ -22,6 +24,31 @@ defmodule Overworld.Zone.Context do
           width: non_neg_integer,
           height: non_neg_integer,
           cell_size: pos_integer,
-          seed: integer
+          seed: integer,
+          paths: %{optional(pos_integer) => Overworld.Zone.Paths.answer()}
         }
+
+  @doc """
+  The answer to the path request of entity `id` (`c:Overworld.Zone.path_to/1` of the state
+  the last tick left), or nil when it asked for none:
+
+  * `{:ok, waypoints}` — points in units, the centres of the navigation cells after the
+    entity's own, the last one the point it asked for;
+  * `{:error, :blocked}` (its cell or the goal's is blocked or off the grid),
+    `{:error, :unreachable}`, `{:error, :too_far}` (the search gave up after the zone's
+    `nav: [max_nodes: n]` cells);
+  * `:queued` — not computed this tick (the zone's `nav: [per_tick: n]` bound): ask again;
+  * `{:error, :busy}` — more requests wait than the zone queues (`nav: [queue: n]`): ask
+    again later.
+
+  See `Overworld.Zone.Paths` and docs/sidecar.md, "Paths in a zone".
+
+      iex> ctx = %Overworld.Zone.Context{zone: :z, tick: 2, tick_rate: 30, width: 1, height: 1, cell_size: 1, seed: 0}
+      iex> Overworld.Zone.Context.path(%{ctx | paths: %{7 => :queued}}, 7)
+      :queued
+      iex> Overworld.Zone.Context.path(ctx, 8)
+      nil
+  """
+  @spec path(t, pos_integer) :: Overworld.Zone.Paths.answer() | nil
+  def path(%__MODULE__{paths: paths}, id), do: Map.get(paths, id)
 end

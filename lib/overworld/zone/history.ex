@@ -137,7 +137,13 @@ defmodule Overworld.Zone.History do
       ctx = Dispatch.context(c, n)
       # The tick's physics, from the state before it (Overworld.Zone.Physics).
       phys = Overworld.Zone.Physics.step_all(pairs, c.physics)
-      phys = Overworld.Zone.Physics.without(phys, back(c, Map.get(record, :world)))
+      back = back(c, Map.get(record, :world))
+      phys = Overworld.Zone.Physics.without(phys, back)
+      # The answers to the path requests of the state before it (Overworld.Zone.Paths).
+      paths =
+        Map.drop(Overworld.Zone.Paths.all(pairs, c.physics && c.physics.paths, n), Map.keys(back))
+
+      ctx = %{ctx | paths: paths}
       {pairs, view, world} = world_in(c, pairs, Map.get(record, :world))
       pass = Pass.run(pairs, view, {stop, 0, stop}, c, 0, ctx, inputs, despawns, world, phys)
       Sweep.insert_desc(pass.desc, grid, spawns ++ pass.movers, [])

@@ -39,6 +39,7 @@ defmodule Overworld.Zone.Physics do
     :max_radius,
     :max_speed,
     :body,
+    :paths,
     :tick_rate,
     :sidecar,
     # Set by the zone's supervisor: the zone's id, the sidecar's socket path and its state (an
@@ -59,6 +60,7 @@ defmodule Overworld.Zone.Physics do
           max_radius: pos_integer,
           max_speed: pos_integer,
           body: nil | (Overworld.Entity.t() -> {pos_integer, pos_integer} | nil),
+          paths: Overworld.Zone.Paths.t() | nil,
           tick_rate: pos_integer,
           sidecar: map,
           transport: :socket | :shm,
@@ -88,11 +90,12 @@ defmodule Overworld.Zone.Physics do
   end
 
   @doc false
-  # The physics of a zone from its validated options; nil without `physics:`.
-  @spec new(map, module, Overworld.Spatial.Grid.t()) :: t | nil
-  def new(%{physics: nil}, _module, _grid), do: nil
+  # The physics of a zone from its validated options, its grid and its workers' stripes (key
+  # ranges `{first, stop}`); nil without `physics:`.
+  @spec new(map, module, Overworld.Spatial.Grid.t(), [{integer, integer}]) :: t | nil
+  def new(%{physics: nil}, _module, _grid, _stripes), do: nil
 
-  def new(o, module, grid) do
+  def new(o, module, grid, stripes) do
     obstacles =
       case o.map do
         nil -> {:ok, []}
@@ -140,14 +143,17 @@ defmodule Overworld.Zone.Physics do
         :ok
     end
 
+    world = Physics.world(grid.width, grid.height, obstacles)
+
     %__MODULE__{
       mode: o.physics,
-      world: Physics.world(grid.width, grid.height, obstacles),
+      world: world,
       radius: radius,
       mass: body.mass,
       max_radius: max_radius,
       max_speed: max_speed,
       body: if(function_exported?(module, :body, 1), do: Function.capture(module, :body, 1)),
+      paths: Overworld.Zone.Paths.new(o.nav, module, world, stripes),
       tick_rate: o.tick_rate,
       sidecar: sidecar,
       transport: o.transport,
@@ -247,9 +253,9 @@ defmodule Overworld.Zone.Physics do
 
     [
       "OWSH",
-      # (The navigation grid's cell, agent radius and max_nodes: docs/sidecar.md's defaults
-      # until game code can ask for paths.)
-      i64s([1, stripe, p.stripes, transport, p.tick_rate, w.width, w.height, 1024, 512, 20_000]),
+      i64s([1, stripe, p.stripes, transport, p.tick_rate, w.width, w.height]),
+      # The navigation grid's cell, agent radius and max_nodes.
+      i64s(Overworld.Zone.Paths.hello_params(p.paths)),
       i64s([length(boxes), length(circles)]),
       for({x0, y0, x1, y1} <- boxes, do: i64s([x0, y0, x1, y1])),
       for({cx, cy, r} <- circles, do: i64s([cx, cy, r]))
@@ -259,12 +265,15 @@ defmodule Overworld.Zone.Physics do
   defp i64s(list), do: for(v <- list, into: <<>>, do: <<v::little-signed-64>>)
 
   @doc false
-  # A request over the socket: the tick, the bodies as 64-byte records (no path queries yet).
-  @spec request(non_neg_integer, [Physics.body()], non_neg_integer) :: iodata
-  def request(tick, bodies, n) do
+  # A request over the socket: the tick, the bodies as 64-byte records, then the path queries
+  # (`q` records already built: Overworld.Zone.Paths.queries/1).
+  @spec request(non_neg_integer, [Physics.body()], non_neg_integer, binary, non_neg_integer) ::
+          iodata
+  def request(tick, bodies, n, queries \\ <<>>, q \\ 0) do
     [
-      <<"OWSQ", tick::little-64, n::little-64, 0::little-64>>
-      | records(bodies, <<>>)
+      <<"OWSQ", tick::little-64, n::little-64, q::little-64>>,
+      records(bodies, <<>>)
+      | queries
     ]
   end
 
@@ -279,23 +288,28 @@ defmodule Overworld.Zone.Physics do
   end
 
   @doc false
-  # An answer over the socket: `{:ok, results}` for tick `tick` and `n` bodies, or why not.
-  @spec answer(binary, non_neg_integer, non_neg_integer) ::
-          {:ok, [result]} | {:error, term} | :stale
-  def answer(<<"OWSR", t::little-64, n::little-64, 0::little-64, rest::binary>>, tick, n)
-      when t == tick and byte_size(rest) == 32 * n,
-      do: {:ok, results(rest)}
+  # An answer over the socket: `{:ok, results, paths}` for tick `tick`, `n` bodies and `q` path
+  # queries (`paths`: the path answers' bytes, Overworld.Zone.Paths.decode/2), or why not.
+  @spec answer(binary, non_neg_integer, non_neg_integer, non_neg_integer) ::
+          {:ok, [result], binary} | {:error, term} | :stale
+  def answer(frame, tick, n, q \\ 0)
 
-  def answer(<<"OWSR", t::little-64, _::binary>>, tick, _n) when t < tick, do: :stale
-  def answer(<<"OWSE", t::little-64, _::binary>>, tick, _n) when t < tick, do: :stale
+  def answer(<<"OWSR", t::little-64, n::little-64, q::little-64, rest::binary>>, tick, n, q)
+      when t == tick and byte_size(rest) >= 32 * n and (q > 0 or byte_size(rest) == 32 * n) do
+    <<records::binary-size(32 * n), paths::binary>> = rest
+    {:ok, results(records), paths}
+  end
 
-  def answer(<<"OWSE", t::little-64, message::binary>>, tick, _n) when t == tick,
+  def answer(<<"OWSR", t::little-64, _::binary>>, tick, _n, _q) when t < tick, do: :stale
+  def answer(<<"OWSE", t::little-64, _::binary>>, tick, _n, _q) when t < tick, do: :stale
+
+  def answer(<<"OWSE", t::little-64, message::binary>>, tick, _n, _q) when t == tick,
     do: {:error, {:refused, message}}
 
-  def answer(<<"OWSR", t::little-64, _::binary>>, tick, _n) when t != tick,
+  def answer(<<"OWSR", t::little-64, _::binary>>, tick, _n, _q) when t != tick,
     do: {:error, {:wrong_tick, t}}
 
-  def answer(_frame, _tick, _n), do: {:error, :garbled}
+  def answer(_frame, _tick, _n, _q), do: {:error, :garbled}
 
   defp results(bin),
     do:

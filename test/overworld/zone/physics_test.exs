@@ -51,10 +51,7 @@ defmodule Overworld.Zone.PhysicsTest do
   @walls [boxes: [{30, 30, 70, 31}, {30, 30, 31, 70}, {45, 45, 47, 47}], circles: [{55, 55, 2}]]
 
   defp start(opts) do
-    id = {__MODULE__, make_ref()}
-
     base = [
-      id: id,
       args: 300,
       clock: :manual,
       size: {100, 100},
@@ -63,9 +60,7 @@ defmodule Overworld.Zone.PhysicsTest do
       map: @walls
     ]
 
-    {:ok, _} = Overworld.start_zone(Pile, Keyword.merge(base, opts))
-    on_exit(fn -> Overworld.stop_zone(id) end)
-    id
+    Overworld.Test.SidecarFrames.start_zone!(Pile, Keyword.merge(base, opts))
   end
 
   defp run(id, ticks) do
@@ -100,38 +95,14 @@ defmodule Overworld.Zone.PhysicsTest do
   end
 
   test "body/1's bodies through the sidecar, over sockets and over shared memory: same bits" do
-    exe = Overworld.Test.SidecarFrames.build_sidecar!()
     want = run(start(workers: 1), 40)
-
-    for transport <- [:socket, :shm] do
-      id =
-        start(
-          workers: 2,
-          physics: :sidecar,
-          transport: transport,
-          sidecar: [executable: exe, deadline_ms: 1_000]
-        )
-
-      p = Zone.config(id).physics
-
-      Enum.find(1..500, fn _ ->
-        Overworld.Sidecar.generation(p) > 0 || (Process.sleep(10) && false)
-      end)
-
-      assert run(id, 40) == want, "over #{transport}"
-      c = Overworld.Sidecar.counters(p)
-      assert c.sidecar == 2 * 39 and c.failures == 0, "over #{transport}: #{inspect(c)}"
-    end
+    start = &start(Keyword.put(&1, :workers, 2))
+    Overworld.Test.SidecarFrames.assert_over_transports!(start, &run(&1, 40), want, 40)
   end
 
   test "a zone's history replays its physics exactly" do
     id = start(workers: 3, history: 100, keyframe_ticks: 10, debug: true)
-    {:ok, _} = Zone.tick_now(id, 45)
-    {:ok, dump} = History.dump(id)
-    result = History.replay(dump)
-    assert result.checked > 30
-    assert result.mismatches == []
-    assert result.first_mismatch == nil
+    Overworld.Test.SidecarFrames.assert_replays!(id, 45)
   end
 
   test "the step is Overworld.Physics.step/3 of the last tick's bodies" do

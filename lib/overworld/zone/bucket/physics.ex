@@ -9,21 +9,22 @@ defmodule Overworld.Zone.Bucket.Physics do
 
   alias Overworld.Sidecar
   alias Overworld.Sidecar.Link
-  alias Overworld.Zone.{Bucket, Config, Physics}
+  alias Overworld.Zone.{Bucket, Config, Paths, Physics}
 
   @doc false
-  # The results of this tick's step for our bodies, in the order of our cells, without those
-  # of the entities a world's tick takes out of our cells as it starts (`world`); the time it
-  # took (native units). A load step has none (and forgets what was sent). Without the
-  # pipeline (`sidecar: [pipeline: false]`), our bodies go to the sidecar of generation
-  # `sidecar` now, and we wait for them.
+  # The results of this tick's step for our bodies, in the order of our cells, and the
+  # answers to our entities' path requests (Overworld.Zone.Paths), without those of the
+  # entities a world's tick takes out of our cells as it starts (`world`); the time it took
+  # (native units). A load step has none (and forgets what was sent). Without the pipeline
+  # (`sidecar: [pipeline: false]`), our bodies go to the sidecar of generation `sidecar` now,
+  # and we wait for them.
   @spec physics_in(map, non_neg_integer, boolean, nil | tuple, non_neg_integer) ::
-          {[Physics.result()], integer, map}
+          {[Physics.result()], %{optional(pos_integer) => Paths.answer()}, integer, map}
   def physics_in(%{config: %Config{physics: nil}} = st, _n, _simulate?, _world, _sidecar),
-    do: {[], 0, st}
+    do: {[], %{}, 0, st}
 
   def physics_in(st, _n, false, _world, _sidecar),
-    do: {[], 0, %{st | link: Link.drop(st.link)}}
+    do: {[], %{}, 0, %{st | link: Link.drop(st.link), plan: nil}}
 
   def physics_in(%{config: %Config{physics: p}} = st, n, true, world, sidecar) do
     t = System.monotonic_time()
@@ -33,20 +34,36 @@ defmodule Overworld.Zone.Bucket.Physics do
         do: send_bodies(st, p, n - 1, sidecar),
         else: st
 
-    {results, st} =
+    # Our requests for this tick: planned when our bodies went to the sidecar, else now (the
+    # same cells: the same plan).
+    plan = plan(st, p.paths, n)
+
+    {results, paths, st} =
       case Link.await(st.link, p, n - 1) do
-        {{:ok, results}, link} ->
+        {{:ok, results, computed}, link} ->
           Sidecar.count(p, :sidecar)
-          {results, %{st | link: link}}
+          {results, Map.merge(elem(plan, 1), computed), %{st | link: link}}
 
         {_none_or_error, link} ->
           if p.mode == :sidecar, do: Sidecar.count(p, :fallback)
-          {fallback(st, p), %{st | link: link}}
+          {fallback(st, p), answers(plan, p.paths), %{st | link: link}}
       end
 
-    results = Physics.without(results, Bucket.World.back(st, world))
-    {results, System.monotonic_time() - t, st}
+    back = Bucket.World.back(st, world)
+    results = Physics.without(results, back)
+    paths = if map_size(back) == 0, do: paths, else: Map.drop(paths, Map.keys(back))
+    {results, paths, System.monotonic_time() - t, %{st | plan: nil}}
   end
+
+  # The plan of our path requests for tick `n` (from our cells as the last tick left them).
+  defp plan(_st, nil, _n), do: {[], %{}}
+  defp plan(%{plan: {n, plan}}, _paths, n), do: plan
+
+  defp plan(st, paths, n),
+    do: st |> Bucket.own_pairs() |> Paths.requests(paths) |> Paths.plan(n, paths)
+
+  defp answers(_plan, nil), do: %{}
+  defp answers(plan, paths), do: Paths.answers(plan, paths)
 
   # Our stripe's share of the step, from our cells and the halo around them (all the bodies
   # our bodies' contacts can involve: the same bits as the sidecar's step of the whole zone).
@@ -67,9 +84,15 @@ defmodule Overworld.Zone.Bucket.Physics do
 
   def physics_out(st, _n, _sidecar), do: st
 
-  # The bodies of the state of tick `n` (our cells as they are) to the sidecar.
+  # The bodies of the state of tick `n` (our cells as they are) to the sidecar, with the path
+  # requests tick n + 1 answers (planned now, kept for then).
   defp send_bodies(st, _p, _n, 0), do: %{st | link: Link.close(st.link)}
 
-  defp send_bodies(st, p, n, sidecar),
-    do: %{st | link: Link.request(st.link, p, st.index, sidecar, n, Bucket.own_pairs(st))}
+  defp send_bodies(st, p, n, sidecar) do
+    own = Bucket.own_pairs(st)
+    plan = if p.paths, do: own |> Paths.requests(p.paths) |> Paths.plan(n + 1, p.paths)
+    computed = if plan, do: elem(plan, 0), else: []
+    link = Link.request(st.link, p, st.index, sidecar, n, own, computed)
+    %{st | link: link, plan: plan && {n + 1, plan}}
+  end
 end
