@@ -74,7 +74,8 @@ defmodule Overworld.Operators.Zones do
   `name` (its public name in `names`, or nil), `watch` (the name an observer connection gives
   in `zone=`: its own, or its world's; nil when the server serves neither), `module`,
   `world` (the name of its world, or nil), `node`, `tick`, `tick_rate`, `players`, `entities`, `tick_p50_us`, `tick_p99_us`,
-  `tick_samples`, `debug`, `history` (ticks it keeps), `persistent` (it has a data directory).
+  `tick_samples`, `debug`, `history` (ticks it keeps), `persistent` (it has a data directory),
+  `obstacles` (how many static obstacles its physics map has: `GET .../obstacles` lists them).
   """
   @spec describe(term, map) :: map | nil
   def describe(id, names) do
@@ -101,10 +102,14 @@ defmodule Overworld.Operators.Zones do
         tick_samples: m.tick_us[:count],
         debug: c.debug,
         history: c.history,
-        persistent: c.data_dir != nil
+        persistent: c.data_dir != nil,
+        obstacles: obstacles(c.physics)
       }
     end
   end
+
+  defp obstacles(nil), do: 0
+  defp obstacles(p), do: tuple_size(p.world.boxes) + tuple_size(p.world.circles)
 
   @doc """
   An id or a name as text for people: a printable string as it is, anything else inspected

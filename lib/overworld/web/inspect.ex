@@ -59,6 +59,35 @@ defmodule Overworld.Web.Inspect do
     :exit, _ -> Web.error(404, "not_found", "the zone is not running")
   end
 
+  @doc """
+  The zone's static obstacles (its physics map, docs/sidecar.md), in metres, for the
+  visualizer to draw: `width`, `height`, `boxes` (`[x0, y0, x1, y1]`) and `circles`
+  (`[cx, cy, r]`); empty lists for a zone without physics or map.
+  """
+  @spec obstacles(zone) :: Web.response()
+  def obstacles(zone) do
+    case Overworld.Zone.config(zone) do
+      nil ->
+        Web.error(404, "not_found", "the zone is not running")
+
+      c ->
+        {boxes, circles} =
+          case c.physics do
+            nil -> {[], []}
+            p -> {Tuple.to_list(p.world.boxes), Tuple.to_list(p.world.circles)}
+          end
+
+        m = &(&1 / Overworld.Entity.unit())
+
+        Web.json(200, %{
+          width: m.(c.width),
+          height: m.(c.height),
+          boxes: for(b <- boxes, do: b |> Tuple.to_list() |> Enum.map(m)),
+          circles: for(o <- circles, do: o |> Tuple.to_list() |> Enum.map(m))
+        })
+    end
+  end
+
   @doc "The ticks a zone's history holds: `{oldest, newest, tick_rate, debug}`; 409 without."
   @spec history_range(zone) :: Web.response()
   def history_range(zone) do

@@ -33,6 +33,7 @@ defmodule Overworld.Web.Operator do
     {["zones", :_, "history"], "GET"},
     {["zones", :_, "sessions"], "GET"},
     {["zones", :_, "entities", :_], "GET"},
+    {["zones", :_, "obstacles"], "GET"},
     {["zones", :_, "history", "range"], "GET"},
     {["zones", :_, "history", "state"], "GET"},
     {["zones", :_, "rewind"], "POST"},

@@ -121,6 +121,9 @@ defmodule Overworld.Web.Operator.Zones do
   defp zone(["entities", entity], {_ref, node, id}, _req, _cfg, _op),
     do: inspect_on(node, id, :show_entity, [entity])
 
+  defp zone(["obstacles"], {_ref, node, id}, _req, _cfg, _op),
+    do: inspect_on(node, id, :obstacles, [])
+
   defp zone(["history", "range"], {_ref, node, id}, _req, _cfg, _op),
     do: inspect_on(node, id, :history_range, [])
 

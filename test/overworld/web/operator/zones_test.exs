@@ -152,6 +152,29 @@ defmodule Overworld.Web.Operator.ZonesTest do
     assert stop["target"] == "#{ref} {Overworld.Web.Operator.ZonesTest, :arena}"
   end
 
+  test "a zone's obstacles, for the visualizer: counted in the list, listed in metres", %{
+    dir: dir
+  } do
+    map = [boxes: [{2, 3, 4, 10.5}], circles: [{20, 20, 1.5}]]
+    walled = started({__MODULE__, :walled}, clock: :manual, physics: :elixir, map: map)
+    plain = started({__MODULE__, :plain}, clock: :manual)
+    w = world(:op_obstacles, %{"walled" => walled, "plain" => plain}, dir)
+
+    {zones, _} = zones(w)
+    assert Enum.find(zones, &(&1["name"] == "walled"))["obstacles"] == 2
+    assert Enum.find(zones, &(&1["name"] == "plain"))["obstacles"] == 0
+
+    assert {200, %{"boxes" => [[2.0, 3.0, 4.0, 10.5]], "circles" => [[20.0, 20.0, 1.5]]} = got} =
+             get(w, "/api/v1/operator/zones/#{Zones.ref(walled)}/obstacles")
+
+    assert_in_delta got["width"], :math.sqrt(30 * 50), 0.01
+
+    assert {200, %{"boxes" => [], "circles" => []}} =
+             get(w, "/api/v1/operator/zones/#{Zones.ref(plain)}/obstacles")
+
+    assert {404, _} = get(w, "/api/v1/operator/zones/nosuchzonexxxxxx/obstacles")
+  end
+
   test "sessions: listed per zone; a kick closes one, the zone and the other carry on", %{
     dir: dir
   } do
