@@ -433,16 +433,23 @@ defmodule Goblins do
 
   ## Players
 
-  defp player(e, near, ctx) do
+  @doc """
+  A player's velocity from its input (units per second): the axes scaled to 5 m/s, diagonals
+  capped at it; standing still without an input.
+  """
+  @spec input_velocity(Overworld.Entity.t()) :: {integer, integer}
+  def input_velocity(e) do
     {mx, my} =
       case entity(e, :input) do
         %{mx: mx, my: my} -> {mx, my}
         _ -> {0, 0}
       end
 
-    vx = div(mx * @player_speed, 127)
-    vy = div(my * @player_speed, 127)
-    {vx, vy} = cap_to(vx, vy, @player_speed)
+    cap_to(div(mx * @player_speed, 127), div(my * @player_speed, 127), @player_speed)
+  end
+
+  defp player(e, near, ctx) do
+    {vx, vy} = input_velocity(e)
     x = clamp(entity(e, :x) + div(vx, ctx.tick_rate), ctx.width)
     y = clamp(entity(e, :y) + div(vy, ctx.tick_rate), ctx.height)
     {ox, oy} = overlap(near, entity(e, :id), x, y, 0, 0)

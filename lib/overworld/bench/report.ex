@@ -146,9 +146,22 @@ defmodule Overworld.Bench.Report do
         "tick µs #{Stats.describe(s, [50, 99], of: "ticks")} | " <>
         "overruns #{m.overruns - prev.metrics.overruns} | " <>
         "phases µs input #{per.(:input)} systems #{per.(:systems)} grid #{per.(:grid)} other #{per.(:other)} | " <>
-        "schedulers #{pct(cpu.scheduler)} (OS CPU #{pct(cpu.os_cpu)})"
+        "schedulers #{pct(cpu.scheduler)} (OS CPU #{pct(cpu.os_cpu)})" <> physics(zone)
 
     {line, next}
+  end
+
+  # A zone with the sidecar: which side computed its workers' physics steps, since it started.
+  defp physics(zone) do
+    case Zone.config(zone) do
+      %{physics: %{mode: :sidecar} = p} ->
+        c = Overworld.Sidecar.counters(p)
+
+        " | physics steps: sidecar #{c.sidecar}, fallback #{c.fallback} (restarts #{max(c.starts - 1, 0)})"
+
+      _ ->
+        ""
+    end
   end
 
   defp phase_avg(_now, _prev, _field, 0), do: "-"
