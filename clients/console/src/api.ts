@@ -18,6 +18,7 @@ export const PATHS = {
   zoneStart: "/api/v1/operator/zones/start",
   zoneStop: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/stop`,
   zoneSnapshot: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/snapshot`,
+  obstacles: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/obstacles`,
   entity: (ref: string, id: number) => `/api/v1/operator/zones/${seg(ref)}/entities/${id}`,
   historyRange: (ref: string) => `/api/v1/operator/zones/${seg(ref)}/history/range`,
   historyState: (ref: string, tick: number) => `/api/v1/operator/zones/${seg(ref)}/history/state?tick=${tick}`,
@@ -87,6 +88,8 @@ export interface ZoneInfo {
   debug: boolean;
   /** Whether the zone keeps a history (the scrubber): it keeps some ticks. */
   history: boolean;
+  /** How many static obstacles its physics map has (0: none, or not said): `obstacles(ref)` lists them. */
+  obstacles: number;
 }
 
 /** `GET zones`: the running zones, and the names of the server's zones that run nowhere (`zones/start` takes them). */
@@ -98,6 +101,20 @@ export interface ZoneList {
 /** How a zone is shown to people: its public name, else its id. */
 export function zoneLabel(z: ZoneInfo): string {
   return z.name ?? z.id;
+}
+
+/** A wall's rectangle, `[x0, y0, x1, y1]` (metres, x0 ≤ x1 and y0 ≤ y1). */
+export type WallBox = readonly [x0: number, y0: number, x1: number, y1: number];
+/** A round obstacle, `[cx, cy, r]` (metres, r > 0). */
+export type WallCircle = readonly [cx: number, cy: number, r: number];
+
+/** `GET zones/:ref/obstacles`: the static obstacles of a zone's physics map, in world metres (none without one). */
+export interface Obstacles {
+  /** The zone's extent (metres; null: not said). */
+  width: number | null;
+  height: number | null;
+  boxes: WallBox[];
+  circles: WallCircle[];
 }
 
 export interface EntityDetails {
@@ -255,6 +272,36 @@ export function toZone(o: Json): ZoneInfo {
     debug: bool(o.debug) ?? false,
     // (The ticks of history it keeps: 0 for none.)
     history: (num(o.history) ?? 0) > 0,
+    obstacles: num(o.obstacles) ?? 0,
+  };
+}
+
+/** A box `[x0, y0, x1, y1]` with its corners in order, or null when it is not four numbers. */
+function toWallBox(v: unknown): WallBox | null {
+  if (!Array.isArray(v) || v.length < 4) return null;
+  const [x0, y0, x1, y1] = v.map(num);
+  if (x0 == null || y0 == null || x1 == null || y1 == null) return null;
+  return [Math.min(x0, x1), Math.min(y0, y1), Math.max(x0, x1), Math.max(y0, y1)];
+}
+
+/** A circle `[cx, cy, r]` of a positive radius, or null. */
+function toWallCircle(v: unknown): WallCircle | null {
+  if (!Array.isArray(v) || v.length < 3) return null;
+  const [cx, cy, r] = v.map(num);
+  if (cx == null || cy == null || r == null || !(r > 0)) return null;
+  return [cx, cy, r];
+}
+
+export function toObstacles(o: Json): Obstacles {
+  return {
+    width: num(o.width),
+    height: num(o.height),
+    boxes: list(o.boxes)
+      .map(toWallBox)
+      .filter((b): b is WallBox => b !== null),
+    circles: list(o.circles)
+      .map(toWallCircle)
+      .filter((c): c is WallCircle => c !== null),
   };
 }
 
@@ -395,6 +442,11 @@ export class Api {
 
   async entity(ref: string, id: number): Promise<EntityDetails> {
     return toEntity(await this.json("GET", PATHS.entity(ref, id)));
+  }
+
+  /** The static obstacles (walls) of a zone's physics map, in metres. */
+  async obstacles(ref: string): Promise<Obstacles> {
+    return toObstacles(await this.json("GET", PATHS.obstacles(ref)));
   }
 
   async historyRange(ref: string): Promise<HistoryRange> {

@@ -13,8 +13,8 @@ import { stats } from "./stats.js";
 declare global {
   interface Window {
     __overworldStats: typeof stats;
-    /** For browser tests: the map's on-screen entities, camera and players' views (null before the login). */
-    __overworldMap: Pick<MapTab, "onScreen" | "view" | "views"> | null;
+    /** For browser tests: the map's on-screen entities, camera, players' views and walls (null before the login). */
+    __overworldMap: Pick<MapTab, "onScreen" | "view" | "views" | "walls"> | null;
   }
 }
 

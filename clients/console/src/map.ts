@@ -1,8 +1,8 @@
 // The Map tab: the zones to watch, the live map of the one watched (an observer connection over
-// the real protocol), the players' views on it, the selected entity's panel, the history
-// scrubber, the charts and the players' table.
+// the real protocol), its walls, the players' views on it, the selected entity's panel, the
+// history scrubber, the charts and the players' table.
 import { socketUrl, type Handshake } from "../../typescript/src/index.js";
-import { OverworldHttpError, type Api, type HistoryState, type SessionInfo, type ZoneInfo } from "./api.js";
+import { OverworldHttpError, type Api, type HistoryState, type Obstacles, type SessionInfo, type ZoneInfo } from "./api.js";
 import { Camera, wheelFactor, type Rect } from "./camera.js";
 import { ChartsPanel } from "./charts.js";
 import { ColourTable } from "./colors.js";
@@ -18,6 +18,7 @@ import { Scene, fromHistory, nearest } from "./scene.js";
 import { Scrubber } from "./scrubber.js";
 import { FpsMeter, stats } from "./stats.js";
 import { PlayerViews, type ViewsInfo } from "./views.js";
+import type { WallsDrawn } from "./walls.js";
 
 export interface MapOptions {
   api: Api;
@@ -56,6 +57,12 @@ export class MapTab {
   private hs: Handshake | undefined;
   private colours = new ColourTable([]);
   private zoneBorders: ZoneBorder[] = [];
+  /** The walls of the target watched (null: none, or not fetched yet). */
+  private obstacles: Obstacles | null = null;
+  /** Whether they were asked for the target watched (once: they do not change). */
+  private wallsAsked = false;
+  /** What the last frame drew of them. */
+  private wallsDrawn: WallsDrawn = { boxes: 0, circles: 0 };
   /** The newest live scene taken from the source (empty before the first). */
   private live = new Scene();
   private hasLive = false;
@@ -140,6 +147,11 @@ export class MapTab {
     return { ...this.playerViews.drawn };
   }
 
+  /** For browser tests: the walls the last frame drew (boxes and circles with a pixel on the canvas). */
+  walls(): WallsDrawn {
+    return { ...this.wallsDrawn };
+  }
+
   /** For browser tests: the camera's centre (metres) and zoom (pixels per metre). */
   view(): { cx: number; cy: number; zoom: number } {
     return { cx: this.camera.cx, cy: this.camera.cy, zoom: this.camera.zoom };
@@ -183,7 +195,11 @@ export class MapTab {
     fill(this.zoneList, ...zoneItems(ts, this.target?.name ?? null, (t) => this.watch(t)));
     // The target watched gets its zones' new details (history, regions).
     const same = this.target === null ? undefined : ts.find((t) => t.name === this.target!.name);
-    if (same !== undefined) this.target = same;
+    if (same !== undefined) {
+      this.target = same;
+      // (Watched by name before the list knew it: its walls now.)
+      if (!this.wallsAsked) void this.loadWalls(same);
+    }
   }
 
   /** Watches a zone or world: a new observer connection. */
@@ -197,6 +213,9 @@ export class MapTab {
     this.players.clear();
     this.live = new Scene();
     this.hasLive = false;
+    this.obstacles = null;
+    this.wallsAsked = false;
+    void this.loadWalls(t);
     stats.zone = t.name;
     this.message.textContent = `connecting to ${t.name}…`;
     for (const li of this.zoneList.querySelectorAll("li")) li.classList.toggle("current", li.querySelector("button")?.dataset.zone === t.name);
@@ -307,6 +326,7 @@ export class MapTab {
     stats.entitiesDrawn = info.processed;
     stats.entitiesVisible = info.drawn;
     stats.frameMs = info.ms;
+    this.wallsDrawn = info.walls;
     if (this.meter.frame(now, full)) this.showStatus(scene);
     if (now - this.lastPanel > 250) {
       this.lastPanel = now;
@@ -323,7 +343,25 @@ export class MapTab {
       selected: this.selected,
       showGrid: this.gridBox.checked,
       views: this.playerViews.overlay(this.scene(), hs?.cellSize ?? 0, this.viewsBox.checked),
+      walls: this.obstacles,
     };
+  }
+
+  /**
+   * The target's walls, asked once when the map starts watching it: its first zone's with
+   * obstacles (the zones of a world share its coordinates and its map); none without.
+   */
+  private async loadWalls(t: Target): Promise<void> {
+    const zone = t.zones.find((z) => z.obstacles > 0);
+    if (zone === undefined || this.wallsAsked) return;
+    this.wallsAsked = true;
+    try {
+      const walls = await this.o.api.obstacles(zone.ref);
+      if (this.target?.name === t.name) this.obstacles = walls;
+    } catch (e) {
+      // (A zone stopped meanwhile: no walls. A 401 is the app's.)
+      if (!(e instanceof OverworldHttpError) || e.status === 401) this.failed(e);
+    }
   }
 
   private showStatus(scene: Scene): void {

@@ -1,12 +1,14 @@
-// Drawing the map on a 2D canvas. The entities, the grid and the zone borders are written as
-// pixels into one ImageData buffer (a Uint32Array view: one store per pixel, no path, no state
-// change per entity) and put on the canvas once per frame; the few vector things (the selected
-// entity, the zones' labels, the players' views) are drawn on top with the 2D context. On software rendering (headless Chromium on two shared cores) this holds 40,000
-// entities per frame where a path per colour with a rect per entity does not.
-import type { HeldRun } from "./api.js";
+// Drawing the map on a 2D canvas. The entities, the grid, the walls and the zone borders are
+// written as pixels into one ImageData buffer (a Uint32Array view: one store per pixel, no path,
+// no state change per entity) and put on the canvas once per frame; the few vector things (the
+// selected entity, the zones' labels, the players' views) are drawn on top with the 2D context.
+// On software rendering (headless Chromium on two shared cores) this holds 40,000 entities per
+// frame where a path per colour with a rect per entity does not.
+import type { HeldRun, Obstacles } from "./api.js";
 import { clamp, type Camera, type Rect } from "./camera.js";
 import { pixel, type ColourTable } from "./colors.js";
 import { BAND, HANDED, STALE, type Scene } from "./scene.js";
+import { drawWalls, type WallsDrawn } from "./walls.js";
 
 export interface Grid {
   cols: number;
@@ -30,6 +32,8 @@ export interface Overlays {
   showGrid: boolean;
   /** The players' views (null: none, or not shown). */
   views: ViewsOverlay | null;
+  /** The zone's walls, its physics map's static obstacles (null: none known). */
+  walls: Obstacles | null;
 }
 
 /** The players' views (src/views.ts): circles of their view radii, the selected one's held cells. */
@@ -52,11 +56,15 @@ export interface FrameInfo {
   drawn: number;
   /** Milliseconds the frame took to draw. */
   ms: number;
+  /** The walls with a pixel on the canvas. */
+  walls: WallsDrawn;
 }
 
 const BG = pixel([17, 19, 24]);
 const WORLD = pixel([28, 32, 40]);
 const GRID = pixel([44, 50, 62]);
+/** The walls: a stone grey-brown, unlike any entity's colour (src/colors.ts) and lighter than the grid. */
+const WALL = pixel([124, 114, 98]);
 const BORDER = pixel([230, 200, 60]);
 const BAND_RING = pixel([255, 230, 90]);
 const HANDED_RING = pixel([255, 255, 255]);
@@ -105,6 +113,7 @@ export class Renderer {
     px.fill(BG);
     if (o.world !== null) this.fillRect(o.world, camera, WORLD);
     if (o.grid !== null && o.showGrid && o.world !== null) this.grid(o.grid, o.world, camera);
+    const walls = o.walls === null ? { boxes: 0, circles: 0 } : drawWalls(px, w, h, o.walls, camera, WALL);
     for (const z of o.zones) this.strokeRect(z.rect, camera, BORDER);
 
     // The entities: a square of `s` pixels each, its colour slot's pixel.
@@ -138,7 +147,7 @@ export class Renderer {
     this.ctx.putImageData(this.image!, 0, 0);
     if (o.views !== null) this.views(o.views, camera);
     this.vectors(scene, camera, o, s);
-    return { processed: n, drawn, ms: performance.now() - t0 };
+    return { processed: n, drawn, ms: performance.now() - t0, walls };
   }
 
   /** A square clipped to the buffer. */

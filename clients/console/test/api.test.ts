@@ -93,7 +93,7 @@ describe("Api: answers", () => {
       {
         zones: [
           // (Overworld.Operators.Zones.describe/2.)
-          { ref: "r1", id: "{w, {0, 0}}", name: null, watch: "w", module: "Goblins", world: "w", node: "n@h", tick: 9, tick_rate: 30, players: 2, entities: 10000, tick_p50_us: 1500, tick_p99_us: 4000, tick_samples: 100, debug: true, history: 300, persistent: false },
+          { ref: "r1", id: "{w, {0, 0}}", name: null, watch: "w", module: "Goblins", world: "w", node: "n@h", tick: 9, tick_rate: 30, players: 2, entities: 10000, tick_p50_us: 1500, tick_p99_us: 4000, tick_samples: 100, debug: true, history: 300, persistent: false, obstacles: 12 },
           { ref: "r2", id: "solo", name: "solo", history: 0 },
           "not a zone",
         ],
@@ -118,8 +118,45 @@ describe("Api: answers", () => {
       node: "n@h",
       debug: true,
       history: true,
+      obstacles: 12,
     });
-    expect(b).toMatchObject({ ref: "r2", id: "solo", name: "solo", watch: null, world: null, players: null, tickP50Ms: null, debug: false, history: false });
+    expect(b).toMatchObject({ ref: "r2", id: "solo", name: "solo", watch: null, world: null, players: null, tickP50Ms: null, debug: false, history: false, obstacles: 0 });
+  });
+
+  it("a zone's obstacles: boxes with their corners in order, circles of a positive radius, anything else left out", async () => {
+    const { calls, f } = fake(
+      [
+        200,
+        {
+          width: 240,
+          height: 180.5,
+          boxes: [[0, 0, 240, 1], [10.5, 20, 4, 2], [1, 2, 3], [1, "2", 3, 4], "wall", [0, 0, 1, 1, 9]],
+          circles: [[50, 60, 2.5], [1, 1, 0], [1, 1, -2], [1, 1], null],
+        },
+      ],
+      [200, {}],
+      [200, { boxes: "none", circles: { cx: 1 } }],
+    );
+    const a = api(f);
+    expect(await a.obstacles("w/0,0")).toEqual({
+      width: 240,
+      height: 180.5,
+      boxes: [
+        [0, 0, 240, 1],
+        [4, 2, 10.5, 20],
+        [0, 0, 1, 1],
+      ],
+      circles: [[50, 60, 2.5]],
+    });
+    // A zone without a map, or an answer without its fields: nothing to draw.
+    const none = { width: null, height: null, boxes: [], circles: [] };
+    expect(await a.obstacles("solo")).toEqual(none);
+    expect(await a.obstacles("solo")).toEqual(none);
+    expect(calls.map((c) => [c.method, c.url.replace("http://h:4000", ""), c.headers.authorization])).toEqual([
+      ["GET", "/api/v1/operator/zones/w%2F0%2C0/obstacles", "Bearer tok"],
+      ["GET", "/api/v1/operator/zones/solo/obstacles", "Bearer tok"],
+      ["GET", "/api/v1/operator/zones/solo/obstacles", "Bearer tok"],
+    ]);
   });
 
   it("an entity's details, the history range and a tick's state", async () => {
