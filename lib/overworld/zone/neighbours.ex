@@ -397,9 +397,10 @@ defmodule Overworld.Zone.Neighbours do
   defp ahead?(entries, n), do: entries |> List.last() |> elem(0) > n - 1
 
   @doc """
-  What the workers get with tick n: per worker `{shadow cells, adopted entities, {ids adopted
-  by any worker, ids handed away at the end of the last tick}}` (nil for a zone of its own;
-  the zone's history keeps it: `Overworld.Zone.History` replays from it). The transfers adopted are acknowledged with our next message.
+  What the workers get with tick n: per worker `{shadow cells, adopted entities, {the entities
+  adopted by any worker (id => entity), ids handed away at the end of the last tick}}` (nil
+  for a zone of its own; the zone's history keeps it: `Overworld.Zone.History` replays from
+  it). The transfers adopted are acknowledged with our next message.
   """
   @spec take(State.t(), non_neg_integer) :: {State.t(), tuple | nil}
   def take(%State{world: nil} = st, _n), do: {st, nil}
@@ -464,10 +465,12 @@ defmodule Overworld.Zone.Neighbours do
     if now != [], do: Metrics.add(st.metrics, :crossings_in, length(now))
     by_worker = Enum.group_by(adopt, &Config.owner_of(c, entity(&1, :x), entity(&1, :y)))
 
-    # What is ours this tick, the same for every worker (a worker sees another's adoptions in
-    # the shadows and its handoffs in its halo): shadows but those adopted, and those handed
-    # away at the end of the last tick, are flagged as shadows to game code.
-    marks = {Map.new(adopt, &{entity(&1, :id), true}), w.handed}
+    # What is ours this tick, the same for every worker: every worker's adoptions (a worker's
+    # halo of the last tick has not got another's: they join it from here, never as their old
+    # zone's shadows, which the realtime clock may have read a tick off, or not at all) and
+    # handoffs (in its halo). Shadows but those adopted, and those handed away at the end of
+    # the last tick, are flagged as shadows to game code.
+    marks = {Map.new(adopt, &{entity(&1, :id), &1}), w.handed}
 
     parts =
       for {{r0, r1}, i} <- Enum.with_index(Tuple.to_list(c.stripes)) do

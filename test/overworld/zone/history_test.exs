@@ -3,11 +3,12 @@ defmodule Overworld.Zone.HistoryTest do
   import ExUnit.CaptureIO
 
   require Overworld.Entity
-  import Overworld.Entity, only: [entity: 2]
-  alias Overworld.Spatial.Sweep
+  import Overworld.Entity, only: [entity: 1, entity: 2]
+  alias Overworld.Spatial.{Grid, Sweep}
   alias Overworld.Test.Game
+  alias Overworld.World.{Layout, Place}
   alias Overworld.Zone
-  alias Overworld.Zone.History
+  alias Overworld.Zone.{Config, Dispatch, History, Pass}
 
   doctest History
 
@@ -208,6 +209,128 @@ defmodule Overworld.Zone.HistoryTest do
   end
 
   defp shadows?(world), do: world |> Tuple.to_list() |> Enum.any?(&(elem(&1, 0) != []))
+
+  # With the realtime clock a zone reads its neighbours' newest shadows, which may be of
+  # another tick than a transfer it adopts with them: there the entity is a tick on
+  # (reckoned), or not at all. And an entity one worker handed away at the end of the last
+  # tick may come straight back. Whichever worker adopts, every worker computes the tick with
+  # the adopted entity, as the replay's one worker does (a crowd entity reads its
+  # neighbours: a copy a tick off, or none, changes it).
+  for read <- [:reckoned, :missing, :back] do
+    test "a world zone's workers compute an adoption as its replay does (#{read})" do
+      c =
+        Config.new!(Overworld.Test.Crowd,
+          id: {__MODULE__, :workers},
+          world:
+            Place.new!(:w, Layout.new!(size: {240, 240}, cell_size: 12, zones: {2, 2}), {0, 0}),
+          workers: 2
+        )
+
+      # Rows b - 1 (worker 0's last) and b (worker 1's first): each in the other's halo.
+      {_, b} = elem(c.stripes, 0)
+      y = b * c.grid.cell
+
+      walker = fn id, x, at ->
+        entity(
+          id: id,
+          kind: :walker,
+          x: x,
+          y: at,
+          vx: -3000,
+          vy: 400,
+          rng: 7 + id,
+          data: {0, false}
+        )
+      end
+
+      {before, adopt, shadows, handed} =
+        case unquote(read) do
+          :back ->
+            # Worker 0 handed 3 away at the end of the last tick; worker 1 adopts it back.
+            {[
+               walker.(1, 30_000, y - 3_000),
+               walker.(2, 31_000, y + 2_000),
+               walker.(3, 32_000, y - 1_000)
+             ], [walker.(3, 33_000, y + 500)], [], %{3 => true}}
+
+          read ->
+            # Worker 0 adopts 3 next to worker 1's 2; the old zone's shadows have it a tick on,
+            # or not (they are of the tick after its handoff).
+            new = walker.(3, 32_000, y - 1_000)
+            copy = [{Grid.key(c.grid, 31_950, y - 990), [walker.(3, 31_950, y - 990)]}]
+
+            {[walker.(1, 30_000, y - 3_000), walker.(2, 31_000, y + 2_000)], [new],
+             if(read == :reckoned, do: copy, else: []), %{}}
+        end
+
+      cells = Sweep.from_entities(c.grid, before)
+      marks = {Map.new(adopt, &{entity(&1, :id), &1}), handed}
+      row = &Grid.row(c.grid, elem(&1, 0))
+
+      parts =
+        for {{r0, r1}, i} <- Enum.with_index(Tuple.to_list(c.stripes)) do
+          mine = for pair <- shadows, row.(pair) in (r0 - 1)..r1, do: pair
+          owned = for e <- adopt, Config.owner_of(c, entity(e, :x), entity(e, :y)) == i, do: e
+          {mine, owned, marks}
+        end
+
+      record = %{
+        n: 9,
+        simulate: true,
+        inputs: %{},
+        spawns: [],
+        despawns: [],
+        world: List.to_tuple(parts)
+      }
+
+      replayed = c |> History.single() |> History.step(cells, record) |> Sweep.entities()
+
+      computed =
+        for {stripe, i} <- Enum.with_index(Tuple.to_list(c.stripes)),
+            e <- worker_tick(c, i, stripe, cells, handed, elem(record.world, i)),
+            do: e
+
+      assert sorted(computed) == sorted(replayed)
+      assert length(replayed) == 3
+    end
+  end
+
+  # Tick 9 of worker i from the zone's cells (its stripe and the halo behind it its cells, and
+  # the halo in front its view; those handed away its own if i is 0), as Overworld.Zone.Bucket
+  # runs it: the entities it computed.
+  defp worker_tick(c, i, {r0, r1}, cells, handed, part) do
+    row = &Grid.row(c.grid, elem(&1, 0))
+
+    st = %{
+      config: c,
+      index: i,
+      place: c.world,
+      own: for(pair <- cells, row.(pair) in r0..r1, do: pair),
+      view: for(pair <- cells, row.(pair) in (r0 - 1)..r1, do: pair),
+      departed: if(i == 0, do: handed, else: %{}),
+      count: 0,
+      avatars: %{}
+    }
+
+    {st, world} = Overworld.Zone.Bucket.World.world_in(st, part)
+    key = &Grid.key_at(c.grid, 0, &1)
+    ctx = Dispatch.context(c, 9)
+
+    pass =
+      Pass.run(
+        st.own,
+        st.view,
+        {key.(r1), key.(r0 + 1), key.(r1 - 1)},
+        c,
+        i,
+        ctx,
+        %{},
+        %{},
+        world
+      )
+
+    Sweep.entities(pass.desc) ++ pass.movers ++ Enum.map(pass.out, &elem(&1, 1))
+  end
 
   test "state_at a past tick is what the zone held then", %{zone: zone, dump: dump, seen: seen} do
     for t <- [250, 280, 299] do

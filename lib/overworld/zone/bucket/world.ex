@@ -13,41 +13,51 @@ defmodule Overworld.Zone.Bucket.World do
 
   @doc false
   # The entities we handed away at the end of our last tick that come straight back with this
-  # one (`world`): their old copies leave our cells as the tick starts (world_in/2).
+  # one (`world`), whichever worker adopts them: their old copies leave our cells as the tick
+  # starts (world_in/2).
   @spec back(map, nil | tuple) :: map
   def back(%{place: nil}, _world), do: %{}
   def back(_st, nil), do: %{}
 
-  def back(st, {_shadows, adopt, _marks}) do
-    for e <- adopt, is_map_key(st.departed, entity(e, :id)), into: %{}, do: {entity(e, :id), true}
+  def back(st, {_shadows, _adopt, {adopted, _handed}}) do
+    for {id, _} <- adopted, is_map_key(st.departed, id), into: %{}, do: {id, true}
   end
 
   # At the start of a tick: the entities a neighbour handed to us (`adopt`, computed by us
   # from this tick on) join our cells, and the neighbours' shadows of their last tick join the
   # view (read-only, with those we handed away at the end of ours). Answers the Pass's world.
+  #
+  # Every worker sees what one worker over the whole zone would (`Overworld.Zone.History`
+  # replays the zone so): an entity adopted this tick, by whichever worker, at the state it
+  # was handed over with. The other workers' adoptions in our halo rows join our view (the
+  # halo of our last tick has not got them), and their old zone's copies leave the shadows:
+  # with the realtime clock those may be of another tick than the transfer (a tick older,
+  # reckoned; or newer, without it).
   @doc false
   @spec world_in(map, tuple | nil) :: {map, tuple | nil}
   def world_in(%{place: nil} = st, _world), do: {st, nil}
   def world_in(st, nil), do: world_in(st, {[], [], {%{}, %{}}})
 
-  def world_in(st, {shadows, adopt, marks}) do
+  def world_in(st, {shadows, adopt, {adopted, handed} = marks} = world) do
     grid = st.config.grid
-    adopted = Map.new(adopt, &{entity(&1, :id), true})
-    # An entity handed to us is in its old zone's shadows of the same tick too: ours now.
-    shadows = if adopt == [], do: shadows, else: Sweep.without(shadows, adopted)
+    # An entity handed to us is in its old zone's shadows too: ours now, whoever adopts it.
+    shadows = if map_size(adopted) == 0, do: shadows, else: Sweep.without(shadows, adopted)
 
-    # (An entity we handed away at the end of our last tick that comes straight back: its old
-    # copy goes first.)
-    back = back(st, {shadows, adopt, marks})
+    # (An entity handed away at the end of our last tick that comes straight back: its old
+    # copy goes first, from our cells, and one another worker handed from our halo.)
+    back = back(st, world)
+    old = Map.merge(back, Map.take(handed, Map.keys(adopted)))
 
     {own, view} =
-      if map_size(back) == 0,
+      if map_size(old) == 0,
         do: {st.own, st.view},
-        else: {Sweep.without(st.own, back), Sweep.without(st.view, back)}
+        else: {Sweep.without(st.own, old), Sweep.without(st.view, old)}
 
     departed = Map.drop(st.departed, Map.keys(back))
     # (Sweep.insert/3 of nothing is nothing.)
-    {own, view} = {Sweep.insert(own, grid, adopt), Sweep.insert(view, grid, adopt)}
+    {own, view} =
+      {Sweep.insert(own, grid, adopt), Sweep.insert(view, grid, adopt ++ in_halo(st, adopted))}
+
     # Avatars adopted: ours to take the inputs of (the server routed them here).
     came = for e <- adopt, entity(e, :owner) != nil, do: {entity(e, :id), true}
 
@@ -63,7 +73,23 @@ defmodule Overworld.Zone.Bucket.World do
         departed: departed
     }
 
-    {st, {ids, adopted, departed}}
+    # (The Pass's adopted: ours, new to our observers.)
+    {st, {ids, Map.new(adopt, &{entity(&1, :id), true}), departed}}
+  end
+
+  # The entities adopted this tick (by the other workers) in our halo rows: the row before
+  # our stripe and the row after it.
+  defp in_halo(_st, adopted) when map_size(adopted) == 0, do: []
+
+  defp in_halo(%{config: %{grid: grid, stripes: stripes}, index: me}, adopted) do
+    {r0, r1} = elem(stripes, me)
+    {a, b} = {Grid.key_at(grid, 0, r0 - 1), Grid.key_at(grid, 0, r0)}
+    {c, d} = {Grid.key_at(grid, 0, r1), Grid.key_at(grid, 0, r1 + 1)}
+
+    for {_id, e} <- adopted,
+        k = Grid.key(grid, entity(e, :x), entity(e, :y)),
+        (k >= a and k < b) or (k >= c and k < d),
+        do: e
   end
 
   @doc false
