@@ -281,11 +281,11 @@ defmodule Overworld.Bench.Sidecar do
   # and merged into the entities); milliseconds.
   defp round_trip(p, own, link, stripe, tick) do
     t0 = System.monotonic_time(:microsecond)
-    %Link{pending: {^tick, _, _}} = link = Link.request(link, p, stripe, 1, tick, own)
+    %Link{pending: {^tick, _, _, []}} = link = Link.request(link, p, stripe, 1, tick, own)
     t1 = System.monotonic_time(:microsecond)
     {:ok, frame} = Link.receive_frame(link, System.monotonic_time(:millisecond) + 60_000)
     t2 = System.monotonic_time(:microsecond)
-    {:ok, results} = Link.decode(link, frame)
+    {:ok, results, %{}} = Link.decode(link, frame)
     _ = merge(own, results, [])
     t3 = System.monotonic_time(:microsecond)
     {{(t1 - t0) / 1000, (t2 - t1) / 1000, (t3 - t2) / 1000}, %{link | pending: nil}}

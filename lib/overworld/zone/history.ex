@@ -135,16 +135,19 @@ defmodule Overworld.Zone.History do
       # One worker: its stripe is every row, it has no border rows (lo = 0, hi = stop).
       stop = Grid.key_at(grid, 0, grid.rows)
       ctx = Dispatch.context(c, n)
-      # The tick's physics, from the state before it (Overworld.Zone.Physics).
-      phys = Overworld.Zone.Physics.step_all(pairs, c.physics)
-      back = back(c, Map.get(record, :world))
-      phys = Overworld.Zone.Physics.without(phys, back)
-      # The answers to the path requests of the state before it (Overworld.Zone.Paths).
-      paths =
-        Map.drop(Overworld.Zone.Paths.all(pairs, c.physics && c.physics.paths, n), Map.keys(back))
+      world = Map.get(record, :world)
+      back = back(c, world)
+      # The tick's physics and the answers to the path requests, from the state before it
+      # (Overworld.Zone.Physics, Overworld.Zone.Paths).
+      {phys, paths} =
+        Overworld.Zone.Physics.without(
+          {Overworld.Zone.Physics.step_all(pairs, c.physics),
+           Overworld.Zone.Paths.all(pairs, c.physics && c.physics.paths, n)},
+          back
+        )
 
       ctx = %{ctx | paths: paths}
-      {pairs, view, world} = world_in(c, pairs, Map.get(record, :world))
+      {pairs, view, world} = world_in(c, pairs, world, back)
       pass = Pass.run(pairs, view, {stop, 0, stop}, c, 0, ctx, inputs, despawns, world, phys)
       Sweep.insert_desc(pass.desc, grid, spawns ++ pass.movers, [])
     else
@@ -154,12 +157,8 @@ defmodule Overworld.Zone.History do
     end
   end
 
-  # A zone of a world: what its workers got with the tick (`Overworld.Zone.Neighbours.take/2`),
-  # as one worker takes it: every worker's shadows (a row may be in two parts) and
-  # adoptions; the entities handed away at the end of the last tick are still in the cells,
-  # not computed (those that came straight back go: their new copy is adopted).
   # The entities handed away at the end of the last tick and back with this one (their old
-  # copies leave the cells: world_in/3).
+  # copies leave the cells: world_in/4).
   defp back(%Config{world: nil}, _world), do: %{}
   defp back(_c, nil), do: %{}
 
@@ -168,10 +167,14 @@ defmodule Overworld.Zone.History do
     Map.take(handed, Map.keys(adopted))
   end
 
-  defp world_in(%Config{world: nil}, pairs, _world), do: {pairs, pairs, nil}
-  defp world_in(_c, pairs, nil), do: {pairs, pairs, {%{}, %{}, %{}}}
+  # A zone of a world: what its workers got with the tick (`Overworld.Zone.Neighbours.take/2`),
+  # as one worker takes it: every worker's shadows (a row may be in two parts) and
+  # adoptions; the entities handed away at the end of the last tick are still in the cells,
+  # not computed (those that came straight back go, `back`: their new copy is adopted).
+  defp world_in(%Config{world: nil}, pairs, _world, _back), do: {pairs, pairs, nil}
+  defp world_in(_c, pairs, nil, _back), do: {pairs, pairs, {%{}, %{}, %{}}}
 
-  defp world_in(%Config{grid: grid}, pairs, parts) do
+  defp world_in(%Config{grid: grid}, pairs, parts, back) do
     parts = Tuple.to_list(parts)
     {_, _, {adopted, handed} = marks} = hd(parts)
     adopt = Enum.flat_map(parts, &elem(&1, 1))
@@ -183,7 +186,6 @@ defmodule Overworld.Zone.History do
       |> List.keysort(0)
       |> Sweep.without(adopted)
 
-    back = Map.take(handed, Map.keys(adopted))
     pairs = pairs |> Sweep.without(back) |> Sweep.insert(grid, adopt)
     departed = Map.drop(handed, Map.keys(back))
     ids = Overworld.Zone.Bucket.World.flagged(shadows, departed, marks)

@@ -145,8 +145,18 @@ defmodule Overworld.Zone.Paths do
     do:
       fx in 0..@max_coord and fy in 0..@max_coord and tx in 0..@max_coord and ty in 0..@max_coord
 
+  @doc """
+  The plan of a stripe's cells (`pairs`, in order) for tick `n`: `plan/3` of their
+  `requests/2`; nothing to compute for a zone without paths (nil).
+  """
+  @spec stripe([{integer, [Overworld.Entity.t()]}], t | nil, non_neg_integer) :: plan
+  def stripe(_pairs, nil, _n), do: {[], %{}}
+  def stripe(pairs, paths, n), do: pairs |> requests(paths) |> plan(n, paths)
+
   @doc "The answers of a plan, its paths computed in Elixir."
-  @spec answers(plan, t) :: %{optional(pos_integer) => answer}
+  @spec answers(plan, t | nil) :: %{optional(pos_integer) => answer}
+  def answers({[], others}, _paths), do: others
+
   def answers({computed, others}, %__MODULE__{nav: nav}) do
     Enum.reduce(computed, others, fn {id, from, to}, acc ->
       Map.put(acc, id, Nav.path(nav, from, to))
@@ -168,8 +178,7 @@ defmodule Overworld.Zone.Paths do
     |> Enum.reduce(%{}, fn {first, stop}, acc ->
       pairs
       |> Enum.filter(fn {k, _} -> k >= first and k < stop end)
-      |> requests(paths)
-      |> plan(n, paths)
+      |> stripe(paths, n)
       |> answers(paths)
       |> Map.merge(acc)
     end)

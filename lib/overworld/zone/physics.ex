@@ -237,11 +237,13 @@ defmodule Overworld.Zone.Physics do
   def step_all(pairs, p), do: step(bodies(pairs, p), [], p)
 
   @doc false
-  # The results without those of the entities in `ids` (a map: entities a world's zone takes
-  # out of its cells as a tick starts).
-  @spec without([result], map) :: [result]
-  def without(results, ids) when map_size(ids) == 0 or results == [], do: results
-  def without(results, ids), do: Enum.reject(results, &is_map_key(ids, elem(&1, 0)))
+  # A tick's results and path answers (Overworld.Zone.Paths) without those of the entities in
+  # `ids` (a map: entities a world's zone takes out of its cells as the tick starts).
+  @spec without({[result], map}, map) :: {[result], map}
+  def without(computed, ids) when map_size(ids) == 0, do: computed
+
+  def without({results, paths}, ids),
+    do: {Enum.reject(results, &is_map_key(ids, elem(&1, 0))), Map.drop(paths, Map.keys(ids))}
 
   ## The sidecar's frames (docs/sidecar.md, "The zone's protocol")
 

@@ -9,7 +9,7 @@ defmodule Overworld.Zone.PathsTest do
   import Overworld.Entity, only: [entity: 1, entity: 2]
   alias Overworld.Physics.Nav
   alias Overworld.Zone
-  alias Overworld.Zone.{History, Paths}
+  alias Overworld.Zone.Paths
 
   @moduletag timeout: 120_000
 

@@ -4,7 +4,6 @@ defmodule Overworld.Zone.PhysicsTest do
   require Overworld.Entity
   import Overworld.Entity, only: [entity: 1, entity: 2]
   alias Overworld.Zone
-  alias Overworld.Zone.History
 
   @moduletag timeout: 120_000
 

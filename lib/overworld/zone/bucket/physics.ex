@@ -46,24 +46,16 @@ defmodule Overworld.Zone.Bucket.Physics do
 
         {_none_or_error, link} ->
           if p.mode == :sidecar, do: Sidecar.count(p, :fallback)
-          {fallback(st, p), answers(plan, p.paths), %{st | link: link}}
+          {fallback(st, p), Paths.answers(plan, p.paths), %{st | link: link}}
       end
 
-    back = Bucket.World.back(st, world)
-    results = Physics.without(results, back)
-    paths = if map_size(back) == 0, do: paths, else: Map.drop(paths, Map.keys(back))
+    {results, paths} = Physics.without({results, paths}, Bucket.World.back(st, world))
     {results, paths, System.monotonic_time() - t, %{st | plan: nil}}
   end
 
   # The plan of our path requests for tick `n` (from our cells as the last tick left them).
-  defp plan(_st, nil, _n), do: {[], %{}}
   defp plan(%{plan: {n, plan}}, _paths, n), do: plan
-
-  defp plan(st, paths, n),
-    do: st |> Bucket.own_pairs() |> Paths.requests(paths) |> Paths.plan(n, paths)
-
-  defp answers(_plan, nil), do: %{}
-  defp answers(plan, paths), do: Paths.answers(plan, paths)
+  defp plan(st, paths, n), do: Paths.stripe(Bucket.own_pairs(st), paths, n)
 
   # Our stripe's share of the step, from our cells and the halo around them (all the bodies
   # our bodies' contacts can involve: the same bits as the sidecar's step of the whole zone).
@@ -90,9 +82,8 @@ defmodule Overworld.Zone.Bucket.Physics do
 
   defp send_bodies(st, p, n, sidecar) do
     own = Bucket.own_pairs(st)
-    plan = if p.paths, do: own |> Paths.requests(p.paths) |> Paths.plan(n + 1, p.paths)
-    computed = if plan, do: elem(plan, 0), else: []
+    {computed, _} = plan = Paths.stripe(own, p.paths, n + 1)
     link = Link.request(st.link, p, st.index, sidecar, n, own, computed)
-    %{st | link: link, plan: plan && {n + 1, plan}}
+    %{st | link: link, plan: {n + 1, plan}}
   end
 end
