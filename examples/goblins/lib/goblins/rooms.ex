@@ -105,19 +105,31 @@ defmodule Goblins.Rooms do
     n = Keyword.fetch!(args, :goblins)
     seed = Keyword.get(args, :seed, 0)
     side = trunc(:math.sqrt(n * 50) * 1024)
-    k = max(2, trunc(side / 1024 / @room))
-    rs = div(side, k)
+    {k, rs} = rooms(side)
 
     goblins =
       for id <- 1..n do
         r = Random.next(Random.seed_for(seed, id))
         {x, y, r} = spot(r, rs, k)
         kind = if rem(id, 20) == 0, do: :warlord, else: :goblin
-        data = %{goal: nil, path: nil, since: 0, wait: rem(r, 60), rs: rs, k: k}
+        data = %{goal: nil, path: nil, since: 0, wait: rem(r, 60)}
         [kind: kind, x: x, y: y, state: :idle, rng: r, data: data]
       end
 
-    {:ok, %{rs: rs, k: k, side: side}, [{:spawn, goblins}]}
+    {:ok, %{rs: rs, k: k}, [{:spawn, goblins}]}
+  end
+
+  @doc """
+  The rooms of a world `side` units wide (`Overworld.Zone.Context`'s `width`): how many a
+  side, and their side in units (the maze of `map/2`, to the unit).
+
+      iex> Goblins.Rooms.rooms(100 * 1024)
+      {4, 25_600}
+  """
+  @spec rooms(pos_integer) :: {pos_integer, pos_integer}
+  def rooms(side) do
+    k = max(2, trunc(side / 1024 / @room))
+    {k, div(side, k)}
   end
 
   # A point inside a room taken from the generator: 2 m from its walls, off its centre (where
@@ -180,8 +192,8 @@ defmodule Goblins.Rooms do
   defp walk(entity(data: %{goal: nil, wait: w} = data) = e, _ctx) when w > 0,
     do: entity(e, data: %{data | wait: w - 1}, vx: 0, vy: 0, state: :idle)
 
-  defp walk(entity(data: %{goal: nil} = data, rng: r, x: x, y: y) = e, _ctx) do
-    %{rs: rs, k: k} = data
+  defp walk(entity(data: %{goal: nil} = data, rng: r, x: x, y: y) = e, ctx) do
+    {k, rs} = rooms(ctx.width)
     r = Random.next(r)
     # Its own room or a neighbour (within the maze).
     room_x = (div(x, rs) + rem(r, 3) - 1) |> max(0) |> min(k - 1)
