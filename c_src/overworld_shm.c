@@ -128,10 +128,21 @@ static void ow_on_sigbus(int sig, siginfo_t *info, void *context)
 
 typedef void (*ow_op)(void *arg);
 
-/* Runs op(arg), whose every access to the mapping lies in [s->base, s->base + s->size).
- * Returns 0, or -1 when the access raised SIGBUS (op did not finish; what it wrote in arg is
- * to be ignored). */
-static int __attribute__((noinline)) ow_guarded(const ow_shm *s, ow_op op, void *arg)
+/* Why a guarded access failed: the file's size changed ({error, resized}), or it did not (the
+ * kernel could not provide a page: {error, fault}). Called with the read lock held. */
+static ERL_NIF_TERM ow_fault_reason(const ow_shm *s)
+{
+    struct stat st;
+    if (fstat(s->fd, &st) != 0 || (uint64_t)st.st_size != (uint64_t)s->size) {
+        return atom_resized;
+    }
+    return atom_fault;
+}
+
+/* Runs op(arg), whose every access to the mapping lies in [s->base, s->base + s->size), with
+ * the read lock held. Returns 0, or when the access raised SIGBUS (op did not finish; what it
+ * wrote in arg is to be ignored) the reason: ow_fault_reason's. */
+static ERL_NIF_TERM __attribute__((noinline)) ow_guarded(const ow_shm *s, ow_op op, void *arg)
 {
     ow_guard guard;
 
@@ -146,7 +157,7 @@ static int __attribute__((noinline)) ow_guarded(const ow_shm *s, ow_op op, void 
         pthread_sigmask(SIG_UNBLOCK, &set, NULL);
         __atomic_signal_fence(__ATOMIC_SEQ_CST);
         ow_active_guard = NULL;
-        return -1;
+        return ow_fault_reason(s);
     }
     ow_active_guard = &guard;
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -252,15 +263,11 @@ static ERL_NIF_TERM ow_enter(ow_shm *s, int check_size)
     return 0;
 }
 
-/* Why a guarded access failed: the file's size changed ({error, resized}), or it did not (the
- * kernel could not provide a page: {error, fault}). Called with the read lock held. */
-static ERL_NIF_TERM ow_fault_reason(ow_shm *s)
+/* Ends an access that failed: the read lock released, {error, Reason}. */
+static ERL_NIF_TERM ow_leave_error(ErlNifEnv *env, ow_shm *s, ERL_NIF_TERM reason)
 {
-    struct stat st;
-    if (fstat(s->fd, &st) != 0 || (uint64_t)st.st_size != (uint64_t)s->size) {
-        return atom_resized;
-    }
-    return atom_fault;
+    enif_rwlock_runlock(s->lock);
+    return ow_error(env, reason);
 }
 
 /* Tells the scheduler how much of its time slice (1 ms) a long call took. */
@@ -528,16 +535,13 @@ static ERL_NIF_TERM nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return ow_error(env, reason);
     }
     if (offset_arg != ARG_OK || !ow_within(offset, data.size, s->size)) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
     copy.dst = s->base + offset;
     copy.src = data.data;
     copy.len = data.size;
-    if (ow_guarded(s, ow_op_copy, &copy) != 0) {
-        reason = ow_fault_reason(s);
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, reason);
+    if ((reason = ow_guarded(s, ow_op_copy, &copy)) != 0) {
+        return ow_leave_error(env, s, reason);
     }
     enif_rwlock_runlock(s->lock);
     ow_account(env, start);
@@ -567,20 +571,16 @@ static ERL_NIF_TERM ow_read(ErlNifEnv *env, const ERL_NIF_TERM argv[], int check
         return ow_error(env, reason);
     }
     if (offset_arg != ARG_OK || len_arg != ARG_OK || !ow_within(offset, len, s->size)) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
     copy.dst = enif_make_new_binary(env, (size_t)len, &bin);
     copy.src = s->base + offset;
     copy.len = (size_t)len;
     if (copy.dst == NULL) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, ow_errno_term(env, ENOMEM));
+        return ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
     }
-    if (ow_guarded(s, ow_op_copy, &copy) != 0) {
-        reason = ow_fault_reason(s);
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, reason);
+    if ((reason = ow_guarded(s, ow_op_copy, &copy)) != 0) {
+        return ow_leave_error(env, s, reason);
     }
     enif_rwlock_runlock(s->lock);
     ow_account(env, start);
@@ -607,6 +607,7 @@ static ERL_NIF_TERM ow_publish(ow_shm *s, uint64_t region, uint64_t seq,
                                const unsigned char *records, size_t records_len)
 {
     ow_publish_arg arg;
+    ERL_NIF_TERM reason;
     arg.seq_word = (uint64_t *)(void *)(s->base + region);
     arg.seq = seq;
     arg.header = s->base + region + 8;
@@ -616,10 +617,8 @@ static ERL_NIF_TERM ow_publish(ow_shm *s, uint64_t region, uint64_t seq,
     arg.records_src = records;
     arg.records_len = records_len;
     arg.stale = 0;
-    if (ow_guarded(s, ow_op_publish, &arg) != 0) {
-        return ow_fault_reason(s);
-    }
-    return arg.stale ? atom_seq : 0;
+    reason = ow_guarded(s, ow_op_publish, &arg);
+    return reason != 0 ? reason : arg.stale ? atom_seq : 0;
 }
 
 /* publish(Ref, RegionOffset, Seq, Header, Records) -> ok | {error, ...} */
@@ -650,8 +649,7 @@ static ERL_NIF_TERM nif_publish(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (region_arg != ARG_OK || region % 64 != 0 ||
         !ow_within(region, OW_REGION_HEADER, s->size) ||
         !ow_within(region + OW_REGION_HEADER, records.size, s->size)) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
     reason = ow_publish(s, region, seq, header.data, header.size, records.data, records.size);
     enif_rwlock_runlock(s->lock);
@@ -912,23 +910,19 @@ static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     }
     if (region_arg != ARG_OK || len_arg != ARG_OK || region % 64 != 0 || len < 8 ||
         !ow_within(region, len, s->size)) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
     arg.dst = enif_make_new_binary(env, (size_t)len, &bin);
     if (arg.dst == NULL) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, ow_errno_term(env, ENOMEM));
+        return ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
     }
     arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
     arg.src = s->base + region;
     arg.len = (size_t)len;
     arg.expected = expected;
     arg.result = CONSUME_SEQ;
-    if (ow_guarded(s, ow_op_consume, &arg) != 0) {
-        reason = ow_fault_reason(s);
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, reason);
+    if ((reason = ow_guarded(s, ow_op_consume, &arg)) != 0) {
+        return ow_leave_error(env, s, reason);
     }
     enif_rwlock_runlock(s->lock);
     ow_account(env, start);
@@ -988,9 +982,8 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
     }
     if (!ow_within(region, region_len, s->size) ||
         (argc == 7 && !ow_within(ids_region, OW_REGION_HEADER + n * OW_BODY_BYTES, s->size))) {
-        enif_rwlock_runlock(s->lock);
         enif_free(buffer);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
     arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
     arg.src = s->base + region;
@@ -998,11 +991,9 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
     arg.len = len;
     arg.expected = expected;
     arg.result = CONSUME_SEQ;
-    if (ow_guarded(s, ow_op_consume, &arg) != 0) {
-        reason = ow_fault_reason(s);
-        enif_rwlock_runlock(s->lock);
+    if ((reason = ow_guarded(s, ow_op_consume, &arg)) != 0) {
         enif_free(buffer);
-        return ow_error(env, reason);
+        return ow_leave_error(env, s, reason);
     }
     if (arg.result == CONSUME_OK && argc == 7) {
         ow_ids_arg ids;
@@ -1010,11 +1001,9 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         ids.bodies = s->base + ids_region + OW_REGION_HEADER;
         ids.n = (size_t)n;
         ids.same = 0;
-        if (ow_guarded(s, ow_op_same_ids, &ids) != 0) {
-            reason = ow_fault_reason(s);
-            enif_rwlock_runlock(s->lock);
+        if ((reason = ow_guarded(s, ow_op_same_ids, &ids)) != 0) {
             enif_free(buffer);
-            return ow_error(env, reason);
+            return ow_leave_error(env, s, reason);
         }
         ids_wrong = !ids.same;
     }
