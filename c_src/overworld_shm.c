@@ -328,15 +328,13 @@ static void ow_op_publish(void *p)
     __atomic_store_n(a->seq_word, a->seq + 2, __ATOMIC_RELEASE);
 }
 
-enum { CONSUME_OK, CONSUME_TORN, CONSUME_SEQ };
-
 typedef struct {
     const uint64_t *seq_word;
     const unsigned char *src; /* the region, seq word included */
     unsigned char *dst;
     size_t len;
     uint64_t expected;
-    int result; /* out: CONSUME_* */
+    ERL_NIF_TERM result; /* out: 0 (a good copy), atom_torn or atom_seq */
 } ow_consume_arg;
 
 /* The reader's side of the sequence lock. */
@@ -345,17 +343,34 @@ static void ow_op_consume(void *p)
     ow_consume_arg *a = p;
     uint64_t before = __atomic_load_n(a->seq_word, __ATOMIC_ACQUIRE);
     if (before & 1) {
-        a->result = CONSUME_TORN;
+        a->result = atom_torn;
         return;
     }
     if (before != a->expected) {
-        a->result = CONSUME_SEQ;
+        a->result = atom_seq;
         return;
     }
     memcpy(a->dst, a->src, a->len);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    a->result = __atomic_load_n(a->seq_word, __ATOMIC_RELAXED) == before ? CONSUME_OK
-                                                                          : CONSUME_TORN;
+    a->result = __atomic_load_n(a->seq_word, __ATOMIC_RELAXED) == before ? 0 : atom_torn;
+}
+
+/* Copies the first `len` bytes of the region at `region` (checked to lie in the mapping; its
+ * seq word included) to `dst` under its sequence lock, expecting `expected`. Called with the
+ * read lock held. Returns 0, or the reason: a fault's (ow_guarded), torn or seq. */
+static ERL_NIF_TERM ow_consume(const ow_shm *s, uint64_t region, uint64_t expected,
+                               unsigned char *dst, size_t len)
+{
+    ow_consume_arg arg;
+    ERL_NIF_TERM reason;
+    arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
+    arg.src = s->base + region;
+    arg.dst = dst;
+    arg.len = len;
+    arg.expected = expected;
+    arg.result = atom_seq;
+    reason = ow_guarded(s, ow_op_consume, &arg);
+    return reason != 0 ? reason : arg.result;
 }
 
 typedef struct {
@@ -379,11 +394,6 @@ static void ow_op_same_ids(void *p)
         }
     }
     a->same = 1;
-}
-
-static ERL_NIF_TERM ow_consume_error(int result)
-{
-    return result == CONSUME_TORN ? atom_torn : atom_seq;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -891,7 +901,7 @@ static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     uint64_t region = 0, expected = 0, len = 0;
     int region_arg, len_arg;
     ERL_NIF_TERM reason, bin;
-    ow_consume_arg arg;
+    unsigned char *dst;
     ErlNifTime start;
 
     (void)argc;
@@ -912,24 +922,14 @@ static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
         !ow_within(region, len, s->size)) {
         return ow_leave_error(env, s, atom_bounds);
     }
-    arg.dst = enif_make_new_binary(env, (size_t)len, &bin);
-    if (arg.dst == NULL) {
+    dst = enif_make_new_binary(env, (size_t)len, &bin);
+    if (dst == NULL) {
         return ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
     }
-    arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
-    arg.src = s->base + region;
-    arg.len = (size_t)len;
-    arg.expected = expected;
-    arg.result = CONSUME_SEQ;
-    if ((reason = ow_guarded(s, ow_op_consume, &arg)) != 0) {
-        return ow_leave_error(env, s, reason);
-    }
+    reason = ow_consume(s, region, expected, dst, (size_t)len);
     enif_rwlock_runlock(s->lock);
     ow_account(env, start);
-    if (arg.result != CONSUME_OK) {
-        return ow_error(env, ow_consume_error(arg.result));
-    }
-    return enif_make_tuple2(env, atom_ok, bin);
+    return reason != 0 ? ow_error(env, reason) : enif_make_tuple2(env, atom_ok, bin);
 }
 
 /* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N[, IdsRegion])
@@ -945,7 +945,6 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
     unsigned char *buffer;
     size_t len;
     ERL_NIF_TERM reason, list;
-    ow_consume_arg arg;
     ErlNifTime start;
     uint64_t word, ids_region = 0;
     int ids_arg = ARG_OK, ids_wrong = 0;
@@ -985,32 +984,20 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         enif_free(buffer);
         return ow_leave_error(env, s, atom_bounds);
     }
-    arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
-    arg.src = s->base + region;
-    arg.dst = buffer;
-    arg.len = len;
-    arg.expected = expected;
-    arg.result = CONSUME_SEQ;
-    if ((reason = ow_guarded(s, ow_op_consume, &arg)) != 0) {
-        enif_free(buffer);
-        return ow_leave_error(env, s, reason);
-    }
-    if (arg.result == CONSUME_OK && argc == 7) {
+    reason = ow_consume(s, region, expected, buffer, len);
+    if (reason == 0 && argc == 7) {
         ow_ids_arg ids;
         ids.results = buffer + OW_REGION_HEADER;
         ids.bodies = s->base + ids_region + OW_REGION_HEADER;
         ids.n = (size_t)n;
         ids.same = 0;
-        if ((reason = ow_guarded(s, ow_op_same_ids, &ids)) != 0) {
-            enif_free(buffer);
-            return ow_leave_error(env, s, reason);
-        }
+        reason = ow_guarded(s, ow_op_same_ids, &ids);
         ids_wrong = !ids.same;
     }
     enif_rwlock_runlock(s->lock);
-    if (arg.result != CONSUME_OK) {
+    if (reason != 0) {
         enif_free(buffer);
-        return ow_error(env, ow_consume_error(arg.result));
+        return ow_error(env, reason);
     }
 
     /* A consistent copy: its header must be of the expected tick and count. */
