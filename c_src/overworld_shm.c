@@ -979,20 +979,19 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         n > (region_len - OW_REGION_HEADER) / OW_RESULT_BYTES) {
         return ow_error(env, atom_bounds);
     }
-    len = OW_REGION_HEADER + (size_t)n * OW_RESULT_BYTES;
     start = enif_monotonic_time(ERL_NIF_USEC);
-    buffer = enif_alloc(len);
-    if (buffer == NULL) {
-        return ow_error(env, ow_errno_term(env, ENOMEM));
-    }
     if ((reason = ow_enter(s, 1)) != 0) {
-        enif_free(buffer);
         return ow_error(env, reason);
     }
+    /* (The region in the mapping before the copy's buffer is allocated: n is bounded by it.) */
     if (!ow_within(region, region_len, s->size) ||
         (argc == 7 && !ow_within(ids_region, OW_REGION_HEADER + n * OW_BODY_BYTES, s->size))) {
-        enif_free(buffer);
         return ow_leave_error(env, s, atom_bounds);
+    }
+    len = OW_REGION_HEADER + (size_t)n * OW_RESULT_BYTES;
+    buffer = enif_alloc(len);
+    if (buffer == NULL) {
+        return ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
     }
     reason = ow_consume(s, region, expected, buffer, len);
     if (reason == 0 && argc == 7) {
