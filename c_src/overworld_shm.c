@@ -225,12 +225,7 @@ static int ow_get_u64(ErlNifEnv *env, ERL_NIF_TERM term, uint64_t *out)
 /* A sequence number to publish from: even, and room for + 2. */
 static int ow_get_seq(ErlNifEnv *env, ERL_NIF_TERM term, uint64_t *out)
 {
-    ErlNifUInt64 value;
-    if (!enif_get_uint64(env, term, &value) || (value & 1) != 0 || value > UINT64_MAX - 2) {
-        return 0;
-    }
-    *out = (uint64_t)value;
-    return 1;
+    return ow_get_u64(env, term, out) == ARG_OK && (*out & 1) == 0 && *out <= UINT64_MAX - 2;
 }
 
 static int ow_get_shm(ErlNifEnv *env, ERL_NIF_TERM term, ow_shm **out)
