@@ -128,10 +128,21 @@ static void ow_on_sigbus(int sig, siginfo_t *info, void *context)
 
 typedef void (*ow_op)(void *arg);
 
-/* Runs op(arg), whose every access to the mapping lies in [s->base, s->base + s->size).
- * Returns 0, or -1 when the access raised SIGBUS (op did not finish; what it wrote in arg is
- * to be ignored). */
-static int __attribute__((noinline)) ow_guarded(const ow_shm *s, ow_op op, void *arg)
+/* Why a guarded access failed: the file's size changed ({error, resized}), or it did not (the
+ * kernel could not provide a page: {error, fault}). Called with the read lock held. */
+static ERL_NIF_TERM ow_fault_reason(const ow_shm *s)
+{
+    struct stat st;
+    if (fstat(s->fd, &st) != 0 || (uint64_t)st.st_size != (uint64_t)s->size) {
+        return atom_resized;
+    }
+    return atom_fault;
+}
+
+/* Runs op(arg), whose every access to the mapping lies in [s->base, s->base + s->size), with
+ * the read lock held. Returns 0, or when the access raised SIGBUS (op did not finish; what it
+ * wrote in arg is to be ignored) the reason: ow_fault_reason's. */
+static ERL_NIF_TERM __attribute__((noinline)) ow_guarded(const ow_shm *s, ow_op op, void *arg)
 {
     ow_guard guard;
 
@@ -146,7 +157,7 @@ static int __attribute__((noinline)) ow_guarded(const ow_shm *s, ow_op op, void 
         pthread_sigmask(SIG_UNBLOCK, &set, NULL);
         __atomic_signal_fence(__ATOMIC_SEQ_CST);
         ow_active_guard = NULL;
-        return -1;
+        return ow_fault_reason(s);
     }
     ow_active_guard = &guard;
     __atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -214,12 +225,7 @@ static int ow_get_u64(ErlNifEnv *env, ERL_NIF_TERM term, uint64_t *out)
 /* A sequence number to publish from: even, and room for + 2. */
 static int ow_get_seq(ErlNifEnv *env, ERL_NIF_TERM term, uint64_t *out)
 {
-    ErlNifUInt64 value;
-    if (!enif_get_uint64(env, term, &value) || (value & 1) != 0 || value > UINT64_MAX - 2) {
-        return 0;
-    }
-    *out = (uint64_t)value;
-    return 1;
+    return ow_get_u64(env, term, out) == ARG_OK && (*out & 1) == 0 && *out <= UINT64_MAX - 2;
 }
 
 static int ow_get_shm(ErlNifEnv *env, ERL_NIF_TERM term, ow_shm **out)
@@ -252,15 +258,11 @@ static ERL_NIF_TERM ow_enter(ow_shm *s, int check_size)
     return 0;
 }
 
-/* Why a guarded access failed: the file's size changed ({error, resized}), or it did not (the
- * kernel could not provide a page: {error, fault}). Called with the read lock held. */
-static ERL_NIF_TERM ow_fault_reason(ow_shm *s)
+/* Ends an access that failed: the read lock released, {error, Reason}. */
+static ERL_NIF_TERM ow_leave_error(ErlNifEnv *env, ow_shm *s, ERL_NIF_TERM reason)
 {
-    struct stat st;
-    if (fstat(s->fd, &st) != 0 || (uint64_t)st.st_size != (uint64_t)s->size) {
-        return atom_resized;
-    }
-    return atom_fault;
+    enif_rwlock_runlock(s->lock);
+    return ow_error(env, reason);
 }
 
 /* Tells the scheduler how much of its time slice (1 ms) a long call took. */
@@ -321,15 +323,13 @@ static void ow_op_publish(void *p)
     __atomic_store_n(a->seq_word, a->seq + 2, __ATOMIC_RELEASE);
 }
 
-enum { CONSUME_OK, CONSUME_TORN, CONSUME_SEQ };
-
 typedef struct {
     const uint64_t *seq_word;
     const unsigned char *src; /* the region, seq word included */
     unsigned char *dst;
     size_t len;
     uint64_t expected;
-    int result; /* out: CONSUME_* */
+    ERL_NIF_TERM result; /* out: 0 (a good copy), atom_torn or atom_seq */
 } ow_consume_arg;
 
 /* The reader's side of the sequence lock. */
@@ -338,17 +338,34 @@ static void ow_op_consume(void *p)
     ow_consume_arg *a = p;
     uint64_t before = __atomic_load_n(a->seq_word, __ATOMIC_ACQUIRE);
     if (before & 1) {
-        a->result = CONSUME_TORN;
+        a->result = atom_torn;
         return;
     }
     if (before != a->expected) {
-        a->result = CONSUME_SEQ;
+        a->result = atom_seq;
         return;
     }
     memcpy(a->dst, a->src, a->len);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    a->result = __atomic_load_n(a->seq_word, __ATOMIC_RELAXED) == before ? CONSUME_OK
-                                                                          : CONSUME_TORN;
+    a->result = __atomic_load_n(a->seq_word, __ATOMIC_RELAXED) == before ? 0 : atom_torn;
+}
+
+/* Copies the first `len` bytes of the region at `region` (checked to lie in the mapping; its
+ * seq word included) to `dst` under its sequence lock, expecting `expected`. Called with the
+ * read lock held. Returns 0, or the reason: a fault's (ow_guarded), torn or seq. */
+static ERL_NIF_TERM ow_consume(const ow_shm *s, uint64_t region, uint64_t expected,
+                               unsigned char *dst, size_t len)
+{
+    ow_consume_arg arg;
+    ERL_NIF_TERM reason;
+    arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
+    arg.src = s->base + region;
+    arg.dst = dst;
+    arg.len = len;
+    arg.expected = expected;
+    arg.result = atom_seq;
+    reason = ow_guarded(s, ow_op_consume, &arg);
+    return reason != 0 ? reason : arg.result;
 }
 
 typedef struct {
@@ -372,11 +389,6 @@ static void ow_op_same_ids(void *p)
         }
     }
     a->same = 1;
-}
-
-static ERL_NIF_TERM ow_consume_error(int result)
-{
-    return result == CONSUME_TORN ? atom_torn : atom_seq;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -528,16 +540,13 @@ static ERL_NIF_TERM nif_write(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[
         return ow_error(env, reason);
     }
     if (offset_arg != ARG_OK || !ow_within(offset, data.size, s->size)) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
     copy.dst = s->base + offset;
     copy.src = data.data;
     copy.len = data.size;
-    if (ow_guarded(s, ow_op_copy, &copy) != 0) {
-        reason = ow_fault_reason(s);
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, reason);
+    if ((reason = ow_guarded(s, ow_op_copy, &copy)) != 0) {
+        return ow_leave_error(env, s, reason);
     }
     enif_rwlock_runlock(s->lock);
     ow_account(env, start);
@@ -567,20 +576,16 @@ static ERL_NIF_TERM ow_read(ErlNifEnv *env, const ERL_NIF_TERM argv[], int check
         return ow_error(env, reason);
     }
     if (offset_arg != ARG_OK || len_arg != ARG_OK || !ow_within(offset, len, s->size)) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
     copy.dst = enif_make_new_binary(env, (size_t)len, &bin);
     copy.src = s->base + offset;
     copy.len = (size_t)len;
     if (copy.dst == NULL) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, ow_errno_term(env, ENOMEM));
+        return ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
     }
-    if (ow_guarded(s, ow_op_copy, &copy) != 0) {
-        reason = ow_fault_reason(s);
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, reason);
+    if ((reason = ow_guarded(s, ow_op_copy, &copy)) != 0) {
+        return ow_leave_error(env, s, reason);
     }
     enif_rwlock_runlock(s->lock);
     ow_account(env, start);
@@ -607,6 +612,7 @@ static ERL_NIF_TERM ow_publish(ow_shm *s, uint64_t region, uint64_t seq,
                                const unsigned char *records, size_t records_len)
 {
     ow_publish_arg arg;
+    ERL_NIF_TERM reason;
     arg.seq_word = (uint64_t *)(void *)(s->base + region);
     arg.seq = seq;
     arg.header = s->base + region + 8;
@@ -616,10 +622,8 @@ static ERL_NIF_TERM ow_publish(ow_shm *s, uint64_t region, uint64_t seq,
     arg.records_src = records;
     arg.records_len = records_len;
     arg.stale = 0;
-    if (ow_guarded(s, ow_op_publish, &arg) != 0) {
-        return ow_fault_reason(s);
-    }
-    return arg.stale ? atom_seq : 0;
+    reason = ow_guarded(s, ow_op_publish, &arg);
+    return reason != 0 ? reason : arg.stale ? atom_seq : 0;
 }
 
 /* publish(Ref, RegionOffset, Seq, Header, Records) -> ok | {error, ...} */
@@ -650,8 +654,7 @@ static ERL_NIF_TERM nif_publish(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     if (region_arg != ARG_OK || region % 64 != 0 ||
         !ow_within(region, OW_REGION_HEADER, s->size) ||
         !ow_within(region + OW_REGION_HEADER, records.size, s->size)) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
     reason = ow_publish(s, region, seq, header.data, header.size, records.data, records.size);
     enif_rwlock_runlock(s->lock);
@@ -668,32 +671,82 @@ static void ow_put_body(int64_t *record, const ErlNifSInt64 v[OW_BODY_FIELDS])
     record[OW_BODY_FIELDS] = 0;
 }
 
-/* The end of publish_bodies and publish_entities: `n` body records (decoded and checked, in
- * `records`, freed here) published in the region [region, region + region_len) with the header
- * tick n 0 64n. */
-static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, ow_shm *s, uint64_t region,
-                                       uint64_t region_len, uint64_t seq, ErlNifSInt64 tick,
-                                       int64_t *records, unsigned n, ErlNifTime start)
-{
-    int64_t header[4];
-    ERL_NIF_TERM reason;
+/* The arguments publish_bodies and publish_entities share: Ref, RegionOffset, RegionLen, Seq,
+ * Tick. */
+typedef struct {
+    ow_shm *s;
+    uint64_t region, region_len, seq;
+    ErlNifSInt64 tick;
+    int in_bounds; /* 0: an offset or length not a u64, a region not a multiple of 64, or shorter
+                    * than its header: out of bounds, whatever it holds */
+} ow_request;
 
-    header[0] = (int64_t)htole64((uint64_t)tick);
+/* Decodes them: 1, or 0 (badarg). */
+static int ow_request_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ow_request *r)
+{
+    int region_arg, region_len_arg;
+    if (!ow_get_shm(env, argv[0], &r->s)) {
+        return 0;
+    }
+    region_arg = ow_get_u64(env, argv[1], &r->region);
+    region_len_arg = ow_get_u64(env, argv[2], &r->region_len);
+    if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || !ow_get_seq(env, argv[3], &r->seq) ||
+        !enif_get_int64(env, argv[4], &r->tick)) {
+        return 0;
+    }
+    r->in_bounds = region_arg == ARG_OK && region_len_arg == ARG_OK && r->region % 64 == 0 &&
+                   r->region_len >= OW_REGION_HEADER;
+    return 1;
+}
+
+/* How many body records the request's region holds (the mapping is checked under the lock). */
+static uint64_t ow_capacity(const ow_request *r)
+{
+    return r->in_bounds ? (r->region_len - OW_REGION_HEADER) / OW_BODY_BYTES : 0;
+}
+
+/* Writes the n body records of a term into `records` (room for n): 1, or 0 (badarg) when a body
+ * is not what it must be. The caller counted the term's bodies. */
+typedef int (*ow_decode_fn)(ErlNifEnv *env, ERL_NIF_TERM term, const void *ctx, int64_t *records);
+
+/* The end of publish_bodies and publish_entities: the n bodies of `term` (decode) published in the
+ * request's region with the header tick n 0 64n, {ok, N}. {error, bounds} when they do not fit
+ * (nothing decoded); every body decoded (and checked) before anything is written. */
+static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, const ow_request *r, unsigned n,
+                                       ow_decode_fn decode, ERL_NIF_TERM term, const void *ctx)
+{
+    int64_t header[4], *records;
+    ERL_NIF_TERM reason;
+    ErlNifTime start;
+
+    if (!r->in_bounds || (uint64_t)n > ow_capacity(r)) {
+        return ow_error(env, atom_bounds);
+    }
+    start = enif_monotonic_time(ERL_NIF_USEC);
+    records = enif_alloc((size_t)n * OW_BODY_BYTES + 1);
+    if (records == NULL) {
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    if (!decode(env, term, ctx, records)) {
+        enif_free(records);
+        return enif_make_badarg(env);
+    }
+    header[0] = (int64_t)htole64((uint64_t)r->tick);
     header[1] = (int64_t)htole64((uint64_t)n);
     header[2] = 0; /* q: no path queries */
     header[3] = (int64_t)htole64((uint64_t)n * OW_BODY_BYTES);
 
-    if ((reason = ow_enter(s, 1)) != 0) {
+    if ((reason = ow_enter(r->s, 1)) != 0) {
         enif_free(records);
         return ow_error(env, reason);
     }
-    if (!ow_within(region, region_len, s->size)) {
+    if (!ow_within(r->region, r->region_len, r->s->size)) {
         reason = atom_bounds;
     } else {
-        reason = ow_publish(s, region, seq, (const unsigned char *)header, sizeof(header),
+        reason = ow_publish(r->s, r->region, r->seq, (const unsigned char *)header, sizeof(header),
                             (const unsigned char *)records, (size_t)n * OW_BODY_BYTES);
     }
-    enif_rwlock_runlock(s->lock);
+    enif_rwlock_runlock(r->s->lock);
     enif_free(records);
     ow_account(env, start);
     if (reason != 0) {
@@ -702,26 +755,25 @@ static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, ow_shm *s, uint64_t regio
     return enif_make_tuple2(env, atom_ok, enif_make_uint(env, n));
 }
 
-/* The arguments publish_bodies and publish_entities share: Ref, RegionOffset, RegionLen, Seq,
- * Tick. 1: decoded; 0: badarg; -1: out of bounds (region not a multiple of 64, or shorter than
- * its header). */
-static int ow_region_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ow_shm **s,
-                          uint64_t *region, uint64_t *region_len, uint64_t *seq,
-                          ErlNifSInt64 *tick)
+/* publish_bodies' bodies: a proper list of {Id, X, Y, Vx, Vy, R, M}. */
+static int ow_decode_bodies(ErlNifEnv *env, ERL_NIF_TERM list, const void *ctx, int64_t *record)
 {
-    int region_arg, region_len_arg;
-    if (!ow_get_shm(env, argv[0], s)) {
-        return 0;
-    }
-    region_arg = ow_get_u64(env, argv[1], region);
-    region_len_arg = ow_get_u64(env, argv[2], region_len);
-    if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || !ow_get_seq(env, argv[3], seq) ||
-        !enif_get_int64(env, argv[4], tick)) {
-        return 0;
-    }
-    if (region_arg != ARG_OK || region_len_arg != ARG_OK || *region % 64 != 0 ||
-        *region_len < OW_REGION_HEADER) {
-        return -1;
+    ERL_NIF_TERM head;
+    (void)ctx;
+    while (enif_get_list_cell(env, list, &head, &list)) {
+        const ERL_NIF_TERM *fields;
+        ErlNifSInt64 v[OW_BODY_FIELDS];
+        int arity, f;
+        if (!enif_get_tuple(env, head, &arity, &fields) || arity != OW_BODY_FIELDS) {
+            return 0;
+        }
+        for (f = 0; f < OW_BODY_FIELDS; f++) {
+            if (!enif_get_int64(env, fields[f], &v[f])) {
+                return 0;
+            }
+        }
+        ow_put_body(record, v);
+        record += OW_BODY_BYTES / 8;
     }
     return 1;
 }
@@ -729,52 +781,14 @@ static int ow_region_args(ErlNifEnv *env, const ERL_NIF_TERM argv[], ow_shm **s,
 /* publish_bodies(Ref, RegionOffset, RegionLen, Seq, Tick, Bodies) -> {ok, N} | {error, ...} */
 static ERL_NIF_TERM nif_publish_bodies(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    ow_shm *s;
-    uint64_t region = 0, region_len = 0, seq = 0;
-    ErlNifSInt64 tick;
-    unsigned n, i;
-    int64_t *records;
-    ERL_NIF_TERM list, head;
-    ErlNifTime start;
-    int args;
+    ow_request r;
+    unsigned n;
 
     (void)argc;
-    args = ow_region_args(env, argv, &s, &region, &region_len, &seq, &tick);
-    if (args == 0 || !enif_get_list_length(env, argv[5], &n)) {
+    if (!ow_request_args(env, argv, &r) || !enif_get_list_length(env, argv[5], &n)) {
         return enif_make_badarg(env);
     }
-    /* The capacity, against the region (the mapping is checked under the lock). */
-    if (args < 0 || (uint64_t)n > (region_len - OW_REGION_HEADER) / OW_BODY_BYTES) {
-        return ow_error(env, atom_bounds);
-    }
-    start = enif_monotonic_time(ERL_NIF_USEC);
-
-    /* Every body decoded (and checked) before anything is written. */
-    records = enif_alloc((size_t)n * OW_BODY_BYTES + 1);
-    if (records == NULL) {
-        return ow_error(env, ow_errno_term(env, ENOMEM));
-    }
-    list = argv[5];
-    for (i = 0; i < n; i++) {
-        const ERL_NIF_TERM *fields;
-        int arity, f;
-        int64_t *record = records + (size_t)i * (OW_BODY_BYTES / 8);
-        if (!enif_get_list_cell(env, list, &head, &list) ||
-            !enif_get_tuple(env, head, &arity, &fields) || arity != OW_BODY_FIELDS) {
-            enif_free(records);
-            return enif_make_badarg(env);
-        }
-        ErlNifSInt64 v[OW_BODY_FIELDS];
-        for (f = 0; f < OW_BODY_FIELDS; f++) {
-            if (!enif_get_int64(env, fields[f], &v[f])) {
-                enif_free(records);
-                return enif_make_badarg(env);
-            }
-        }
-        ow_put_body(record, v);
-    }
-
-    return ow_publish_records(env, s, region, region_len, seq, tick, records, n, start);
+    return ow_publish_records(env, &r, n, ow_decode_bodies, argv[5], NULL);
 }
 
 /* The cells of publish_entities: a proper list of {Key, Entities} with Entities a proper
@@ -804,6 +818,51 @@ static int ow_count_entities(ErlNifEnv *env, ERL_NIF_TERM cells, uint64_t max, u
     return 1;
 }
 
+/* What publish_entities reads of an entity: the 0-based positions of its id, x, y, vx, vy
+ * (v[0..4]), the zone's radius and mass (v[5], v[6]) and velocity limit (v[7]); `need`, the
+ * arity an entity must have at least. */
+typedef struct {
+    ErlNifSInt64 v[8];
+    int need;
+} ow_entity_spec;
+
+/* publish_entities' cells (counted by ow_count_entities). */
+static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ctx,
+                              int64_t *record)
+{
+    const ow_entity_spec *spec = ctx;
+    ERL_NIF_TERM cell;
+    while (enif_get_list_cell(env, cells, &cell, &cells)) {
+        const ERL_NIF_TERM *pair;
+        ERL_NIF_TERM list, head;
+        int arity, f;
+        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
+            return 0;
+        }
+        list = pair[1];
+        while (enif_get_list_cell(env, list, &head, &list)) {
+            const ERL_NIF_TERM *fields;
+            ErlNifSInt64 v[OW_BODY_FIELDS];
+            if (!enif_get_tuple(env, head, &arity, &fields) || arity < spec->need) {
+                return 0;
+            }
+            for (f = 0; f < 5; f++) {
+                if (!enif_get_int64(env, fields[spec->v[f]], &v[f])) {
+                    return 0;
+                }
+            }
+            for (f = 3; f < 5; f++) {
+                v[f] = v[f] > spec->v[7] ? spec->v[7] : v[f] < -spec->v[7] ? -spec->v[7] : v[f];
+            }
+            v[5] = spec->v[5];
+            v[6] = spec->v[6];
+            ow_put_body(record, v);
+            record += OW_BODY_BYTES / 8;
+        }
+    }
+    return 1;
+}
+
 /* publish_entities(Ref, RegionOffset, RegionLen, Seq, Tick, Cells, Spec) -> {ok, N} | {error, ...}
  *
  * publish_bodies of the entities of Cells ([{Key, [Entity]}], in order) read where they are: an
@@ -812,78 +871,32 @@ static int ow_count_entities(ErlNifEnv *env, ERL_NIF_TERM cells, uint64_t max, u
  * [-MaxSpeed, MaxSpeed] per axis. Spec = {IdI, XI, YI, VxI, VyI, R, M, MaxSpeed}. */
 static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
-    ow_shm *s;
-    uint64_t region = 0, region_len = 0, seq = 0, max;
-    ErlNifSInt64 tick, spec_v[8];
-    unsigned n, i = 0;
-    int64_t *records;
-    const ERL_NIF_TERM *spec;
-    ERL_NIF_TERM cells, cell;
-    ErlNifTime start;
-    int args, arity, f, need;
+    ow_request r;
+    ow_entity_spec spec;
+    const ERL_NIF_TERM *fields;
+    unsigned n;
+    int arity, f;
 
     (void)argc;
-    args = ow_region_args(env, argv, &s, &region, &region_len, &seq, &tick);
-    if (args == 0 || !enif_get_tuple(env, argv[6], &arity, &spec) || arity != 8) {
+    if (!ow_request_args(env, argv, &r) || !enif_get_tuple(env, argv[6], &arity, &fields) ||
+        arity != 8) {
         return enif_make_badarg(env);
     }
+    spec.need = 0;
     for (f = 0; f < 8; f++) {
-        if (!enif_get_int64(env, spec[f], &spec_v[f]) || spec_v[f] < 0 ||
-            (f < 5 && spec_v[f] > 255)) {
+        if (!enif_get_int64(env, fields[f], &spec.v[f]) || spec.v[f] < 0 ||
+            (f < 5 && spec.v[f] > 255)) {
             return enif_make_badarg(env);
         }
-    }
-    /* An entity needs every field the spec names. */
-    need = 0;
-    for (f = 0; f < 5; f++) {
-        if (spec_v[f] + 1 > need) {
-            need = (int)spec_v[f] + 1;
+        /* An entity needs every field the spec names. */
+        if (f < 5 && spec.v[f] + 1 > spec.need) {
+            spec.need = (int)spec.v[f] + 1;
         }
     }
-    max = args < 0 ? 0 : (region_len - OW_REGION_HEADER) / OW_BODY_BYTES;
-    if (!ow_count_entities(env, argv[5], max, &n)) {
+    if (!ow_count_entities(env, argv[5], ow_capacity(&r), &n)) {
         return enif_make_badarg(env);
     }
-    if (args < 0 || (uint64_t)n > max) {
-        return ow_error(env, atom_bounds);
-    }
-    start = enif_monotonic_time(ERL_NIF_USEC);
-
-    /* Every entity decoded (and checked) before anything is written. */
-    records = enif_alloc((size_t)n * OW_BODY_BYTES + 1);
-    if (records == NULL) {
-        return ow_error(env, ow_errno_term(env, ENOMEM));
-    }
-    cells = argv[5];
-    while (enif_get_list_cell(env, cells, &cell, &cells)) {
-        const ERL_NIF_TERM *pair;
-        ERL_NIF_TERM list, head;
-        enif_get_tuple(env, cell, &arity, &pair);
-        list = pair[1];
-        while (enif_get_list_cell(env, list, &head, &list)) {
-            const ERL_NIF_TERM *fields;
-            int64_t *record = records + (size_t)i * (OW_BODY_BYTES / 8);
-            ErlNifSInt64 v[OW_BODY_FIELDS];
-            if (!enif_get_tuple(env, head, &arity, &fields) || arity < need) {
-                enif_free(records);
-                return enif_make_badarg(env);
-            }
-            for (f = 0; f < 5; f++) {
-                if (!enif_get_int64(env, fields[spec_v[f]], &v[f])) {
-                    enif_free(records);
-                    return enif_make_badarg(env);
-                }
-            }
-            for (f = 3; f < 5; f++) {
-                v[f] = v[f] > spec_v[7] ? spec_v[7] : v[f] < -spec_v[7] ? -spec_v[7] : v[f];
-            }
-            v[5] = spec_v[5];
-            v[6] = spec_v[6];
-            ow_put_body(record, v);
-            i++;
-        }
-    }
-    return ow_publish_records(env, s, region, region_len, seq, tick, records, n, start);
+    return ow_publish_records(env, &r, n, ow_decode_entities, argv[5], &spec);
 }
 
 /* consume(Ref, RegionOffset, ExpectedSeq, Len) -> {ok, Binary} | {error, ...} */
@@ -893,7 +906,7 @@ static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     uint64_t region = 0, expected = 0, len = 0;
     int region_arg, len_arg;
     ERL_NIF_TERM reason, bin;
-    ow_consume_arg arg;
+    unsigned char *dst;
     ErlNifTime start;
 
     (void)argc;
@@ -912,30 +925,16 @@ static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     }
     if (region_arg != ARG_OK || len_arg != ARG_OK || region % 64 != 0 || len < 8 ||
         !ow_within(region, len, s->size)) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
-    arg.dst = enif_make_new_binary(env, (size_t)len, &bin);
-    if (arg.dst == NULL) {
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, ow_errno_term(env, ENOMEM));
+    dst = enif_make_new_binary(env, (size_t)len, &bin);
+    if (dst == NULL) {
+        return ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
     }
-    arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
-    arg.src = s->base + region;
-    arg.len = (size_t)len;
-    arg.expected = expected;
-    arg.result = CONSUME_SEQ;
-    if (ow_guarded(s, ow_op_consume, &arg) != 0) {
-        reason = ow_fault_reason(s);
-        enif_rwlock_runlock(s->lock);
-        return ow_error(env, reason);
-    }
+    reason = ow_consume(s, region, expected, dst, (size_t)len);
     enif_rwlock_runlock(s->lock);
     ow_account(env, start);
-    if (arg.result != CONSUME_OK) {
-        return ow_error(env, ow_consume_error(arg.result));
-    }
-    return enif_make_tuple2(env, atom_ok, bin);
+    return reason != 0 ? ow_error(env, reason) : enif_make_tuple2(env, atom_ok, bin);
 }
 
 /* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N[, IdsRegion])
@@ -951,7 +950,6 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
     unsigned char *buffer;
     size_t len;
     ERL_NIF_TERM reason, list;
-    ow_consume_arg arg;
     ErlNifTime start;
     uint64_t word, ids_region = 0;
     int ids_arg = ARG_OK, ids_wrong = 0;
@@ -976,52 +974,34 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         n > (region_len - OW_REGION_HEADER) / OW_RESULT_BYTES) {
         return ow_error(env, atom_bounds);
     }
-    len = OW_REGION_HEADER + (size_t)n * OW_RESULT_BYTES;
     start = enif_monotonic_time(ERL_NIF_USEC);
-    buffer = enif_alloc(len);
-    if (buffer == NULL) {
-        return ow_error(env, ow_errno_term(env, ENOMEM));
-    }
     if ((reason = ow_enter(s, 1)) != 0) {
-        enif_free(buffer);
         return ow_error(env, reason);
     }
+    /* (The region in the mapping before the copy's buffer is allocated: n is bounded by it.) */
     if (!ow_within(region, region_len, s->size) ||
         (argc == 7 && !ow_within(ids_region, OW_REGION_HEADER + n * OW_BODY_BYTES, s->size))) {
-        enif_rwlock_runlock(s->lock);
-        enif_free(buffer);
-        return ow_error(env, atom_bounds);
+        return ow_leave_error(env, s, atom_bounds);
     }
-    arg.seq_word = (const uint64_t *)(const void *)(s->base + region);
-    arg.src = s->base + region;
-    arg.dst = buffer;
-    arg.len = len;
-    arg.expected = expected;
-    arg.result = CONSUME_SEQ;
-    if (ow_guarded(s, ow_op_consume, &arg) != 0) {
-        reason = ow_fault_reason(s);
-        enif_rwlock_runlock(s->lock);
-        enif_free(buffer);
-        return ow_error(env, reason);
+    len = OW_REGION_HEADER + (size_t)n * OW_RESULT_BYTES;
+    buffer = enif_alloc(len);
+    if (buffer == NULL) {
+        return ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
     }
-    if (arg.result == CONSUME_OK && argc == 7) {
+    reason = ow_consume(s, region, expected, buffer, len);
+    if (reason == 0 && argc == 7) {
         ow_ids_arg ids;
         ids.results = buffer + OW_REGION_HEADER;
         ids.bodies = s->base + ids_region + OW_REGION_HEADER;
         ids.n = (size_t)n;
         ids.same = 0;
-        if (ow_guarded(s, ow_op_same_ids, &ids) != 0) {
-            reason = ow_fault_reason(s);
-            enif_rwlock_runlock(s->lock);
-            enif_free(buffer);
-            return ow_error(env, reason);
-        }
+        reason = ow_guarded(s, ow_op_same_ids, &ids);
         ids_wrong = !ids.same;
     }
     enif_rwlock_runlock(s->lock);
-    if (arg.result != CONSUME_OK) {
+    if (reason != 0) {
         enif_free(buffer);
-        return ow_error(env, ow_consume_error(arg.result));
+        return ow_error(env, reason);
     }
 
     /* A consistent copy: its header must be of the expected tick and count. */

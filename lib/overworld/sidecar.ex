@@ -19,7 +19,9 @@ defmodule Overworld.Sidecar do
   outlives the node.
   """
 
-  use GenServer
+  # (shutdown: 2 s for terminate/2, which kills the OS process and removes the socket and
+  # segment files.)
+  use GenServer, shutdown: 2_000
   require Logger
 
   alias Overworld.Zone.Physics
@@ -142,10 +144,6 @@ defmodule Overworld.Sidecar do
       name: Overworld.Names.via(Overworld.Names.sidecar(physics.zone))
     )
   end
-
-  @spec child_spec(Physics.t()) :: Supervisor.child_spec()
-  def child_spec(physics),
-    do: %{id: __MODULE__, start: {__MODULE__, :start_link, [physics]}, shutdown: 2_000}
 
   @impl true
   def init(physics) do

@@ -26,12 +26,10 @@ defmodule Overworld.SidecarTest do
     %{exe: exe, scene: {side, walls, specs}, expected: expected}
   end
 
+  # A zone of the scene (stopped when the test exits) and its physics.
   defp start(mode, sidecar, {side, walls, specs}, exe, transport \\ :socket) do
-    id = {__MODULE__, make_ref()}
-
-    {:ok, _} =
-      Overworld.start_zone(Wanderers,
-        id: id,
+    id =
+      Overworld.Test.SidecarFrames.start_zone!(Wanderers,
         args: specs,
         clock: :manual,
         size: {side, side},
@@ -70,7 +68,6 @@ defmodule Overworld.SidecarTest do
 
   test "a healthy sidecar computes every tick after the first: the Elixir physics' bits", ctx do
     {id, p} = start(:sidecar, [], ctx.scene, ctx.exe)
-    on_exit(fn -> Overworld.stop_zone(id) end)
     ready(p)
     run(id, ctx.expected)
     c = Sidecar.counters(p)
@@ -82,7 +79,6 @@ defmodule Overworld.SidecarTest do
 
   test "without the pipeline (bodies sent as the tick starts): the same bits", ctx do
     {id, p} = start(:sidecar, [pipeline: false], ctx.scene, ctx.exe)
-    on_exit(fn -> Overworld.stop_zone(id) end)
     ready(p)
     run(id, ctx.expected)
     c = Sidecar.counters(p)
@@ -92,7 +88,6 @@ defmodule Overworld.SidecarTest do
 
   test "SIGKILL mid-run: the fallback computes at once, the sidecar restarts and answers", ctx do
     {id, p} = start(:sidecar, [], ctx.scene, ctx.exe)
-    on_exit(fn -> Overworld.stop_zone(id) end)
     ready(p)
     {first, rest} = Enum.split(ctx.expected, 10)
     run(id, first)
@@ -126,7 +121,6 @@ defmodule Overworld.SidecarTest do
       ] do
     test "a sidecar that #{why} (#{fault}): the fallback's tick, the same bits", ctx do
       {id, p} = start(:sidecar, [fault: unquote(fault), deadline_ms: 20], ctx.scene, ctx.exe)
-      on_exit(fn -> Overworld.stop_zone(id) end)
       ready(p)
       run(id, ctx.expected, [10, 20, 30])
       c = Sidecar.counters(p)
@@ -142,7 +136,6 @@ defmodule Overworld.SidecarTest do
   describe "over the shared segment (transport: :shm)" do
     test "the same bits, every record through the stripes' regions", ctx do
       {id, p} = start(:sidecar, [], ctx.scene, ctx.exe, :shm)
-      on_exit(fn -> Overworld.stop_zone(id) end)
       ready(p)
       run(id, ctx.expected)
       c = Sidecar.counters(p)
@@ -162,7 +155,6 @@ defmodule Overworld.SidecarTest do
     test "requests larger than the region go in their frames: the same bits", ctx do
       # 1,500 bodies over 2 stripes, room for 100 per stripe.
       {id, p} = start(:sidecar, [max_bodies: 100], ctx.scene, ctx.exe, :shm)
-      on_exit(fn -> Overworld.stop_zone(id) end)
       ready(p)
       run(id, ctx.expected)
       c = Sidecar.counters(p)
@@ -180,7 +172,6 @@ defmodule Overworld.SidecarTest do
         {id, p} =
           start(:sidecar, [fault: unquote(fault), deadline_ms: 20], ctx.scene, ctx.exe, :shm)
 
-        on_exit(fn -> Overworld.stop_zone(id) end)
         ready(p)
         {shm, _} = segment(id)
         run(id, ctx.expected, [10, 20, 30])
@@ -204,7 +195,6 @@ defmodule Overworld.SidecarTest do
 
   test "a missing executable: the Elixir physics, and the zone runs", ctx do
     {id, p} = start(:sidecar, [executable: "/nonexistent/overworld-sidecar"], ctx.scene, ctx.exe)
-    on_exit(fn -> Overworld.stop_zone(id) end)
     run(id, Enum.take(ctx.expected, 5))
     assert Sidecar.counters(p).fallback == 10
   end

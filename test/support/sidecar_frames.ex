@@ -39,14 +39,15 @@ defmodule Overworld.Test.SidecarFrames do
   end
 
   @doc """
-  Waits until the sidecar of a zone's physics `p` is ready (a generation published), up to 5
-  s; fails the test otherwise.
+  Waits until the sidecar of a zone's physics `p` is ready, up to 5 s, and answers its
+  generation; fails the test otherwise.
   """
   @spec ready!(Overworld.Zone.Physics.t()) :: pos_integer
   def ready!(p) do
-    Enum.find_value(1..500, fn _ ->
-      Overworld.Sidecar.generation(p) > 0 || (Process.sleep(10) && nil)
-    end) || ExUnit.Assertions.flunk("the sidecar never became ready")
+    Overworld.Test.ServerCase.eventually(
+      fn -> (g = Overworld.Sidecar.generation(p)) > 0 && g end,
+      5_000
+    )
   end
 
   @doc """

@@ -54,9 +54,6 @@ defmodule Mix.Tasks.Compile.OverworldNative do
     :ok
   end
 
-  @impl true
-  def manifests, do: []
-
   defp up_to_date?, do: up_to_date?(@target, [@source])
 
   @doc false
@@ -143,18 +140,24 @@ defmodule Mix.Tasks.Compile.OverworldNative do
       {:ok, %File.Stat{type: :directory}} ->
         copy = Path.join(build_priv, Path.relative_to(target, "priv"))
 
-        unless same_file?(copy, target) do
-          File.mkdir_p!(Path.dirname(copy))
-          File.cp!(target, copy <> ".tmp")
-          File.chmod!(copy <> ".tmp", File.stat!(target).mode)
-          File.rename!(copy <> ".tmp", copy)
-        end
-
+        unless same_file?(copy, target), do: install!(target, copy, File.stat!(target).mode)
         :ok
 
       _ ->
         :ok
     end
+  end
+
+  @doc false
+  # Copies `source` to `target` (mode `mode`) through a temporary file renamed over it, so a
+  # process running or mapping the old file keeps it whole.
+  @spec install!(Path.t(), Path.t(), non_neg_integer) :: :ok
+  def install!(source, target, mode) do
+    File.mkdir_p!(Path.dirname(target))
+    tmp = "#{target}.#{System.os_time()}.tmp"
+    File.cp!(source, tmp)
+    File.chmod!(tmp, mode)
+    File.rename!(tmp, target)
   end
 
   defp same_file?(a, b) do

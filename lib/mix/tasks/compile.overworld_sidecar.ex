@@ -47,9 +47,6 @@ defmodule Mix.Tasks.Compile.OverworldSidecar do
     :ok
   end
 
-  @impl true
-  def manifests, do: []
-
   defp sources do
     ["sidecar/Cargo.toml", "sidecar/Cargo.lock" | Path.wildcard("sidecar/src/**/*.rs")]
   end
@@ -61,11 +58,7 @@ defmodule Mix.Tasks.Compile.OverworldSidecar do
            stderr_to_stdout: true
          ) do
       {_output, 0} ->
-        File.mkdir_p!(Path.dirname(@target))
-        tmp = "#{@target}.#{System.os_time()}.tmp"
-        File.cp!(@built, tmp)
-        File.chmod!(tmp, 0o755)
-        File.rename!(tmp, @target)
+        Native.install!(@built, @target, 0o755)
         Native.sync_build_priv(@target)
         {:ok, []}
 

@@ -149,18 +149,11 @@ defmodule Overworld.Sidecar.Link do
 
   def await(link, _p, _tick), do: {:none, %{link | pending: nil}}
 
+  # An answer to an older request (one dropped by a load step, `:stale`): the next.
   defp receive_answer(link, deadline) do
-    case receive_frame(link, deadline) do
-      {:ok, frame} ->
-        case decode(link, frame) do
-          # An answer to an older request (one dropped by a load step): the next.
-          :stale -> receive_answer(link, deadline)
-          other -> other
-        end
-
-      error ->
-        error
-    end
+    with {:ok, frame} <- receive_frame(link, deadline),
+         :stale <- decode(link, frame),
+         do: receive_answer(link, deadline)
   end
 
   @doc false
