@@ -65,6 +65,26 @@ defmodule Overworld.Sidecar do
   def generation(_), do: 0
 
   @doc """
+  Waits up to `timeout` ms for a sidecar of the zone's physics `p` to be ready: its
+  generation, or nil (none became ready in time: the zone computes in Elixir meanwhile).
+  For tools and tests; a zone never waits for its sidecar.
+  """
+  @spec await(Physics.t(), non_neg_integer) :: pos_integer | nil
+  def await(p, timeout) do
+    case generation(p) do
+      0 when timeout <= 0 ->
+        nil
+
+      0 ->
+        Process.sleep(2)
+        await(p, timeout - 2)
+
+      g ->
+        g
+    end
+  end
+
+  @doc """
   The sidecar's counters: `starts`, `exits` (the process ended: killed, crashed, or stopped by
   us after a failure), `failures` (answers the workers could not use), and the ticks whose
   physics the `fallback` (Elixir) and the `sidecar` computed (counted per worker).
@@ -148,7 +168,6 @@ defmodule Overworld.Sidecar do
   @impl true
   def init(physics) do
     Process.flag(:trap_exit, true)
-    if physics.transport == :shm, do: Overworld.Sidecar.Shm.load()
     Logger.metadata(zone: inspect(physics.zone))
 
     st = %{

@@ -43,12 +43,8 @@ defmodule Overworld.Test.SidecarFrames do
   generation; fails the test otherwise.
   """
   @spec ready!(Overworld.Zone.Physics.t()) :: pos_integer
-  def ready!(p) do
-    Overworld.Test.ServerCase.eventually(
-      fn -> (g = Overworld.Sidecar.generation(p)) > 0 && g end,
-      5_000
-    )
-  end
+  def ready!(p),
+    do: Overworld.Sidecar.await(p, 5_000) || ExUnit.Assertions.flunk("no sidecar ready in 5 s")
 
   @doc """
   Starts a zone of `module` with `opts` (and a new id, which it answers), stopped when the

@@ -194,7 +194,7 @@ defmodule Overworld.Bench.Sidecar do
     if transport == :shm, do: :ok = Overworld.Sidecar.Shm.load()
 
     {:ok, sidecar} = Overworld.Sidecar.start_link(p)
-    await_generation(p, 10_000) || raise "the sidecar did not start"
+    Overworld.Sidecar.await(p, 10_000) || raise "the sidecar did not start"
     os_pid = sidecar_os_pid(zone)
 
     try do
@@ -335,7 +335,7 @@ defmodule Overworld.Bench.Sidecar do
     p = Overworld.Zone.config(id).physics
 
     try do
-      await_generation(p, 10_000)
+      Overworld.Sidecar.await(p, 10_000)
       Process.sleep(Keyword.get(opts, :warmup, 2) * 1000)
       before = Overworld.Zone.count(id)
       c0 = Overworld.Sidecar.counters(p)
@@ -346,7 +346,7 @@ defmodule Overworld.Bench.Sidecar do
             # A random moment of the tick cycle (kills 0.3 to 0.9 s apart: each sidecar
             # answers a few ticks before the next kill).
             Process.sleep(300 + :rand.uniform(600))
-            await_generation(p, 5_000)
+            Overworld.Sidecar.await(p, 5_000)
             os_pid = sidecar_os_pid(id)
             seen = {:atomics.get(p.ref, 4), :atomics.get(p.ref, 3)}
             t_kill = System.monotonic_time(:microsecond)
@@ -398,21 +398,6 @@ defmodule Overworld.Bench.Sidecar do
       }
     after
       Overworld.stop_zone(id)
-    end
-  end
-
-  # The generation of the sidecar once one is ready (nil after `wait` ms).
-  defp await_generation(p, wait) do
-    case Overworld.Sidecar.generation(p) do
-      0 when wait <= 0 ->
-        nil
-
-      0 ->
-        Process.sleep(2)
-        await_generation(p, wait - 2)
-
-      g ->
-        g
     end
   end
 

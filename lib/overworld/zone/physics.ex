@@ -118,9 +118,11 @@ defmodule Overworld.Zone.Physics do
     # or the adjacent rows of the grid, so a worker's stripe plus its halo holds them.
     max_speed = div((grid.cell - 2 * max_radius) * o.tick_rate, 2)
 
+    nif = if o.physics == :sidecar and o.transport == :shm, do: Overworld.Sidecar.Shm.load()
+
     cond do
-      o.physics == :sidecar and o.transport == :shm and Overworld.Sidecar.Shm.load() != :ok ->
-        {:error, reason} = Overworld.Sidecar.Shm.load()
+      match?({:error, _}, nif) ->
+        {:error, reason} = nif
 
         raise ArgumentError,
               "Overworld.Zone: transport: :shm needs the shared-memory NIF " <>

@@ -49,9 +49,8 @@ defmodule Goblins.RoomsTest do
     {sidecar, _} = start(400, physics: :sidecar, sidecar: [deadline_ms: 1_000])
     p = Zone.config(sidecar).physics
 
-    Enum.find_value(1..500, fn _ ->
-      Overworld.Sidecar.generation(p) > 0 || (Process.sleep(10) && nil)
-    end) || flunk("the sidecar never became ready (make deps-rust builds it)")
+    Overworld.Sidecar.await(p, 5_000) ||
+      flunk("the sidecar never became ready (make deps-rust builds it)")
 
     for _ <- 1..4 do
       {:ok, _} = Zone.tick_now(elixir, 30)
