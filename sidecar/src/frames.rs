@@ -12,8 +12,8 @@
 //! Decoding checks the ranges of the specification: a frame out of range, or one that does not
 //! parse (a short or long frame, a wrong magic or version, a negative count), is an error.
 
-use crate::nav::{Nav, Path, PathError, Query};
-use crate::physics::{self, Body, Circle, Rect, World, MAX_COORD};
+use crate::nav::{self, Nav, Path, PathError, Query};
+use crate::physics::{self, Body, Circle, Rect, World};
 
 /// The version of every frame.
 pub const VERSION: u32 = 1;
@@ -257,13 +257,9 @@ impl PathInput {
         let (boxes, circles) = r.obstacles(nb, nc)?;
         let mut queries = Vec::with_capacity(q);
         for _ in 0..q {
-            let (fx, fy, tx, ty) = (r.i64()?, r.i64()?, r.i64()?, r.i64()?);
-            if ![fx, fy, tx, ty].iter().all(|v| (0..=MAX_COORD).contains(v)) {
-                return Err(format!(
-                    "query ({fx}, {fy}) -> ({tx}, {ty}): a point outside 0..2^40"
-                ));
-            }
-            queries.push(((fx, fy), (tx, ty)));
+            let query = ((r.i64()?, r.i64()?), (r.i64()?, r.i64()?));
+            nav::check_query(&query).map_err(|e| format!("query {e}"))?;
+            queries.push(query);
         }
         r.end()?;
         let input = PathInput {

@@ -3,7 +3,7 @@
 //! the total order `(f, h, key)` on the open set, so that this implementation and
 //! `Overworld.Physics.Nav` find the same path, cell for cell.
 
-use crate::physics::World;
+use crate::physics::{World, MAX_COORD};
 use rayon::prelude::*;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -30,6 +30,18 @@ pub type Path = Result<Vec<(i64, i64)>, PathError>;
 
 /// A query: from a point to another.
 pub type Query = ((i64, i64), (i64, i64));
+
+/// Checks a query's points against the ranges of docs/sidecar.md (coordinates: 0..2^40); the
+/// error names them, for the caller to say which query it is.
+pub fn check_query(&((fx, fy), (tx, ty)): &Query) -> Result<(), String> {
+    if [fx, fy, tx, ty].iter().all(|v| (0..=MAX_COORD).contains(v)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "({fx}, {fy}) -> ({tx}, {ty}): a point outside 0..2^40"
+        ))
+    }
+}
 
 /// A navigation grid: the world cut into square cells, the blocked ones as a bitmap.
 #[derive(Clone, Debug)]

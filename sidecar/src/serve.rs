@@ -15,8 +15,8 @@
 //! exits the process. The buffers of requests circulate between the connections and the stepper
 //! (swapped, never reallocated once large enough).
 
-use crate::nav::{Nav, Path, Query};
-use crate::physics::{self, Body, World, MAX_COORD};
+use crate::nav::{self, Nav, Path, Query};
+use crate::physics::{self, Body, World};
 use crate::shm::{Publish, Segment};
 use crate::wire::{self, Hello, HelloError, Request, ShmRequest};
 use std::io::{BufReader, Read, Write};
@@ -580,12 +580,8 @@ impl Stepper {
         }
         physics::check(&self.bodies, env.tick_rate)?;
         for r in &self.taken {
-            for &(tag, ((fx, fy), (tx, ty))) in &r.queries {
-                if ![fx, fy, tx, ty].iter().all(|v| (0..=MAX_COORD).contains(v)) {
-                    return Err(format!(
-                        "query {tag} ({fx}, {fy}) -> ({tx}, {ty}): a point outside 0..2^40"
-                    ));
-                }
+            for (tag, query) in &r.queries {
+                nav::check_query(query).map_err(|e| format!("query {tag} {e}"))?;
             }
         }
         let Stepper {
