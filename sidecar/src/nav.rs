@@ -274,9 +274,16 @@ impl Nav {
     /// The paths of many queries `(from, to)`, in parallel (the current rayon thread pool),
     /// in the order of the queries.
     pub fn paths(&self, queries: &[Query]) -> Vec<Path> {
+        let mut paths = Vec::new();
+        self.paths_into(queries, &mut paths);
+        paths
+    }
+
+    /// [`Nav::paths`] into `paths` (replaced; its allocation reused from call to call).
+    pub fn paths_into(&self, queries: &[Query], paths: &mut Vec<Path>) {
         queries
             .par_iter()
             .map(|&(from, to)| self.path(from, to))
-            .collect()
+            .collect_into_vec(paths);
     }
 }

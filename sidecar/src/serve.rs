@@ -590,11 +590,7 @@ impl Stepper {
         } = self;
         let g = &env.geometry;
         Ok(shared.pool.install(|| {
-            use rayon::prelude::*;
-            queries
-                .par_iter()
-                .map(|&(from, to)| g.nav.path(from, to))
-                .collect_into_vec(paths);
+            g.nav.paths_into(queries, paths);
             physics::step(bodies, &g.world, env.tick_rate)
         }))
     }
