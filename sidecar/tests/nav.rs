@@ -3,16 +3,12 @@
 
 mod common;
 
-use common::{with_threads, Rng};
+use common::{rect, with_threads, Rng};
 use overworld_sidecar::nav::{Nav, PathError};
 use overworld_sidecar::physics::{Circle, Rect, World};
 use std::collections::BinaryHeap;
 
 const M: i64 = 1024;
-
-fn rect(x0: i64, y0: i64, x1: i64, y1: i64) -> Rect {
-    Rect { x0, y0, x1, y1 }
-}
 
 fn centre(col: i64, row: i64) -> (i64, i64) {
     (col * M + M / 2, row * M + M / 2)

@@ -501,9 +501,7 @@ fn random_req(rng: &mut Rng, zone: &Zone, tick: i64, ids: &[i64], queries: usize
 /// The ids `1..=total` shuffled and cut in `stripes` parts of random sizes (some maybe empty).
 fn split_ids(rng: &mut Rng, total: i64, stripes: usize) -> Vec<Vec<i64>> {
     let mut ids: Vec<i64> = (1..=total).collect();
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, rng.range(0, i as i64) as usize);
-    }
+    rng.shuffle(&mut ids);
     let mut cuts: Vec<usize> = (1..stripes).map(|_| rng.range(0, total) as usize).collect();
     cuts.push(0);
     cuts.push(total as usize);
