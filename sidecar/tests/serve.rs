@@ -640,78 +640,25 @@ fn bad_arguments_and_fatal_errors() {
     };
     let sock = std::env::temp_dir().join(unique("args"));
     let sock = sock.to_str().unwrap();
+    // `serve --socket SOCK --stripes 2` and `more`.
+    let two =
+        |more: &[&'static str]| [&["serve", "--socket", sock, "--stripes", "2"][..], more].concat();
     for args in [
-        &["serve", "--stripes", "2"][..],
-        &["serve", "--socket", sock],
-        &["serve", "--socket", sock, "--stripes", "0"],
-        &["serve", "--socket", sock, "--stripes", "x"],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--stripes",
-            "2",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--threads",
-            "0",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "kill",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "kill:0",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "boom:1",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "late:1",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "half:1",
-        ],
-        &["serve", "--socket", sock, "--stripes", "2", "--bogus"],
-        &["serve", "--socket"],
+        vec!["serve", "--stripes", "2"],
+        vec!["serve", "--socket", sock],
+        vec!["serve", "--socket", sock, "--stripes", "0"],
+        vec!["serve", "--socket", sock, "--stripes", "x"],
+        two(&["--stripes", "2"]),
+        two(&["--threads", "0"]),
+        two(&["--fault", "kill"]),
+        two(&["--fault", "kill:0"]),
+        two(&["--fault", "boom:1"]),
+        two(&["--fault", "late:1"]),
+        two(&["--fault", "half:1"]),
+        two(&["--bogus"]),
+        vec!["serve", "--socket"],
     ] {
-        let (code, err) = run(args);
+        let (code, err) = run(&args);
         assert_eq!(code, Some(2), "{args:?}");
         assert!(err.contains("usage:"), "{args:?}: {err}");
     }
@@ -719,34 +666,32 @@ fn bad_arguments_and_fatal_errors() {
     let shm = PathBuf::from("/dev/shm").join(unique("args"));
     let shm_arg = shm.to_str().unwrap();
     let bad_socket = "/nonexistent-directory/sidecar.sock";
+    let shm_args = |stripes| vec!["--socket", sock, "--stripes", stripes, "--shm", shm_arg];
     let cases: Vec<(Vec<&str>, Option<Vec<u8>>)> = vec![
         (vec!["--socket", bad_socket, "--stripes", "1"], None),
+        (shm_args("1"), None),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
-            None,
-        ),
-        (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSX", 1, 1, 128, 128, 320)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "2", "--shm", shm_arg],
+            shm_args("2"),
             Some(segment_header(b"OWSS", 1, 1, 128, 128, 320)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSS", 2, 1, 128, 128, 320)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSS", 1, 1, 100, 156, 320)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSS", 1, 1, 128, 128, 384)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSS", 1, 1, 0, 256, 320)),
         ),
     ];
