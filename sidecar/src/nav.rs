@@ -182,6 +182,12 @@ impl Nav {
         }
     }
 
+    /// The cell `(col, row)` of a point (in units; outside the grid for a point outside the
+    /// world).
+    pub fn cell_of(&self, (x, y): (i64, i64)) -> (i64, i64) {
+        (x.div_euclid(self.cell), y.div_euclid(self.cell))
+    }
+
     /// Whether the cell `(col, row)` is blocked (or outside the grid).
     pub fn blocked(&self, col: i64, row: i64) -> bool {
         if col < 0 || row < 0 || col >= self.cols || row >= self.rows {
@@ -194,9 +200,7 @@ impl Nav {
     /// A path from `from` to `to` (points in units): the centres of the cells after the
     /// start's, the last one `to` itself; `[to]` when both are in the same cell.
     pub fn path(&self, from: (i64, i64), to: (i64, i64)) -> Path {
-        let c = self.cell;
-        let start = (from.0.div_euclid(c), from.1.div_euclid(c));
-        let goal = (to.0.div_euclid(c), to.1.div_euclid(c));
+        let (start, goal) = (self.cell_of(from), self.cell_of(to));
         if self.blocked(start.0, start.1) || self.blocked(goal.0, goal.1) {
             return Err(PathError::Blocked);
         }
@@ -263,6 +267,7 @@ impl Nav {
             k = best[&k].1;
         }
         keys.reverse();
+        let c = self.cell;
         let mut waypoints: Vec<(i64, i64)> = keys
             .iter()
             .map(|&k| ((k % cols) * c + c / 2, (k / cols) * c + c / 2))
