@@ -771,12 +771,12 @@ fn contacts_across_stripes_are_resolved_together() {
     assert_eq!(got[0][1].tick, 9);
 }
 
-/// Two hello'd workers of a 2-stripe sidecar over an empty zone.
-fn two_workers(sidecar: &Sidecar, zone: &Zone) -> (Client, Client) {
+/// Two workers of a 2-stripe sidecar, hello'd for `zone` (stripes 0 and 1) on `transport`.
+fn two_workers(sidecar: &Sidecar, zone: &Zone, transport: i64) -> (Client, Client) {
     let mut a = sidecar.connect();
     let mut b = sidecar.connect();
-    a.hello(zone, 0, 2, 0);
-    b.hello(zone, 1, 2, 0);
+    a.hello(zone, 0, 2, transport);
+    b.hello(zone, 1, 2, transport);
     (a, b)
 }
 
@@ -817,7 +817,7 @@ fn a_newer_request_replaces_an_older_one() {
     let zone = Zone::empty();
     let (world, nav) = (zone.world(), zone.nav());
     let sidecar = Sidecar::start(2, &[]);
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     // Stripe 1 waits with tick 1 while stripe 0 is at tick 2: no step until stripe 1's newer
     // request (tick 2) replaces its older one.
     b.send(&req(1, vec![body(2, 8000)]).frame());
@@ -866,7 +866,7 @@ fn a_newer_request_replaces_an_older_one() {
 fn refused_steps_answer_an_error_frame_to_every_stripe() {
     let zone = Zone::empty();
     let sidecar = Sidecar::start(2, &[]);
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     let bad_bodies = [
         Body { m: 0, ..body(1, 1) },
         Body {
@@ -1028,7 +1028,7 @@ fn hellos_that_are_refused() {
         .unwrap();
     assert_eq!(c.recv(), None);
     // The sidecar still works.
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     a.send(&req(1, vec![]).frame());
     b.send(&req(1, vec![]).frame());
     assert_eq!(decode_answer(&a.recv().unwrap()).tick, 1);
@@ -1039,7 +1039,7 @@ fn hellos_that_are_refused() {
 fn a_bad_frame_closes_its_connection_only() {
     let zone = Zone::empty();
     let sidecar = Sidecar::start(2, &[]);
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     let good = req(1, vec![body(1, 500)]).frame();
     let mut bad_frames = vec![
         b"OWSX"
@@ -1084,7 +1084,7 @@ fn a_bad_frame_closes_its_connection_only() {
 fn a_new_hello_replaces_the_stripes_connection() {
     let zone = Zone::empty();
     let sidecar = Sidecar::start(2, &[]);
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     a.send(&req(1, vec![body(1, 500)]).frame());
     std::thread::sleep(Duration::from_millis(100));
     let mut a2 = sidecar.connect();
@@ -1444,11 +1444,7 @@ fn faulty(fault: &str, shm: Option<&Shm>) -> (Sidecar, Client, Client) {
         args.extend(["--shm", shm.arg()]);
     }
     let sidecar = Sidecar::start(2, &args);
-    let mut a = sidecar.connect();
-    let mut b = sidecar.connect();
-    let transport = i64::from(shm.is_some());
-    a.hello(&zone, 0, 2, transport);
-    b.hello(&zone, 1, 2, transport);
+    let (a, b) = two_workers(&sidecar, &zone, i64::from(shm.is_some()));
     (sidecar, a, b)
 }
 
@@ -1552,10 +1548,7 @@ fn fault_truncate() {
     assert_eq!(a.rest(), frame[..frame.len() / 2]);
     assert_eq!(b.rest(), b"");
     // The process goes on: new workers are answered.
-    let zone = Zone::empty();
-    let (mut a, mut b) = (sidecar.connect(), sidecar.connect());
-    a.hello(&zone, 0, 2, 0);
-    b.hello(&zone, 1, 2, 0);
+    let (mut a, mut b) = two_workers(&sidecar, &Zone::empty(), 0);
     good_socket_tick(&mut a, &mut b, 2);
 }
 
