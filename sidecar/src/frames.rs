@@ -12,8 +12,9 @@
 //! Decoding checks the ranges of the specification: a frame out of range, or one that does not
 //! parse (a short or long frame, a wrong magic or version, a negative count), is an error.
 
-use crate::nav::{Nav, Path, PathError, Query};
-use crate::physics::{self, Body, Circle, Rect, World, MAX_COORD};
+use crate::nav::{self, Nav, Path, PathError, Query};
+use crate::physics::{self, Body, Circle, Rect, World};
+use crate::wire::{put, put_path};
 
 /// The version of every frame.
 pub const VERSION: u32 = 1;
@@ -125,12 +126,6 @@ impl<'a> Reader<'a> {
 fn header(out: &mut Vec<u8>, magic: &[u8; 4]) {
     out.extend_from_slice(magic);
     out.extend_from_slice(&VERSION.to_le_bytes());
-}
-
-fn put(out: &mut Vec<u8>, values: &[i64]) {
-    for v in values {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
 }
 
 fn put_obstacles(out: &mut Vec<u8>, boxes: &[Rect], circles: &[Circle]) {
@@ -257,13 +252,9 @@ impl PathInput {
         let (boxes, circles) = r.obstacles(nb, nc)?;
         let mut queries = Vec::with_capacity(q);
         for _ in 0..q {
-            let (fx, fy, tx, ty) = (r.i64()?, r.i64()?, r.i64()?, r.i64()?);
-            if ![fx, fy, tx, ty].iter().all(|v| (0..=MAX_COORD).contains(v)) {
-                return Err(format!(
-                    "query ({fx}, {fy}) -> ({tx}, {ty}): a point outside 0..2^40"
-                ));
-            }
-            queries.push(((fx, fy), (tx, ty)));
+            let query = ((r.i64()?, r.i64()?), (r.i64()?, r.i64()?));
+            nav::check_query(&query).map_err(|e| format!("query {e}"))?;
+            queries.push(query);
         }
         r.end()?;
         let input = PathInput {
@@ -322,27 +313,13 @@ impl PathInput {
     }
 }
 
-/// A path's status in an "OWNR" answer: 0 ok, 1 blocked, 2 unreachable, 3 too far.
-pub fn status(path: &Path) -> i64 {
-    match path {
-        Ok(_) => 0,
-        Err(PathError::Blocked) => 1,
-        Err(PathError::Unreachable) => 2,
-        Err(PathError::TooFar) => 3,
-    }
-}
-
 /// The "OWNR" answer to path queries.
 pub fn encode_path_answer(paths: &[Path]) -> Vec<u8> {
     let mut out = Vec::new();
     header(&mut out, b"OWNR");
     put(&mut out, &[paths.len() as i64]);
     for p in paths {
-        let points: &[(i64, i64)] = p.as_deref().unwrap_or(&[]);
-        put(&mut out, &[status(p), points.len() as i64]);
-        for &(x, y) in points {
-            put(&mut out, &[x, y]);
-        }
+        put_path(&mut out, p);
     }
     out
 }

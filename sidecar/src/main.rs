@@ -146,6 +146,28 @@ fn fail(status: u8, message: &str) -> ExitCode {
     ExitCode::from(status)
 }
 
+/// Answers the test frame on standard input: `decode` reads it (status 2 when it refuses it),
+/// `compute` makes the answer in a pool of `threads` rayon threads, written on standard output
+/// (status 1 when standard input or output, or the pool, fails).
+fn answer<T: Sync>(
+    threads: usize,
+    decode: impl FnOnce(&[u8]) -> Result<T, String>,
+    compute: impl FnOnce(&T) -> Vec<u8> + Send,
+) -> ExitCode {
+    let input = match read_stdin() {
+        Ok(buf) => buf,
+        Err(e) => return fail(1, &e),
+    };
+    let decoded = match decode(&input) {
+        Ok(d) => d,
+        Err(e) => return fail(2, &format!("refused frame: {e}")),
+    };
+    match in_pool(threads, || compute(&decoded)).and_then(|bytes| write_stdout(&bytes)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(1, &e),
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = match parse(&args) {
@@ -155,53 +177,34 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let input = match command {
+    match command {
         Command::Help => {
             println!("{USAGE}");
-            return ExitCode::SUCCESS;
+            ExitCode::SUCCESS
         }
-        Command::Serve(options) => {
-            return match serve::run(options) {
-                Ok(never) => match never {},
-                Err(e) => fail(1, &e),
-            }
-        }
-        _ => match read_stdin() {
-            Ok(buf) => buf,
-            Err(e) => return fail(1, &e),
+        Command::Serve(options) => match serve::run(options) {
+            Ok(never) => match never {},
+            Err(e) => fail(1, &e),
         },
-    };
-    let answer = match command {
-        Command::Step { threads } => {
-            let scene = match StepInput::decode(&input) {
-                Ok(s) => s,
-                Err(e) => return fail(2, &format!("refused frame: {e}")),
-            };
-            let world = match scene.world() {
-                Ok(w) => w,
-                Err(e) => return fail(2, &format!("refused frame: {e}")),
-            };
-            in_pool(threads, || {
-                frames::encode_step_answer(&physics::step(&scene.bodies, &world, scene.tick_rate))
-            })
-        }
-        Command::Path { threads } => {
-            let queries = match PathInput::decode(&input) {
-                Ok(q) => q,
-                Err(e) => return fail(2, &format!("refused frame: {e}")),
-            };
-            let nav = match queries.nav() {
-                Ok(n) => n,
-                Err(e) => return fail(2, &format!("refused frame: {e}")),
-            };
-            in_pool(threads, || {
-                frames::encode_path_answer(&nav.paths(&queries.queries))
-            })
-        }
-        Command::Help | Command::Serve(_) => unreachable!(),
-    };
-    match answer.and_then(|bytes| write_stdout(&bytes)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(1, &e),
+        Command::Step { threads } => answer(
+            threads,
+            |input| {
+                let scene = StepInput::decode(input)?;
+                let world = scene.world()?;
+                Ok((scene, world))
+            },
+            |(scene, world)| {
+                frames::encode_step_answer(&physics::step(&scene.bodies, world, scene.tick_rate))
+            },
+        ),
+        Command::Path { threads } => answer(
+            threads,
+            |input| {
+                let queries = PathInput::decode(input)?;
+                let nav = queries.nav()?;
+                Ok((queries, nav))
+            },
+            |(queries, nav)| frames::encode_path_answer(&nav.paths(&queries.queries)),
+        ),
     }
 }

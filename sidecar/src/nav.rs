@@ -3,7 +3,7 @@
 //! the total order `(f, h, key)` on the open set, so that this implementation and
 //! `Overworld.Physics.Nav` find the same path, cell for cell.
 
-use crate::physics::World;
+use crate::physics::{World, MAX_COORD};
 use rayon::prelude::*;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -30,6 +30,18 @@ pub type Path = Result<Vec<(i64, i64)>, PathError>;
 
 /// A query: from a point to another.
 pub type Query = ((i64, i64), (i64, i64));
+
+/// Checks a query's points against the ranges of docs/sidecar.md (coordinates: 0..2^40); the
+/// error names them, for the caller to say which query it is.
+pub fn check_query(&((fx, fy), (tx, ty)): &Query) -> Result<(), String> {
+    if [fx, fy, tx, ty].iter().all(|v| (0..=MAX_COORD).contains(v)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "({fx}, {fy}) -> ({tx}, {ty}): a point outside 0..2^40"
+        ))
+    }
+}
 
 /// A navigation grid: the world cut into square cells, the blocked ones as a bitmap.
 #[derive(Clone, Debug)]
@@ -170,6 +182,12 @@ impl Nav {
         }
     }
 
+    /// The cell `(col, row)` of a point (in units; outside the grid for a point outside the
+    /// world).
+    pub fn cell_of(&self, (x, y): (i64, i64)) -> (i64, i64) {
+        (x.div_euclid(self.cell), y.div_euclid(self.cell))
+    }
+
     /// Whether the cell `(col, row)` is blocked (or outside the grid).
     pub fn blocked(&self, col: i64, row: i64) -> bool {
         if col < 0 || row < 0 || col >= self.cols || row >= self.rows {
@@ -182,9 +200,7 @@ impl Nav {
     /// A path from `from` to `to` (points in units): the centres of the cells after the
     /// start's, the last one `to` itself; `[to]` when both are in the same cell.
     pub fn path(&self, from: (i64, i64), to: (i64, i64)) -> Path {
-        let c = self.cell;
-        let start = (from.0.div_euclid(c), from.1.div_euclid(c));
-        let goal = (to.0.div_euclid(c), to.1.div_euclid(c));
+        let (start, goal) = (self.cell_of(from), self.cell_of(to));
         if self.blocked(start.0, start.1) || self.blocked(goal.0, goal.1) {
             return Err(PathError::Blocked);
         }
@@ -251,6 +267,7 @@ impl Nav {
             k = best[&k].1;
         }
         keys.reverse();
+        let c = self.cell;
         let mut waypoints: Vec<(i64, i64)> = keys
             .iter()
             .map(|&k| ((k % cols) * c + c / 2, (k / cols) * c + c / 2))
@@ -262,9 +279,16 @@ impl Nav {
     /// The paths of many queries `(from, to)`, in parallel (the current rayon thread pool),
     /// in the order of the queries.
     pub fn paths(&self, queries: &[Query]) -> Vec<Path> {
+        let mut paths = Vec::new();
+        self.paths_into(queries, &mut paths);
+        paths
+    }
+
+    /// [`Nav::paths`] into `paths` (replaced; its allocation reused from call to call).
+    pub fn paths_into(&self, queries: &[Query], paths: &mut Vec<Path>) {
         queries
             .par_iter()
             .map(|&(from, to)| self.path(from, to))
-            .collect()
+            .collect_into_vec(paths);
     }
 }

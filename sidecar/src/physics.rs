@@ -170,31 +170,15 @@ impl World {
         Ok(())
     }
 
-    /// The bounding box of obstacle `i` (the boxes first, then the circles).
-    fn bounds(&self, i: usize) -> Rect {
-        let nb = self.boxes.len();
-        if i < nb {
-            self.boxes[i]
-        } else {
-            let c = self.circles[i - nb];
-            Rect {
-                x0: c.cx - c.r,
-                y0: c.cy - c.r,
-                x1: c.cx + c.r,
-                y1: c.cy + c.r,
-            }
-        }
-    }
-
     /// The obstacles (indices, boxes first) whose bounding box meets the closed square `q`, in
     /// the order of the list: exactly the set of step 4, the index only finds them sooner.
     pub fn near(&self, q: Rect) -> Vec<usize> {
-        let total = self.boxes.len() + self.circles.len();
+        let ix = &self.index;
+        let total = ix.bounds.len();
         let meets = |i: usize| {
-            let b = self.bounds(i);
+            let b = ix.bounds[i];
             b.x0 <= q.x1 && b.x1 >= q.x0 && b.y0 <= q.y1 && b.y1 >= q.y0
         };
-        let ix = &self.index;
         let gx0 = q.x0.div_euclid(ix.cell);
         let gx1 = q.x1.div_euclid(ix.cell);
         // A square wider than the obstacles are many: the list itself is shorter.
@@ -221,6 +205,8 @@ impl World {
 /// looked at by every query.
 #[derive(Clone, Debug)]
 struct ObstacleIndex {
+    /// The bounding box of each obstacle (the boxes first, then the circles).
+    bounds: Vec<Rect>,
     cell: i64,
     entries: Vec<(i64, i64, u32)>,
     large: Vec<usize>,
@@ -264,6 +250,7 @@ impl ObstacleIndex {
         }
         entries.sort_unstable();
         ObstacleIndex {
+            bounds,
             cell,
             entries,
             large,

@@ -15,8 +15,8 @@
 //! exits the process. The buffers of requests circulate between the connections and the stepper
 //! (swapped, never reallocated once large enough).
 
-use crate::nav::{Nav, Path, Query};
-use crate::physics::{self, Body, World, MAX_COORD};
+use crate::nav::{self, Nav, Path, Query};
+use crate::physics::{self, Body, World};
 use crate::shm::{Publish, Segment};
 use crate::wire::{self, Hello, HelloError, Request, ShmRequest};
 use std::io::{BufReader, Read, Write};
@@ -502,10 +502,8 @@ struct Stepper {
     queries: Vec<Query>,
     /// Their paths.
     paths: Vec<Path>,
-    /// A frame being written.
+    /// A frame being written (with the segment, an answer's records are written here first).
     out: Vec<u8>,
-    /// An answer's records (shm).
-    records: Vec<u8>,
     /// The last `seq` of each stripe's answer region (shm).
     seqs: Vec<i64>,
     /// The steps computed so far.
@@ -527,7 +525,6 @@ impl Stepper {
             queries: Vec::new(),
             paths: Vec::new(),
             out: Vec::new(),
-            records: Vec::new(),
             seqs,
             count: 0,
         }
@@ -580,12 +577,8 @@ impl Stepper {
         }
         physics::check(&self.bodies, env.tick_rate)?;
         for r in &self.taken {
-            for &(tag, ((fx, fy), (tx, ty))) in &r.queries {
-                if ![fx, fy, tx, ty].iter().all(|v| (0..=MAX_COORD).contains(v)) {
-                    return Err(format!(
-                        "query {tag} ({fx}, {fy}) -> ({tx}, {ty}): a point outside 0..2^40"
-                    ));
-                }
+            for (tag, query) in &r.queries {
+                nav::check_query(query).map_err(|e| format!("query {tag} {e}"))?;
             }
         }
         let Stepper {
@@ -597,11 +590,7 @@ impl Stepper {
         } = self;
         let g = &env.geometry;
         Ok(shared.pool.install(|| {
-            use rayon::prelude::*;
-            queries
-                .par_iter()
-                .map(|&(from, to)| g.nav.path(from, to))
-                .collect_into_vec(paths);
+            g.nav.paths_into(queries, paths);
             physics::step(bodies, &g.world, env.tick_rate)
         }))
     }
@@ -683,22 +672,22 @@ impl Stepper {
             Err(message) => return wire::error(out, tick, message),
         };
         let paths = &self.paths[queries];
-        let tags = r.queries.iter().map(|&(tag, _)| tag);
         let (n, q) = (results.len() as i64, paths.len() as i64);
-        let records = &mut self.records;
-        records.clear();
-        // The records go in the stripe's answer region, unless its request came in a frame or
-        // they do not fit the region: then in the frame, as without the segment.
-        let segment = self.shared.segment.as_ref().filter(|segment| {
-            !r.framed && {
-                wire::put_records(records, results, tags.clone(), paths);
-                records.len() <= segment.answer_room()
-            }
-        });
+        wire::begin_frame(out, b"OWSR");
+        wire::put(out, &[tick, n, q]);
+        let start = out.len();
+        let tags = r.queries.iter().map(|&(tag, _)| tag);
+        wire::put_records(out, results, tags, paths);
+        // With the segment the records move to the stripe's answer region, unless its request
+        // came in a frame or they do not fit the region: then they stay in the frame, as
+        // without the segment.
+        let records = &out[start..];
+        let segment = self
+            .shared
+            .segment
+            .as_ref()
+            .filter(|segment| !r.framed && records.len() <= segment.answer_room());
         let Some(segment) = segment else {
-            wire::begin_frame(out, b"OWSR");
-            wire::put(out, &[tick, n, q]);
-            wire::put_records(out, results, tags, paths);
             if let Err(e) = wire::end_frame(out) {
                 wire::error(out, tick, &e);
             }
@@ -709,12 +698,13 @@ impl Stepper {
         } else {
             Publish::Complete
         };
+        let bytes = records.len() as i64;
         let mut seq = segment.write_answer(s, &mut self.seqs[s], (tick, n, q), records, publish);
         if fault == Some(FaultKind::WrongSeq) {
             seq = seq.wrapping_add(2);
         }
         wire::begin_frame(out, b"OWSR");
-        wire::put(out, &[tick, n, q, seq, records.len() as i64]);
+        wire::put(out, &[tick, n, q, seq, bytes]);
         wire::end_frame(out).unwrap();
     }
 }

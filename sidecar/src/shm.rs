@@ -35,10 +35,10 @@ pub const VERSION: u32 = 1;
 /// The size of the segment header and of each region header.
 pub const HEADER_BYTES: usize = 64;
 
-/// A request region as copied out under its sequence lock: its header's words and records.
+/// A request region's header as copied out under its sequence lock (its `seq` is the one
+/// announced): its other words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RegionHeader {
-    pub seq: i64,
     pub tick: i64,
     pub n: i64,
     pub q: i64,
@@ -201,6 +201,16 @@ impl Segment {
         unsafe { AtomicU64::from_ptr(self.base.add(offset) as *mut u64) }
     }
 
+    /// The little-endian `i64` at byte `offset` of the mapping.
+    fn load(&self, offset: usize, order: Ordering) -> i64 {
+        u64::from_le(self.word(offset).load(order)) as i64
+    }
+
+    /// Stores `v` little-endian at byte `offset` of the mapping.
+    fn store(&self, offset: usize, v: i64, order: Ordering) {
+        self.word(offset).store((v as u64).to_le(), order);
+    }
+
     /// Copies stripe `stripe`'s request region out under its sequence lock: its header, and
     /// `records` bytes of records appended to `out` (cleared first). The copy is good only
     /// when the file is still `total_bytes` long, the region holds the header and the records,
@@ -232,34 +242,22 @@ impl Segment {
         }
         self.check_size()?;
         let base = self.request_region(stripe);
-        let lock = self.word(base);
-        let seen = lock.load(Ordering::Acquire);
-        let mut header = [0i64; 4];
-        for (k, h) in header.iter_mut().enumerate() {
-            *h = u64::from_le(self.word(base + 8 * (k + 1)).load(Ordering::Relaxed)) as i64;
-        }
+        let seen = self.load(base, Ordering::Acquire);
+        let [tick, n, q, bytes] = [1, 2, 3, 4].map(|k| self.load(base + 8 * k, Ordering::Relaxed));
         out.reserve(records);
         let start = base + HEADER_BYTES;
         for at in (start..start + records).step_by(8) {
-            let w = u64::from_le(self.word(at).load(Ordering::Relaxed));
-            out.extend_from_slice(&w.to_le_bytes());
+            out.extend_from_slice(&self.load(at, Ordering::Relaxed).to_le_bytes());
         }
         fence(Ordering::Acquire);
-        let again = lock.load(Ordering::Relaxed);
-        let (seen, again) = (u64::from_le(seen) as i64, u64::from_le(again) as i64);
+        let again = self.load(base, Ordering::Relaxed);
         if seen != seq || again != seq {
             out.clear();
             return Err(format!(
                 "the request region's seq was {seen} then {again}, not the announced {seq}"
             ));
         }
-        Ok(RegionHeader {
-            seq,
-            tick: header[0],
-            n: header[1],
-            q: header[2],
-            bytes: header[3],
-        })
+        Ok(RegionHeader { tick, n, q, bytes })
     }
 
     /// The `seq` of stripe `stripe`'s answer region now (0 when the region is not inside the
@@ -267,9 +265,7 @@ impl Segment {
     pub fn answer_seq(&self, stripe: usize) -> i64 {
         let at = self.answer_region(stripe);
         match self.size() {
-            Ok(size) if (at + HEADER_BYTES) as u64 <= size => {
-                u64::from_le(self.word(at).load(Ordering::Acquire)) as i64
-            }
+            Ok(size) if (at + HEADER_BYTES) as u64 <= size => self.load(at, Ordering::Acquire),
             _ => 0,
         }
     }
@@ -313,21 +309,20 @@ impl Segment {
         if !fits {
             return announced;
         }
-        let store = |at: usize, v: i64| self.word(at).store((v as u64).to_le(), Ordering::Relaxed);
-        let lock = self.word(base);
-        lock.store((odd as u64).to_le(), Ordering::Relaxed);
+        self.store(base, odd, Ordering::Relaxed);
         fence(Ordering::Release);
         let header = [tick, n, q, records.len() as i64, 0, 0, 0];
         for (k, &v) in header.iter().enumerate() {
-            store(base + 8 * (k + 1), v);
+            self.store(base + 8 * (k + 1), v, Ordering::Relaxed);
         }
         let start = base + HEADER_BYTES;
         for (k, chunk) in records.chunks_exact(8).enumerate() {
-            store(start + 8 * k, i64::from_le_bytes(chunk.try_into().unwrap()));
+            let v = i64::from_le_bytes(chunk.try_into().unwrap());
+            self.store(start + 8 * k, v, Ordering::Relaxed);
         }
         fence(Ordering::Release);
         if publish == Publish::Complete {
-            lock.store((even as u64).to_le(), Ordering::Relaxed);
+            self.store(base, even, Ordering::Relaxed);
         }
         announced
     }

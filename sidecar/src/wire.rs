@@ -17,8 +17,7 @@
 //! Parsing never panics: a payload too short or too long for its counts, a wrong magic, a
 //! negative count, is an error. The padding words of the records (the zeros) are not looked at.
 
-use crate::frames::status;
-use crate::nav::{Path, Query};
+use crate::nav::{Path, PathError, Query};
 use crate::physics::{Body, Circle, Rect};
 use std::io::{self, Read};
 
@@ -298,6 +297,26 @@ pub fn put(out: &mut Vec<u8>, values: &[i64]) {
     }
 }
 
+/// A path's status in an answer (and in the test frames' "OWNR"): 0 ok, 1 blocked,
+/// 2 unreachable, 3 too far.
+pub fn status(path: &Path) -> i64 {
+    match path {
+        Ok(_) => 0,
+        Err(PathError::Blocked) => 1,
+        Err(PathError::Unreachable) => 2,
+        Err(PathError::TooFar) => 3,
+    }
+}
+
+/// Appends a path: `status k (x y)*k` (no waypoints unless it is found).
+pub fn put_path(out: &mut Vec<u8>, path: &Path) {
+    let points: &[(i64, i64)] = path.as_deref().unwrap_or(&[]);
+    put(out, &[status(path), points.len() as i64]);
+    for &(x, y) in points {
+        put(out, &[x, y]);
+    }
+}
+
 /// Fills in the length of the frame begun in `out`; an error (and `out` unchanged) when the
 /// payload is above [`MAX_PAYLOAD`].
 pub fn end_frame(out: &mut [u8]) -> Result<(), String> {
@@ -341,11 +360,8 @@ pub fn put_records(
         put(out, &[id, x, y, 0]);
     }
     for (tag, p) in tags.zip(paths) {
-        let points: &[(i64, i64)] = p.as_deref().unwrap_or(&[]);
-        put(out, &[tag, status(p), points.len() as i64]);
-        for &(x, y) in points {
-            put(out, &[x, y]);
-        }
+        put(out, &[tag]);
+        put_path(out, p);
     }
 }
 

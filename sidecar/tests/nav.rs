@@ -3,16 +3,12 @@
 
 mod common;
 
-use common::{with_threads, Rng};
+use common::{rect, with_threads, Rng};
 use overworld_sidecar::nav::{Nav, PathError};
 use overworld_sidecar::physics::{Circle, Rect, World};
 use std::collections::BinaryHeap;
 
 const M: i64 = 1024;
-
-fn rect(x0: i64, y0: i64, x1: i64, y1: i64) -> Rect {
-    Rect { x0, y0, x1, y1 }
-}
 
 fn centre(col: i64, row: i64) -> (i64, i64) {
     (col * M + M / 2, row * M + M / 2)
@@ -31,14 +27,12 @@ fn nav(w: i64, h: i64, boxes: Vec<Rect>, circles: Vec<Circle>, max_nodes: i64) -
 
 /// The cells of a path's waypoints (the goal point's cell last).
 fn cells(nav: &Nav, path: &[(i64, i64)]) -> Vec<(i64, i64)> {
-    path.iter()
-        .map(|&(x, y)| (x.div_euclid(nav.cell), y.div_euclid(nav.cell)))
-        .collect()
+    path.iter().map(|&p| nav.cell_of(p)).collect()
 }
 
 /// Checks a path from `from`: steps to adjacent free cells, no corner cut; its cost.
 fn cost(nav: &Nav, from: (i64, i64), path: &[(i64, i64)]) -> i64 {
-    let mut here = (from.0.div_euclid(nav.cell), from.1.div_euclid(nav.cell));
+    let mut here = nav.cell_of(from);
     let mut total = 0;
     for (i, &(col, row)) in cells(nav, path).iter().enumerate() {
         let (dx, dy) = (col - here.0, row - here.1);
@@ -66,8 +60,7 @@ fn cost(nav: &Nav, from: (i64, i64), path: &[(i64, i64)]) -> i64 {
 
 /// The cost of the cheapest path by Dijkstra (no limit), or None.
 fn dijkstra(nav: &Nav, from: (i64, i64), to: (i64, i64)) -> Option<i64> {
-    let start = (from.0.div_euclid(nav.cell), from.1.div_euclid(nav.cell));
-    let goal = (to.0.div_euclid(nav.cell), to.1.div_euclid(nav.cell));
+    let (start, goal) = (nav.cell_of(from), nav.cell_of(to));
     let mut dist = vec![i64::MAX; (nav.cols * nav.rows) as usize];
     let key = |(c, r): (i64, i64)| (r * nav.cols + c) as usize;
     let mut heap = BinaryHeap::new();

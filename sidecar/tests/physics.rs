@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{with_threads, Rng};
+use common::{circle, rect, with_threads, Rng};
 use overworld_sidecar::isqrt;
 use overworld_sidecar::physics::{
     self, Body, Circle, Rect, World, MAX_COORD, MAX_MASS, MAX_RADIUS,
@@ -91,14 +91,6 @@ fn body(id: i64, x: i64, y: i64, vx: i64, vy: i64, r: i64, m: i64) -> Body {
 
 fn world(boxes: Vec<Rect>, circles: Vec<Circle>) -> World {
     World::new(10_240, 10_240, boxes, circles).unwrap()
-}
-
-fn rect(x0: i64, y0: i64, x1: i64, y1: i64) -> Rect {
-    Rect { x0, y0, x1, y1 }
-}
-
-fn circle(cx: i64, cy: i64, r: i64) -> Circle {
-    Circle { cx, cy, r }
 }
 
 #[test]
@@ -452,9 +444,7 @@ fn generate(rng: &mut Rng, s: &Scene) -> (Vec<Body>, World, i64) {
     let coord = |rng: &mut Rng| (s.origin + rng.range(0, s.span)).clamp(0, s.size);
     let mut ids: Vec<i64> = (1..=s.n as i64).map(|i| i * 3 + rng.range(0, 2)).collect();
     // Shuffled ids, so the id order is not the list order.
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, rng.range(0, i as i64) as usize);
-    }
+    rng.shuffle(&mut ids);
     let bodies: Vec<Body> = ids
         .iter()
         .map(|&id| Body {

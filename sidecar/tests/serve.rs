@@ -501,9 +501,7 @@ fn random_req(rng: &mut Rng, zone: &Zone, tick: i64, ids: &[i64], queries: usize
 /// The ids `1..=total` shuffled and cut in `stripes` parts of random sizes (some maybe empty).
 fn split_ids(rng: &mut Rng, total: i64, stripes: usize) -> Vec<Vec<i64>> {
     let mut ids: Vec<i64> = (1..=total).collect();
-    for i in (1..ids.len()).rev() {
-        ids.swap(i, rng.range(0, i as i64) as usize);
-    }
+    rng.shuffle(&mut ids);
     let mut cuts: Vec<usize> = (1..stripes).map(|_| rng.range(0, total) as usize).collect();
     cuts.push(0);
     cuts.push(total as usize);
@@ -642,78 +640,25 @@ fn bad_arguments_and_fatal_errors() {
     };
     let sock = std::env::temp_dir().join(unique("args"));
     let sock = sock.to_str().unwrap();
+    // `serve --socket SOCK --stripes 2` and `more`.
+    let two =
+        |more: &[&'static str]| [&["serve", "--socket", sock, "--stripes", "2"][..], more].concat();
     for args in [
-        &["serve", "--stripes", "2"][..],
-        &["serve", "--socket", sock],
-        &["serve", "--socket", sock, "--stripes", "0"],
-        &["serve", "--socket", sock, "--stripes", "x"],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--stripes",
-            "2",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--threads",
-            "0",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "kill",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "kill:0",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "boom:1",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "late:1",
-        ],
-        &[
-            "serve",
-            "--socket",
-            sock,
-            "--stripes",
-            "2",
-            "--fault",
-            "half:1",
-        ],
-        &["serve", "--socket", sock, "--stripes", "2", "--bogus"],
-        &["serve", "--socket"],
+        vec!["serve", "--stripes", "2"],
+        vec!["serve", "--socket", sock],
+        vec!["serve", "--socket", sock, "--stripes", "0"],
+        vec!["serve", "--socket", sock, "--stripes", "x"],
+        two(&["--stripes", "2"]),
+        two(&["--threads", "0"]),
+        two(&["--fault", "kill"]),
+        two(&["--fault", "kill:0"]),
+        two(&["--fault", "boom:1"]),
+        two(&["--fault", "late:1"]),
+        two(&["--fault", "half:1"]),
+        two(&["--bogus"]),
+        vec!["serve", "--socket"],
     ] {
-        let (code, err) = run(args);
+        let (code, err) = run(&args);
         assert_eq!(code, Some(2), "{args:?}");
         assert!(err.contains("usage:"), "{args:?}: {err}");
     }
@@ -721,34 +666,32 @@ fn bad_arguments_and_fatal_errors() {
     let shm = PathBuf::from("/dev/shm").join(unique("args"));
     let shm_arg = shm.to_str().unwrap();
     let bad_socket = "/nonexistent-directory/sidecar.sock";
+    let shm_args = |stripes| vec!["--socket", sock, "--stripes", stripes, "--shm", shm_arg];
     let cases: Vec<(Vec<&str>, Option<Vec<u8>>)> = vec![
         (vec!["--socket", bad_socket, "--stripes", "1"], None),
+        (shm_args("1"), None),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
-            None,
-        ),
-        (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSX", 1, 1, 128, 128, 320)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "2", "--shm", shm_arg],
+            shm_args("2"),
             Some(segment_header(b"OWSS", 1, 1, 128, 128, 320)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSS", 2, 1, 128, 128, 320)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSS", 1, 1, 100, 156, 320)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSS", 1, 1, 128, 128, 384)),
         ),
         (
-            vec!["--socket", sock, "--stripes", "1", "--shm", shm_arg],
+            shm_args("1"),
             Some(segment_header(b"OWSS", 1, 1, 0, 256, 320)),
         ),
     ];
@@ -828,12 +771,12 @@ fn contacts_across_stripes_are_resolved_together() {
     assert_eq!(got[0][1].tick, 9);
 }
 
-/// Two hello'd workers of a 2-stripe sidecar over an empty zone.
-fn two_workers(sidecar: &Sidecar, zone: &Zone) -> (Client, Client) {
+/// Two workers of a 2-stripe sidecar, hello'd for `zone` (stripes 0 and 1) on `transport`.
+fn two_workers(sidecar: &Sidecar, zone: &Zone, transport: i64) -> (Client, Client) {
     let mut a = sidecar.connect();
     let mut b = sidecar.connect();
-    a.hello(zone, 0, 2, 0);
-    b.hello(zone, 1, 2, 0);
+    a.hello(zone, 0, 2, transport);
+    b.hello(zone, 1, 2, transport);
     (a, b)
 }
 
@@ -874,7 +817,7 @@ fn a_newer_request_replaces_an_older_one() {
     let zone = Zone::empty();
     let (world, nav) = (zone.world(), zone.nav());
     let sidecar = Sidecar::start(2, &[]);
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     // Stripe 1 waits with tick 1 while stripe 0 is at tick 2: no step until stripe 1's newer
     // request (tick 2) replaces its older one.
     b.send(&req(1, vec![body(2, 8000)]).frame());
@@ -923,7 +866,7 @@ fn a_newer_request_replaces_an_older_one() {
 fn refused_steps_answer_an_error_frame_to_every_stripe() {
     let zone = Zone::empty();
     let sidecar = Sidecar::start(2, &[]);
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     let bad_bodies = [
         Body { m: 0, ..body(1, 1) },
         Body {
@@ -1085,7 +1028,7 @@ fn hellos_that_are_refused() {
         .unwrap();
     assert_eq!(c.recv(), None);
     // The sidecar still works.
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     a.send(&req(1, vec![]).frame());
     b.send(&req(1, vec![]).frame());
     assert_eq!(decode_answer(&a.recv().unwrap()).tick, 1);
@@ -1096,7 +1039,7 @@ fn hellos_that_are_refused() {
 fn a_bad_frame_closes_its_connection_only() {
     let zone = Zone::empty();
     let sidecar = Sidecar::start(2, &[]);
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     let good = req(1, vec![body(1, 500)]).frame();
     let mut bad_frames = vec![
         b"OWSX"
@@ -1141,7 +1084,7 @@ fn a_bad_frame_closes_its_connection_only() {
 fn a_new_hello_replaces_the_stripes_connection() {
     let zone = Zone::empty();
     let sidecar = Sidecar::start(2, &[]);
-    let (mut a, mut b) = two_workers(&sidecar, &zone);
+    let (mut a, mut b) = two_workers(&sidecar, &zone, 0);
     a.send(&req(1, vec![body(1, 500)]).frame());
     std::thread::sleep(Duration::from_millis(100));
     let mut a2 = sidecar.connect();
@@ -1501,11 +1444,7 @@ fn faulty(fault: &str, shm: Option<&Shm>) -> (Sidecar, Client, Client) {
         args.extend(["--shm", shm.arg()]);
     }
     let sidecar = Sidecar::start(2, &args);
-    let mut a = sidecar.connect();
-    let mut b = sidecar.connect();
-    let transport = i64::from(shm.is_some());
-    a.hello(&zone, 0, 2, transport);
-    b.hello(&zone, 1, 2, transport);
+    let (a, b) = two_workers(&sidecar, &zone, i64::from(shm.is_some()));
     (sidecar, a, b)
 }
 
@@ -1609,10 +1548,7 @@ fn fault_truncate() {
     assert_eq!(a.rest(), frame[..frame.len() / 2]);
     assert_eq!(b.rest(), b"");
     // The process goes on: new workers are answered.
-    let zone = Zone::empty();
-    let (mut a, mut b) = (sidecar.connect(), sidecar.connect());
-    a.hello(&zone, 0, 2, 0);
-    b.hello(&zone, 1, 2, 0);
+    let (mut a, mut b) = two_workers(&sidecar, &Zone::empty(), 0);
     good_socket_tick(&mut a, &mut b, 2);
 }
 

@@ -1,5 +1,7 @@
-//! What the tests share: a seeded generator and thread pools.
+//! What the tests share: a seeded generator, thread pools and short obstacle constructors.
 #![allow(dead_code)]
+
+use overworld_sidecar::physics::{Circle, Rect};
 
 /// xorshift64*: a small seeded generator, the same numbers on every machine.
 pub struct Rng(u64);
@@ -28,6 +30,13 @@ impl Rng {
     pub fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
+
+    /// Shuffles `items` in place (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.range(0, i as i64) as usize);
+        }
+    }
 }
 
 /// Runs `f` in a rayon pool of `threads` threads.
@@ -37,4 +46,12 @@ pub fn with_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T 
         .build()
         .unwrap()
         .install(f)
+}
+
+pub fn rect(x0: i64, y0: i64, x1: i64, y1: i64) -> Rect {
+    Rect { x0, y0, x1, y1 }
+}
+
+pub fn circle(cx: i64, cy: i64, r: i64) -> Circle {
+    Circle { cx, cy, r }
 }
