@@ -937,11 +937,16 @@ static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return reason != 0 ? ow_error(env, reason) : enif_make_tuple2(env, atom_ok, bin);
 }
 
-/* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N[, IdsRegion])
- *   -> {ok, [{Id, X, Y}]} | {error, ...}
- * With IdsRegion (a request region of the segment), the results' ids must be those of its first
- * N body records, in order ({error, ids} otherwise): the answer is to the bodies we sent. */
-static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+/* The checked copy of an answer region's N result records, the part consume_results and
+ * consume_moved share: argv is Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N; with
+ * `ids_region` (argv[6], or NULL) the results' ids must be those of the first N body records of
+ * that request region, in order. Returns 1 with *out (enif_alloc'd, the caller frees it: the
+ * region's header then the records), *n_out and *start (when the access began), or 0 with the
+ * term to answer in *answer: badarg or {error, ...}. (Not a term for both: badarg's term may be
+ * 0.) */
+static int ow_results(ErlNifEnv *env, const ERL_NIF_TERM argv[],
+                      const ERL_NIF_TERM *ids_region_arg, unsigned char **out, uint64_t *n_out,
+                      ErlNifTime *start, ERL_NIF_TERM *answer)
 {
     ow_shm *s;
     uint64_t region = 0, region_len = 0, expected = 0, n = 0, header_tick, header_n;
@@ -949,47 +954,53 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
     ErlNifSInt64 tick;
     unsigned char *buffer;
     size_t len;
-    ERL_NIF_TERM reason, list;
-    ErlNifTime start;
+    ERL_NIF_TERM reason;
     uint64_t word, ids_region = 0;
     int ids_arg = ARG_OK, ids_wrong = 0;
 
     if (!ow_get_shm(env, argv[0], &s)) {
-        return enif_make_badarg(env);
+        *answer = enif_make_badarg(env);
+        return 0;
     }
     region_arg = ow_get_u64(env, argv[1], &region);
     region_len_arg = ow_get_u64(env, argv[2], &region_len);
     n_arg = ow_get_u64(env, argv[5], &n);
-    if (argc == 7) {
-        ids_arg = ow_get_u64(env, argv[6], &ids_region);
+    if (ids_region_arg != NULL) {
+        ids_arg = ow_get_u64(env, *ids_region_arg, &ids_region);
     }
     if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || n_arg == ARG_BAD ||
         ids_arg == ARG_BAD || ow_get_u64(env, argv[3], &expected) != ARG_OK ||
         !enif_get_int64(env, argv[4], &tick)) {
-        return enif_make_badarg(env);
+        *answer = enif_make_badarg(env);
+        return 0;
     }
     if (region_arg != ARG_OK || region_len_arg != ARG_OK || n_arg != ARG_OK ||
         ids_arg != ARG_OK || region % 64 != 0 || ids_region % 64 != 0 ||
         region_len < OW_REGION_HEADER ||
         n > (region_len - OW_REGION_HEADER) / OW_RESULT_BYTES) {
-        return ow_error(env, atom_bounds);
+        *answer = ow_error(env, atom_bounds);
+        return 0;
     }
-    start = enif_monotonic_time(ERL_NIF_USEC);
+    *start = enif_monotonic_time(ERL_NIF_USEC);
     if ((reason = ow_enter(s, 1)) != 0) {
-        return ow_error(env, reason);
+        *answer = ow_error(env, reason);
+        return 0;
     }
     /* (The region in the mapping before the copy's buffer is allocated: n is bounded by it.) */
     if (!ow_within(region, region_len, s->size) ||
-        (argc == 7 && !ow_within(ids_region, OW_REGION_HEADER + n * OW_BODY_BYTES, s->size))) {
-        return ow_leave_error(env, s, atom_bounds);
+        (ids_region_arg != NULL &&
+         !ow_within(ids_region, OW_REGION_HEADER + n * OW_BODY_BYTES, s->size))) {
+        *answer = ow_leave_error(env, s, atom_bounds);
+        return 0;
     }
     len = OW_REGION_HEADER + (size_t)n * OW_RESULT_BYTES;
     buffer = enif_alloc(len);
     if (buffer == NULL) {
-        return ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
+        *answer = ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
+        return 0;
     }
     reason = ow_consume(s, region, expected, buffer, len);
-    if (reason == 0 && argc == 7) {
+    if (reason == 0 && ids_region_arg != NULL) {
         ow_ids_arg ids;
         ids.results = buffer + OW_REGION_HEADER;
         ids.bodies = s->base + ids_region + OW_REGION_HEADER;
@@ -999,49 +1010,192 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         ids_wrong = !ids.same;
     }
     enif_rwlock_runlock(s->lock);
-    if (reason != 0) {
-        enif_free(buffer);
-        return ow_error(env, reason);
-    }
 
     /* A consistent copy: its header must be of the expected tick and count. */
-    memcpy(&word, buffer + 8, 8);
-    header_tick = le64toh(word);
-    memcpy(&word, buffer + 16, 8);
-    header_n = le64toh(word);
-    if ((int64_t)header_tick != (int64_t)tick) {
-        enif_free(buffer);
-        return ow_error(env, enif_make_tuple2(env, atom_tick,
-                                              enif_make_int64(env, (ErlNifSInt64)header_tick)));
+    if (reason == 0) {
+        memcpy(&word, buffer + 8, 8);
+        header_tick = le64toh(word);
+        memcpy(&word, buffer + 16, 8);
+        header_n = le64toh(word);
+        if ((int64_t)header_tick != (int64_t)tick) {
+            reason = enif_make_tuple2(env, atom_tick,
+                                      enif_make_int64(env, (ErlNifSInt64)header_tick));
+        } else if (header_n != n) {
+            reason = enif_make_tuple2(env, atom_count, enif_make_uint64(env, header_n));
+        } else if (ids_wrong) {
+            /* (After the header's tick and count: a wrong tick is that, not wrong ids.) */
+            reason = atom_ids;
+        }
     }
-    if (header_n != n) {
+    if (reason != 0) {
         enif_free(buffer);
-        return ow_error(env, enif_make_tuple2(env, atom_count,
-                                              enif_make_uint64(env, (ErlNifUInt64)header_n)));
+        *answer = ow_error(env, reason);
+        return 0;
     }
-    /* (After the header's tick and count: a wrong tick is that, not wrong ids.) */
-    if (ids_wrong) {
-        enif_free(buffer);
-        return ow_error(env, atom_ids);
-    }
+    *out = buffer;
+    *n_out = n;
+    return 1;
+}
 
+/* Result record i of a copy made by ow_results: its id, x and y. */
+static void ow_result(const unsigned char *buffer, uint64_t i, int64_t v[3])
+{
+    const unsigned char *record = buffer + OW_REGION_HEADER + (size_t)i * OW_RESULT_BYTES;
+    for (int f = 0; f < 3; f++) {
+        uint64_t word;
+        memcpy(&word, record + 8 * f, 8);
+        v[f] = (int64_t)le64toh(word);
+    }
+}
+
+/* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N[, IdsRegion])
+ *   -> {ok, [{Id, X, Y}]} | {error, ...}
+ * With IdsRegion (a request region of the segment), the results' ids must be those of its first
+ * N body records, in order ({error, ids} otherwise): the answer is to the bodies we sent. */
+static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    unsigned char *buffer;
+    uint64_t n;
+    ErlNifTime start;
+    ERL_NIF_TERM list, answer;
+
+    if (!ow_results(env, argv, argc == 7 ? &argv[6] : NULL, &buffer, &n, &start, &answer)) {
+        return answer;
+    }
     list = enif_make_list(env, 0);
     for (uint64_t i = n; i > 0; i--) {
-        const unsigned char *record = buffer + OW_REGION_HEADER + (size_t)(i - 1) * OW_RESULT_BYTES;
-        uint64_t id, x, y;
-        memcpy(&id, record, 8);
-        memcpy(&x, record + 8, 8);
-        memcpy(&y, record + 16, 8);
-        list = enif_make_list_cell(
-            env,
-            enif_make_tuple3(env, enif_make_int64(env, (ErlNifSInt64)(int64_t)le64toh(id)),
-                             enif_make_int64(env, (ErlNifSInt64)(int64_t)le64toh(x)),
-                             enif_make_int64(env, (ErlNifSInt64)(int64_t)le64toh(y))),
-            list);
+        int64_t v[3];
+        ow_result(buffer, i - 1, v);
+        list = enif_make_list_cell(env,
+                                   enif_make_tuple3(env, enif_make_int64(env, v[0]),
+                                                    enif_make_int64(env, v[1]),
+                                                    enif_make_int64(env, v[2])),
+                                   list);
     }
     enif_free(buffer);
     ow_account(env, start);
     return enif_make_tuple2(env, atom_ok, list);
+}
+
+/* The largest entity consume_moved copies (a tuple's arity). */
+#define OW_MAX_ARITY 256
+
+/* A hint that the term's data will be read soon: the address a boxed term or a list cell points
+ * to (its tag bits cleared). A prefetch never faults, whatever the address, so nothing depends
+ * on the term being boxed. */
+static inline void ow_prefetch(ERL_NIF_TERM term)
+{
+    __builtin_prefetch((const void *)(uintptr_t)(term & ~(ERL_NIF_TERM)7));
+}
+
+/* consume_moved's walk of Cells, in two passes so that the entities' memory is fetched in
+ * parallel rather than one miss after another: first their terms, in order, into terms[0..n)
+ * (each prefetched), then every entity moved to its result (terms[i] replaced), or left as it is
+ * when its result is its position. Returns 1, or 0 with the term to answer in *answer: badarg
+ * (cells that are not a proper list of {Key, [Entity]} pairs, an entity not a tuple of an arity
+ * from `need` to OW_MAX_ARITY, its id not an integer), {error, ids} (an entity's id is not its
+ * result's, or there are more or fewer entities than results). */
+static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const int at[3], int need,
+                            const unsigned char *buffer, uint64_t n, ERL_NIF_TERM *terms,
+                            ERL_NIF_TERM *answer)
+{
+    ERL_NIF_TERM cell, copy[OW_MAX_ARITY];
+    uint64_t i = 0;
+    while (enif_get_list_cell(env, cells, &cell, &cells)) {
+        const ERL_NIF_TERM *pair;
+        ERL_NIF_TERM list, head;
+        int arity;
+        ow_prefetch(cells);
+        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
+            return (*answer = enif_make_badarg(env), 0);
+        }
+        list = pair[1];
+        while (enif_get_list_cell(env, list, &head, &list)) {
+            if (i == n) {
+                return (*answer = ow_error(env, atom_ids), 0);
+            }
+            ow_prefetch(list);
+            ow_prefetch(head);
+            terms[i++] = head;
+        }
+        if (!enif_is_empty_list(env, list)) {
+            return (*answer = enif_make_badarg(env), 0);
+        }
+    }
+    if (!enif_is_empty_list(env, cells)) {
+        return (*answer = enif_make_badarg(env), 0);
+    }
+    if (i != n) {
+        return (*answer = ow_error(env, atom_ids), 0);
+    }
+    for (i = 0; i < n; i++) {
+        const ERL_NIF_TERM *fields;
+        ErlNifSInt64 id, x, y;
+        int64_t v[3];
+        int arity;
+        if (!enif_get_tuple(env, terms[i], &arity, &fields) || arity < need ||
+            arity > OW_MAX_ARITY || !enif_get_int64(env, fields[at[0]], &id)) {
+            return (*answer = enif_make_badarg(env), 0);
+        }
+        ow_result(buffer, i, v);
+        if (v[0] != id) {
+            return (*answer = ow_error(env, atom_ids), 0);
+        }
+        if (enif_get_int64(env, fields[at[1]], &x) && x == v[1] &&
+            enif_get_int64(env, fields[at[2]], &y) && y == v[2]) {
+            continue;
+        }
+        memcpy(copy, fields, (size_t)arity * sizeof(ERL_NIF_TERM));
+        copy[at[1]] = enif_make_int64(env, v[1]);
+        copy[at[2]] = enif_make_int64(env, v[2]);
+        terms[i] = enif_make_tuple_from_array(env, copy, (unsigned)arity);
+    }
+    return 1;
+}
+
+/* consume_moved(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N, Cells, Spec)
+ *   -> {ok, [Entity]} | {error, ...}
+ * consume_results/6 merged into the entities of Cells ([{Key, [Entity]}], in order: the entities
+ * whose bodies were sent), without a list of results: the i-th entity must have the i-th
+ * result's id, and is answered with its position elements replaced by the result's (the same
+ * term when the result is its position). Spec = {IdI, XI, YI} (0-based positions). */
+static ERL_NIF_TERM nif_consume_moved(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
+{
+    const ERL_NIF_TERM *fields;
+    int arity, at[3], need = 0, moved;
+    unsigned char *buffer;
+    uint64_t n;
+    ErlNifTime start;
+    ERL_NIF_TERM reason, *terms;
+
+    (void)argc;
+    if (!enif_get_tuple(env, argv[7], &arity, &fields) || arity != 3) {
+        return enif_make_badarg(env);
+    }
+    for (int f = 0; f < 3; f++) {
+        ErlNifSInt64 i;
+        if (!enif_get_int64(env, fields[f], &i) || i < 0 || i >= OW_MAX_ARITY) {
+            return enif_make_badarg(env);
+        }
+        at[f] = (int)i;
+        need = at[f] + 1 > need ? at[f] + 1 : need;
+    }
+    if (!ow_results(env, argv, NULL, &buffer, &n, &start, &reason)) {
+        return reason;
+    }
+    terms = enif_alloc((size_t)n * sizeof(ERL_NIF_TERM) + 1);
+    if (terms == NULL) {
+        enif_free(buffer);
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    moved = ow_move_entities(env, argv[6], at, need, buffer, n, terms, &reason);
+    if (moved) {
+        reason = enif_make_tuple2(env, atom_ok, enif_make_list_from_array(env, terms, (unsigned)n));
+    }
+    enif_free(terms);
+    enif_free(buffer);
+    ow_account(env, start);
+    return reason;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1128,6 +1282,7 @@ static ErlNifFunc ow_funcs[] = {
     {"consume_results", 6, nif_consume_results, 0},
     {"consume_results", 7, nif_consume_results, 0},
     {"publish_entities", 7, nif_publish_entities, 0},
+    {"consume_moved", 8, nif_consume_moved, 0},
 };
 
 ERL_NIF_INIT(Elixir.Overworld.Sidecar.Shm, ow_funcs, ow_load, NULL, ow_upgrade, NULL)

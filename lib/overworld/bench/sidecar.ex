@@ -245,9 +245,11 @@ defmodule Overworld.Bench.Sidecar do
   defp workers(states, ticks, fun) do
     me = self()
 
+    # Bound one per scheduler, as the zone binds its workers.
     pids =
-      for state <- states do
-        spawn_link(fn -> worker_loop(me, state, fun) end)
+      for {state, i} <- Enum.with_index(states) do
+        bind = Overworld.Zone.Bucket.bind_to(rem(i, System.schedulers_online()) + 1)
+        :erlang.spawn_opt(fn -> worker_loop(me, state, fun) end, [:link | bind])
       end
 
     samples =
@@ -285,13 +287,15 @@ defmodule Overworld.Bench.Sidecar do
     t1 = System.monotonic_time(:microsecond)
     {:ok, frame} = Link.receive_frame(link, System.monotonic_time(:millisecond) + 60_000)
     t2 = System.monotonic_time(:microsecond)
-    {:ok, results, %{}} = Link.decode(link, frame)
+    {:ok, results, %{}} = Link.decode(link, frame, fn -> own end)
     _ = merge(own, results, [])
     t3 = System.monotonic_time(:microsecond)
     {{(t1 - t0) / 1000, (t2 - t1) / 1000, (t3 - t2) / 1000}, %{link | pending: nil}}
   end
 
-  # The entities moved to their results (as the pass does, entity by entity in order).
+  # The entities moved to their results (as the pass does, entity by entity in order: a
+  # result is `{id, x, y}`, or the entity already moved when the link read it from the shared
+  # segment).
   defp merge([], [], acc), do: :lists.reverse(acc)
 
   defp merge([{k, list} | rest], results, acc) do
@@ -303,6 +307,9 @@ defmodule Overworld.Bench.Sidecar do
 
   defp merge_cell([e | rest], [{id, x, y} | results], acc) when elem(e, 1) == id,
     do: merge_cell(rest, results, [entity(e, x: x, y: y) | acc])
+
+  defp merge_cell([e | rest], [moved | results], acc) when elem(moved, 1) == elem(e, 1),
+    do: merge_cell(rest, results, [moved | acc])
 
   defp summary(samples) do
     s = Stats.summary(samples)

@@ -25,11 +25,12 @@ defmodule Overworld.Sidecar.Link do
           generation: non_neg_integer,
           socket: :gen_tcp.socket() | nil,
           # {tick, n, bodies, computed}: the request sent for the state of `tick` (`n` bodies:
-          # `bodies`, or nil when their records went through the segment; the path requests
-          # `computed`), waiting for its answer.
+          # `bodies`; when their records went through the segment, `:entities` if they were
+          # written from the entities where they are, nil if from a list of bodies; the path
+          # requests `computed`), waiting for its answer.
           pending:
             nil
-            | {non_neg_integer, non_neg_integer, nil | [Overworld.Physics.body()],
+            | {non_neg_integer, non_neg_integer, nil | :entities | [Overworld.Physics.body()],
                [Paths.request()]},
           # transport :shm: the segment and our regions {request, request_bytes, answer,
           # answer_bytes}; `seq`: our request region's last even seq.
@@ -78,9 +79,9 @@ defmodule Overworld.Sidecar.Link do
   # compute), the records go in the frame.
   defp send_request(%{shm: {shm, {region, len, _, _}}, seq: seq} = link, p, tick, pairs, []) do
     case publish(shm, region, len, seq, tick, pairs, p) do
-      {:ok, n} ->
+      {:ok, n, written} ->
         frame = <<"OWSQ", tick::little-64, n::little-64, 0::little-64, seq + 2::little-64>>
-        sent(%{link | seq: seq + 2, pending: {tick, n, nil, []}}, frame)
+        sent(%{link | seq: seq + 2, pending: {tick, n, written, []}}, frame)
 
       {:frame, bodies} ->
         send_frame(link, tick, bodies, [])
@@ -93,9 +94,11 @@ defmodule Overworld.Sidecar.Link do
   defp send_request(link, p, tick, pairs, computed),
     do: send_frame(link, tick, Physics.bodies(pairs, p), computed)
 
-  # Our records in our request region: `{:ok, n}`, `{:frame, bodies}` when they do not fit.
+  # Our records in our request region: `{:ok, n, :entities | nil}` (written from the entities
+  # or from a list of bodies), `{:frame, bodies}` when they do not fit.
   defp publish(shm, region, len, seq, tick, pairs, %Physics{body: nil} = p) do
     case Shm.publish_entities(shm, region, len, seq, tick, pairs, spec(p)) do
+      {:ok, n} -> {:ok, n, :entities}
       {:error, :bounds} -> {:frame, Physics.bodies(pairs, p)}
       other -> other
     end
@@ -105,6 +108,7 @@ defmodule Overworld.Sidecar.Link do
     bodies = Physics.bodies(pairs, p)
 
     case Shm.publish_bodies(shm, region, len, seq, tick, bodies) do
+      {:ok, n} -> {:ok, n, nil}
       {:error, :bounds} -> {:frame, bodies}
       other -> other
     end
@@ -123,6 +127,9 @@ defmodule Overworld.Sidecar.Link do
     end
   end
 
+  # An entity's id and position (0-based tuple positions: Overworld.Sidecar.Shm.consume_moved/8).
+  @position {entity(:id), entity(:x), entity(:y)}
+
   # The entity's fields (0-based tuple positions) and the zone's body
   # (Overworld.Sidecar.Shm.publish_entities/7).
   defp spec(p) do
@@ -133,27 +140,29 @@ defmodule Overworld.Sidecar.Link do
   # The answer to the pending request for the state of tick `tick`: `{:ok, results, paths}`
   # (the results in the order of the bodies sent; the paths computed, by id), `:none`
   # (nothing pending for that tick) or `{:error, reason}` (reported; the link is closed).
-  @spec await(t, Physics.t(), non_neg_integer) ::
+  # `cells` answers the cells whose entities were sent (see decode/3).
+  @spec await(t, Physics.t(), non_neg_integer, (() -> list)) ::
           {{:ok, [Physics.result()], %{optional(pos_integer) => Paths.answer()}}
            | :none
            | {:error, term}, t}
-  def await(%{pending: {tick, _, _, _}, socket: socket} = link, p, tick) when socket != nil do
+  def await(%{pending: {tick, _, _, _}, socket: socket} = link, p, tick, cells)
+      when socket != nil do
     waiting = System.monotonic_time(:microsecond)
     deadline = div(waiting, 1000) + p.sidecar.deadline_ms
 
-    case receive_answer(link, deadline) do
+    case receive_answer(link, deadline, cells) do
       {:ok, _results, _paths} = ok -> {ok, %{link | pending: nil}}
       {:error, reason} -> fail(link, p, reason, waiting)
     end
   end
 
-  def await(link, _p, _tick), do: {:none, %{link | pending: nil}}
+  def await(link, _p, _tick, _cells), do: {:none, %{link | pending: nil}}
 
   # An answer to an older request (one dropped by a load step, `:stale`): the next.
-  defp receive_answer(link, deadline) do
+  defp receive_answer(link, deadline, cells) do
     with {:ok, frame} <- receive_frame(link, deadline),
-         :stale <- decode(link, frame),
-         do: receive_answer(link, deadline)
+         :stale <- decode(link, frame, cells),
+         do: receive_answer(link, deadline, cells)
   end
 
   @doc false
@@ -169,26 +178,35 @@ defmodule Overworld.Sidecar.Link do
 
   @doc false
   # An answer frame to the pending request: its results, checked to be those of the bodies
-  # sent (read from our answer region when the frame announces them there: `"OWSR" tick n q
-  # seq bytes`, the ids checked against our request region), and its paths, checked to be
-  # those asked for.
-  @spec decode(t, binary) ::
+  # sent, and its paths, checked to be those asked for. When the frame announces the results
+  # in our answer region (`"OWSR" tick n q seq bytes`), they are read from there: merged into
+  # the entities of `cells.()` (the cells whose entities were written into our request region:
+  # their ids are checked in order; the results are the entities moved), or, when the records
+  # were written from a list of bodies, as `{id, x, y}` (their ids checked against our request
+  # region).
+  @spec decode(t, binary, (() -> list)) ::
           {:ok, [Physics.result()], %{optional(pos_integer) => Paths.answer()}}
           | {:error, term}
           | :stale
   def decode(
-        %{shm: {shm, {request, _, region, len}}, pending: {tick, n, nil, []}},
-        <<"OWSR", t::little-64, n::little-64, 0::little-64, seq::little-64, _bytes::little-64>>
+        %{shm: {shm, {request, _, region, len}}, pending: {tick, n, written, []}},
+        <<"OWSR", t::little-64, n::little-64, 0::little-64, seq::little-64, _bytes::little-64>>,
+        cells
       )
       when t == tick do
-    case Shm.consume_results(shm, region, len, seq, tick, n, request) do
+    read =
+      if written == :entities,
+        do: Shm.consume_moved(shm, region, len, seq, tick, n, cells.(), @position),
+        else: Shm.consume_results(shm, region, len, seq, tick, n, request)
+
+    case read do
       {:ok, results} -> {:ok, results, %{}}
       {:error, :ids} -> {:error, :wrong_ids}
       {:error, reason} -> {:error, {:shm, reason}}
     end
   end
 
-  def decode(%{pending: {tick, n, bodies, computed}} = link, frame) do
+  def decode(%{pending: {tick, n, bodies, computed}} = link, frame, _cells) do
     with {:ok, results, paths} <- Physics.answer(frame, tick, n, length(computed)),
          {:ids, true} <- {:ids, same_ids?(link, results, bodies)},
          {:ok, paths} <- Paths.decode(paths, {computed, %{}}) do
@@ -205,7 +223,8 @@ defmodule Overworld.Sidecar.Link do
 
   # An answer in its frame to a request whose records were in our region (an answer larger
   # than the answer region): the ids of the records we wrote there.
-  defp same_ids?(%{shm: {shm, {request, _, _, _}}}, results, nil) do
+  defp same_ids?(%{shm: {shm, {request, _, _, _}}}, results, written)
+       when written in [nil, :entities] do
     case Shm.read(shm, request + 64, 64 * length(results)) do
       {:ok, records} ->
         ids = for <<id::little-64, _::binary-size(56) <- records>>, do: id

@@ -228,4 +228,33 @@ defmodule Overworld.Sidecar.Shm do
              error() | :torn | :seq | :ids | {:tick, integer()} | {:count, non_neg_integer()}}
   def consume_results(_shm, _region, _region_len, _expected_seq, _tick, _n, _ids_region),
     do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  `consume_results/6` merged into the entities whose bodies were sent, without a list of
+  results: `cells` is `[{key, [entity]}]` (the cells `publish_entities/7` wrote, in order) and
+  `spec` is `{id_i, x_i, y_i}`, the 0-based positions of an entity's id and position. The i-th
+  entity must have the i-th result's id; it is answered with its position replaced by the
+  result's, or as the same term when the result is its position. Answers the entities, in
+  order.
+
+  `{:error, :ids}` when an entity's id is not its result's, or the cells hold more or fewer
+  entities than `n` (after the checks of `consume_results/6`). Badarg for `cells` that are not
+  a proper list of `{key, list}` pairs, an entity that is not a tuple of at most 256 elements
+  with those positions, or an id that is not an integer.
+  """
+  @spec consume_moved(
+          t(),
+          non_neg_integer(),
+          non_neg_integer(),
+          non_neg_integer(),
+          integer(),
+          non_neg_integer(),
+          [{term(), [tuple()]}],
+          {0..255, 0..255, 0..255}
+        ) ::
+          {:ok, [tuple()]}
+          | {:error,
+             error() | :torn | :seq | :ids | {:tick, integer()} | {:count, non_neg_integer()}}
+  def consume_moved(_shm, _region, _region_len, _expected_seq, _tick, _n, _cells, _spec),
+    do: :erlang.nif_error(:nif_not_loaded)
 end

@@ -52,9 +52,11 @@ defmodule Overworld.Zone.Bucket do
     )
   end
 
+  @doc false
   # The spawn option, if this runtime still has it (checked once); otherwise workers are left to
   # the schedulers' load balancing.
-  defp bind_to(scheduler) do
+  @spec bind_to(pos_integer) :: [{:scheduler, pos_integer}]
+  def bind_to(scheduler) do
     supported? =
       case :persistent_term.get({__MODULE__, :bind}, nil) do
         nil ->

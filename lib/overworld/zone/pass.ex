@@ -251,8 +251,9 @@ defmodule Overworld.Zone.Pass do
         walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, skip(phys, e))
 
       true ->
-        e = with_input(e, inputs)
         {stepped, phys} = stepped(e, phys)
+        # (The input on both: a step's result merged by the sidecar is the entity without it.)
+        {e, stepped} = {with_input(e, inputs), with_input(stepped, inputs)}
         {stays, acc} = one(e, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
         walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, phys)
     end
@@ -271,11 +272,20 @@ defmodule Overworld.Zone.Pass do
 
   # The entity moved by the physics step, when it is the next body of the results (bodies
   # are a subsequence of the walk); game code computes from it. A failure of game code keeps
-  # the entity as it was (before the step too).
+  # the entity as it was (before the step too). A result is `{id, x, y}`, or the entity
+  # already moved (Overworld.Zone.Physics.result/0).
   defp stepped(e, [{id, x, y} | rest]) when elem(e, 1) == id, do: {entity(e, x: x, y: y), rest}
+
+  defp stepped(e, [moved | rest]) when elem(moved, 1) == elem(e, 1) and tuple_size(moved) > 3,
+    do: {moved, rest}
+
   defp stepped(e, phys), do: {e, phys}
 
   defp skip([{id, _, _} | rest], e) when elem(e, 1) == id, do: rest
+
+  defp skip([moved | rest], e) when elem(moved, 1) == elem(e, 1) and tuple_size(moved) > 3,
+    do: rest
+
   defp skip(phys, _e), do: phys
 
   defp one(e, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env) do

@@ -70,8 +70,11 @@ defmodule Overworld.Zone.Physics do
           stripes: pos_integer
         }
 
-  @typedoc "A result of a step: a body's id and new position."
-  @type result :: {pos_integer, integer, integer}
+  @typedoc """
+  A result of a step: a body's id and new position, or (the sidecar over the shared segment,
+  which merges them as it reads them) the body's entity already moved there.
+  """
+  @type result :: {pos_integer, integer, integer} | Overworld.Entity.t()
 
   @doc false
   # Options of the `sidecar:` zone option, with their defaults.
@@ -245,7 +248,12 @@ defmodule Overworld.Zone.Physics do
   def without(computed, ids) when map_size(ids) == 0, do: computed
 
   def without({results, paths}, ids),
-    do: {Enum.reject(results, &is_map_key(ids, elem(&1, 0))), Map.drop(paths, Map.keys(ids))}
+    do: {Enum.reject(results, &is_map_key(ids, result_id(&1))), Map.drop(paths, Map.keys(ids))}
+
+  @doc false
+  @spec result_id(result) :: pos_integer
+  def result_id({id, _x, _y}), do: id
+  def result_id(entity), do: entity(entity, :id)
 
   ## The sidecar's frames (docs/sidecar.md, "The zone's protocol")
 

@@ -496,6 +496,66 @@ defmodule Overworld.Sidecar.ShmTest do
     end
   end
 
+  describe "consume_moved/8" do
+    @at {1, 3, 4}
+
+    test "the entities moved to their results, in order", %{
+      shm: shm
+    } do
+      a = {:e, 5, :a, 0, 0}
+      b = {:e, 9, :b, 7, 8}
+      c = {:e, 2, :c, 1, 1, :extra}
+      assert publish_results(shm, 8192, 0, 300, [{5, 10, -20}, {9, 7, 8}, {2, 3, 4}]) == :ok
+
+      assert {:ok, [a2, b2, c2]} =
+               Shm.consume_moved(shm, 8192, 1024, 2, 300, 3, cells(a, b, c), @at)
+
+      assert a2 == {:e, 5, :a, 10, -20}
+      assert c2 == {:e, 2, :c, 3, 4, :extra}
+      assert b2 == b
+      assert publish_results(shm, 8192, 2, 301, []) == :ok
+      assert Shm.consume_moved(shm, 8192, 1024, 4, 301, 0, [{1, []}], @at) == {:ok, []}
+    end
+
+    test "the entities must be the results' bodies, in order", %{shm: shm} do
+      [a, b, c] = for id <- [5, 9, 2], do: {:e, id, :x, 0, 0}
+      assert publish_results(shm, 8192, 0, 300, [{5, 1, 1}, {9, 1, 1}, {2, 1, 1}]) == :ok
+      moved = &Shm.consume_moved(shm, 8192, 1024, 2, 300, 3, &1, @at)
+      assert moved.([{1, [a, c]}, {2, [b]}]) == {:error, :ids}
+      assert moved.([{1, [a, b]}]) == {:error, :ids}
+      assert moved.([{1, [a, b, c, c]}]) == {:error, :ids}
+      assert {:ok, _} = moved.([{1, [a]}, {2, []}, {3, [b, c]}])
+      # The checks of consume_results/6 come first.
+      assert Shm.consume_moved(shm, 8192, 1024, 2, 299, 3, [], @at) == {:error, {:tick, 300}}
+      assert Shm.consume_moved(shm, 8192, 1024, 4, 300, 3, [], @at) == {:error, :seq}
+      assert Shm.consume_moved(shm, 8192, 64 + 32 * 2, 2, 300, 3, [], @at) == {:error, :bounds}
+    end
+
+    test "cells, entities and positions that are not what they must be: badarg", %{shm: shm} do
+      assert publish_results(shm, 8192, 0, 300, [{5, 1, 1}]) == :ok
+      moved = &Shm.consume_moved(shm, 8192, 1024, 2, 300, 1, &1, &2)
+
+      for {cells, at} <- [
+            {[{1, [{:e, 5, :x, 0}]}], @at},
+            {[{1, [{:e, :five, :x, 0, 0}]}], @at},
+            {[{1, [[:e, 5, :x, 0, 0]]}], @at},
+            {[{1, [{:e, 5, :x, 0, 0}], :more}], @at},
+            {[{1, [{:e, 5, :x, 0, 0}]} | :tail], @at},
+            {[{1, [{:e, 5, :x, 0, 0} | :tail]}], @at},
+            {[{1, [List.to_tuple([:e, 5 | List.duplicate(0, 255)])]}], @at},
+            {[{1, [{:e, 5, :x, 0, 0}]}], {1, 3}},
+            {[{1, [{:e, 5, :x, 0, 0}]}], {1, 3, 256}},
+            {[{1, [{:e, 5, :x, 0, 0}]}], {1, 3, -1}}
+          ] do
+        assert_raise ArgumentError, fn -> moved.(cells, at) end
+      end
+
+      assert {:ok, [{:e, 5, :x, 1, 1}]} = moved.([{1, [{:e, 5, :x, 0, 0}]}], @at)
+    end
+
+    defp cells(a, b, c), do: [{1, [a]}, {2, []}, {3, [b, c]}]
+  end
+
   describe "a file resized by the other process" do
     test "truncated: every call answers {:error, :resized}", %{path: path, shm: shm} do
       assert Shm.publish(shm, 64, 0, "", "x") == :ok

@@ -39,7 +39,7 @@ defmodule Overworld.Zone.Bucket.Physics do
     plan = plan(st, p.paths, n)
 
     {results, paths, st} =
-      case Link.await(st.link, p, n - 1) do
+      case Link.await(st.link, p, n - 1, fn -> Bucket.own_pairs(st) end) do
         {{:ok, results, computed}, link} ->
           Sidecar.count(p, :sidecar)
           {results, Map.merge(elem(plan, 1), computed), %{st | link: link}}
