@@ -6,10 +6,13 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
   1. **The crossover**: for each of `--bodies` (a comma-separated list), a scene of wandering
      bodies among walls and pillars, split in two stripes as a zone of two workers splits it,
      stepped `--ticks` times by two long-lived processes in parallel, by the Elixir fallback
-     and by the sidecar over sockets and over the shared segment. For the sidecar, each worker's marshalling is timed apart: `in`
-     (the entities turned into body records and sent), `out` (the answer decoded, checked and
-     merged into the entities), and `wait` (the sidecar's compute and the transfer). Per
-     tick: the slower worker's time, and the CPU time of the node and of the sidecar.
+     and by the sidecar over sockets and over the shared segment, by two long-lived
+     processes bound one per scheduler (as the zone's bucket workers are). For the sidecar,
+     each worker's marshalling is timed apart: `in` (the entities turned into body records and
+     sent), `out` (the answer decoded, checked and merged into the entities as the pass takes
+     them), and `wait` (the sidecar's compute and the transfer). Per tick: the slower worker's
+     time, the marshalling (the slower worker's `in` plus the slower worker's `out`), and the
+     CPU time of the node and of the sidecar.
   2. **Kills** (`--kills K`, 0 to skip), once per transport (sockets, shared memory): a zone
      of `--kill-bodies` bodies with `physics: :sidecar` ticking at 30 Hz while its sidecar
      gets SIGKILL K times, 0.3 to 0.9 s apart: the zone's tick p50/p99/max, overruns, entities

@@ -114,7 +114,8 @@ defmodule Overworld.Bench.Sidecar do
     ratio = if s.tick_ms.p50 > 0, do: Float.round(e.tick_ms.p50 / s.tick_ms.p50, 2)
 
     "  sidecar over #{how} #{ms(s.tick_ms.p50)} ms/tick (p99 #{ms(s.tick_ms.p99)}): " <>
-      "marshalling in #{ms(s.in_ms.p50)} + out #{ms(s.out_ms.p50)} ms, waiting " <>
+      "marshalling #{ms(s.marshal_ms.p50)} ms (in #{ms(s.in_ms.p50)} + out " <>
+      "#{ms(s.out_ms.p50)}), waiting " <>
       "#{ms(s.wait_ms.p50)} ms; CPU node #{ms(s.cpu_node_ms)} + sidecar " <>
       "#{ms(s.cpu_sidecar_ms)} ms; Elixir/sidecar #{ratio}×"
   end
@@ -224,6 +225,14 @@ defmodule Overworld.Bench.Sidecar do
         in_ms: summary(for(ws <- samples, do: ws |> Enum.map(&elem(&1, 0)) |> Enum.max())),
         wait_ms: summary(for(ws <- samples, do: ws |> Enum.map(&elem(&1, 1)) |> Enum.max())),
         out_ms: summary(for(ws <- samples, do: ws |> Enum.map(&elem(&1, 2)) |> Enum.max())),
+        # Per tick, what marshalling adds to it: the slower worker's `in` and the slower
+        # worker's `out` (each delays the tick's end or start for every worker).
+        marshal_ms:
+          summary(
+            for ws <- samples do
+              Enum.max(Enum.map(ws, &elem(&1, 0))) + Enum.max(Enum.map(ws, &elem(&1, 2)))
+            end
+          ),
         marshal_cpu_ms:
           summary(
             for(ws <- samples, do: ws |> Enum.map(&(elem(&1, 0) + elem(&1, 2))) |> Enum.sum())
@@ -293,23 +302,20 @@ defmodule Overworld.Bench.Sidecar do
     {{(t1 - t0) / 1000, (t2 - t1) / 1000, (t3 - t2) / 1000}, %{link | pending: nil}}
   end
 
-  # The entities moved to their results (as the pass does, entity by entity in order: a
-  # result is `{id, x, y}`, or the entity already moved when the link read it from the shared
-  # segment).
-  defp merge([], [], acc), do: :lists.reverse(acc)
+  # The entities moved to their results, as the pass takes them (Overworld.Zone.Pass's
+  # `stepped/2`: entity by entity in order, a result `{id, x, y}` copied into its entity, an
+  # entity already moved by the link as it read the shared segment taken as it is), into one
+  # list. (The pass rebuilds its cells whether or not the zone has physics: not counted.)
+  defp merge([], [], acc), do: acc
+  defp merge([{_k, list} | rest], results, acc), do: merge_cell(list, rest, results, acc)
 
-  defp merge([{k, list} | rest], results, acc) do
-    {list, results} = merge_cell(list, results, [])
-    merge(rest, results, [{k, list} | acc])
-  end
+  defp merge_cell([], cells, results, acc), do: merge(cells, results, acc)
 
-  defp merge_cell([], results, acc), do: {:lists.reverse(acc), results}
+  defp merge_cell([e | rest], cells, [{id, x, y} | results], acc) when elem(e, 1) == id,
+    do: merge_cell(rest, cells, results, [entity(e, x: x, y: y) | acc])
 
-  defp merge_cell([e | rest], [{id, x, y} | results], acc) when elem(e, 1) == id,
-    do: merge_cell(rest, results, [entity(e, x: x, y: y) | acc])
-
-  defp merge_cell([e | rest], [moved | results], acc) when elem(moved, 1) == elem(e, 1),
-    do: merge_cell(rest, results, [moved | acc])
+  defp merge_cell([e | rest], cells, [moved | results], acc) when elem(moved, 1) == elem(e, 1),
+    do: merge_cell(rest, cells, results, [moved | acc])
 
   defp summary(samples) do
     s = Stats.summary(samples)
