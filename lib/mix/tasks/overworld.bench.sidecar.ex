@@ -5,9 +5,9 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
 
   1. **The crossover**: for each of `--bodies` (a comma-separated list), a scene of wandering
      bodies among walls and pillars, split in two stripes as a zone of two workers splits it,
-     stepped `--ticks` times by two long-lived processes in parallel, by the Elixir fallback
-     and by the sidecar over sockets and over the shared segment, by two long-lived
-     processes bound one per scheduler (as the zone's bucket workers are). For the sidecar,
+     stepped `--ticks` times by two long-lived processes in parallel, bound one per scheduler
+     (as the zone's bucket workers are), by the Elixir fallback and by the sidecar over
+     sockets and over the shared segment. For the sidecar,
      each worker's marshalling is timed apart: `in` (the entities turned into body records and
      sent), `out` (the answer decoded, checked and merged into the entities as the pass takes
      them), and `wait` (the sidecar's compute and the transfer). Per tick: the slower worker's
@@ -20,10 +20,14 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
      the kill, or from when a worker started waiting for the answer if later, to the worker's
      failure or the process's exit seen by its owner, whichever came first), from before the
      `kill` command (its start-up included) and from its return.
+  3. **Paths** (`--paths Q`, 0 to skip; default 16, the default bound per worker and tick):
+     Q path requests per worker and tick between neighbouring rooms of the 10,000 bodies'
+     scene, computed in Elixir and by the sidecar over its sockets (their answers checked
+     equal): per tick, the slower worker's time.
 
       mix overworld.bench.sidecar [--bodies 500,2000,5000,10000,50000] [--ticks 200]
-                                  [--kills 100] [--kill-bodies 10000] [--threads N]
-                                  [--json PATH]
+                                  [--kills 100] [--kill-bodies 10000] [--paths 16]
+                                  [--threads N] [--json PATH]
 
   Targets (issue 17): the sidecar faster than the Elixir fallback from 2,000 bodies up;
   shared-memory marshalling ≤ 0.5 ms per tick at 10,000 bodies; the zone's tick p99 ≤ 33 ms
@@ -38,6 +42,7 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
     ticks: :integer,
     kills: :integer,
     kill_bodies: :integer,
+    paths: :integer,
     threads: :integer,
     json: :string
   ]
@@ -47,7 +52,8 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
     opts = Args.parse!(argv, @switches, "overworld.bench.sidecar")
     o = Args.positive!(opts, ticks: 200, kill_bodies: 10_000)
     kills = Keyword.get(opts, :kills, 100)
-    Args.at_least!([kills: kills], [:kills], 0)
+    q = Keyword.get(opts, :paths, 16)
+    Args.at_least!([kills: kills, paths: q], [:kills, :paths], 0)
 
     sizes =
       opts
@@ -100,11 +106,33 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
         k
       end
 
+    paths =
+      if q > 0 do
+        info.(
+          "3. Paths: #{q} per worker and tick, two workers, #{o.ticks} ticks, the grid of " <>
+            "the 10000 bodies' scene"
+        )
+
+        r = Overworld.Bench.Sidecar.paths([q: q, ticks: o.ticks] ++ threads)
+        ratio = Float.round(r.elixir_ms.p50 / r.sidecar_ms.p50, 2)
+
+        info.(
+          "Elixir #{r.elixir_ms.p50} ms/tick (p99 #{r.elixir_ms.p99}), sidecar over sockets " <>
+            "#{r.sidecar_ms.p50} ms/tick (p99 #{r.sidecar_ms.p99}): Elixir/sidecar #{ratio}×; " <>
+            "answers #{inspect(r.answers)}, the same from both: #{r.same} " <>
+            "(p50s of #{r.sidecar_ms.samples} ticks)"
+        )
+
+        r.same || Mix.raise("the sidecar's paths differ from Elixir's")
+        r
+      end
+
     Stats.write_result(
       opts[:json],
       %{
         crossover: crossover,
         kills: killed,
+        paths: paths,
         sidecar: exe,
         date: Date.to_iso8601(Date.utc_today())
       },

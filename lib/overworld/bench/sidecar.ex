@@ -180,17 +180,7 @@ defmodule Overworld.Bench.Sidecar do
   defp sidecar_ticks(p, stripes, ticks, transport, opts) do
     # The sidecar as a zone runs it (Overworld.Sidecar), its workers' links made here.
     zone = {:bench_sidecar, System.unique_integer([:positive])}
-    name = "ow-bench-#{System.unique_integer([:positive])}.sock"
-
-    p = %{
-      p
-      | mode: :sidecar,
-        zone: zone,
-        ref: Overworld.Sidecar.new_ref(),
-        socket: Path.join(System.tmp_dir!(), name),
-        transport: transport,
-        sidecar: Map.merge(p.sidecar, Map.new(Keyword.take(opts, [:executable, :threads])))
-    }
+    p = as_sidecar(p, zone, transport, opts)
 
     if transport == :shm, do: :ok = Overworld.Sidecar.Shm.load()
 
@@ -243,6 +233,21 @@ defmodule Overworld.Bench.Sidecar do
     after
       GenServer.stop(sidecar)
     end
+  end
+
+  # The zone's physics `p` with the sidecar of zone `zone` over `transport`.
+  defp as_sidecar(p, zone, transport, opts) do
+    name = "ow-bench-#{System.unique_integer([:positive])}.sock"
+
+    %{
+      p
+      | mode: :sidecar,
+        zone: zone,
+        ref: Overworld.Sidecar.new_ref(),
+        socket: Path.join(System.tmp_dir!(), name),
+        transport: transport,
+        sidecar: Map.merge(p.sidecar, Map.new(Keyword.take(opts, [:executable, :threads])))
+    }
   end
 
   defp total({a, b, c}), do: a + b + c
@@ -320,6 +325,120 @@ defmodule Overworld.Bench.Sidecar do
   defp summary(samples) do
     s = Stats.summary(samples)
     %{p50: s.p50, p99: s.p99, max: s.max, samples: s.count}
+  end
+
+  ## 3. Paths
+
+  @doc false
+  # `q` path requests per worker and tick (`ticks` ticks, two workers in parallel, bound one
+  # per scheduler) on the navigation grid of the scene of `bodies` bodies, each from a random
+  # point of a room to a random point of a neighbouring one (through a door, around the
+  # pillars): computed in Elixir (`Overworld.Zone.Paths.answers/2`, the fallback's code) and
+  # by the sidecar over its sockets (the requests in the link's request frame with no bodies,
+  # as a tick with paths sends them). Per tick, the slower worker's time; the sidecar's answers
+  # are checked to equal Elixir's.
+  @spec paths(keyword) :: map
+  def paths(opts) do
+    n = Keyword.get(opts, :bodies, 10_000)
+    q = Keyword.fetch!(opts, :q)
+    ticks = Keyword.fetch!(opts, :ticks)
+    {p, _stripes} = setup(n)
+    {side, _, _} = scene(n, n)
+    agent = Overworld.Entity.meters(0.5)
+    nav = Overworld.Physics.Nav.new(p.world, cell: Overworld.Entity.meters(1), agent: agent)
+
+    paths = %Overworld.Zone.Paths{
+      nav: nav,
+      agent: agent,
+      fun: fn _ -> nil end,
+      per_tick: q,
+      queue: 0,
+      stripes: {}
+    }
+
+    p = %{p | paths: paths}
+    :rand.seed(:exsss, q)
+    # Each worker's requests, per tick.
+    requests = for _ <- 1..2, do: for(t <- 1..ticks, do: room_requests(side, q, t))
+
+    elixir =
+      requests
+      |> workers(ticks, fn [reqs | rest], _t ->
+        {us, answers} = :timer.tc(fn -> Overworld.Zone.Paths.answers({reqs, %{}}, paths) end)
+        {{us / 1000, answers}, rest}
+      end)
+
+    sidecar = paths_sidecar(p, requests, ticks, opts)
+    answers = fn samples -> for ws <- samples, {_, a} <- ws, do: a end
+
+    statuses =
+      elixir |> answers.() |> Enum.flat_map(&Map.values/1) |> Enum.frequencies_by(&status/1)
+
+    %{
+      bodies: n,
+      per_worker: q,
+      ticks: ticks,
+      elixir_ms: summary(for(ws <- elixir, do: ws |> Enum.map(&elem(&1, 0)) |> Enum.max())),
+      sidecar_ms: summary(for(ws <- sidecar, do: ws |> Enum.map(&elem(&1, 0)) |> Enum.max())),
+      same: answers.(elixir) == answers.(sidecar),
+      answers: statuses
+    }
+  end
+
+  defp status({:ok, _}), do: :ok
+  defp status({:error, reason}), do: reason
+  defp status(other), do: other
+
+  # `q` requests between neighbouring rooms of the scene (side `side` metres, rooms of 40 m).
+  defp room_requests(side, q, t) do
+    rooms = div(side, 40)
+
+    for i <- 1..q do
+      {ri, rj} = {:rand.uniform(rooms) - 1, :rand.uniform(rooms) - 1}
+
+      {ti, tj} =
+        Enum.random(
+          [{ri + 1, rj}, {ri - 1, rj}, {ri, rj + 1}, {ri, rj - 1}]
+          |> Enum.filter(fn {a, b} -> a in 0..(rooms - 1) and b in 0..(rooms - 1) end)
+        )
+
+      {t * 1_000_000 + i, room_point(ri, rj), room_point(ti, tj)}
+    end
+  end
+
+  # A random point of room (i, j): clear of its walls and of its pillar (at its centre).
+  defp room_point(i, j) do
+    unit = Overworld.Entity.unit()
+
+    {dx, dy} =
+      Stream.repeatedly(fn -> {3 + :rand.uniform(34), 3 + :rand.uniform(34)} end)
+      |> Enum.find(fn {dx, dy} -> abs(dx - 20) > 4 or abs(dy - 20) > 4 end)
+
+    {(i * 40 + dx) * unit, (j * 40 + dy) * unit}
+  end
+
+  defp paths_sidecar(p, requests, ticks, opts) do
+    p = as_sidecar(p, {:bench_sidecar_paths, System.unique_integer([:positive])}, :socket, opts)
+    {:ok, sidecar} = Overworld.Sidecar.start_link(p)
+    Overworld.Sidecar.await(p, 10_000) || raise "the sidecar did not start"
+
+    try do
+      requests
+      |> Enum.with_index(fn reqs, s ->
+        {:ok, link} = Link.connect(%Link{}, p, s, 1)
+        {reqs, link, s}
+      end)
+      |> workers(ticks, fn {[reqs | rest], link, s}, t ->
+        t0 = System.monotonic_time(:microsecond)
+        link = Link.request(link, p, s, 1, t, [], reqs)
+        {:ok, frame} = Link.receive_frame(link, System.monotonic_time(:millisecond) + 60_000)
+        {:ok, [], answers} = Link.decode(link, frame, fn -> [] end)
+        t1 = System.monotonic_time(:microsecond)
+        {{(t1 - t0) / 1000, answers}, {rest, %{link | pending: nil}, s}}
+      end)
+    after
+      GenServer.stop(sidecar)
+    end
   end
 
   ## 2. Kills

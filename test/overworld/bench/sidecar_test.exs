@@ -27,6 +27,14 @@ defmodule Overworld.Bench.SidecarTest do
     end
   end
 
+  test "paths: Elixir and the sidecar give the same answers, every tick sampled", %{exe: exe} do
+    r = Sidecar.paths(q: 3, ticks: 3, bodies: 2_000, executable: exe)
+    assert r.same, inspect(r)
+    assert r.elixir_ms.samples == 3 and r.sidecar_ms.samples == 3
+    # Between neighbouring rooms, through a door: found.
+    assert r.answers[:ok] > 0, inspect(r.answers)
+  end
+
   test "kills: the zone keeps its entities and sees the kill", %{exe: exe} do
     r = Sidecar.kills(bodies: 300, kills: 1, warmup: 0, executable: exe)
     assert r.entities_before == 300 and r.entities_after == 300
