@@ -50,7 +50,10 @@ defmodule Overworld.Accounts.PasswordTest do
       end
 
     Enum.each(hashers, &Task.await(&1, 30_000))
-    # The crypto NIF would hold every scheduler for the whole derivation (tens of ms).
-    assert Enum.max(delays) < 40_000, "sleeps took #{inspect(delays)} µs"
+    # The crypto NIF would hold every scheduler for the whole derivation (tens of ms), so
+    # every sleep would be late: the median is judged (one late sleep is a stall of the
+    # machine, as a fresh-clone run saw: 16.6, 60.9, 11.4, 12.0, 11.9 ms).
+    median = delays |> Enum.sort() |> Enum.at(2)
+    assert median < 40_000, "sleeps took #{inspect(delays)} µs"
   end
 end
