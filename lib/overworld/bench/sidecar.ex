@@ -47,6 +47,12 @@ defmodule Overworld.Bench.Sidecar do
     end
   end
 
+  # A zone module that asks for paths (the requests are made by the bench: `paths/1`).
+  defmodule Walkers do
+    @moduledoc false
+    def path_to(_entity), do: nil
+  end
+
   @doc false
   # The world of `n` bodies: a side giving each about 16 m² (metres), rooms of 40 m with walls
   # and pillars, the bodies (entity specs) spread at random.
@@ -343,19 +349,11 @@ defmodule Overworld.Bench.Sidecar do
     q = Keyword.fetch!(opts, :q)
     ticks = Keyword.fetch!(opts, :ticks)
     {p, _stripes} = setup(n)
-    {side, _, _} = scene(n, n)
-    agent = Overworld.Entity.meters(0.5)
-    nav = Overworld.Physics.Nav.new(p.world, cell: Overworld.Entity.meters(1), agent: agent)
-
-    paths = %Overworld.Zone.Paths{
-      nav: nav,
-      agent: agent,
-      fun: fn _ -> nil end,
-      per_tick: q,
-      queue: 0,
-      stripes: {}
-    }
-
+    side = div(p.world.width, Overworld.Entity.unit())
+    # The zone's paths as a zone with `nav: [per_tick: q]` makes them (the default grid).
+    # (Loaded first: Paths.new/4 looks for an exported path_to/1.)
+    Code.ensure_loaded!(Walkers)
+    paths = Overworld.Zone.Paths.new([per_tick: q, queue: 0], Walkers, p.world, [])
     p = %{p | paths: paths}
     :rand.seed(:exsss, q)
     # Each worker's requests, per tick.

@@ -251,10 +251,11 @@ defmodule Overworld.Zone.Pass do
         walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, skip(phys, e))
 
       true ->
-        {stepped, phys} = stepped(e, phys)
-        # (The input on both: a step's result merged by the sidecar is the entity without it.)
-        {e, stepped} = {with_input(e, inputs), with_input(stepped, inputs)}
-        {stays, acc} = one(e, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
+        e_in = with_input(e, inputs)
+        {moved, phys} = stepped(e, phys)
+        # (The input on the moved entity too: one the sidecar moved is the entity without it.)
+        stepped = if moved === e, do: e_in, else: with_input(moved, inputs)
+        {stays, acc} = one(e_in, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
         walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, phys)
     end
   end
@@ -270,22 +271,19 @@ defmodule Overworld.Zone.Pass do
     walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, phys)
   end
 
+  # Whether a result is entity `e` already moved (the sidecar's over the shared segment).
+  defguardp is_moved(result, e) when tuple_size(result) > 3 and elem(result, 1) == elem(e, 1)
+
   # The entity moved by the physics step, when it is the next body of the results (bodies
   # are a subsequence of the walk); game code computes from it. A failure of game code keeps
   # the entity as it was (before the step too). A result is `{id, x, y}`, or the entity
   # already moved (Overworld.Zone.Physics.result/0).
   defp stepped(e, [{id, x, y} | rest]) when elem(e, 1) == id, do: {entity(e, x: x, y: y), rest}
-
-  defp stepped(e, [moved | rest]) when elem(moved, 1) == elem(e, 1) and tuple_size(moved) > 3,
-    do: {moved, rest}
-
+  defp stepped(e, [moved | rest]) when is_moved(moved, e), do: {moved, rest}
   defp stepped(e, phys), do: {e, phys}
 
   defp skip([{id, _, _} | rest], e) when elem(e, 1) == id, do: rest
-
-  defp skip([moved | rest], e) when elem(moved, 1) == elem(e, 1) and tuple_size(moved) > 3,
-    do: rest
-
+  defp skip([moved | rest], e) when is_moved(moved, e), do: rest
   defp skip(phys, _e), do: phys
 
   defp one(e, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env) do
