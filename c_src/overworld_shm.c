@@ -62,6 +62,53 @@ typedef struct {
     int closed;
 } ow_shm;
 
+/* Small integers without a call. A runtime stores an integer of 60 bits as an immediate term:
+ * the value shifted left by 4 and the tag 0xF (erts' erl_term.h: make_small, signed_val). That is
+ * not part of the NIF API, so the library uses it only after checking at load time that
+ * enif_make_int64 answers exactly those terms (ow_check_small); otherwise, and for every term that
+ * is not such an immediate (a bignum, anything else), the enif functions decide. */
+#define OW_SMALL_TAG ((ERL_NIF_TERM)0xF)
+#define OW_SMALL_MAX (((int64_t)1 << 59) - 1)
+#define OW_SMALL_MIN (-((int64_t)1 << 59))
+static int ow_small_ok; /* set once at load, before any call */
+
+static inline int ow_get_i64(ErlNifEnv *env, ERL_NIF_TERM term, ErlNifSInt64 *out)
+{
+    if (ow_small_ok && (term & 0xF) == OW_SMALL_TAG) {
+        *out = (ErlNifSInt64)((int64_t)term >> 4);
+        return 1;
+    }
+    return enif_get_int64(env, term, out);
+}
+
+static inline ERL_NIF_TERM ow_make_i64(ErlNifEnv *env, int64_t v)
+{
+    if (ow_small_ok && v >= OW_SMALL_MIN && v <= OW_SMALL_MAX) {
+        return ((ERL_NIF_TERM)v << 4) | OW_SMALL_TAG;
+    }
+    return enif_make_int64(env, v);
+}
+
+/* Whether this runtime's small integers are as ow_get_i64 and ow_make_i64 take them: for values
+ * across the range and at both of its ends, enif_make_int64's term is the immediate and
+ * enif_get_int64 reads it back; one past either end is not an immediate. */
+static int ow_check_small(ErlNifEnv *env)
+{
+    static const int64_t values[] = {0, 1, -1, 15, -16, 123456789, -987654321, OW_SMALL_MAX,
+                                     OW_SMALL_MIN, (int64_t)1 << 40, -((int64_t)1 << 40)};
+    ErlNifSInt64 back;
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        ERL_NIF_TERM t = enif_make_int64(env, values[i]);
+        if (t != (((ERL_NIF_TERM)values[i] << 4) | OW_SMALL_TAG) || ((int64_t)t >> 4) != values[i] ||
+            !enif_get_int64(env, t, &back) || back != values[i]) {
+            return 0;
+        }
+    }
+    return (enif_make_int64(env, OW_SMALL_MAX + 1) & 0xF) != OW_SMALL_TAG &&
+           (enif_make_int64(env, OW_SMALL_MIN - 1) & 0xF) != OW_SMALL_TAG &&
+           (enif_make_atom(env, "ok") & 0xF) != OW_SMALL_TAG;
+}
+
 static ErlNifResourceType *ow_shm_type;
 
 static ERL_NIF_TERM atom_ok, atom_error, atom_closed, atom_bounds, atom_resized, atom_fault,
@@ -705,117 +752,132 @@ static uint64_t ow_capacity(const ow_request *r)
     return r->in_bounds ? (r->region_len - OW_REGION_HEADER) / OW_BODY_BYTES : 0;
 }
 
-/* Writes the n body records of a term into `records` (room for n): 1, or 0 (badarg) when a body
- * is not what it must be. The caller counted the term's bodies. */
-typedef int (*ow_decode_fn)(ErlNifEnv *env, ERL_NIF_TERM term, const void *ctx, int64_t *records);
+/* A publish's records, decoded before anything is written: in the calling thread's scratch
+ * buffer, which grows (doubling) as records come, up to the request's capacity, and is kept for
+ * the thread's next publish (a scheduler's buffer is as large as the largest request it wrote). */
+static __thread int64_t *ow_scratch;
+static __thread uint64_t ow_scratch_room; /* in records */
 
-/* The end of publish_bodies and publish_entities: the n bodies of `term` (decode) published in the
- * request's region with the header tick n 0 64n, {ok, N}. {error, bounds} when they do not fit
- * (nothing decoded); every body decoded (and checked) before anything is written. */
-static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, const ow_request *r, unsigned n,
-                                       ow_decode_fn decode, ERL_NIF_TERM term, const void *ctx)
+typedef struct {
+    uint64_t n;        /* records written */
+    uint64_t capacity; /* records the request's region holds */
+    int over;          /* out: a record past the capacity was asked for */
+    int nomem;         /* out: the buffer could not grow */
+} ow_sink;
+
+static int ow_grow(ow_sink *k)
 {
-    int64_t header[4], *records;
+    uint64_t room = ow_scratch_room < 512 ? 1024 : 2 * ow_scratch_room;
+    void *grown;
+    if (k->n >= k->capacity) {
+        k->over = 1;
+        return 0;
+    }
+    room = room > k->capacity ? k->capacity : room;
+    grown = ow_scratch == NULL ? enif_alloc((size_t)room * OW_BODY_BYTES)
+                               : enif_realloc(ow_scratch, (size_t)room * OW_BODY_BYTES);
+    if (grown == NULL) {
+        k->nomem = 1;
+        return 0;
+    }
+    ow_scratch = grown;
+    ow_scratch_room = room;
+    return 1;
+}
+
+/* The next record to write (OW_BODY_BYTES / 8 words), or NULL (k->over or k->nomem set). */
+static inline int64_t *ow_next_record(ow_sink *k)
+{
+    if (k->n >= ow_scratch_room || k->n >= k->capacity) {
+        if (!ow_grow(k)) {
+            return NULL;
+        }
+    }
+    return ow_scratch + (k->n++) * (OW_BODY_BYTES / 8);
+}
+
+/* Writes the body records of a term with ow_next_record: 1, or 0 when a body is not what it must
+ * be (badarg) or the sink refused a record (k->over, k->nomem). */
+typedef int (*ow_decode_fn)(ErlNifEnv *env, ERL_NIF_TERM term, const void *ctx, ow_sink *k);
+
+/* The end of publish_bodies and publish_entities: the bodies of `term` (decode) published in the
+ * request's region with the header tick n 0 64n, {ok, N}. {error, bounds} when they do not fit;
+ * every body decoded (and checked) before anything is written. */
+static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, const ow_request *r, ow_decode_fn decode,
+                                       ERL_NIF_TERM term, const void *ctx)
+{
+    int64_t header[4];
     ERL_NIF_TERM reason;
     ErlNifTime start;
+    ow_sink k = {0, ow_capacity(r), 0, 0};
 
-    if (!r->in_bounds || (uint64_t)n > ow_capacity(r)) {
+    if (!r->in_bounds) {
         return ow_error(env, atom_bounds);
     }
     start = enif_monotonic_time(ERL_NIF_USEC);
-    records = enif_alloc((size_t)n * OW_BODY_BYTES + 1);
-    if (records == NULL) {
-        return ow_error(env, ow_errno_term(env, ENOMEM));
-    }
-    if (!decode(env, term, ctx, records)) {
-        enif_free(records);
-        return enif_make_badarg(env);
+    if (!decode(env, term, ctx, &k)) {
+        return k.over    ? ow_error(env, atom_bounds)
+               : k.nomem ? ow_error(env, ow_errno_term(env, ENOMEM))
+                         : enif_make_badarg(env);
     }
     header[0] = (int64_t)htole64((uint64_t)r->tick);
-    header[1] = (int64_t)htole64((uint64_t)n);
+    header[1] = (int64_t)htole64(k.n);
     header[2] = 0; /* q: no path queries */
-    header[3] = (int64_t)htole64((uint64_t)n * OW_BODY_BYTES);
+    header[3] = (int64_t)htole64(k.n * OW_BODY_BYTES);
 
     if ((reason = ow_enter(r->s, 1)) != 0) {
-        enif_free(records);
         return ow_error(env, reason);
     }
     if (!ow_within(r->region, r->region_len, r->s->size)) {
         reason = atom_bounds;
     } else {
         reason = ow_publish(r->s, r->region, r->seq, (const unsigned char *)header, sizeof(header),
-                            (const unsigned char *)records, (size_t)n * OW_BODY_BYTES);
+                            (const unsigned char *)ow_scratch, (size_t)k.n * OW_BODY_BYTES);
     }
     enif_rwlock_runlock(r->s->lock);
-    enif_free(records);
     ow_account(env, start);
     if (reason != 0) {
         return ow_error(env, reason);
     }
-    return enif_make_tuple2(env, atom_ok, enif_make_uint(env, n));
+    return enif_make_tuple2(env, atom_ok, enif_make_uint64(env, k.n));
 }
 
 /* publish_bodies' bodies: a proper list of {Id, X, Y, Vx, Vy, R, M}. */
-static int ow_decode_bodies(ErlNifEnv *env, ERL_NIF_TERM list, const void *ctx, int64_t *record)
+static int ow_decode_bodies(ErlNifEnv *env, ERL_NIF_TERM list, const void *ctx, ow_sink *k)
 {
     ERL_NIF_TERM head;
     (void)ctx;
     while (enif_get_list_cell(env, list, &head, &list)) {
         const ERL_NIF_TERM *fields;
         ErlNifSInt64 v[OW_BODY_FIELDS];
+        int64_t *record;
         int arity, f;
         if (!enif_get_tuple(env, head, &arity, &fields) || arity != OW_BODY_FIELDS) {
             return 0;
         }
         for (f = 0; f < OW_BODY_FIELDS; f++) {
-            if (!enif_get_int64(env, fields[f], &v[f])) {
+            if (!ow_get_i64(env, fields[f], &v[f])) {
                 return 0;
             }
         }
+        if ((record = ow_next_record(k)) == NULL) {
+            return 0;
+        }
         ow_put_body(record, v);
-        record += OW_BODY_BYTES / 8;
     }
-    return 1;
+    return enif_is_empty_list(env, list);
 }
 
 /* publish_bodies(Ref, RegionOffset, RegionLen, Seq, Tick, Bodies) -> {ok, N} | {error, ...} */
 static ERL_NIF_TERM nif_publish_bodies(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     ow_request r;
-    unsigned n;
 
     (void)argc;
-    if (!ow_request_args(env, argv, &r) || !enif_get_list_length(env, argv[5], &n)) {
+    if (!ow_request_args(env, argv, &r) || !enif_is_list(env, argv[5])) {
         return enif_make_badarg(env);
     }
-    return ow_publish_records(env, &r, n, ow_decode_bodies, argv[5], NULL);
-}
-
-/* The cells of publish_entities: a proper list of {Key, Entities} with Entities a proper
- * list; their entities counted into *n (at most `max`). 0 when the term is not that. */
-static int ow_count_entities(ErlNifEnv *env, ERL_NIF_TERM cells, uint64_t max, unsigned *n)
-{
-    ERL_NIF_TERM cell;
-    uint64_t total = 0;
-    while (enif_get_list_cell(env, cells, &cell, &cells)) {
-        const ERL_NIF_TERM *pair;
-        int arity;
-        unsigned count;
-        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2 ||
-            !enif_get_list_length(env, pair[1], &count)) {
-            return 0;
-        }
-        total += count;
-        if (total > max) {
-            total = max + 1; /* more than the region holds: bounds */
-            break;
-        }
-    }
-    if (total <= max && !enif_is_empty_list(env, cells)) {
-        return 0;
-    }
-    *n = total > UINT_MAX ? UINT_MAX : (unsigned)total;
-    return 1;
+    return ow_publish_records(env, &r, ow_decode_bodies, argv[5], NULL);
 }
 
 /* What publish_entities reads of an entity: the 0-based positions of its id, x, y, vx, vy
@@ -826,41 +888,49 @@ typedef struct {
     int need;
 } ow_entity_spec;
 
-/* publish_entities' cells (counted by ow_count_entities). */
-static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ctx,
-                              int64_t *record)
+/* publish_entities' cells: a proper list of {Key, Entities}, Entities a proper list of entities.
+ * One walk: each entity's record written as it is read. */
+static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ctx, ow_sink *k)
 {
     const ow_entity_spec *spec = ctx;
+    const ErlNifSInt64 limit = spec->v[7];
     ERL_NIF_TERM cell;
     while (enif_get_list_cell(env, cells, &cell, &cells)) {
         const ERL_NIF_TERM *pair;
         ERL_NIF_TERM list, head;
-        int arity, f;
+        int arity;
         if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
             return 0;
         }
         list = pair[1];
         while (enif_get_list_cell(env, list, &head, &list)) {
             const ERL_NIF_TERM *fields;
-            ErlNifSInt64 v[OW_BODY_FIELDS];
-            if (!enif_get_tuple(env, head, &arity, &fields) || arity < spec->need) {
+            ErlNifSInt64 id, x, y, vx, vy;
+            int64_t *record;
+            if (!enif_get_tuple(env, head, &arity, &fields) || arity < spec->need ||
+                !ow_get_i64(env, fields[spec->v[0]], &id) ||
+                !ow_get_i64(env, fields[spec->v[1]], &x) ||
+                !ow_get_i64(env, fields[spec->v[2]], &y) ||
+                !ow_get_i64(env, fields[spec->v[3]], &vx) ||
+                !ow_get_i64(env, fields[spec->v[4]], &vy) ||
+                (record = ow_next_record(k)) == NULL) {
                 return 0;
             }
-            for (f = 0; f < 5; f++) {
-                if (!enif_get_int64(env, fields[spec->v[f]], &v[f])) {
-                    return 0;
-                }
-            }
-            for (f = 3; f < 5; f++) {
-                v[f] = v[f] > spec->v[7] ? spec->v[7] : v[f] < -spec->v[7] ? -spec->v[7] : v[f];
-            }
-            v[5] = spec->v[5];
-            v[6] = spec->v[6];
-            ow_put_body(record, v);
-            record += OW_BODY_BYTES / 8;
+            /* (Scalars straight into the record: no array read back as wider words.) */
+            record[0] = (int64_t)htole64((uint64_t)id);
+            record[1] = (int64_t)htole64((uint64_t)x);
+            record[2] = (int64_t)htole64((uint64_t)y);
+            record[3] = (int64_t)htole64((uint64_t)(vx > limit ? limit : vx < -limit ? -limit : vx));
+            record[4] = (int64_t)htole64((uint64_t)(vy > limit ? limit : vy < -limit ? -limit : vy));
+            record[5] = (int64_t)htole64((uint64_t)spec->v[5]);
+            record[6] = (int64_t)htole64((uint64_t)spec->v[6]);
+            record[7] = 0;
+        }
+        if (!enif_is_empty_list(env, list)) {
+            return 0;
         }
     }
-    return 1;
+    return enif_is_empty_list(env, cells);
 }
 
 /* publish_entities(Ref, RegionOffset, RegionLen, Seq, Tick, Cells, Spec) -> {ok, N} | {error, ...}
@@ -874,12 +944,11 @@ static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF
     ow_request r;
     ow_entity_spec spec;
     const ERL_NIF_TERM *fields;
-    unsigned n;
     int arity, f;
 
     (void)argc;
     if (!ow_request_args(env, argv, &r) || !enif_get_tuple(env, argv[6], &arity, &fields) ||
-        arity != 8) {
+        arity != 8 || !enif_is_list(env, argv[5])) {
         return enif_make_badarg(env);
     }
     spec.need = 0;
@@ -893,10 +962,7 @@ static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF
             spec.need = (int)spec.v[f] + 1;
         }
     }
-    if (!ow_count_entities(env, argv[5], ow_capacity(&r), &n)) {
-        return enif_make_badarg(env);
-    }
-    return ow_publish_records(env, &r, n, ow_decode_entities, argv[5], &spec);
+    return ow_publish_records(env, &r, ow_decode_entities, argv[5], &spec);
 }
 
 /* consume(Ref, RegionOffset, ExpectedSeq, Len) -> {ok, Binary} | {error, ...} */
@@ -1067,9 +1133,9 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
         int64_t v[3];
         ow_result(buffer, i - 1, v);
         list = enif_make_list_cell(env,
-                                   enif_make_tuple3(env, enif_make_int64(env, v[0]),
-                                                    enif_make_int64(env, v[1]),
-                                                    enif_make_int64(env, v[2])),
+                                   enif_make_tuple3(env, ow_make_i64(env, v[0]),
+                                                    ow_make_i64(env, v[1]),
+                                                    ow_make_i64(env, v[2])),
                                    list);
     }
     enif_free(buffer);
@@ -1088,67 +1154,95 @@ static inline void ow_prefetch(ERL_NIF_TERM term)
     __builtin_prefetch((const void *)(uintptr_t)(term & ~(ERL_NIF_TERM)7));
 }
 
-/* consume_moved's walk of Cells, in two passes so that the entities' memory is fetched in
- * parallel rather than one miss after another: first their terms, in order, into terms[0..n)
- * (each prefetched), then every entity moved to its result (terms[i] replaced), or left as it is
- * when its result is its position. Returns 1, or 0 with the term to answer in *answer: badarg
- * (cells that are not a proper list of {Key, [Entity]} pairs, an entity not a tuple of an arity
- * from `need` to OW_MAX_ARITY, its id not an integer), {error, ids} (an entity's id is not its
- * result's, or there are more or fewer entities than results). */
+/* A walk over the entities of cells ([{Key, [Entity]}]), one after another. */
+typedef struct {
+    ERL_NIF_TERM cells; /* the cells not entered yet */
+    ERL_NIF_TERM list;  /* the rest of the current cell's entities */
+    int bad;            /* out: the cells are not a proper list of {Key, [Entity]} pairs */
+} ow_walk;
+
+/* The next entity into *entity: 1, or 0 at the end of the cells or when they are malformed
+ * (w->bad). */
+static inline int ow_walk_next(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
+{
+    for (;;) {
+        ERL_NIF_TERM cell;
+        const ERL_NIF_TERM *pair;
+        int arity;
+        if (enif_get_list_cell(env, w->list, entity, &w->list)) {
+            return 1;
+        }
+        if (!enif_is_empty_list(env, w->list)) {
+            return (w->bad = 1, 0);
+        }
+        if (!enif_get_list_cell(env, w->cells, &cell, &w->cells)) {
+            w->bad = !enif_is_empty_list(env, w->cells);
+            return 0;
+        }
+        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
+            return (w->bad = 1, 0);
+        }
+        w->list = pair[1];
+    }
+}
+
+/* How far ahead of the entity being moved the walk runs (its entities prefetched). */
+#define OW_AHEAD 8
+
+/* consume_moved's walk of Cells: every entity moved to its result into terms[0..n) (a new tuple
+ * with its position elements replaced), or left as it is when its result is its position.
+ * Walking the lists is a chain of dependent loads, so the walk runs OW_AHEAD entities ahead of
+ * the moves, their tuples prefetched: the walk's misses overlap the moves' work instead of adding
+ * to it. Returns 1, or 0 with the term to answer in *answer: badarg (cells that are not a proper
+ * list of {Key, [Entity]} pairs, an entity not a tuple of an arity from `need` to OW_MAX_ARITY,
+ * its id not an integer), {error, ids} (an entity's id is not its result's, or there are more or
+ * fewer entities than results). */
 static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const int at[3], int need,
                             const unsigned char *buffer, uint64_t n, ERL_NIF_TERM *terms,
                             ERL_NIF_TERM *answer)
 {
-    ERL_NIF_TERM cell, copy[OW_MAX_ARITY];
-    uint64_t i = 0;
-    while (enif_get_list_cell(env, cells, &cell, &cells)) {
-        const ERL_NIF_TERM *pair;
-        ERL_NIF_TERM list, head;
-        int arity;
-        ow_prefetch(cells);
-        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
-            return (*answer = enif_make_badarg(env), 0);
-        }
-        list = pair[1];
-        while (enif_get_list_cell(env, list, &head, &list)) {
-            if (i == n) {
-                return (*answer = ow_error(env, atom_ids), 0);
-            }
-            ow_prefetch(list);
-            ow_prefetch(head);
-            terms[i++] = head;
-        }
-        if (!enif_is_empty_list(env, list)) {
-            return (*answer = enif_make_badarg(env), 0);
-        }
+    ERL_NIF_TERM copy[OW_MAX_ARITY], ahead[OW_AHEAD];
+    ow_walk w = {cells, enif_make_list(env, 0), 0};
+    uint64_t walked = 0, i;
+
+    while (walked < OW_AHEAD && ow_walk_next(env, &w, &ahead[walked])) {
+        ow_prefetch(ahead[walked++]);
     }
-    if (!enif_is_empty_list(env, cells)) {
-        return (*answer = enif_make_badarg(env), 0);
-    }
-    if (i != n) {
-        return (*answer = ow_error(env, atom_ids), 0);
-    }
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < walked; i++) {
         const ERL_NIF_TERM *fields;
+        ERL_NIF_TERM e = ahead[i % OW_AHEAD];
         ErlNifSInt64 id, x, y;
         int64_t v[3];
         int arity;
-        if (!enif_get_tuple(env, terms[i], &arity, &fields) || arity < need ||
-            arity > OW_MAX_ARITY || !enif_get_int64(env, fields[at[0]], &id)) {
+        if (ow_walk_next(env, &w, &ahead[walked % OW_AHEAD])) {
+            ow_prefetch(ahead[walked++ % OW_AHEAD]);
+        }
+        if (i == n) {
+            return (*answer = ow_error(env, atom_ids), 0);
+        }
+        if (!enif_get_tuple(env, e, &arity, &fields) || arity < need || arity > OW_MAX_ARITY ||
+            !ow_get_i64(env, fields[at[0]], &id)) {
             return (*answer = enif_make_badarg(env), 0);
         }
         ow_result(buffer, i, v);
         if (v[0] != id) {
             return (*answer = ow_error(env, atom_ids), 0);
         }
-        if (enif_get_int64(env, fields[at[1]], &x) && x == v[1] &&
-            enif_get_int64(env, fields[at[2]], &y) && y == v[2]) {
+        if (ow_get_i64(env, fields[at[1]], &x) && x == v[1] && ow_get_i64(env, fields[at[2]], &y) &&
+            y == v[2]) {
+            terms[i] = e;
             continue;
         }
         memcpy(copy, fields, (size_t)arity * sizeof(ERL_NIF_TERM));
-        copy[at[1]] = enif_make_int64(env, v[1]);
-        copy[at[2]] = enif_make_int64(env, v[2]);
+        copy[at[1]] = ow_make_i64(env, v[1]);
+        copy[at[2]] = ow_make_i64(env, v[2]);
         terms[i] = enif_make_tuple_from_array(env, copy, (unsigned)arity);
+    }
+    if (w.bad) {
+        return (*answer = enif_make_badarg(env), 0);
+    }
+    if (i != n) {
+        return (*answer = ow_error(env, atom_ids), 0);
     }
     return 1;
 }
@@ -1259,6 +1353,7 @@ static int ow_load(ErlNifEnv *env, void **priv_data, ERL_NIF_TERM load_info)
         return 1;
     }
     ow_make_atoms(env);
+    ow_small_ok = ow_check_small(env);
     return 0;
 }
 

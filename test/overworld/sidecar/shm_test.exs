@@ -409,6 +409,29 @@ defmodule Overworld.Sidecar.ShmTest do
       assert {:ok, <<4::64-little, 43::64-little, 0::64>>} = Shm.read(shm, 0, 24)
     end
 
+    test "thousands of entities (the buffer they are decoded into grows), then a few", %{
+      path: path
+    } do
+      on_exit(fn -> File.rm(path <> ".big") end)
+      {:ok, shm} = Shm.create(path <> ".big", 64 + 64 * 2_500)
+      entities = for i <- 1..2_500, do: ent(i, i * 7, -i, rem(i, 900) - 450, 3)
+      cells = Enum.chunk_every(entities, 9) |> Enum.with_index(fn l, k -> {k, l} end)
+      len = 64 + 64 * 2_500
+
+      expected =
+        for {:entity, id, :body, x, y, vx, vy, _, _} <- entities,
+            into: <<>>,
+            do:
+              <<id::64-little, x::64-little, y::64-little-signed, vx::64-little-signed,
+                vy::64-little, 512::64-little, 3::64-little, 0::64>>
+
+      assert Shm.publish_entities(shm, 0, len, 0, 1, cells, @spec_) == {:ok, 2_500}
+      assert Shm.read(shm, 64, 64 * 2_500) == {:ok, expected}
+      assert Shm.publish_entities(shm, 0, len, 2, 2, Enum.take(cells, 1), @spec_) == {:ok, 9}
+      assert {:ok, <<4::64-little, 2::64-little, 9::64-little>>} = Shm.read(shm, 0, 24)
+      assert Shm.read(shm, 64, 64 * 9) == {:ok, binary_part(expected, 0, 64 * 9)}
+    end
+
     test "bad cells or entities are badarg and nothing is written; too many: :bounds", %{
       shm: shm
     } do
@@ -554,6 +577,39 @@ defmodule Overworld.Sidecar.ShmTest do
     end
 
     defp cells(a, b, c), do: [{1, [a]}, {2, []}, {3, [b, c]}]
+
+    # The NIF reads and makes the runtime's immediate integers (60 bits) itself, and leaves
+    # the others to the NIF API: values on both sides of each edge, in and out.
+    test "integers at the edges of the runtime's small integers, both ways", %{shm: shm} do
+      edges = for e <- [1 <<< 59, -(1 <<< 59)], d <- [-2, -1, 0, 1], do: e + d
+      values = edges ++ [0, -1, (1 <<< 63) - 1, -(1 <<< 63)]
+      # (y = -v - 1: also an i64, and on the other side of each edge.)
+      entities = for {v, i} <- Enum.with_index(values, 1), do: {:e, i, :x, v, -v - 1}
+      cells = [{1, entities}]
+
+      assert Shm.publish_entities(shm, 0, 4096, 0, 7, cells, {1, 3, 4, 3, 4, 0, 0, 1 <<< 62}) ==
+               {:ok, length(values)}
+
+      {:ok, records} = Shm.read(shm, 64, 64 * length(values))
+
+      read =
+        for <<id::64-little-signed, x::64-little-signed, y::64-little-signed,
+              _::binary-40 <-
+                records>>,
+            do: {id, x, y}
+
+      expected = for {:e, id, :x, x, y} <- entities, do: {id, x, y}
+
+      assert read == expected
+
+      flipped = for {id, x, y} <- expected, do: {id, y, x}
+      assert publish_results(shm, 8192, 0, 300, flipped) == :ok
+      assert Shm.consume_results(shm, 8192, 4096, 2, 300, length(values)) == {:ok, flipped}
+
+      assert {:ok, out} = Shm.consume_moved(shm, 8192, 4096, 2, 300, length(values), cells, @at)
+
+      assert for({:e, id, :x, x, y} <- out, do: {id, x, y}) == flipped
+    end
   end
 
   describe "a file resized by the other process" do
