@@ -112,7 +112,8 @@ static int ow_check_small(ErlNifEnv *env)
 static ErlNifResourceType *ow_shm_type;
 
 static ERL_NIF_TERM atom_ok, atom_error, atom_closed, atom_bounds, atom_resized, atom_fault,
-    atom_torn, atom_seq, atom_size, atom_tick, atom_count, atom_ids, atom_errno;
+    atom_torn, atom_seq, atom_size, atom_tick, atom_count, atom_ids, atom_errno, atom_queries,
+    atom_bytes;
 
 /* ------------------------------------------------------------------------------------------ */
 /* The SIGBUS guard                                                                            */
@@ -800,16 +801,19 @@ static inline int64_t *ow_next_record(ow_sink *k)
  * be (badarg) or the sink refused a record (k->over, k->nomem). */
 typedef int (*ow_decode_fn)(ErlNifEnv *env, ERL_NIF_TERM term, const void *ctx, ow_sink *k);
 
-/* The end of publish_bodies and publish_entities: the bodies of `term` (decode) published in the
- * request's region with the header tick n 0 64n, {ok, N}. {error, bounds} when they do not fit;
- * every body decoded (and checked) before anything is written. */
+/* The end of publish_bodies and publish_entities: the bodies of `term` (decode), then the q
+ * query records of `queries` (64 bytes each, as they are), published in the request's region
+ * with the header tick n q 64(n+q), {ok, N}. {error, bounds} when they do not fit; every body
+ * decoded (and checked) before anything is written. */
 static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, const ow_request *r, ow_decode_fn decode,
-                                       ERL_NIF_TERM term, const void *ctx)
+                                       ERL_NIF_TERM term, const void *ctx,
+                                       const ErlNifBinary *queries)
 {
     int64_t header[4];
     ERL_NIF_TERM reason;
     ErlNifTime start;
     ow_sink k = {0, ow_capacity(r), 0, 0};
+    uint64_t n, q = queries->size / OW_BODY_BYTES;
 
     if (!r->in_bounds) {
         return ow_error(env, atom_bounds);
@@ -820,9 +824,17 @@ static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, const ow_request *r, ow_d
                : k.nomem ? ow_error(env, ow_errno_term(env, ENOMEM))
                          : enif_make_badarg(env);
     }
+    n = k.n;
+    for (uint64_t i = 0; i < q; i++) {
+        int64_t *record = ow_next_record(&k);
+        if (record == NULL) {
+            return k.over ? ow_error(env, atom_bounds) : ow_error(env, ow_errno_term(env, ENOMEM));
+        }
+        memcpy(record, queries->data + i * OW_BODY_BYTES, OW_BODY_BYTES);
+    }
     header[0] = (int64_t)htole64((uint64_t)r->tick);
-    header[1] = (int64_t)htole64(k.n);
-    header[2] = 0; /* q: no path queries */
+    header[1] = (int64_t)htole64(n);
+    header[2] = (int64_t)htole64(q);
     header[3] = (int64_t)htole64(k.n * OW_BODY_BYTES);
 
     if ((reason = ow_enter(r->s, 1)) != 0) {
@@ -839,7 +851,20 @@ static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, const ow_request *r, ow_d
     if (reason != 0) {
         return ow_error(env, reason);
     }
-    return enif_make_tuple2(env, atom_ok, enif_make_uint64(env, k.n));
+    return enif_make_tuple2(env, atom_ok, enif_make_uint64(env, n));
+}
+
+/* The Queries argument of publish_bodies/7 and publish_entities/8 (a binary of 64-byte query
+ * records), or none: 1, or 0 (badarg). */
+static int ow_queries_arg(ErlNifEnv *env, int argc, int at, const ERL_NIF_TERM argv[],
+                          ErlNifBinary *queries)
+{
+    if (argc <= at) {
+        queries->size = 0;
+        queries->data = NULL;
+        return 1;
+    }
+    return enif_inspect_binary(env, argv[at], queries) && queries->size % OW_BODY_BYTES == 0;
 }
 
 /* publish_bodies' bodies: a proper list of {Id, X, Y, Vx, Vy, R, M}. */
@@ -868,16 +893,18 @@ static int ow_decode_bodies(ErlNifEnv *env, ERL_NIF_TERM list, const void *ctx, 
     return enif_is_empty_list(env, list);
 }
 
-/* publish_bodies(Ref, RegionOffset, RegionLen, Seq, Tick, Bodies) -> {ok, N} | {error, ...} */
+/* publish_bodies(Ref, RegionOffset, RegionLen, Seq, Tick, Bodies[, Queries])
+ *   -> {ok, N} | {error, ...} */
 static ERL_NIF_TERM nif_publish_bodies(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     ow_request r;
+    ErlNifBinary queries;
 
-    (void)argc;
-    if (!ow_request_args(env, argv, &r) || !enif_is_list(env, argv[5])) {
+    if (!ow_request_args(env, argv, &r) || !enif_is_list(env, argv[5]) ||
+        !ow_queries_arg(env, argc, 6, argv, &queries)) {
         return enif_make_badarg(env);
     }
-    return ow_publish_records(env, &r, ow_decode_bodies, argv[5], NULL);
+    return ow_publish_records(env, &r, ow_decode_bodies, argv[5], NULL, &queries);
 }
 
 /* What publish_entities reads of an entity: the 0-based positions of its id, x, y, vx, vy
@@ -933,7 +960,8 @@ static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ct
     return enif_is_empty_list(env, cells);
 }
 
-/* publish_entities(Ref, RegionOffset, RegionLen, Seq, Tick, Cells, Spec) -> {ok, N} | {error, ...}
+/* publish_entities(Ref, RegionOffset, RegionLen, Seq, Tick, Cells, Spec[, Queries])
+ *   -> {ok, N} | {error, ...}
  *
  * publish_bodies of the entities of Cells ([{Key, [Entity]}], in order) read where they are: an
  * entity is a tuple whose elements IdI, XI, YI, VxI, VyI (0-based) are its id, position and
@@ -944,11 +972,11 @@ static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF
     ow_request r;
     ow_entity_spec spec;
     const ERL_NIF_TERM *fields;
+    ErlNifBinary queries;
     int arity, f;
 
-    (void)argc;
     if (!ow_request_args(env, argv, &r) || !enif_get_tuple(env, argv[6], &arity, &fields) ||
-        arity != 8 || !enif_is_list(env, argv[5])) {
+        arity != 8 || !enif_is_list(env, argv[5]) || !ow_queries_arg(env, argc, 7, argv, &queries)) {
         return enif_make_badarg(env);
     }
     spec.need = 0;
@@ -962,7 +990,7 @@ static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF
             spec.need = (int)spec.v[f] + 1;
         }
     }
-    return ow_publish_records(env, &r, ow_decode_entities, argv[5], &spec);
+    return ow_publish_records(env, &r, ow_decode_entities, argv[5], &spec, &queries);
 }
 
 /* consume(Ref, RegionOffset, ExpectedSeq, Len) -> {ok, Binary} | {error, ...} */
@@ -1003,15 +1031,18 @@ static ERL_NIF_TERM nif_consume(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return reason != 0 ? ow_error(env, reason) : enif_make_tuple2(env, atom_ok, bin);
 }
 
-/* The checked copy of an answer region's N result records, the part consume_results and
- * consume_moved share: argv is Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N; with
- * `ids_region` (argv[6], or NULL) the results' ids must be those of the first N body records of
- * that request region, in order. Returns 1 with *out (enif_alloc'd, the caller frees it: the
- * region's header then the records), *n_out and *start (when the access began), or 0 with the
- * term to answer in *answer: badarg or {error, ...}. (Not a term for both: badarg's term may be
- * 0.) */
+/* The checked copy of an answer region's N result records and the answers to its Q path
+ * queries, the part consume_results and consume_moved share: argv is Ref, RegionOffset,
+ * RegionLen, ExpectedSeq, ExpectedTick, N; with `ids_region` (argv[6], or NULL) the results' ids
+ * must be those of the first N body records of that request region, in order; `q_arg` (or NULL:
+ * 0) is Q. The header's q must be Q, and its `bytes` 32N without queries, at least 32N with them
+ * (the path answers follow the results). Returns 1 with *out (enif_alloc'd, the caller frees it:
+ * the region's header, the records, the path answers), *n_out, *paths_len (the path answers'
+ * bytes) and *start (when the access began), or 0 with the term to answer in *answer: badarg or
+ * {error, ...}. (Not a term for both: badarg's term may be 0.) */
 static int ow_results(ErlNifEnv *env, const ERL_NIF_TERM argv[],
-                      const ERL_NIF_TERM *ids_region_arg, unsigned char **out, uint64_t *n_out,
+                      const ERL_NIF_TERM *ids_region_arg, const ERL_NIF_TERM *q_arg,
+                      unsigned char **out, uint64_t *n_out, uint64_t *paths_len,
                       ErlNifTime *start, ERL_NIF_TERM *answer)
 {
     ow_shm *s;
@@ -1021,7 +1052,7 @@ static int ow_results(ErlNifEnv *env, const ERL_NIF_TERM argv[],
     unsigned char *buffer;
     size_t len;
     ERL_NIF_TERM reason;
-    uint64_t word, ids_region = 0;
+    uint64_t word, ids_region = 0, q = 0, bytes, header_q, header_bytes;
     int ids_arg = ARG_OK, ids_wrong = 0;
 
     if (!ow_get_shm(env, argv[0], &s)) {
@@ -1036,7 +1067,8 @@ static int ow_results(ErlNifEnv *env, const ERL_NIF_TERM argv[],
     }
     if (region_arg == ARG_BAD || region_len_arg == ARG_BAD || n_arg == ARG_BAD ||
         ids_arg == ARG_BAD || ow_get_u64(env, argv[3], &expected) != ARG_OK ||
-        !enif_get_int64(env, argv[4], &tick)) {
+        !enif_get_int64(env, argv[4], &tick) ||
+        (q_arg != NULL && ow_get_u64(env, *q_arg, &q) != ARG_OK)) {
         *answer = enif_make_badarg(env);
         return 0;
     }
@@ -1059,7 +1091,25 @@ static int ow_results(ErlNifEnv *env, const ERL_NIF_TERM argv[],
         *answer = ow_leave_error(env, s, atom_bounds);
         return 0;
     }
-    len = OW_REGION_HEADER + (size_t)n * OW_RESULT_BYTES;
+    /* With path answers, their length is the header's `bytes`: the header first (under the
+     * lock), then the header and everything it announces (under the lock again, the same seq:
+     * the same write). */
+    bytes = n * OW_RESULT_BYTES;
+    if (q > 0) {
+        unsigned char head[OW_REGION_HEADER];
+        if ((reason = ow_consume(s, region, expected, head, sizeof(head))) != 0) {
+            *answer = ow_leave_error(env, s, reason);
+            return 0;
+        }
+        memcpy(&word, head + 32, 8);
+        bytes = le64toh(word);
+        if (bytes < n * OW_RESULT_BYTES || bytes > region_len - OW_REGION_HEADER || bytes % 8 != 0) {
+            *answer = ow_leave_error(env, s, enif_make_tuple2(env, atom_bytes,
+                                                              enif_make_uint64(env, bytes)));
+            return 0;
+        }
+    }
+    len = OW_REGION_HEADER + (size_t)bytes;
     buffer = enif_alloc(len);
     if (buffer == NULL) {
         *answer = ow_leave_error(env, s, ow_errno_term(env, ENOMEM));
@@ -1083,11 +1133,19 @@ static int ow_results(ErlNifEnv *env, const ERL_NIF_TERM argv[],
         header_tick = le64toh(word);
         memcpy(&word, buffer + 16, 8);
         header_n = le64toh(word);
+        memcpy(&word, buffer + 24, 8);
+        header_q = le64toh(word);
+        memcpy(&word, buffer + 32, 8);
+        header_bytes = le64toh(word);
         if ((int64_t)header_tick != (int64_t)tick) {
             reason = enif_make_tuple2(env, atom_tick,
                                       enif_make_int64(env, (ErlNifSInt64)header_tick));
         } else if (header_n != n) {
             reason = enif_make_tuple2(env, atom_count, enif_make_uint64(env, header_n));
+        } else if (header_q != q) {
+            reason = enif_make_tuple2(env, atom_queries, enif_make_uint64(env, header_q));
+        } else if (header_bytes != bytes) {
+            reason = enif_make_tuple2(env, atom_bytes, enif_make_uint64(env, header_bytes));
         } else if (ids_wrong) {
             /* (After the header's tick and count: a wrong tick is that, not wrong ids.) */
             reason = atom_ids;
@@ -1100,7 +1158,27 @@ static int ow_results(ErlNifEnv *env, const ERL_NIF_TERM argv[],
     }
     *out = buffer;
     *n_out = n;
+    *paths_len = bytes - n * OW_RESULT_BYTES;
     return 1;
+}
+
+/* {ok, Answer} or, with path queries, {ok, Answer, PathAnswers} (their bytes, a binary). */
+static ERL_NIF_TERM ow_ok_paths(ErlNifEnv *env, ERL_NIF_TERM answer, int with_paths,
+                                const unsigned char *buffer, uint64_t n, uint64_t paths_len)
+{
+    ERL_NIF_TERM paths;
+    unsigned char *data;
+    if (!with_paths) {
+        return enif_make_tuple2(env, atom_ok, answer);
+    }
+    data = enif_make_new_binary(env, (size_t)paths_len, &paths);
+    if (data == NULL) {
+        return ow_error(env, ow_errno_term(env, ENOMEM));
+    }
+    if (paths_len > 0) {
+        memcpy(data, buffer + OW_REGION_HEADER + n * OW_RESULT_BYTES, (size_t)paths_len);
+    }
+    return enif_make_tuple3(env, atom_ok, answer, paths);
 }
 
 /* Result record i of a copy made by ow_results: its id, x and y. */
@@ -1114,18 +1192,20 @@ static void ow_result(const unsigned char *buffer, uint64_t i, int64_t v[3])
     }
 }
 
-/* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N[, IdsRegion])
- *   -> {ok, [{Id, X, Y}]} | {error, ...}
+/* consume_results(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N[, IdsRegion[, Q]])
+ *   -> {ok, [{Id, X, Y}]} | {ok, [{Id, X, Y}], PathAnswers} | {error, ...}
  * With IdsRegion (a request region of the segment), the results' ids must be those of its first
- * N body records, in order ({error, ids} otherwise): the answer is to the bodies we sent. */
+ * N body records, in order ({error, ids} otherwise): the answer is to the bodies we sent. With Q
+ * (the path queries sent), the answers to them too, as their bytes (ow_results). */
 static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     unsigned char *buffer;
-    uint64_t n;
+    uint64_t n, paths_len;
     ErlNifTime start;
     ERL_NIF_TERM list, answer;
 
-    if (!ow_results(env, argv, argc == 7 ? &argv[6] : NULL, &buffer, &n, &start, &answer)) {
+    if (!ow_results(env, argv, argc >= 7 ? &argv[6] : NULL, argc == 8 ? &argv[7] : NULL, &buffer,
+                    &n, &paths_len, &start, &answer)) {
         return answer;
     }
     list = enif_make_list(env, 0);
@@ -1138,9 +1218,10 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
                                                     ow_make_i64(env, v[2])),
                                    list);
     }
+    answer = ow_ok_paths(env, list, argc == 8, buffer, n, paths_len);
     enif_free(buffer);
     ow_account(env, start);
-    return enif_make_tuple2(env, atom_ok, list);
+    return answer;
 }
 
 /* The largest entity consume_moved copies (a tuple's arity). */
@@ -1247,22 +1328,22 @@ static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const int at[3],
     return 1;
 }
 
-/* consume_moved(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N, Cells, Spec)
- *   -> {ok, [Entity]} | {error, ...}
+/* consume_moved(Ref, RegionOffset, RegionLen, ExpectedSeq, ExpectedTick, N, Cells, Spec[, Q])
+ *   -> {ok, [Entity]} | {ok, [Entity], PathAnswers} | {error, ...}
  * consume_results/6 merged into the entities of Cells ([{Key, [Entity]}], in order: the entities
  * whose bodies were sent), without a list of results: the i-th entity must have the i-th
  * result's id, and is answered with its position elements replaced by the result's (the same
- * term when the result is its position). Spec = {IdI, XI, YI} (0-based positions). */
+ * term when the result is its position). Spec = {IdI, XI, YI} (0-based positions). With Q, as
+ * consume_results/8. */
 static ERL_NIF_TERM nif_consume_moved(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     const ERL_NIF_TERM *fields;
     int arity, at[3], need = 0, moved;
     unsigned char *buffer;
-    uint64_t n;
+    uint64_t n, paths_len;
     ErlNifTime start;
     ERL_NIF_TERM reason, *terms;
 
-    (void)argc;
     if (!enif_get_tuple(env, argv[7], &arity, &fields) || arity != 3) {
         return enif_make_badarg(env);
     }
@@ -1274,7 +1355,8 @@ static ERL_NIF_TERM nif_consume_moved(ErlNifEnv *env, int argc, const ERL_NIF_TE
         at[f] = (int)i;
         need = at[f] + 1 > need ? at[f] + 1 : need;
     }
-    if (!ow_results(env, argv, NULL, &buffer, &n, &start, &reason)) {
+    if (!ow_results(env, argv, NULL, argc == 9 ? &argv[8] : NULL, &buffer, &n, &paths_len, &start,
+                    &reason)) {
         return reason;
     }
     terms = enif_alloc((size_t)n * sizeof(ERL_NIF_TERM) + 1);
@@ -1284,7 +1366,8 @@ static ERL_NIF_TERM nif_consume_moved(ErlNifEnv *env, int argc, const ERL_NIF_TE
     }
     moved = ow_move_entities(env, argv[6], at, need, buffer, n, terms, &reason);
     if (moved) {
-        reason = enif_make_tuple2(env, atom_ok, enif_make_list_from_array(env, terms, (unsigned)n));
+        reason = ow_ok_paths(env, enif_make_list_from_array(env, terms, (unsigned)n), argc == 9,
+                             buffer, n, paths_len);
     }
     enif_free(terms);
     enif_free(buffer);
@@ -1318,6 +1401,8 @@ static void ow_make_atoms(ErlNifEnv *env)
     atom_count = enif_make_atom(env, "count");
     atom_ids = enif_make_atom(env, "ids");
     atom_errno = enif_make_atom(env, "errno");
+    atom_queries = enif_make_atom(env, "queries");
+    atom_bytes = enif_make_atom(env, "bytes");
 }
 
 /* Pins this library (its handler must outlive a purge of the module) and installs the SIGBUS
@@ -1373,11 +1458,15 @@ static ErlNifFunc ow_funcs[] = {
     {"__read_unchecked__", 3, nif_read_unchecked, 0},
     {"publish", 5, nif_publish, 0},
     {"publish_bodies", 6, nif_publish_bodies, 0},
+    {"publish_bodies", 7, nif_publish_bodies, 0},
     {"consume", 4, nif_consume, 0},
     {"consume_results", 6, nif_consume_results, 0},
     {"consume_results", 7, nif_consume_results, 0},
+    {"consume_results", 8, nif_consume_results, 0},
     {"publish_entities", 7, nif_publish_entities, 0},
+    {"publish_entities", 8, nif_publish_entities, 0},
     {"consume_moved", 8, nif_consume_moved, 0},
+    {"consume_moved", 9, nif_consume_moved, 0},
 };
 
 ERL_NIF_INIT(Elixir.Overworld.Sidecar.Shm, ow_funcs, ow_load, NULL, ow_upgrade, NULL)

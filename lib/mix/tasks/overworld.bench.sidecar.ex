@@ -22,8 +22,9 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
      `kill` command (its start-up included) and from its return.
   3. **Paths** (`--paths Q`, 0 to skip; default 16, the default bound per worker and tick):
      Q path requests per worker and tick between neighbouring rooms of the 10,000 bodies'
-     scene, computed in Elixir and by the sidecar over its sockets (their answers checked
-     equal): per tick, the slower worker's time.
+     scene, computed in Elixir and by the sidecar over its sockets and over the shared
+     segment (the queries and answers in the workers' regions; all answers checked equal): per
+     tick, the slower worker's time.
 
       mix overworld.bench.sidecar [--bodies 500,2000,5000,10000,50000] [--ticks 200]
                                   [--kills 100] [--kill-bodies 10000] [--paths 16]
@@ -115,11 +116,13 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
 
         r = Overworld.Bench.Sidecar.paths([q: q, ticks: o.ticks] ++ threads)
         ratio = Float.round(r.elixir_ms.p50 / r.sidecar_ms.p50, 2)
+        shm_ratio = Float.round(r.elixir_ms.p50 / r.shm_ms.p50, 2)
 
         info.(
           "Elixir #{r.elixir_ms.p50} ms/tick (p99 #{r.elixir_ms.p99}), sidecar over sockets " <>
-            "#{r.sidecar_ms.p50} ms/tick (p99 #{r.sidecar_ms.p99}): Elixir/sidecar #{ratio}×; " <>
-            "answers #{inspect(r.answers)}, the same from both: #{r.same} " <>
+            "#{r.sidecar_ms.p50} ms/tick (p99 #{r.sidecar_ms.p99}), over shared memory " <>
+            "#{r.shm_ms.p50} ms/tick (p99 #{r.shm_ms.p99}): Elixir/sidecar #{ratio}×, " <>
+            "#{shm_ratio}×; answers #{inspect(r.answers)}, the same from all three: #{r.same} " <>
             "(p50s of #{r.sidecar_ms.samples} ticks)"
         )
 

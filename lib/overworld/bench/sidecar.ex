@@ -366,8 +366,13 @@ defmodule Overworld.Bench.Sidecar do
         {{us / 1000, answers}, rest}
       end)
 
-    sidecar = paths_sidecar(p, requests, ticks, opts)
+    sidecar = paths_sidecar(p, requests, ticks, :socket, opts)
+    shm = paths_sidecar(p, requests, ticks, :shm, opts)
     answers = fn samples -> for ws <- samples, {_, a} <- ws, do: a end
+
+    slower = fn samples ->
+      summary(for ws <- samples, do: ws |> Enum.map(&elem(&1, 0)) |> Enum.max())
+    end
 
     statuses =
       elixir |> answers.() |> Enum.flat_map(&Map.values/1) |> Enum.frequencies_by(&status/1)
@@ -376,9 +381,10 @@ defmodule Overworld.Bench.Sidecar do
       bodies: n,
       per_worker: q,
       ticks: ticks,
-      elixir_ms: summary(for(ws <- elixir, do: ws |> Enum.map(&elem(&1, 0)) |> Enum.max())),
-      sidecar_ms: summary(for(ws <- sidecar, do: ws |> Enum.map(&elem(&1, 0)) |> Enum.max())),
-      same: answers.(elixir) == answers.(sidecar),
+      elixir_ms: slower.(elixir),
+      sidecar_ms: slower.(sidecar),
+      shm_ms: slower.(shm),
+      same: answers.(elixir) == answers.(sidecar) and answers.(elixir) == answers.(shm),
       answers: statuses
     }
   end
@@ -415,8 +421,12 @@ defmodule Overworld.Bench.Sidecar do
     {(i * 40 + dx) * unit, (j * 40 + dy) * unit}
   end
 
-  defp paths_sidecar(p, requests, ticks, opts) do
-    p = as_sidecar(p, {:bench_sidecar_paths, System.unique_integer([:positive])}, :socket, opts)
+  # The requests through a sidecar over `transport` (over the shared segment, the queries
+  # and their answers in the worker's regions, with no bodies).
+  defp paths_sidecar(p, requests, ticks, transport, opts) do
+    zone = {:bench_sidecar_paths, System.unique_integer([:positive])}
+    p = as_sidecar(p, zone, transport, opts)
+    if transport == :shm, do: :ok = Overworld.Sidecar.Shm.load()
     {:ok, sidecar} = Overworld.Sidecar.start_link(p)
     Overworld.Sidecar.await(p, 10_000) || raise "the sidecar did not start"
 

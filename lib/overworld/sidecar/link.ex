@@ -72,19 +72,21 @@ defmodule Overworld.Sidecar.Link do
     end
   end
 
-  # Over the segment, the records go in our request region and the frame announces them
-  # (`"OWSQ" tick n 0 seq`); written from the entities where they are when every entity is a
-  # body of the zone's radius and mass (no `body/1`), from the bodies otherwise. Over the
-  # socket, when they do not fit the region, or with path requests (a tick with paths to
-  # compute), the records go in the frame.
-  defp send_request(%{shm: {shm, {region, len, _, _}}, seq: seq} = link, p, tick, pairs, []) do
-    case publish(shm, region, len, seq, tick, pairs, p) do
+  # Over the segment, the records (the bodies', then the path queries') go in our request
+  # region and the frame announces them (`"OWSQ" tick n q seq`); the bodies' written from the
+  # entities where they are when every entity is a body of the zone's radius and mass (no
+  # `body/1`), from the bodies otherwise. Over the socket, or when they do not fit the region,
+  # the records go in the frame.
+  defp send_request(%{shm: {shm, {region, len, _, _}}, seq: seq} = link, p, tick, pairs, computed) do
+    q = length(computed)
+
+    case publish(shm, region, len, seq, tick, pairs, p, Paths.queries(computed)) do
       {:ok, n, written} ->
-        frame = <<"OWSQ", tick::little-64, n::little-64, 0::little-64, seq + 2::little-64>>
-        sent(%{link | seq: seq + 2, pending: {tick, n, written, []}}, frame)
+        frame = <<"OWSQ", tick::little-64, n::little-64, q::little-64, seq + 2::little-64>>
+        sent(%{link | seq: seq + 2, pending: {tick, n, written, computed}}, frame)
 
       {:frame, bodies} ->
-        send_frame(link, tick, bodies, [])
+        send_frame(link, tick, bodies, computed)
 
       {:error, reason} ->
         {:error, {:shm, reason}}
@@ -94,20 +96,20 @@ defmodule Overworld.Sidecar.Link do
   defp send_request(link, p, tick, pairs, computed),
     do: send_frame(link, tick, Physics.bodies(pairs, p), computed)
 
-  # Our records in our request region: `{:ok, n, :entities | nil}` (written from the entities
-  # or from a list of bodies), `{:frame, bodies}` when they do not fit.
-  defp publish(shm, region, len, seq, tick, pairs, %Physics{body: nil} = p) do
-    case Shm.publish_entities(shm, region, len, seq, tick, pairs, spec(p)) do
+  # Our records and `queries` in our request region: `{:ok, n, :entities | nil}` (written from
+  # the entities or from a list of bodies), `{:frame, bodies}` when they do not fit.
+  defp publish(shm, region, len, seq, tick, pairs, %Physics{body: nil} = p, queries) do
+    case Shm.publish_entities(shm, region, len, seq, tick, pairs, spec(p), queries) do
       {:ok, n} -> {:ok, n, :entities}
       {:error, :bounds} -> {:frame, Physics.bodies(pairs, p)}
       other -> other
     end
   end
 
-  defp publish(shm, region, len, seq, tick, pairs, p) do
+  defp publish(shm, region, len, seq, tick, pairs, p, queries) do
     bodies = Physics.bodies(pairs, p)
 
-    case Shm.publish_bodies(shm, region, len, seq, tick, bodies) do
+    case Shm.publish_bodies(shm, region, len, seq, tick, bodies, queries) do
       {:ok, n} -> {:ok, n, nil}
       {:error, :bounds} -> {:frame, bodies}
       other -> other
@@ -179,29 +181,29 @@ defmodule Overworld.Sidecar.Link do
   @doc false
   # An answer frame to the pending request: its results, checked to be those of the bodies
   # sent, and its paths, checked to be those asked for. When the frame announces the results
-  # in our answer region (`"OWSR" tick n q seq bytes`), they are read from there: merged into
-  # the entities of `cells.()` (the cells whose entities were written into our request region:
-  # their ids are checked in order; the results are the entities moved), or, when the records
-  # were written from a list of bodies, as `{id, x, y}` (their ids checked against our request
-  # region).
+  # in our answer region (`"OWSR" tick n q seq bytes`), they are read from there, the path
+  # answers after them: merged into the entities of `cells.()` (the cells whose entities were
+  # written into our request region: their ids are checked in order; the results are the
+  # entities moved), or, when the records were written from a list of bodies, as `{id, x, y}`
+  # (their ids checked against our request region).
   @spec decode(t, binary, (() -> list)) ::
           {:ok, [Physics.result()], %{optional(pos_integer) => Paths.answer()}}
           | {:error, term}
           | :stale
   def decode(
-        %{shm: {shm, {request, _, region, len}}, pending: {tick, n, written, []}},
-        <<"OWSR", t::little-64, n::little-64, 0::little-64, seq::little-64, _bytes::little-64>>,
+        %{shm: {shm, {request, _, region, len}}, pending: {tick, n, written, computed}},
+        <<"OWSR", t::little-64, n::little-64, q::little-64, seq::little-64, _bytes::little-64>>,
         cells
       )
-      when t == tick do
-    read =
-      if written == :entities,
-        do: Shm.consume_moved(shm, region, len, seq, tick, n, cells.(), @position),
-        else: Shm.consume_results(shm, region, len, seq, tick, n, request)
-
-    case read do
-      {:ok, results} -> {:ok, results, %{}}
+      when t == tick and is_atom(written) do
+    with {:q, true} <- {:q, q == length(computed)},
+         {:ok, results, paths} <-
+           paths(consume(shm, region, len, seq, tick, n, q, written, request, cells), computed) do
+      {:ok, results, paths}
+    else
+      {:q, false} -> {:error, :wrong_paths}
       {:error, :ids} -> {:error, :wrong_ids}
+      {:error, :paths} -> {:error, :wrong_paths}
       {:error, reason} -> {:error, {:shm, reason}}
     end
   end
@@ -217,6 +219,32 @@ defmodule Overworld.Sidecar.Link do
       other -> other
     end
   end
+
+  # Our answer region read: into the entities of `cells.()` or as results, with the answers to
+  # `q` path queries (as bytes) when there are any.
+  defp consume(shm, region, len, seq, tick, n, 0, :entities, _request, cells),
+    do: Shm.consume_moved(shm, region, len, seq, tick, n, cells.(), @position)
+
+  defp consume(shm, region, len, seq, tick, n, q, :entities, _request, cells),
+    do: Shm.consume_moved(shm, region, len, seq, tick, n, cells.(), @position, q)
+
+  defp consume(shm, region, len, seq, tick, n, 0, nil, request, _cells),
+    do: Shm.consume_results(shm, region, len, seq, tick, n, request)
+
+  defp consume(shm, region, len, seq, tick, n, q, nil, request, _cells),
+    do: Shm.consume_results(shm, region, len, seq, tick, n, request, q)
+
+  # An answer read from our answer region, its path answers (bytes) decoded.
+  defp paths({:ok, results}, []), do: {:ok, results, %{}}
+
+  defp paths({:ok, results, bin}, computed) do
+    case Paths.decode(bin, {computed, %{}}) do
+      {:ok, paths} -> {:ok, results, paths}
+      :error -> {:error, :paths}
+    end
+  end
+
+  defp paths({:error, _} = error, _computed), do: error
 
   defp same_ids?(_link, results, bodies) when is_list(bodies),
     do: Physics.same_ids?(results, bodies)

@@ -45,6 +45,26 @@ defmodule Overworld.Sidecar.Shm do
   @typedoc "Why a call on a segment failed (see the module's documentation)."
   @type error :: :bounds | :resized | :fault | :closed
 
+  @typedoc "An offset or a length in the segment, in bytes (a sequence number for `seq`)."
+  @type offset :: non_neg_integer()
+
+  @typedoc "A worker's cells: `[{key, [entity]}]`, the entities tuples."
+  @type cells :: [{term(), [tuple()]}]
+
+  @typedoc "Where an entity's fields are and the zone's body (`publish_entities/7`)."
+  @type entity_spec ::
+          {0..255, 0..255, 0..255, 0..255, 0..255, non_neg_integer(), non_neg_integer(),
+           non_neg_integer()}
+
+  @typedoc "Why reading an answer region failed (`consume_results/6` and the others)."
+  @type answer_error ::
+          error()
+          | :torn
+          | :seq
+          | :ids
+          | {:tick | :bytes, integer()}
+          | {:count | :queries, non_neg_integer()}
+
   @typedoc "A body record: `{id, x, y, vx, vy, r, m}`, signed 64-bit integers."
   @type body ::
           {integer(), integer(), integer(), integer(), integer(), integer(), integer()}
@@ -138,15 +158,20 @@ defmodule Overworld.Sidecar.Shm do
   the mapping (`{:error, :bounds}`). Every body is checked before anything is written: a body
   that is not a 7-tuple of signed 64-bit integers, or `bodies` not a proper list, is badarg.
   """
-  @spec publish_bodies(
-          t(),
-          non_neg_integer(),
-          non_neg_integer(),
-          non_neg_integer(),
-          integer(),
-          [body()]
-        ) :: {:ok, non_neg_integer()} | {:error, error() | :seq}
+  @spec publish_bodies(t(), offset(), offset(), offset(), integer(), [body()]) ::
+          {:ok, non_neg_integer()} | {:error, error() | :seq}
   def publish_bodies(_shm, _region, _region_len, _seq, _tick, _bodies),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  `publish_bodies/6` with path queries: `queries` is their records (64 bytes each, as the
+  sidecar's request frame carries them: `tag fx fy tx ty 0 0 0`), written as they are after
+  the body records; the header is `seq tick n q 64·(n + q) 0 0 0`. A `queries` that is not a
+  binary of whole records is badarg; `64 + 64·(n + q)` bytes must fit in the region.
+  """
+  @spec publish_bodies(t(), offset(), offset(), offset(), integer(), [body()], binary()) ::
+          {:ok, non_neg_integer()} | {:error, error() | :seq}
+  def publish_bodies(_shm, _region, _region_len, _seq, _tick, _bodies, _queries),
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc """
@@ -161,17 +186,26 @@ defmodule Overworld.Sidecar.Shm do
   that is not a tuple with those elements, or one of them not a signed 64-bit integer (checked
   before anything is written).
   """
+  @spec publish_entities(t(), offset(), offset(), offset(), integer(), cells(), entity_spec()) ::
+          {:ok, non_neg_integer()} | {:error, error() | :seq}
+  def publish_entities(_shm, _region, _region_len, _seq, _tick, _cells, _spec),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  `publish_entities/7` with path queries after the body records, as `publish_bodies/7`.
+  """
   @spec publish_entities(
           t(),
-          non_neg_integer(),
-          non_neg_integer(),
-          non_neg_integer(),
+          offset(),
+          offset(),
+          offset(),
           integer(),
-          [{term(), [tuple()]}],
-          {0..255, 0..255, 0..255, 0..255, 0..255, non_neg_integer(), non_neg_integer(),
-           non_neg_integer()}
-        ) :: {:ok, non_neg_integer()} | {:error, error() | :seq}
-  def publish_entities(_shm, _region, _region_len, _seq, _tick, _cells, _spec),
+          cells(),
+          entity_spec(),
+          binary()
+        ) ::
+          {:ok, non_neg_integer()} | {:error, error() | :seq}
+  def publish_entities(_shm, _region, _region_len, _seq, _tick, _cells, _spec, _queries),
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc """
@@ -191,21 +225,14 @@ defmodule Overworld.Sidecar.Shm do
   `consume/4` of an answer region's `n` result records (32 bytes each: `id x y 0`, after the
   64-byte region header), as `[{id, x, y}]` in the records' order.
 
-  A consistent copy must also carry the expected tick and count in its header:
-  `{:error, {:tick, found}}` or `{:error, {:count, found}}` otherwise. `64 + 32·n` bytes must
-  fit in the region `[region, region + region_len)` and it in the mapping
-  (`{:error, :bounds}`). Records after the results (path answers) are not read.
+  A consistent copy must also carry the expected tick and count in its header, no path
+  answers (`q` 0) and the results' length (`bytes` 32·n): `{:error, {:tick, found}}`,
+  `{:error, {:count, found}}`, `{:error, {:queries, found}}` or `{:error, {:bytes, found}}`
+  otherwise. `64 + 32·n` bytes must fit in the region `[region, region + region_len)` and it
+  in the mapping (`{:error, :bounds}`).
   """
-  @spec consume_results(
-          t(),
-          non_neg_integer(),
-          non_neg_integer(),
-          non_neg_integer(),
-          integer(),
-          non_neg_integer()
-        ) ::
-          {:ok, [{integer(), integer(), integer()}]}
-          | {:error, error() | :torn | :seq | {:tick, integer()} | {:count, non_neg_integer()}}
+  @spec consume_results(t(), offset(), offset(), offset(), integer(), non_neg_integer()) ::
+          {:ok, [{integer(), integer(), integer()}]} | {:error, answer_error()}
   def consume_results(_shm, _region, _region_len, _expected_seq, _tick, _n),
     do: :erlang.nif_error(:nif_not_loaded)
 
@@ -214,19 +241,30 @@ defmodule Overworld.Sidecar.Shm do
   the request region at `ids_region` (the request these results answer, which only we write),
   in order: `{:error, :ids}` otherwise (after the checks of the tick and the count).
   """
+  @spec consume_results(t(), offset(), offset(), offset(), integer(), non_neg_integer(), offset()) ::
+          {:ok, [{integer(), integer(), integer()}]} | {:error, answer_error()}
+  def consume_results(_shm, _region, _region_len, _expected_seq, _tick, _n, _ids_region),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  `consume_results/7` of an answer to `q` path queries: the header's `q` must be `q` and its
+  `bytes` at least 32·n (the path answers follow the results, `bytes - 32·n` of them, within
+  the region). Answers `{:ok, results, path_answers}`, the path answers as their bytes
+  (`tag status k (x y)*k` each, as in the sidecar's answer frame). The header is read first
+  and then the whole answer, each under the sequence lock and expecting the same `seq`.
+  """
   @spec consume_results(
           t(),
-          non_neg_integer(),
-          non_neg_integer(),
-          non_neg_integer(),
+          offset(),
+          offset(),
+          offset(),
           integer(),
           non_neg_integer(),
+          offset(),
           non_neg_integer()
         ) ::
-          {:ok, [{integer(), integer(), integer()}]}
-          | {:error,
-             error() | :torn | :seq | :ids | {:tick, integer()} | {:count, non_neg_integer()}}
-  def consume_results(_shm, _region, _region_len, _expected_seq, _tick, _n, _ids_region),
+          {:ok, [{integer(), integer(), integer()}], binary()} | {:error, answer_error()}
+  def consume_results(_shm, _region, _region_len, _expected_seq, _tick, _n, _ids_region, _q),
     do: :erlang.nif_error(:nif_not_loaded)
 
   @doc """
@@ -244,17 +282,34 @@ defmodule Overworld.Sidecar.Shm do
   """
   @spec consume_moved(
           t(),
-          non_neg_integer(),
-          non_neg_integer(),
-          non_neg_integer(),
+          offset(),
+          offset(),
+          offset(),
           integer(),
           non_neg_integer(),
-          [{term(), [tuple()]}],
+          cells(),
           {0..255, 0..255, 0..255}
         ) ::
-          {:ok, [tuple()]}
-          | {:error,
-             error() | :torn | :seq | :ids | {:tick, integer()} | {:count, non_neg_integer()}}
+          {:ok, [tuple()]} | {:error, answer_error()}
   def consume_moved(_shm, _region, _region_len, _expected_seq, _tick, _n, _cells, _spec),
+    do: :erlang.nif_error(:nif_not_loaded)
+
+  @doc """
+  `consume_moved/8` of an answer to `q` path queries, as `consume_results/8`:
+  `{:ok, entities, path_answers}`.
+  """
+  @spec consume_moved(
+          t(),
+          offset(),
+          offset(),
+          offset(),
+          integer(),
+          non_neg_integer(),
+          cells(),
+          {0..255, 0..255, 0..255},
+          non_neg_integer()
+        ) ::
+          {:ok, [tuple()], binary()} | {:error, answer_error()}
+  def consume_moved(_shm, _region, _region_len, _expected_seq, _tick, _n, _cells, _spec, _q),
     do: :erlang.nif_error(:nif_not_loaded)
 end

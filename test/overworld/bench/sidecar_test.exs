@@ -30,7 +30,7 @@ defmodule Overworld.Bench.SidecarTest do
   test "paths: Elixir and the sidecar give the same answers, every tick sampled", %{exe: exe} do
     r = Sidecar.paths(q: 3, ticks: 3, bodies: 2_000, executable: exe)
     assert r.same, inspect(r)
-    assert r.elixir_ms.samples == 3 and r.sidecar_ms.samples == 3
+    assert r.elixir_ms.samples == 3 and r.sidecar_ms.samples == 3 and r.shm_ms.samples == 3
     # Between neighbouring rooms, through a door: found.
     assert r.answers[:ok] > 0, inspect(r.answers)
   end

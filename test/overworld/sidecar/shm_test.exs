@@ -612,6 +612,77 @@ defmodule Overworld.Sidecar.ShmTest do
     end
   end
 
+  describe "path queries and their answers (publish_*/8 and /7, consume_*/9 and /8)" do
+    @query <<7::64-little, 1::64-little, 2::64-little, 3::64-little, 4::64-little, 0::192>>
+
+    test "queries after the body records; their answers after the results", %{shm: shm} do
+      cells = [{1, [ent(5, 10, 20, 0, 0)]}]
+      queries = @query <> @query
+      assert Shm.publish_entities(shm, 0, 1024, 0, 9, cells, @spec_, queries) == {:ok, 1}
+
+      assert {:ok, <<2::64-little, 9::64-little, 1::64-little, 2::64-little, 192::64-little>>} =
+               Shm.read(shm, 0, 40)
+
+      assert Shm.read(shm, 128, 128) == {:ok, queries}
+
+      assert Shm.publish_bodies(shm, 2048, 1024, 0, 9, [{5, 10, 20, 0, 0, 512, 3}], queries) ==
+               {:ok, 1}
+
+      assert Shm.read(shm, 0, 256) |> elem(1) |> binary_part(8, 248) ==
+               Shm.read(shm, 2048, 256) |> elem(1) |> binary_part(8, 248)
+
+      # An answer: one result, then two path answers (7 found, 2 points; 7 blocked, none).
+      paths =
+        <<7::64-little, 0::64-little, 2::64-little, 1::64-little, 2::64-little, 3::64-little,
+          4::64-little, 7::64-little, 1::64-little, 0::64-little>>
+
+      records = <<5::64-little, 11::64-little, 21::64-little, 0::64>> <> paths
+      head = <<9::64-little, 1::64-little, 2::64-little, byte_size(records)::64-little>>
+      assert Shm.publish(shm, 8192, 0, head, records) == :ok
+
+      assert Shm.consume_moved(shm, 8192, 1024, 2, 9, 1, cells, @at, 2) ==
+               {:ok, [ent(5, 11, 21, 0, 0)], paths}
+
+      assert Shm.consume_results(shm, 8192, 1024, 2, 9, 1, 0, 2) == {:ok, [{5, 11, 21}], paths}
+
+      # The header's q and bytes are checked, whichever arity.
+      assert Shm.consume_moved(shm, 8192, 1024, 2, 9, 1, cells, @at, 1) ==
+               {:error, {:queries, 2}}
+
+      assert Shm.consume_moved(shm, 8192, 1024, 2, 9, 1, cells, @at) == {:error, {:queries, 2}}
+      assert Shm.consume_results(shm, 8192, 1024, 2, 9, 1) == {:error, {:queries, 2}}
+      # Bytes beyond the region, or fewer than the results': refused before the copy.
+      assert Shm.consume_results(shm, 8192, 64 + 64, 2, 9, 1, 0, 2) == {:error, {:bytes, 112}}
+      head = <<9::64-little, 2::64-little, 2::64-little, 40::64-little>>
+      assert Shm.publish(shm, 8192, 2, head, binary_part(records, 0, 40)) == :ok
+      assert Shm.consume_results(shm, 8192, 1024, 4, 9, 2, 0, 2) == {:error, {:bytes, 40}}
+    end
+
+    test "queries that are not whole records: badarg; too many: :bounds", %{shm: shm} do
+      cells = [{1, [ent(5, 10, 20, 0, 0)]}]
+
+      for bad <- [:queries, "short", @query <> "x"] do
+        assert_raise ArgumentError, fn ->
+          Shm.publish_entities(shm, 0, 1024, 0, 9, cells, @spec_, bad)
+        end
+
+        assert_raise ArgumentError, fn ->
+          Shm.publish_bodies(shm, 0, 1024, 0, 9, [], bad)
+        end
+      end
+
+      assert Shm.publish_entities(shm, 0, 64 + 64 * 2, 0, 9, cells, @spec_, @query) == {:ok, 1}
+      # Room for two records: a body and two queries, or three queries, do not fit.
+      two = @query <> @query
+
+      assert Shm.publish_entities(shm, 0, 64 + 64 * 2, 2, 9, cells, @spec_, two) ==
+               {:error, :bounds}
+
+      assert Shm.publish_bodies(shm, 0, 64 + 64 * 2, 2, 9, [], two <> @query) ==
+               {:error, :bounds}
+    end
+  end
+
   describe "a file resized by the other process" do
     test "truncated: every call answers {:error, :resized}", %{path: path, shm: shm} do
       assert Shm.publish(shm, 64, 0, "", "x") == :ok

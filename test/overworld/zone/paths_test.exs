@@ -170,6 +170,40 @@ defmodule Overworld.Zone.PathsTest do
     Overworld.Test.SidecarFrames.assert_over_transports!(&start/1, &run(&1, 40), want, 40)
   end
 
+  test "over shared memory, queries and their answers go through the regions" do
+    exe = Overworld.Test.SidecarFrames.build_sidecar!()
+
+    id =
+      start(
+        physics: :sidecar,
+        transport: :shm,
+        sidecar: [executable: exe, deadline_ms: 1_000]
+      )
+
+    p = Zone.config(id).physics
+    Overworld.Test.SidecarFrames.ready!(p)
+    st = :sys.get_state(Overworld.Names.whereis(Overworld.Names.sidecar(id)))
+    layout = Overworld.Sidecar.layout(st.physics)
+
+    # After each tick, each stripe's request region (the request just sent) and answer region
+    # (the answer just read): their headers' q.
+    qs =
+      for _ <- 1..8, stripe <- 0..1 do
+        _ = tick(id)
+        base = 64 + stripe * (layout.request + layout.answer)
+        {:ok, <<_::binary-24, asked::little-64>>} = Overworld.Sidecar.Shm.read(st.shm, base, 32)
+
+        {:ok, <<_::binary-24, answered::little-64>>} =
+          Overworld.Sidecar.Shm.read(st.shm, base + layout.request, 32)
+
+        {asked, answered}
+      end
+
+    assert Enum.any?(qs, fn {asked, answered} -> asked > 0 and answered > 0 end), inspect(qs)
+    c = Overworld.Sidecar.counters(p)
+    assert c.failures == 0 and c.fallback == 2, inspect(c)
+  end
+
   test "a sidecar killed, or garbling its answer: the fallback's paths, the same bits" do
     exe = Overworld.Test.SidecarFrames.build_sidecar!()
     want = run(start([]), 30)
