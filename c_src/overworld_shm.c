@@ -915,49 +915,69 @@ typedef struct {
     int need;
 } ow_entity_spec;
 
+/* A walk over the entities of cells ([{Key, [Entity]}]), one after another. */
+typedef struct {
+    ERL_NIF_TERM cells; /* the cells not entered yet */
+    ERL_NIF_TERM list;  /* the rest of the current cell's entities */
+    int bad;            /* out: the cells are not a proper list of {Key, [Entity]} pairs */
+} ow_walk;
+
+/* The next entity into *entity: 1, or 0 at the end of the cells or when they are malformed
+ * (w->bad). */
+static inline int ow_walk_next(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
+{
+    for (;;) {
+        ERL_NIF_TERM cell;
+        const ERL_NIF_TERM *pair;
+        int arity;
+        if (enif_get_list_cell(env, w->list, entity, &w->list)) {
+            return 1;
+        }
+        if (!enif_is_empty_list(env, w->list)) {
+            return (w->bad = 1, 0);
+        }
+        if (!enif_get_list_cell(env, w->cells, &cell, &w->cells)) {
+            w->bad = !enif_is_empty_list(env, w->cells);
+            return 0;
+        }
+        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
+            return (w->bad = 1, 0);
+        }
+        w->list = pair[1];
+    }
+}
+
 /* publish_entities' cells: a proper list of {Key, Entities}, Entities a proper list of entities.
  * One walk: each entity's record written as it is read. */
 static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ctx, ow_sink *k)
 {
     const ow_entity_spec *spec = ctx;
     const ErlNifSInt64 limit = spec->v[7];
-    ERL_NIF_TERM cell;
-    while (enif_get_list_cell(env, cells, &cell, &cells)) {
-        const ERL_NIF_TERM *pair;
-        ERL_NIF_TERM list, head;
+    ow_walk w = {cells, enif_make_list(env, 0), 0};
+    ERL_NIF_TERM head;
+    while (ow_walk_next(env, &w, &head)) {
+        const ERL_NIF_TERM *fields;
+        ErlNifSInt64 id, x, y, vx, vy;
+        int64_t *record;
         int arity;
-        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
+        if (!enif_get_tuple(env, head, &arity, &fields) || arity < spec->need ||
+            !ow_get_i64(env, fields[spec->v[0]], &id) || !ow_get_i64(env, fields[spec->v[1]], &x) ||
+            !ow_get_i64(env, fields[spec->v[2]], &y) ||
+            !ow_get_i64(env, fields[spec->v[3]], &vx) ||
+            !ow_get_i64(env, fields[spec->v[4]], &vy) || (record = ow_next_record(k)) == NULL) {
             return 0;
         }
-        list = pair[1];
-        while (enif_get_list_cell(env, list, &head, &list)) {
-            const ERL_NIF_TERM *fields;
-            ErlNifSInt64 id, x, y, vx, vy;
-            int64_t *record;
-            if (!enif_get_tuple(env, head, &arity, &fields) || arity < spec->need ||
-                !ow_get_i64(env, fields[spec->v[0]], &id) ||
-                !ow_get_i64(env, fields[spec->v[1]], &x) ||
-                !ow_get_i64(env, fields[spec->v[2]], &y) ||
-                !ow_get_i64(env, fields[spec->v[3]], &vx) ||
-                !ow_get_i64(env, fields[spec->v[4]], &vy) ||
-                (record = ow_next_record(k)) == NULL) {
-                return 0;
-            }
-            /* (Scalars straight into the record: no array read back as wider words.) */
-            record[0] = (int64_t)htole64((uint64_t)id);
-            record[1] = (int64_t)htole64((uint64_t)x);
-            record[2] = (int64_t)htole64((uint64_t)y);
-            record[3] = (int64_t)htole64((uint64_t)(vx > limit ? limit : vx < -limit ? -limit : vx));
-            record[4] = (int64_t)htole64((uint64_t)(vy > limit ? limit : vy < -limit ? -limit : vy));
-            record[5] = (int64_t)htole64((uint64_t)spec->v[5]);
-            record[6] = (int64_t)htole64((uint64_t)spec->v[6]);
-            record[7] = 0;
-        }
-        if (!enif_is_empty_list(env, list)) {
-            return 0;
-        }
+        /* (Scalars straight into the record: no array read back as wider words.) */
+        record[0] = (int64_t)htole64((uint64_t)id);
+        record[1] = (int64_t)htole64((uint64_t)x);
+        record[2] = (int64_t)htole64((uint64_t)y);
+        record[3] = (int64_t)htole64((uint64_t)(vx > limit ? limit : vx < -limit ? -limit : vx));
+        record[4] = (int64_t)htole64((uint64_t)(vy > limit ? limit : vy < -limit ? -limit : vy));
+        record[5] = (int64_t)htole64((uint64_t)spec->v[5]);
+        record[6] = (int64_t)htole64((uint64_t)spec->v[6]);
+        record[7] = 0;
     }
-    return enif_is_empty_list(env, cells);
+    return !w.bad;
 }
 
 /* publish_entities(Ref, RegionOffset, RegionLen, Seq, Tick, Cells, Spec[, Queries])
@@ -1233,38 +1253,6 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
 static inline void ow_prefetch(ERL_NIF_TERM term)
 {
     __builtin_prefetch((const void *)(uintptr_t)(term & ~(ERL_NIF_TERM)7));
-}
-
-/* A walk over the entities of cells ([{Key, [Entity]}]), one after another. */
-typedef struct {
-    ERL_NIF_TERM cells; /* the cells not entered yet */
-    ERL_NIF_TERM list;  /* the rest of the current cell's entities */
-    int bad;            /* out: the cells are not a proper list of {Key, [Entity]} pairs */
-} ow_walk;
-
-/* The next entity into *entity: 1, or 0 at the end of the cells or when they are malformed
- * (w->bad). */
-static inline int ow_walk_next(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
-{
-    for (;;) {
-        ERL_NIF_TERM cell;
-        const ERL_NIF_TERM *pair;
-        int arity;
-        if (enif_get_list_cell(env, w->list, entity, &w->list)) {
-            return 1;
-        }
-        if (!enif_is_empty_list(env, w->list)) {
-            return (w->bad = 1, 0);
-        }
-        if (!enif_get_list_cell(env, w->cells, &cell, &w->cells)) {
-            w->bad = !enif_is_empty_list(env, w->cells);
-            return 0;
-        }
-        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
-            return (w->bad = 1, 0);
-        }
-        w->list = pair[1];
-    }
 }
 
 /* How far ahead of the entity being moved the walk runs (its entities prefetched). */

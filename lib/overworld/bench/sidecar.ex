@@ -186,12 +186,7 @@ defmodule Overworld.Bench.Sidecar do
   defp sidecar_ticks(p, stripes, ticks, transport, opts) do
     # The sidecar as a zone runs it (Overworld.Sidecar), its workers' links made here.
     zone = {:bench_sidecar, System.unique_integer([:positive])}
-    p = as_sidecar(p, zone, transport, opts)
-
-    if transport == :shm, do: :ok = Overworld.Sidecar.Shm.load()
-
-    {:ok, sidecar} = Overworld.Sidecar.start_link(p)
-    Overworld.Sidecar.await(p, 10_000) || raise "the sidecar did not start"
+    {p, sidecar} = start_sidecar(p, zone, transport, opts)
     os_pid = sidecar_os_pid(zone)
 
     try do
@@ -239,6 +234,16 @@ defmodule Overworld.Bench.Sidecar do
     after
       GenServer.stop(sidecar)
     end
+  end
+
+  # The sidecar of zone `zone` over `transport`, started as a zone runs it
+  # (Overworld.Sidecar) and answering: the zone's physics `p` with it, and its process.
+  defp start_sidecar(p, zone, transport, opts) do
+    p = as_sidecar(p, zone, transport, opts)
+    if transport == :shm, do: :ok = Overworld.Sidecar.Shm.load()
+    {:ok, sidecar} = Overworld.Sidecar.start_link(p)
+    Overworld.Sidecar.await(p, 10_000) || raise "the sidecar did not start"
+    {p, sidecar}
   end
 
   # The zone's physics `p` with the sidecar of zone `zone` over `transport`.
@@ -425,10 +430,7 @@ defmodule Overworld.Bench.Sidecar do
   # and their answers in the worker's regions, with no bodies).
   defp paths_sidecar(p, requests, ticks, transport, opts) do
     zone = {:bench_sidecar_paths, System.unique_integer([:positive])}
-    p = as_sidecar(p, zone, transport, opts)
-    if transport == :shm, do: :ok = Overworld.Sidecar.Shm.load()
-    {:ok, sidecar} = Overworld.Sidecar.start_link(p)
-    Overworld.Sidecar.await(p, 10_000) || raise "the sidecar did not start"
+    {p, sidecar} = start_sidecar(p, zone, transport, opts)
 
     try do
       requests

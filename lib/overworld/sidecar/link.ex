@@ -220,23 +220,15 @@ defmodule Overworld.Sidecar.Link do
     end
   end
 
-  # Our answer region read: into the entities of `cells.()` or as results, with the answers to
-  # `q` path queries (as bytes) when there are any.
-  defp consume(shm, region, len, seq, tick, n, 0, :entities, _request, cells),
-    do: Shm.consume_moved(shm, region, len, seq, tick, n, cells.(), @position)
-
+  # Our answer region read, with the answers to our `q` path queries (as bytes): into the
+  # entities of `cells.()`, or as results.
   defp consume(shm, region, len, seq, tick, n, q, :entities, _request, cells),
     do: Shm.consume_moved(shm, region, len, seq, tick, n, cells.(), @position, q)
-
-  defp consume(shm, region, len, seq, tick, n, 0, nil, request, _cells),
-    do: Shm.consume_results(shm, region, len, seq, tick, n, request)
 
   defp consume(shm, region, len, seq, tick, n, q, nil, request, _cells),
     do: Shm.consume_results(shm, region, len, seq, tick, n, request, q)
 
-  # An answer read from our answer region, its path answers (bytes) decoded.
-  defp paths({:ok, results}, []), do: {:ok, results, %{}}
-
+  # An answer read from our answer region, its path answers decoded.
   defp paths({:ok, results, bin}, computed) do
     case Paths.decode(bin, {computed, %{}}) do
       {:ok, paths} -> {:ok, results, paths}
