@@ -173,42 +173,61 @@ impl World {
     /// The obstacles (indices, boxes first) whose bounding box meets the closed square `q`, in
     /// the order of the list: exactly the set of step 4, the index only finds them sooner.
     pub fn near(&self, q: Rect) -> Vec<usize> {
+        let mut found = Vec::new();
+        self.near_into(q, &mut found);
+        found
+    }
+
+    /// [`World::near`] into `found` (cleared first), which keeps its allocation between calls.
+    pub fn near_into(&self, q: Rect, found: &mut Vec<usize>) {
         let ix = &self.index;
-        let total = ix.bounds.len();
+        found.clear();
         let meets = |i: usize| {
             let b = ix.bounds[i];
             b.x0 <= q.x1 && b.x1 >= q.x0 && b.y0 <= q.y1 && b.y1 >= q.y0
         };
-        let gx0 = q.x0.div_euclid(ix.cell);
-        let gx1 = q.x1.div_euclid(ix.cell);
-        // A square wider than the obstacles are many: the list itself is shorter.
-        if gx1 - gx0 >= total as i64 {
-            return (0..total).filter(|&i| meets(i)).collect();
+        // The cells of the square, clipped to the index's.
+        let (kx0, kx1) = ix.span(q.x0, q.x1, ix.gx0, ix.cols);
+        let (ky0, ky1) = ix.span(q.y0, q.y1, ix.gy0, ix.rows);
+        let cells = (kx1 - kx0 + 1).max(0) * (ky1 - ky0 + 1).max(0);
+        // A square over more cells than there are obstacles: the list itself is shorter.
+        if cells >= ix.bounds.len() as i64 {
+            found.extend((0..ix.bounds.len()).filter(|&i| meets(i)));
+            return;
         }
-        let gy0 = q.y0.div_euclid(ix.cell);
-        let gy1 = q.y1.div_euclid(ix.cell);
-        let mut found: Vec<usize> = ix.large.clone();
-        for gx in gx0..=gx1 {
-            let lo = ix.entries.partition_point(|e| (e.0, e.1) < (gx, gy0));
-            let hi = ix.entries.partition_point(|e| (e.0, e.1) <= (gx, gy1));
-            found.extend(ix.entries[lo..hi].iter().map(|e| e.2 as usize));
+        found.extend_from_slice(&ix.large);
+        for kx in kx0..=kx1 {
+            for ky in ky0..=ky1 {
+                let k = (kx * ix.rows + ky) as usize;
+                let run = ix.starts[k] as usize..ix.starts[k + 1] as usize;
+                found.extend(ix.items[run].iter().map(|&i| i as usize));
+            }
         }
-        found.sort_unstable();
-        found.dedup();
+        // One cell's list is in order already; from several, an obstacle can come twice.
+        if cells > 1 || !ix.large.is_empty() {
+            found.sort_unstable();
+            found.dedup();
+        }
         found.retain(|&i| meets(i));
-        found
     }
 }
 
-/// The obstacles on a grid by their bounding boxes: `(gx, gy, obstacle)` sorted, so a column of
-/// cells is one contiguous run. An obstacle over more than `MAX_CELLS` cells is in `large`,
-/// looked at by every query.
+/// The obstacles on a grid by their bounding boxes, the cells of their bounding box in a dense
+/// table (`starts`: cell `k = (gx − gx0) · rows + (gy − gy0)` lists `items[starts[k] ..
+/// starts[k + 1]]`, in the order of the obstacles). The cell doubles until the table has at
+/// most `16 · obstacles + 4096` cells; an obstacle over more than `MAX_CELLS` cells is in
+/// `large`, looked at by every query.
 #[derive(Clone, Debug)]
 struct ObstacleIndex {
     /// The bounding box of each obstacle (the boxes first, then the circles).
     bounds: Vec<Rect>,
     cell: i64,
-    entries: Vec<(i64, i64, u32)>,
+    gx0: i64,
+    gy0: i64,
+    cols: i64,
+    rows: i64,
+    starts: Vec<u32>,
+    items: Vec<u32>,
     large: Vec<usize>,
 }
 
@@ -227,34 +246,99 @@ impl ObstacleIndex {
             }))
             .collect();
         // About the obstacles' size (at least 4 m), so each sits in a few cells.
-        let cell = if bounds.is_empty() {
+        let mut cell = if bounds.is_empty() {
             4096
         } else {
             let sum: i64 = bounds.iter().map(|b| (b.x1 - b.x0).max(b.y1 - b.y0)).sum();
             (sum / bounds.len() as i64 + 1).max(4096)
         };
-        let mut entries = Vec::new();
+        let x0 = bounds.iter().map(|b| b.x0).min().unwrap_or(0);
+        let x1 = bounds.iter().map(|b| b.x1).max().unwrap_or(0);
+        let y0 = bounds.iter().map(|b| b.y0).min().unwrap_or(0);
+        let y1 = bounds.iter().map(|b| b.y1).max().unwrap_or(0);
+        let (gx0, gy0, cols, rows) = dense_grid(
+            &mut cell,
+            (x0, x1),
+            (y0, y1),
+            16 * bounds.len() as i64 + 4096,
+        );
+        let key = |gx: i64, gy: i64| ((gx - gx0) * rows + (gy - gy0)) as usize;
         let mut large = Vec::new();
+        let mut counts = vec![0u32; (cols * rows) as usize + 1];
+        let mut cells_of = Vec::with_capacity(bounds.len());
         for (i, b) in bounds.iter().enumerate() {
             let (gx0, gx1) = (b.x0.div_euclid(cell), b.x1.div_euclid(cell));
             let (gy0, gy1) = (b.y0.div_euclid(cell), b.y1.div_euclid(cell));
             if (gx1 - gx0 + 1) * (gy1 - gy0 + 1) > Self::MAX_CELLS {
                 large.push(i);
+                cells_of.push(None);
                 continue;
             }
             for gx in gx0..=gx1 {
                 for gy in gy0..=gy1 {
-                    entries.push((gx, gy, i as u32));
+                    counts[key(gx, gy) + 1] += 1;
+                }
+            }
+            cells_of.push(Some((gx0, gx1, gy0, gy1)));
+        }
+        for k in 1..counts.len() {
+            counts[k] += counts[k - 1];
+        }
+        let starts = counts;
+        let mut next = starts.clone();
+        let mut items = vec![0u32; *starts.last().unwrap_or(&0) as usize];
+        // In the order of the obstacles, so each cell's list is in that order.
+        for (i, c) in cells_of.iter().enumerate() {
+            let Some((gx0, gx1, gy0, gy1)) = *c else {
+                continue;
+            };
+            for gx in gx0..=gx1 {
+                for gy in gy0..=gy1 {
+                    let k = key(gx, gy);
+                    items[next[k] as usize] = i as u32;
+                    next[k] += 1;
                 }
             }
         }
-        entries.sort_unstable();
         ObstacleIndex {
             bounds,
             cell,
-            entries,
+            gx0,
+            gy0,
+            cols,
+            rows,
+            starts,
+            items,
             large,
         }
+    }
+
+    /// The cells `k0..=k1` (from 0, clipped to `0..n`) that `[a, b]` meets on an axis whose first
+    /// cell is `g0`: empty (`k0 > k1`) when it meets none.
+    fn span(&self, a: i64, b: i64, g0: i64, n: i64) -> (i64, i64) {
+        (
+            (a.div_euclid(self.cell) - g0).max(0),
+            (b.div_euclid(self.cell) - g0).min(n - 1),
+        )
+    }
+}
+
+/// A grid over `[x0, x1] × [y0, y1]` with at most `limit` cells: `cell` doubled until it fits;
+/// the first cell `(gx0, gy0)` and the columns and rows.
+fn dense_grid(
+    cell: &mut i64,
+    (x0, x1): (i64, i64),
+    (y0, y1): (i64, i64),
+    limit: i64,
+) -> (i64, i64, i64, i64) {
+    loop {
+        let (gx0, gy0) = (x0.div_euclid(*cell), y0.div_euclid(*cell));
+        let cols = x1.div_euclid(*cell) - gx0 + 1;
+        let rows = y1.div_euclid(*cell) - gy0 + 1;
+        if (cols as i128) * (rows as i128) <= limit as i128 {
+            return (gx0, gy0, cols, rows);
+        }
+        *cell *= 2;
     }
 }
 
@@ -286,34 +370,53 @@ pub fn step(bodies: &[Body], world: &World, tick_rate: i64) -> Vec<(i64, i64, i6
             m: b.m,
         })
         .collect();
-    // Cells twice the largest radius: two bodies that touch (|dx| < r_i + r_j) are in the same
-    // or adjacent cells. Sorted by (gx, gy), a column of three cells is one run.
-    let cell = 2 * moved.iter().map(|b| b.r).max().unwrap_or(1).max(1);
-    let mut grid: Vec<(i64, i64, u32)> = moved
-        .iter()
-        .enumerate()
-        .map(|(i, b)| (b.px.div_euclid(cell), b.py.div_euclid(cell), i as u32))
-        .collect();
-    grid.par_sort_unstable();
+    // Cells at least twice the largest radius: two bodies that touch (|dx| < r_i + r_j) are in
+    // the same or adjacent cells, and a column of three cells is one run of `sorted`.
+    let mut cell = 2 * moved.iter().map(|b| b.r).max().unwrap_or(1).max(1);
+    let x0 = moved.iter().map(|b| b.px).min().unwrap_or(0);
+    let x1 = moved.iter().map(|b| b.px).max().unwrap_or(0);
+    let y0 = moved.iter().map(|b| b.py).min().unwrap_or(0);
+    let y1 = moved.iter().map(|b| b.py).max().unwrap_or(0);
+    let (gx0, gy0, cols, rows) =
+        dense_grid(&mut cell, (x0, x1), (y0, y1), 4 * moved.len() as i64 + 64);
+    let key =
+        |b: &Moved| ((b.px.div_euclid(cell) - gx0) * rows + (b.py.div_euclid(cell) - gy0)) as usize;
+    // A counting sort of the bodies by cell: cell k's are sorted[starts[k]..starts[k + 1]].
+    let mut starts = vec![0u32; (cols * rows) as usize + 1];
+    for b in &moved {
+        starts[key(b) + 1] += 1;
+    }
+    for k in 1..starts.len() {
+        starts[k] += starts[k - 1];
+    }
+    let mut next = starts.clone();
+    let mut sorted = moved.clone();
+    for b in &moved {
+        let k = key(b);
+        sorted[next[k] as usize] = *b;
+        next[k] += 1;
+    }
+    drop(next);
 
     moved
         .par_iter()
-        .map(|b| {
-            // 2. Contacts: the sum of this body's terms.
-            let gx = b.px.div_euclid(cell);
-            let gy = b.py.div_euclid(cell);
+        .map_init(Vec::new, |near, b| {
+            // 2. Contacts: the sum of this body's terms (exact integers: in any order).
+            let kx = b.px.div_euclid(cell) - gx0;
+            let ky = b.py.div_euclid(cell) - gy0;
+            let (ky0, ky1) = ((ky - 1).max(0), (ky + 1).min(rows - 1));
             let (mut cx, mut cy) = (0i64, 0i64);
-            for ox in gx - 1..=gx + 1 {
-                let lo = grid.partition_point(|e| (e.0, e.1) < (ox, gy - 1));
-                let hi = grid.partition_point(|e| (e.0, e.1) <= (ox, gy + 1));
-                for e in &grid[lo..hi] {
-                    let (tx, ty) = term(b, &moved[e.2 as usize]);
+            for ox in (kx - 1).max(0)..=(kx + 1).min(cols - 1) {
+                let lo = starts[(ox * rows + ky0) as usize] as usize;
+                let hi = starts[(ox * rows + ky1) as usize + 1] as usize;
+                for other in &sorted[lo..hi] {
+                    let (tx, ty) = term(b, other);
                     cx += tx;
                     cy += ty;
                 }
             }
             // 3. Apply; 4. obstacles; 5. the world's edges.
-            let (qx, qy) = obstacles(b.px + cx, b.py + cy, b.r, world);
+            let (qx, qy) = obstacles(b.px + cx, b.py + cy, b.r, world, near);
             (
                 b.id,
                 edge(qx, b.r, world.width),
@@ -352,7 +455,7 @@ fn term(i: &Moved, j: &Moved) -> (i64, i64) {
 
 /// Step 4: the obstacles near the body, in the order of the list (boxes first), `q` updated
 /// after each.
-fn obstacles(qx: i64, qy: i64, r: i64, world: &World) -> (i64, i64) {
+fn obstacles(qx: i64, qy: i64, r: i64, world: &World, near: &mut Vec<usize>) -> (i64, i64) {
     if world.boxes.is_empty() && world.circles.is_empty() {
         return (qx, qy);
     }
@@ -364,7 +467,8 @@ fn obstacles(qx: i64, qy: i64, r: i64, world: &World) -> (i64, i64) {
     };
     let nb = world.boxes.len();
     let mut q = (qx, qy);
-    for i in world.near(square) {
+    world.near_into(square, near);
+    for &i in near.iter() {
         q = if i < nb {
             push_box(q, r, &world.boxes[i])
         } else {

@@ -632,6 +632,62 @@ fn extreme_coordinates() {
 }
 
 #[test]
+fn clusters_at_opposite_corners_of_a_huge_world() {
+    // Two piles 2^40 apart, each among its own obstacles: the grids of the contacts and of the
+    // obstacles coarsen (their cells double) until they are small, and still find every pair.
+    let mut rng = Rng::new(9);
+    let far = MAX_COORD - 60_000;
+    let bodies: Vec<Body> = (1..=400)
+        .map(|id| {
+            let at = if id % 2 == 0 { far } else { 10_000 };
+            body(
+                id,
+                at + rng.range(0, 40_000),
+                at + rng.range(0, 40_000),
+                rng.range(-30_000, 30_000),
+                rng.range(-30_000, 30_000),
+                rng.range(100, 3000),
+                rng.range(1, 100),
+            )
+        })
+        .collect();
+    let mut boxes = Vec::new();
+    let mut circles = Vec::new();
+    for at in [10_000, far] {
+        for _ in 0..20 {
+            let (x, y) = (at + rng.range(0, 40_000), at + rng.range(0, 40_000));
+            boxes.push(rect(x, y, x + rng.range(0, 5000), y + rng.range(0, 5000)));
+            circles.push(circle(
+                at + rng.range(0, 40_000),
+                at + rng.range(0, 40_000),
+                800,
+            ));
+        }
+    }
+    let w = World::new(MAX_COORD, MAX_COORD, boxes, circles).unwrap();
+    let expected = reference_step(&bodies, &w, 30);
+    let alone = World::new(MAX_COORD, MAX_COORD, vec![], vec![]).unwrap();
+    let bare = reference_step(&bodies, &alone, 30);
+    let single = |b: &Body| reference_step(&[*b], &alone, 30)[0];
+    let met = bodies
+        .iter()
+        .zip(&bare)
+        .filter(|(b, e)| single(b) != **e)
+        .count();
+    let hit = expected.iter().zip(&bare).filter(|(e, b)| e != b).count();
+    assert!(
+        met > 100 && hit > 10,
+        "{met} bodies met a body, {hit} an obstacle"
+    );
+    for threads in [1, 2, 4] {
+        assert_eq!(
+            with_threads(threads, || physics::step(&bodies, &w, 30)),
+            expected
+        );
+    }
+}
+
+#[test]
 fn bodies_far_outside_a_circle_that_reaches_below_zero() {
     // The body's square is wholly below x = 0 and the circle's bounding box reaches it: the
     // circle is met (an index by truncating division would miss it).
