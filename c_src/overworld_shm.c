@@ -915,16 +915,37 @@ typedef struct {
     int need;
 } ow_entity_spec;
 
-/* A walk over the entities of cells ([{Key, [Entity]}]), one after another. */
+/* A hint that the `bytes` bytes of the term's data will be read soon: the address a boxed term or
+ * a list cell points to (its tag bits cleared). A prefetch never faults, whatever the address, so
+ * nothing depends on the term being boxed. */
+static inline void ow_prefetch(ERL_NIF_TERM term, size_t bytes)
+{
+    const char *at = (const char *)(uintptr_t)(term & ~(ERL_NIF_TERM)7);
+    for (size_t b = 0; b < bytes; b += 64) {
+        __builtin_prefetch(at + b);
+    }
+    __builtin_prefetch(at + bytes - 1);
+}
+
+/* How far ahead of the entity being taken the walk runs (its entities prefetched). */
+#define OW_AHEAD 8
+
+/* A walk over the entities of cells ([{Key, [Entity]}]), one after another. Walking the lists is
+ * a chain of dependent loads, so the walk runs OW_AHEAD entities ahead of the one it gives, their
+ * first `bytes` bytes prefetched: the walk's misses overlap the work on the entities given
+ * instead of adding to it. */
 typedef struct {
     ERL_NIF_TERM cells; /* the cells not entered yet */
     ERL_NIF_TERM list;  /* the rest of the current cell's entities */
     int bad;            /* out: the cells are not a proper list of {Key, [Entity]} pairs */
+    size_t bytes;
+    ERL_NIF_TERM ahead[OW_AHEAD]; /* the entities walked and not given yet: a ring */
+    unsigned first, count;
 } ow_walk;
 
-/* The next entity into *entity: 1, or 0 at the end of the cells or when they are malformed
- * (w->bad). */
-static inline int ow_walk_next(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
+/* The next entity of the lists into *entity: 1, or 0 at the end of the cells or when they are
+ * malformed (w->bad). */
+static inline int ow_walk_step(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
 {
     for (;;) {
         ERL_NIF_TERM cell;
@@ -947,14 +968,53 @@ static inline int ow_walk_next(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
     }
 }
 
+/* One more entity walked into the ring (prefetched), unless the lists are at their end. */
+static inline void ow_walk_fill(ErlNifEnv *env, ow_walk *w)
+{
+    ERL_NIF_TERM *slot = &w->ahead[(w->first + w->count) % OW_AHEAD];
+    if (!w->bad && ow_walk_step(env, w, slot)) {
+        ow_prefetch(*slot, w->bytes);
+        w->count++;
+    }
+}
+
+static void ow_walk_start(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM cells, size_t bytes)
+{
+    w->cells = cells;
+    w->list = enif_make_list(env, 0);
+    w->bad = 0;
+    w->bytes = bytes;
+    w->first = 0;
+    w->count = 0;
+    for (int i = 0; i < OW_AHEAD; i++) {
+        ow_walk_fill(env, w);
+    }
+}
+
+/* The next entity into *entity: 1, or 0 at the end of the cells or when they are malformed
+ * (w->bad). */
+static inline int ow_walk_next(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
+{
+    if (w->count == 0) {
+        return 0;
+    }
+    *entity = w->ahead[w->first];
+    w->first = (w->first + 1) % OW_AHEAD;
+    w->count--;
+    ow_walk_fill(env, w);
+    return 1;
+}
+
 /* publish_entities' cells: a proper list of {Key, Entities}, Entities a proper list of entities.
  * One walk: each entity's record written as it is read. */
 static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ctx, ow_sink *k)
 {
     const ow_entity_spec *spec = ctx;
     const ErlNifSInt64 limit = spec->v[7];
-    ow_walk w = {cells, enif_make_list(env, 0), 0};
+    ow_walk w;
     ERL_NIF_TERM head;
+    /* (The tuple's header and its elements up to the last the spec names.) */
+    ow_walk_start(env, &w, cells, 8 * (size_t)(spec->need + 1));
     while (ow_walk_next(env, &w, &head)) {
         const ERL_NIF_TERM *fields;
         ErlNifSInt64 id, x, y, vx, vy;
@@ -1247,45 +1307,27 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
 /* The largest entity consume_moved copies (a tuple's arity). */
 #define OW_MAX_ARITY 256
 
-/* A hint that the term's data will be read soon: the address a boxed term or a list cell points
- * to (its tag bits cleared). A prefetch never faults, whatever the address, so nothing depends
- * on the term being boxed. */
-static inline void ow_prefetch(ERL_NIF_TERM term)
-{
-    __builtin_prefetch((const void *)(uintptr_t)(term & ~(ERL_NIF_TERM)7));
-}
-
-/* How far ahead of the entity being moved the walk runs (its entities prefetched). */
-#define OW_AHEAD 8
-
 /* consume_moved's walk of Cells: every entity moved to its result into terms[0..n) (a new tuple
  * with its position elements replaced), or left as it is when its result is its position.
- * Walking the lists is a chain of dependent loads, so the walk runs OW_AHEAD entities ahead of
- * the moves, their tuples prefetched: the walk's misses overlap the moves' work instead of adding
- * to it. Returns 1, or 0 with the term to answer in *answer: badarg (cells that are not a proper
- * list of {Key, [Entity]} pairs, an entity not a tuple of an arity from `need` to OW_MAX_ARITY,
- * its id not an integer), {error, ids} (an entity's id is not its result's, or there are more or
- * fewer entities than results). */
+ * Returns 1, or 0 with the term to answer in *answer: badarg (cells that are not a proper list of
+ * {Key, [Entity]} pairs, an entity not a tuple of an arity from `need` to OW_MAX_ARITY, its id
+ * not an integer), {error, ids} (an entity's id is not its result's, or there are more or fewer
+ * entities than results). */
 static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const int at[3], int need,
                             const unsigned char *buffer, uint64_t n, ERL_NIF_TERM *terms,
                             ERL_NIF_TERM *answer)
 {
-    ERL_NIF_TERM copy[OW_MAX_ARITY], ahead[OW_AHEAD];
-    ow_walk w = {cells, enif_make_list(env, 0), 0};
-    uint64_t walked = 0, i;
+    ERL_NIF_TERM copy[OW_MAX_ARITY], e;
+    ow_walk w;
+    uint64_t i = 0;
 
-    while (walked < OW_AHEAD && ow_walk_next(env, &w, &ahead[walked])) {
-        ow_prefetch(ahead[walked++]);
-    }
-    for (i = 0; i < walked; i++) {
+    /* (Whole tuples are copied: the first 128 bytes prefetched, a tuple of up to 15 elements.) */
+    ow_walk_start(env, &w, cells, 128);
+    for (; ow_walk_next(env, &w, &e); i++) {
         const ERL_NIF_TERM *fields;
-        ERL_NIF_TERM e = ahead[i % OW_AHEAD];
         ErlNifSInt64 id, x, y;
         int64_t v[3];
         int arity;
-        if (ow_walk_next(env, &w, &ahead[walked % OW_AHEAD])) {
-            ow_prefetch(ahead[walked++ % OW_AHEAD]);
-        }
         if (i == n) {
             return (*answer = ow_error(env, atom_ids), 0);
         }
