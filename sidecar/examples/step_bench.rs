@@ -3,7 +3,8 @@
 //!
 //!     ./cargo.sh run --release --example step_bench -- [BODIES] [STEPS] [THREADS]
 //!
-//! Prints the check's and the step's time per tick (p50, p99 of STEPS samples).
+//! The allocator is set up as `serve` sets it (`keep_memory`). Prints the check's and the
+//! step's time per tick (p50, p99 of STEPS samples).
 
 use overworld_sidecar::physics::{self, Body, Circle, Rect, World};
 use std::time::Instant;
@@ -79,6 +80,8 @@ fn main() {
     let n = args.first().copied().unwrap_or(10_000);
     let steps = args.get(1).copied().unwrap_or(300);
     let threads = args.get(2).copied().unwrap_or(2);
+    // As `serve` does.
+    overworld_sidecar::keep_memory();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let (world, mut bodies) = scene(n, &mut rng);
     let pool = rayon::ThreadPoolBuilder::new()

@@ -168,18 +168,6 @@ fn answer<T: Sync>(
     }
 }
 
-/// Keeps a step's large vectors in the heap between steps: by default glibc maps each allocation
-/// above 128 KiB afresh and unmaps it when freed (and trims the heap), so every step would fault
-/// its pages in again.
-fn keep_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets the allocator's thresholds; called before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
-    }
-}
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let command = match parse(&args) {
@@ -195,7 +183,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(options) => {
-            keep_memory();
+            overworld_sidecar::keep_memory();
             match serve::run(options) {
                 Ok(never) => match never {},
                 Err(e) => fail(1, &e),

@@ -3,7 +3,7 @@
 //! the total order `(f, h, key)` on the open set, so that this implementation and
 //! `Overworld.Physics.Nav` find the same path, cell for cell.
 
-use crate::physics::{World, MAX_COORD};
+use crate::physics::{self, World};
 use rayon::prelude::*;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -34,7 +34,7 @@ pub type Query = ((i64, i64), (i64, i64));
 /// Checks a query's points against the ranges of docs/sidecar.md (coordinates: 0..2^40); the
 /// error names them, for the caller to say which query it is.
 pub fn check_query(&((fx, fy), (tx, ty)): &Query) -> Result<(), String> {
-    if [fx, fy, tx, ty].iter().all(|v| (0..=MAX_COORD).contains(v)) {
+    if [fx, fy, tx, ty].into_iter().all(physics::coord_ok) {
         Ok(())
     } else {
         Err(format!(

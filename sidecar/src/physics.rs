@@ -68,7 +68,8 @@ pub fn isqrt(n: i64) -> i64 {
     s as i64
 }
 
-fn coord_ok(v: i64) -> bool {
+/// Whether a coordinate is in 0..2^40.
+pub(crate) fn coord_ok(v: i64) -> bool {
     (0..=MAX_COORD).contains(&v)
 }
 
@@ -171,24 +172,17 @@ impl World {
     }
 
     /// The obstacles (indices, boxes first) whose bounding box meets the closed square `q`, in
-    /// the order of the list: exactly the set of step 4, the index only finds them sooner.
-    pub fn near(&self, q: Rect) -> Vec<usize> {
-        let mut found = Vec::new();
-        self.near_into(q, &mut found);
-        found
-    }
-
-    /// [`World::near`] into `found` (cleared first), which keeps its allocation between calls.
-    pub fn near_into(&self, q: Rect, found: &mut Vec<usize>) {
+    /// the order of the list, into `found` (cleared first; it keeps its allocation between
+    /// calls): exactly the set of step 4, the index only finds them sooner.
+    pub fn near(&self, q: Rect, found: &mut Vec<usize>) {
         let ix = &self.index;
         found.clear();
         let meets = |i: usize| {
             let b = ix.bounds[i];
             b.x0 <= q.x1 && b.x1 >= q.x0 && b.y0 <= q.y1 && b.y1 >= q.y0
         };
-        // The cells of the square, clipped to the index's.
-        let (kx0, kx1) = ix.span(q.x0, q.x1, ix.gx0, ix.cols);
-        let (ky0, ky1) = ix.span(q.y0, q.y1, ix.gy0, ix.rows);
+        let (kx0, kx1) = ix.grid.cols_of(q.x0, q.x1);
+        let (ky0, ky1) = ix.grid.rows_of(q.y0, q.y1);
         let cells = (kx1 - kx0 + 1).max(0) * (ky1 - ky0 + 1).max(0);
         // A square over more cells than there are obstacles: the list itself is shorter.
         if cells >= ix.bounds.len() as i64 {
@@ -198,7 +192,7 @@ impl World {
         found.extend_from_slice(&ix.large);
         for kx in kx0..=kx1 {
             for ky in ky0..=ky1 {
-                let k = (kx * ix.rows + ky) as usize;
+                let k = ix.grid.index(kx, ky);
                 let run = ix.starts[k] as usize..ix.starts[k + 1] as usize;
                 found.extend(ix.items[run].iter().map(|&i| i as usize));
             }
@@ -212,20 +206,16 @@ impl World {
     }
 }
 
-/// The obstacles on a grid by their bounding boxes, the cells of their bounding box in a dense
-/// table (`starts`: cell `k = (gx − gx0) · rows + (gy − gy0)` lists `items[starts[k] ..
-/// starts[k + 1]]`, in the order of the obstacles). The cell doubles until the table has at
-/// most `16 · obstacles + 4096` cells; an obstacle over more than `MAX_CELLS` cells is in
-/// `large`, looked at by every query.
+/// The obstacles on a [`Grid`] over their bounding boxes (its cell about their size, doubled
+/// until there are at most `16 · obstacles + 4096` cells): cell `k` lists the obstacles whose
+/// bounding box meets it in `items[starts[k] .. starts[k + 1]]`, in the order of the
+/// obstacles. An obstacle over more than `MAX_CELLS` cells is in `large`, looked at by every
+/// query.
 #[derive(Clone, Debug)]
 struct ObstacleIndex {
     /// The bounding box of each obstacle (the boxes first, then the circles).
     bounds: Vec<Rect>,
-    cell: i64,
-    gx0: i64,
-    gy0: i64,
-    cols: i64,
-    rows: i64,
+    grid: Grid,
     starts: Vec<u32>,
     items: Vec<u32>,
     large: Vec<usize>,
@@ -246,104 +236,152 @@ impl ObstacleIndex {
             }))
             .collect();
         // About the obstacles' size (at least 4 m), so each sits in a few cells.
-        let mut cell = if bounds.is_empty() {
+        let cell = if bounds.is_empty() {
             4096
         } else {
             let sum: i64 = bounds.iter().map(|b| (b.x1 - b.x0).max(b.y1 - b.y0)).sum();
             (sum / bounds.len() as i64 + 1).max(4096)
         };
-        let x0 = bounds.iter().map(|b| b.x0).min().unwrap_or(0);
-        let x1 = bounds.iter().map(|b| b.x1).max().unwrap_or(0);
-        let y0 = bounds.iter().map(|b| b.y0).min().unwrap_or(0);
-        let y1 = bounds.iter().map(|b| b.y1).max().unwrap_or(0);
-        let (gx0, gy0, cols, rows) = dense_grid(
-            &mut cell,
-            (x0, x1),
-            (y0, y1),
+        let grid = Grid::new(
+            cell,
+            extent(bounds.iter().copied()),
             16 * bounds.len() as i64 + 4096,
         );
-        let key = |gx: i64, gy: i64| ((gx - gx0) * rows + (gy - gy0)) as usize;
-        let mut large = Vec::new();
-        let mut counts = vec![0u32; (cols * rows) as usize + 1];
-        let mut cells_of = Vec::with_capacity(bounds.len());
-        for (i, b) in bounds.iter().enumerate() {
-            let (gx0, gx1) = (b.x0.div_euclid(cell), b.x1.div_euclid(cell));
-            let (gy0, gy1) = (b.y0.div_euclid(cell), b.y1.div_euclid(cell));
-            if (gx1 - gx0 + 1) * (gy1 - gy0 + 1) > Self::MAX_CELLS {
-                large.push(i);
-                cells_of.push(None);
-                continue;
-            }
-            for gx in gx0..=gx1 {
-                for gy in gy0..=gy1 {
-                    counts[key(gx, gy) + 1] += 1;
-                }
-            }
-            cells_of.push(Some((gx0, gx1, gy0, gy1)));
-        }
-        for k in 1..counts.len() {
-            counts[k] += counts[k - 1];
-        }
-        let starts = counts;
-        let mut next = starts.clone();
-        let mut items = vec![0u32; *starts.last().unwrap_or(&0) as usize];
+        // Each obstacle's columns and rows, and whether it is large.
+        let spans = |b: &Rect| (grid.cols_of(b.x0, b.x1), grid.rows_of(b.y0, b.y1));
+        let large_spans = |((kx0, kx1), (ky0, ky1)): ((i64, i64), (i64, i64))| {
+            (kx1 - kx0 + 1) * (ky1 - ky0 + 1) > Self::MAX_CELLS
+        };
+        let large: Vec<usize> = (0..bounds.len())
+            .filter(|&i| large_spans(spans(&bounds[i])))
+            .collect();
         // In the order of the obstacles, so each cell's list is in that order.
-        for (i, c) in cells_of.iter().enumerate() {
-            let Some((gx0, gx1, gy0, gy1)) = *c else {
-                continue;
-            };
-            for gx in gx0..=gx1 {
-                for gy in gy0..=gy1 {
-                    let k = key(gx, gy);
-                    items[next[k] as usize] = i as u32;
-                    next[k] += 1;
-                }
-            }
-        }
+        let entries = bounds
+            .iter()
+            .map(spans)
+            .enumerate()
+            .filter(|&(_, s)| !large_spans(s))
+            .flat_map(|(i, ((kx0, kx1), (ky0, ky1)))| {
+                (kx0..=kx1)
+                    .flat_map(move |kx| (ky0..=ky1).map(move |ky| (grid.index(kx, ky), i as u32)))
+            });
+        let (starts, items) = group(grid.cells(), entries);
         ObstacleIndex {
             bounds,
-            cell,
-            gx0,
-            gy0,
-            cols,
-            rows,
+            grid,
             starts,
             items,
             large,
         }
     }
+}
 
-    /// The cells `k0..=k1` (from 0, clipped to `0..n`) that `[a, b]` meets on an axis whose first
-    /// cell is `g0`: empty (`k0 > k1`) when it meets none.
-    fn span(&self, a: i64, b: i64, g0: i64, n: i64) -> (i64, i64) {
-        (
-            (a.div_euclid(self.cell) - g0).max(0),
-            (b.div_euclid(self.cell) - g0).min(n - 1),
-        )
+/// A dense grid of square cells over a rectangle: cell `(kx, ky)`, counted from the
+/// rectangle's first cell, is number `kx · rows + ky`, so a column of cells is a run of numbers.
+#[derive(Clone, Copy, Debug)]
+struct Grid {
+    cell: i64,
+    gx0: i64,
+    gy0: i64,
+    cols: i64,
+    rows: i64,
+}
+
+impl Grid {
+    /// A grid over `area` with at most `limit` cells: cells of `cell` units, doubled until they
+    /// fit.
+    fn new(mut cell: i64, area: Rect, limit: i64) -> Grid {
+        loop {
+            let (gx0, gy0) = (area.x0.div_euclid(cell), area.y0.div_euclid(cell));
+            let cols = area.x1.div_euclid(cell) - gx0 + 1;
+            let rows = area.y1.div_euclid(cell) - gy0 + 1;
+            if (cols as i128) * (rows as i128) <= limit as i128 {
+                return Grid {
+                    cell,
+                    gx0,
+                    gy0,
+                    cols,
+                    rows,
+                };
+            }
+            cell *= 2;
+        }
+    }
+
+    fn cells(&self) -> usize {
+        (self.cols * self.rows) as usize
+    }
+
+    /// The column of `x` (outside `0..cols` when `x` is outside the area).
+    #[inline]
+    fn col(&self, x: i64) -> i64 {
+        x.div_euclid(self.cell) - self.gx0
+    }
+
+    #[inline]
+    fn row(&self, y: i64) -> i64 {
+        y.div_euclid(self.cell) - self.gy0
+    }
+
+    #[inline]
+    fn index(&self, kx: i64, ky: i64) -> usize {
+        (kx * self.rows + ky) as usize
+    }
+
+    /// The columns `k0..=k1` that `[a, b]` meets, clipped to the grid: empty (`k0 > k1`) when
+    /// it meets none.
+    fn cols_of(&self, a: i64, b: i64) -> (i64, i64) {
+        (self.col(a).max(0), self.col(b).min(self.cols - 1))
+    }
+
+    /// The rows that `[a, b]` meets, as [`Grid::cols_of`].
+    fn rows_of(&self, a: i64, b: i64) -> (i64, i64) {
+        (self.row(a).max(0), self.row(b).min(self.rows - 1))
     }
 }
 
-/// A grid over `[x0, x1] × [y0, y1]` with at most `limit` cells: `cell` doubled until it fits;
-/// the first cell `(gx0, gy0)` and the columns and rows.
-fn dense_grid(
-    cell: &mut i64,
-    (x0, x1): (i64, i64),
-    (y0, y1): (i64, i64),
-    limit: i64,
-) -> (i64, i64, i64, i64) {
-    loop {
-        let (gx0, gy0) = (x0.div_euclid(*cell), y0.div_euclid(*cell));
-        let cols = x1.div_euclid(*cell) - gx0 + 1;
-        let rows = y1.div_euclid(*cell) - gy0 + 1;
-        if (cols as i128) * (rows as i128) <= limit as i128 {
-            return (gx0, gy0, cols, rows);
-        }
-        *cell *= 2;
+/// The smallest rectangle holding `rects` (a point at 0 for none).
+fn extent(rects: impl Iterator<Item = Rect>) -> Rect {
+    rects
+        .reduce(|a, b| Rect {
+            x0: a.x0.min(b.x0),
+            y0: a.y0.min(b.y0),
+            x1: a.x1.max(b.x1),
+            y1: a.y1.max(b.y1),
+        })
+        .unwrap_or(Rect {
+            x0: 0,
+            y0: 0,
+            x1: 0,
+            y1: 0,
+        })
+}
+
+/// A counting sort of `entries` (a cell number below `cells`, an item): `starts` (cell `k`'s
+/// items are `items[starts[k] .. starts[k + 1]]`) and the items, each cell's in the order of
+/// `entries`.
+fn group<T: Copy + Default>(
+    cells: usize,
+    entries: impl Iterator<Item = (usize, T)> + Clone,
+) -> (Vec<u32>, Vec<T>) {
+    let mut starts = vec![0u32; cells + 1];
+    for (k, _) in entries.clone() {
+        starts[k + 1] += 1;
     }
+    for k in 1..starts.len() {
+        starts[k] += starts[k - 1];
+    }
+    let mut next = starts.clone();
+    let mut items = vec![T::default(); starts[cells] as usize];
+    for (k, item) in entries {
+        items[next[k] as usize] = item;
+        next[k] += 1;
+    }
+    (starts, items)
 }
 
 /// A body after step 1, where the contacts look at it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Moved {
     id: i64,
     px: i64,
@@ -372,43 +410,35 @@ pub fn step(bodies: &[Body], world: &World, tick_rate: i64) -> Vec<(i64, i64, i6
         .collect();
     // Cells at least twice the largest radius: two bodies that touch (|dx| < r_i + r_j) are in
     // the same or adjacent cells, and a column of three cells is one run of `sorted`.
-    let mut cell = 2 * moved.iter().map(|b| b.r).max().unwrap_or(1).max(1);
-    let x0 = moved.iter().map(|b| b.px).min().unwrap_or(0);
-    let x1 = moved.iter().map(|b| b.px).max().unwrap_or(0);
-    let y0 = moved.iter().map(|b| b.py).min().unwrap_or(0);
-    let y1 = moved.iter().map(|b| b.py).max().unwrap_or(0);
-    let (gx0, gy0, cols, rows) =
-        dense_grid(&mut cell, (x0, x1), (y0, y1), 4 * moved.len() as i64 + 64);
-    let key =
-        |b: &Moved| ((b.px.div_euclid(cell) - gx0) * rows + (b.py.div_euclid(cell) - gy0)) as usize;
-    // A counting sort of the bodies by cell: cell k's are sorted[starts[k]..starts[k + 1]].
-    let mut starts = vec![0u32; (cols * rows) as usize + 1];
-    for b in &moved {
-        starts[key(b) + 1] += 1;
-    }
-    for k in 1..starts.len() {
-        starts[k] += starts[k - 1];
-    }
-    let mut next = starts.clone();
-    let mut sorted = moved.clone();
-    for b in &moved {
-        let k = key(b);
-        sorted[next[k] as usize] = *b;
-        next[k] += 1;
-    }
-    drop(next);
+    let grid = Grid::new(
+        2 * moved.iter().map(|b| b.r).max().unwrap_or(1).max(1),
+        extent(moved.iter().map(|b| Rect {
+            x0: b.px,
+            y0: b.py,
+            x1: b.px,
+            y1: b.py,
+        })),
+        4 * moved.len() as i64 + 64,
+    );
+    let keys: Vec<usize> = moved
+        .iter()
+        .map(|b| grid.index(grid.col(b.px), grid.row(b.py)))
+        .collect();
+    let (starts, sorted) = group(
+        grid.cells(),
+        keys.iter().copied().zip(moved.iter().copied()),
+    );
 
     moved
         .par_iter()
         .map_init(Vec::new, |near, b| {
             // 2. Contacts: the sum of this body's terms (exact integers: in any order).
-            let kx = b.px.div_euclid(cell) - gx0;
-            let ky = b.py.div_euclid(cell) - gy0;
-            let (ky0, ky1) = ((ky - 1).max(0), (ky + 1).min(rows - 1));
+            let (kx, ky) = (grid.col(b.px), grid.row(b.py));
+            let (ky0, ky1) = ((ky - 1).max(0), (ky + 1).min(grid.rows - 1));
             let (mut cx, mut cy) = (0i64, 0i64);
-            for ox in (kx - 1).max(0)..=(kx + 1).min(cols - 1) {
-                let lo = starts[(ox * rows + ky0) as usize] as usize;
-                let hi = starts[(ox * rows + ky1) as usize + 1] as usize;
+            for ox in (kx - 1).max(0)..=(kx + 1).min(grid.cols - 1) {
+                let lo = starts[grid.index(ox, ky0)] as usize;
+                let hi = starts[grid.index(ox, ky1) + 1] as usize;
                 for other in &sorted[lo..hi] {
                     let (tx, ty) = term(b, other);
                     cx += tx;
@@ -467,7 +497,7 @@ fn obstacles(qx: i64, qy: i64, r: i64, world: &World, near: &mut Vec<usize>) -> 
     };
     let nb = world.boxes.len();
     let mut q = (qx, qy);
-    world.near_into(square, near);
+    world.near(square, near);
     for &i in near.iter() {
         q = if i < nb {
             push_box(q, r, &world.boxes[i])
