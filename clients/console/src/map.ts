@@ -197,8 +197,8 @@ export class MapTab {
     const same = this.target === null ? undefined : ts.find((t) => t.name === this.target!.name);
     if (same !== undefined) {
       this.target = same;
-      // (Watched by name before the list knew it: its walls now.)
-      if (!this.wallsAsked) void this.loadWalls(same);
+      // (Watched by name before the list knew it: its walls now, unless already asked.)
+      void this.loadWalls(same);
     }
   }
 

@@ -8,7 +8,7 @@ import type { HeldRun, Obstacles } from "./api.js";
 import { clamp, type Camera, type Rect } from "./camera.js";
 import { pixel, type ColourTable } from "./colors.js";
 import { BAND, HANDED, STALE, type Scene } from "./scene.js";
-import { drawWalls, type WallsDrawn } from "./walls.js";
+import { drawWalls, screenRect, type WallsDrawn } from "./walls.js";
 
 export interface Grid {
   cols: number;
@@ -65,6 +65,8 @@ const WORLD = pixel([28, 32, 40]);
 const GRID = pixel([44, 50, 62]);
 /** The walls: a stone grey-brown, unlike any entity's colour (src/colors.ts) and lighter than the grid. */
 const WALL = pixel([124, 114, 98]);
+/** What a frame without walls drew of them (shared: nothing mutates a frame's count; MapTab.walls() hands out a copy). */
+const NO_WALLS: WallsDrawn = Object.freeze({ boxes: 0, circles: 0 });
 const BORDER = pixel([230, 200, 60]);
 const BAND_RING = pixel([255, 230, 90]);
 const HANDED_RING = pixel([255, 255, 255]);
@@ -113,7 +115,7 @@ export class Renderer {
     px.fill(BG);
     if (o.world !== null) this.fillRect(o.world, camera, WORLD);
     if (o.grid !== null && o.showGrid && o.world !== null) this.grid(o.grid, o.world, camera);
-    const walls = o.walls === null ? { boxes: 0, circles: 0 } : drawWalls(px, w, h, o.walls, camera, WALL);
+    const walls = o.walls === null ? NO_WALLS : drawWalls(px, w, h, o.walls, camera, WALL);
     for (const z of o.zones) this.strokeRect(z.rect, camera, BORDER);
 
     // The entities: a square of `s` pixels each, its colour slot's pixel.
@@ -288,16 +290,6 @@ export class Renderer {
       ctx.stroke();
     }
   }
-}
-
-/** A rectangle of the world (metres) on the canvas: its edges in whole pixels. */
-function screenRect(r: Rect, camera: Camera): { xa: number; xb: number; ya: number; yb: number } {
-  return {
-    xa: Math.round(camera.screenX(r.x0)),
-    xb: Math.round(camera.screenX(r.x1)),
-    ya: Math.round(camera.screenY(r.y0)),
-    yb: Math.round(camera.screenY(r.y1)),
-  };
 }
 
 /** The column and row of a cell key of a grid (keys count a border of one cell around it; band keys fold back). -1 when outside. */

@@ -5,7 +5,7 @@
 // rectangles, circles filled discs, each at least one pixel, so a thin wall stays visible when
 // the whole world is fitted.
 import type { Obstacles } from "./api.js";
-import type { Camera } from "./camera.js";
+import type { Camera, Rect } from "./camera.js";
 
 /** A rectangle of canvas pixels: columns `xa` to `xb - 1`, rows `ya` to `yb - 1`. */
 export interface PixelRect {
@@ -21,16 +21,23 @@ export interface WallsDrawn {
   circles: number;
 }
 
+/** A rectangle of the world (metres) on the canvas through the camera: its edges rounded to whole pixels. */
+export function screenRect(r: Rect, camera: Camera): PixelRect {
+  return {
+    xa: Math.round(camera.screenX(r.x0)),
+    xb: Math.round(camera.screenX(r.x1)),
+    ya: Math.round(camera.screenY(r.y0)),
+    yb: Math.round(camera.screenY(r.y1)),
+  };
+}
+
 /**
  * A box of the world (metres, `x0 ≤ x1`, `y0 ≤ y1`) on a canvas of `w × h` pixels through the
- * camera: its edges rounded to whole pixels (as the world's and the grid's are), at least one
- * pixel wide and high, clipped to the canvas; null when none of it is on the canvas.
+ * camera: its edges rounded to whole pixels (`screenRect`, as the world's and the grid's are), at
+ * least one pixel wide and high, clipped to the canvas; null when none of it is on the canvas.
  */
 export function boxOnCanvas(x0: number, y0: number, x1: number, y1: number, camera: Camera, w: number, h: number): PixelRect | null {
-  let xa = Math.round(camera.screenX(x0));
-  let xb = Math.round(camera.screenX(x1));
-  let ya = Math.round(camera.screenY(y0));
-  let yb = Math.round(camera.screenY(y1));
+  let { xa, xb, ya, yb } = screenRect({ x0, y0, x1, y1 }, camera);
   if (xb <= xa) xb = xa + 1;
   if (yb <= ya) yb = ya + 1;
   xa = Math.max(0, xa);

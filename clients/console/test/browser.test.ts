@@ -14,15 +14,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CHROMIUM, CHROMIUM_ARGS, sleep, until } from "../../typescript/test/chromium.mjs";
 import { WebSocket } from "ws";
 import { Client, type CloseInfo, type Session, type ZoneConnection } from "../../typescript/src/index.js";
-import { ALICE, START_TIMEOUT, VICTOR, startConsoleServer, type Operator, type RunningServer } from "./server.js";
+import { ALICE, START_TIMEOUT, TOKEN_KEY, VICTOR, api, call, loginFromNode, startConsoleServer, type Operator, type RunningServer } from "./server.js";
 
 const SKIP = process.env.OVERWORLD_SKIP_BROWSER === "1";
 if (SKIP) console.warn("browser.test.ts: skipped (OVERWORLD_SKIP_BROWSER=1)");
 
 const VIEWPORT = { width: 1280, height: 800 };
 const ENTITIES = 2000;
-/** Where the console keeps its operator token (src/token.ts). */
-const TOKEN_KEY = "overworld.operator";
 /** The map's colours of the goblin world's kinds (src/colors.ts), and what is not an entity (src/render.ts). */
 const GOBLIN = [95, 191, 74];
 const WARLORD = [232, 84, 58];
@@ -182,30 +180,9 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
   /** The players connected for the players' table and views tests. */
   const players: ViewPlayer[] = [];
 
-  async function call(path: string, t: string | null = token, method = "GET", body?: unknown): Promise<{ status: number; body: any }> {
-    const headers: Record<string, string> = { accept: "application/json" };
-    if (t !== null) headers.authorization = `Bearer ${t}`;
-    if (body !== undefined) headers["content-type"] = "application/json";
-    const res = await fetch(base + path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
-    const text = await res.text();
-    return { status: res.status, body: text === "" ? null : JSON.parse(text) };
-  }
-
-  async function api(path: string, t: string = token): Promise<any> {
-    const r = await call(path, t);
-    if (r.status !== 200) throw new Error(`GET ${path}: ${r.status} ${JSON.stringify(r.body)}`);
-    return r.body;
-  }
-
-  async function loginFromNode(op: Operator): Promise<string> {
-    const r = await call("/api/v1/operator/login", null, "POST", { name: op.name, password: op.password });
-    expect(r.status).toBe(200);
-    return r.body.token as string;
-  }
-
   /** The zone's entities after tick `tick` (the operator API's history/state, as Zone.state_at/2 replays them). */
   async function historyAt(tick: number): Promise<Map<number, HistoryEntity>> {
-    const r = await api(`/api/v1/operator/zones/${ref}/history/state?tick=${tick}`);
+    const r = await api(base, `/api/v1/operator/zones/${ref}/history/state?tick=${tick}`, token);
     expect(r.tick).toBe(tick);
     return new Map((r.entities as HistoryEntity[]).map((e) => [e.id, e]));
   }
@@ -275,8 +252,8 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     if (b.status === "fulfilled") browser = b.value;
     for (const r of [s, b]) if (r.status === "rejected") throw r.reason;
     base = server!.baseUrl;
-    token = await loginFromNode(ALICE);
-    const { zones } = await api("/api/v1/operator/zones");
+    token = await loginFromNode(base, ALICE);
+    const { zones } = await api(base, "/api/v1/operator/zones", token);
     const zone = zones.find((z: { name: string }) => z.name === "goblins");
     expect(zone).toMatchObject({ watch: "goblins", history: 300 });
     ref = zone.ref;
@@ -298,7 +275,7 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     await logIn(page, ALICE, log);
     expect(await page.evaluate((k) => sessionStorage.getItem(k) !== null, TOKEN_KEY)).toBe(true);
 
-    const { zones } = await api("/api/v1/operator/zones");
+    const { zones } = await api(base, "/api/v1/operator/zones", token);
     expect(zones.find((z: { ref: string }) => z.ref === ref).entities).toBe(ENTITIES);
     await until(
       `the live map to draw ${ENTITIES} entities`,
@@ -348,7 +325,7 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     const state = panel.getByTestId("entity-state");
     await until("the server-side state", async () => ((await state.textContent()) ?? "").startsWith("{"), 5_000, tail(log));
     const shown = JSON.parse((await state.textContent())!);
-    const served = await api(`/api/v1/operator/zones/${ref}/entities/${lone!.id}`);
+    const served = await api(base, `/api/v1/operator/zones/${ref}/entities/${lone!.id}`, token);
     expect(served.id).toBe(lone!.id);
     expect(shown).toMatchObject({ zone: served.zone, template: served.template, kind: served.kind, owner: served.owner });
     // Its template as the handshake names it, and the kind its wire field decodes to, are the server's;
@@ -502,7 +479,7 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
       expect(r.value.interval!).toBeLessThan(500);
     }
     // What the operator API answers is what the table shows (sent totals only grow).
-    const { sessions } = await api(`/api/v1/operator/zones/${ref}/sessions`);
+    const { sessions } = await api(base, `/api/v1/operator/zones/${ref}/sessions`, token);
     for (const r of first) {
       const s = sessions.find((x: { user_id: string }) => x.user_id === r.user);
       expect(s.bytes_out).toBeGreaterThanOrEqual(r.value.bytes!);
@@ -549,7 +526,7 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     await until(
       "the map's held cells to be the API's",
       async () => {
-        interest = await api(`/api/v1/operator/sessions/${a.userId}/interest`);
+        interest = await api(base, `/api/v1/operator/sessions/${a.userId}/interest`, token);
         shown = (await views()).heldCells;
         return shown > 0 && shown === cellsOf(interest.held);
       },
@@ -566,7 +543,7 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
 
     // The pixels: the most common colour inside a held cell is shaded, inside a cell far from
     // every held one it is the world's plain background.
-    const { zones } = await api("/api/v1/operator/zones");
+    const { zones } = await api(base, "/api/v1/operator/zones", token);
     expect(zones.find((z: { ref: string }) => z.ref === ref).entities).toBeGreaterThan(0);
     const side = Math.sqrt(ENTITIES * 50);
     const cols = Math.floor(side / CELL);
@@ -637,7 +614,7 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     await until("the confirmation", () => dialogs.length === 1, 5_000, tail(log));
     expect(dialogs[0]).toContain(session.userId);
     await sleep(300);
-    expect((await api(`/api/v1/operator/accounts/${session.userId}`)).disabled).toBe(false);
+    expect((await api(base, `/api/v1/operator/accounts/${session.userId}`, token)).disabled).toBe(false);
     expect(conn.state).toBe("open");
 
     // Accepted: disabled, and the player's connection closed.
@@ -646,7 +623,7 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     await until("the player's connection to close", () => closes.length > 0, 5_000, tail(log));
     expect(closes[0]).toMatchObject({ code: 4003, willReconnect: false });
     expect(conn.state).toBe("closed");
-    expect((await api(`/api/v1/operator/accounts/${session.userId}`)).disabled).toBe(true);
+    expect((await api(base, `/api/v1/operator/accounts/${session.userId}`, token)).disabled).toBe(true);
     await until("the account shown disabled", async () => ((await page.getByTestId("account-status").textContent()) ?? "").includes("disabled"), 5_000, tail(log));
     await page.getByTestId("account-enable").waitFor({ timeout: 5_000 });
     // The search's results are searched again: the row says disabled too.
@@ -696,18 +673,18 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
       await ctx.close();
     }
     // The API itself refuses it.
-    const r = await call("/api/v1/operator/zones", session.token);
+    const r = await call(base, "/api/v1/operator/zones", session.token);
     expect(r.status).toBe(401);
     expect(r.body).toMatchObject({ error: "invalid_token", message: "wrong_type" });
   }, 20_000);
 
   it("logout revokes the token; a viewer cannot disable an account (403 in the page and from the API)", async () => {
     const old = await page.evaluate((k) => JSON.parse(sessionStorage.getItem(k)!).token as string, TOKEN_KEY);
-    expect((await call("/api/v1/operator/me", old)).status).toBe(200);
+    expect((await call(base, "/api/v1/operator/me", old)).status).toBe(200);
     await page.getByTestId("logout").click();
     await page.getByTestId("login-form").waitFor({ timeout: 5_000 });
     expect(await page.evaluate((k) => sessionStorage.getItem(k), TOKEN_KEY)).toBeNull();
-    await until("the old token to be refused", async () => (await call("/api/v1/operator/me", old)).status === 401, 5_000, tail(log));
+    await until("the old token to be refused", async () => (await call(base, "/api/v1/operator/me", old)).status === 401, 5_000, tail(log));
 
     // victor (a viewer) logs in and tries to disable an active account.
     const { session } = await player("viewer");
@@ -724,11 +701,11 @@ describe.skipIf(SKIP)("the console in headless Chromium against the real server"
     expect(await message.textContent()).toMatch(new RegExp(`^disable ${session.userId}: .*\\(403 forbidden\\)$`));
     // Still logged in (a 403 is no 401), the account still active.
     expect(await page.getByTestId("login-form").count()).toBe(0);
-    expect((await api(`/api/v1/operator/accounts/${session.userId}`)).disabled).toBe(false);
+    expect((await api(base, `/api/v1/operator/accounts/${session.userId}`, token)).disabled).toBe(false);
 
-    const viewer = await loginFromNode(VICTOR);
-    expect((await call(`/api/v1/operator/accounts/${session.userId}/disable`, viewer, "POST", {})).status).toBe(403);
-    expect((await call(`/api/v1/operator/accounts/${session.userId}`, viewer)).status).toBe(200);
+    const viewer = await loginFromNode(base, VICTOR);
+    expect((await call(base, `/api/v1/operator/accounts/${session.userId}/disable`, viewer, "POST", {})).status).toBe(403);
+    expect((await call(base, `/api/v1/operator/accounts/${session.userId}`, viewer)).status).toBe(200);
     expect(log.filter((x) => x.startsWith("pageerror"))).toEqual([]);
   }, 20_000);
 });

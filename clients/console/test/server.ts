@@ -49,3 +49,39 @@ export function startConsoleServer(
     for (const op of ops) await addOperator(dir, op);
   });
 }
+
+/** Where the console keeps its operator token (src/token.ts). */
+export const TOKEN_KEY = "overworld.operator";
+
+/** An answer of the server's HTTP API: its status and its JSON body (null when empty). */
+export interface Reply {
+  status: number;
+  body: any;
+}
+
+/** A request to the server at `base` from Node, as `token` (null: none), with a JSON body if any. */
+export async function call(base: string, path: string, token: string | null, method = "GET", body?: unknown): Promise<Reply> {
+  const headers: Record<string, string> = { accept: "application/json" };
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(base + path, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+  const text = await res.text();
+  return { status: res.status, body: text === "" ? null : JSON.parse(text) };
+}
+
+/** Throws unless the server answered 200. */
+function ok(r: Reply, what: string): Reply {
+  if (r.status !== 200) throw new Error(`${what}: ${r.status} ${JSON.stringify(r.body)}`);
+  return r;
+}
+
+/** `GET path` from Node as `token`: its JSON body; throws unless the server answered 200. */
+export async function api(base: string, path: string, token: string): Promise<any> {
+  return ok(await call(base, path, token), `GET ${path}`).body;
+}
+
+/** Logs `op` in from Node: its operator token; throws unless the server answered 200. */
+export async function loginFromNode(base: string, op: Operator): Promise<string> {
+  const path = "/api/v1/operator/login";
+  return ok(await call(base, path, null, "POST", { name: op.name, password: op.password }), `POST ${path}`).body.token as string;
+}

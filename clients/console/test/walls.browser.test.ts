@@ -7,22 +7,14 @@ import { existsSync } from "node:fs";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CHROMIUM, CHROMIUM_ARGS, until } from "../../typescript/test/chromium.mjs";
-import { ALICE, START_TIMEOUT, startConsoleServer, type RunningServer } from "./server.js";
+import type { Obstacles } from "../src/api.js";
+import { ALICE, START_TIMEOUT, TOKEN_KEY, api, loginFromNode, startConsoleServer, type RunningServer } from "./server.js";
 
 const SKIP = process.env.OVERWORLD_SKIP_BROWSER === "1";
 if (SKIP) console.warn("walls.browser.test.ts: skipped (OVERWORLD_SKIP_BROWSER=1)");
 
 /** The walls' colour (src/render.ts). */
 const WALL = [124, 114, 98];
-/** Where the console keeps its operator token (src/token.ts). */
-const TOKEN_KEY = "overworld.operator";
-
-interface Obstacles {
-  width: number;
-  height: number;
-  boxes: number[][];
-  circles: number[][];
-}
 
 /**
  * On the map's next frame, the canvas pixel (RGB) at the centre of each box and each circle,
@@ -52,8 +44,8 @@ async function wallPixels(page: Page, walls: Obstacles): Promise<{ boxes: number
             return Math.floor((lo + Math.max(Math.round(b), lo + 1) - 1) / 2);
           };
           resolve({
-            boxes: walls.boxes.map(([x0, y0, x1, y1]) => at(mid(sx(x0!), sx(x1!)), mid(sy(y0!), sy(y1!)))),
-            circles: walls.circles.map(([x, y]) => at(Math.floor(sx(x!)), Math.floor(sy(y!)))),
+            boxes: walls.boxes.map(([x0, y0, x1, y1]) => at(mid(sx(x0), sx(x1)), mid(sy(y0), sy(y1)))),
+            circles: walls.circles.map(([x, y]) => at(Math.floor(sx(x)), Math.floor(sy(y)))),
           });
         };
         requestAnimationFrame(read);
@@ -85,20 +77,11 @@ describe.skipIf(SKIP)("the map's walls in headless Chromium against the real ser
 
   it("the map draws every wall of the zone's obstacles, in the walls' colour", async () => {
     const base = server!.baseUrl;
-    const json = async (path: string, init: RequestInit = {}) => {
-      const res = await fetch(base + path, init);
-      expect(res.status, `${path}: ${res.status}`).toBe(200);
-      return res.json();
-    };
-    const { token } = await json("/api/v1/operator/login", {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ name: ALICE.name, password: ALICE.password }),
-    });
-    const auth = { headers: { authorization: `Bearer ${token}` } };
-    const { zones } = await json("/api/v1/operator/zones", auth);
+    // (The server's list from Node, not through the console's client: what the map must draw.)
+    const token = await loginFromNode(base, ALICE);
+    const { zones } = await api(base, "/api/v1/operator/zones", token);
     const zone = zones.find((z: { watch: string }) => z.watch === "goblins");
-    const walls: Obstacles = await json(`/api/v1/operator/zones/${encodeURIComponent(zone.ref)}/obstacles`, auth);
+    const walls: Obstacles = await api(base, `/api/v1/operator/zones/${encodeURIComponent(zone.ref)}/obstacles`, token);
     expect(walls.boxes.length).toBeGreaterThan(10);
     expect(zone.obstacles).toBe(walls.boxes.length + walls.circles.length);
 
