@@ -797,6 +797,12 @@ static inline int64_t *ow_next_record(ow_sink *k)
     return ow_scratch + (k->n++) * (OW_BODY_BYTES / 8);
 }
 
+/* Why a sink refused a record: {error, bounds} past the capacity, else {error, enomem}. */
+static ERL_NIF_TERM ow_sink_error(ErlNifEnv *env, const ow_sink *k)
+{
+    return k->over ? ow_error(env, atom_bounds) : ow_error(env, ow_errno_term(env, ENOMEM));
+}
+
 /* Writes the body records of a term with ow_next_record: 1, or 0 when a body is not what it must
  * be (badarg) or the sink refused a record (k->over, k->nomem). */
 typedef int (*ow_decode_fn)(ErlNifEnv *env, ERL_NIF_TERM term, const void *ctx, ow_sink *k);
@@ -820,15 +826,13 @@ static ERL_NIF_TERM ow_publish_records(ErlNifEnv *env, const ow_request *r, ow_d
     }
     start = enif_monotonic_time(ERL_NIF_USEC);
     if (!decode(env, term, ctx, &k)) {
-        return k.over    ? ow_error(env, atom_bounds)
-               : k.nomem ? ow_error(env, ow_errno_term(env, ENOMEM))
-                         : enif_make_badarg(env);
+        return k.over || k.nomem ? ow_sink_error(env, &k) : enif_make_badarg(env);
     }
     n = k.n;
     for (uint64_t i = 0; i < q; i++) {
         int64_t *record = ow_next_record(&k);
         if (record == NULL) {
-            return k.over ? ow_error(env, atom_bounds) : ow_error(env, ow_errno_term(env, ENOMEM));
+            return ow_sink_error(env, &k);
         }
         memcpy(record, queries->data + i * OW_BODY_BYTES, OW_BODY_BYTES);
     }
@@ -1005,6 +1009,32 @@ static inline int ow_walk_next(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
     return 1;
 }
 
+/* The largest tuple position a spec names, plus one (and the largest entity consume_moved
+ * copies: a tuple's arity). */
+#define OW_MAX_ARITY 256
+
+/* v limited to [-limit, limit]. */
+static inline ErlNifSInt64 ow_clamp(ErlNifSInt64 v, ErlNifSInt64 limit)
+{
+    return v > limit ? limit : v < -limit ? -limit : v;
+}
+
+/* Tuple positions (0-based) from the first k elements of a spec tuple's `fields` into at[]:
+ * each an integer in 0..OW_MAX_ARITY - 1. *need: the arity a tuple needs for all of them.
+ * Returns 1, or 0 (badarg). */
+static int ow_get_positions(ErlNifEnv *env, const ERL_NIF_TERM *fields, int k, ErlNifSInt64 *at,
+                            int *need)
+{
+    *need = 0;
+    for (int f = 0; f < k; f++) {
+        if (!enif_get_int64(env, fields[f], &at[f]) || at[f] < 0 || at[f] >= OW_MAX_ARITY) {
+            return 0;
+        }
+        *need = at[f] + 1 > *need ? (int)at[f] + 1 : *need;
+    }
+    return 1;
+}
+
 /* publish_entities' cells: a proper list of {Key, Entities}, Entities a proper list of entities.
  * One walk: each entity's record written as it is read. */
 static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ctx, ow_sink *k)
@@ -1031,8 +1061,8 @@ static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ct
         record[0] = (int64_t)htole64((uint64_t)id);
         record[1] = (int64_t)htole64((uint64_t)x);
         record[2] = (int64_t)htole64((uint64_t)y);
-        record[3] = (int64_t)htole64((uint64_t)(vx > limit ? limit : vx < -limit ? -limit : vx));
-        record[4] = (int64_t)htole64((uint64_t)(vy > limit ? limit : vy < -limit ? -limit : vy));
+        record[3] = (int64_t)htole64((uint64_t)ow_clamp(vx, limit));
+        record[4] = (int64_t)htole64((uint64_t)ow_clamp(vy, limit));
         record[5] = (int64_t)htole64((uint64_t)spec->v[5]);
         record[6] = (int64_t)htole64((uint64_t)spec->v[6]);
         record[7] = 0;
@@ -1059,15 +1089,13 @@ static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF
         arity != 8 || !enif_is_list(env, argv[5]) || !ow_queries_arg(env, argc, 7, argv, &queries)) {
         return enif_make_badarg(env);
     }
-    spec.need = 0;
-    for (f = 0; f < 8; f++) {
-        if (!enif_get_int64(env, fields[f], &spec.v[f]) || spec.v[f] < 0 ||
-            (f < 5 && spec.v[f] > 255)) {
+    /* The five positions, then the radius, mass and velocity limit (at least 0). */
+    if (!ow_get_positions(env, fields, 5, spec.v, &spec.need)) {
+        return enif_make_badarg(env);
+    }
+    for (f = 5; f < 8; f++) {
+        if (!enif_get_int64(env, fields[f], &spec.v[f]) || spec.v[f] < 0) {
             return enif_make_badarg(env);
-        }
-        /* An entity needs every field the spec names. */
-        if (f < 5 && spec.v[f] + 1 > spec.need) {
-            spec.need = (int)spec.v[f] + 1;
         }
     }
     return ow_publish_records(env, &r, ow_decode_entities, argv[5], &spec, &queries);
@@ -1304,16 +1332,13 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
     return answer;
 }
 
-/* The largest entity consume_moved copies (a tuple's arity). */
-#define OW_MAX_ARITY 256
-
 /* consume_moved's walk of Cells: every entity moved to its result into terms[0..n) (a new tuple
  * with its position elements replaced), or left as it is when its result is its position.
  * Returns 1, or 0 with the term to answer in *answer: badarg (cells that are not a proper list of
  * {Key, [Entity]} pairs, an entity not a tuple of an arity from `need` to OW_MAX_ARITY, its id
  * not an integer), {error, ids} (an entity's id is not its result's, or there are more or fewer
  * entities than results). */
-static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const int at[3], int need,
+static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const ErlNifSInt64 at[3], int need,
                             const unsigned char *buffer, uint64_t n, ERL_NIF_TERM *terms,
                             ERL_NIF_TERM *answer)
 {
@@ -1368,22 +1393,16 @@ static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const int at[3],
 static ERL_NIF_TERM nif_consume_moved(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[])
 {
     const ERL_NIF_TERM *fields;
-    int arity, at[3], need = 0, moved;
+    int arity, need, moved;
+    ErlNifSInt64 at[3];
     unsigned char *buffer;
     uint64_t n, paths_len;
     ErlNifTime start;
     ERL_NIF_TERM reason, *terms;
 
-    if (!enif_get_tuple(env, argv[7], &arity, &fields) || arity != 3) {
+    if (!enif_get_tuple(env, argv[7], &arity, &fields) || arity != 3 ||
+        !ow_get_positions(env, fields, 3, at, &need)) {
         return enif_make_badarg(env);
-    }
-    for (int f = 0; f < 3; f++) {
-        ErlNifSInt64 i;
-        if (!enif_get_int64(env, fields[f], &i) || i < 0 || i >= OW_MAX_ARITY) {
-            return enif_make_badarg(env);
-        }
-        at[f] = (int)i;
-        need = at[f] + 1 > need ? at[f] + 1 : need;
     }
     if (!ow_results(env, argv, NULL, argc == 9 ? &argv[8] : NULL, &buffer, &n, &paths_len, &start,
                     &reason)) {

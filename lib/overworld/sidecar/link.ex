@@ -78,23 +78,25 @@ defmodule Overworld.Sidecar.Link do
   # `body/1`), from the bodies otherwise. Over the socket, or when they do not fit the region,
   # the records go in the frame.
   defp send_request(%{shm: {shm, {region, len, _, _}}, seq: seq} = link, p, tick, pairs, computed) do
-    q = length(computed)
+    {queries, q} = {Paths.queries(computed), length(computed)}
 
-    case publish(shm, region, len, seq, tick, pairs, p, Paths.queries(computed)) do
+    case publish(shm, region, len, seq, tick, pairs, p, queries) do
       {:ok, n, written} ->
         frame = <<"OWSQ", tick::little-64, n::little-64, q::little-64, seq + 2::little-64>>
         sent(%{link | seq: seq + 2, pending: {tick, n, written, computed}}, frame)
 
       {:frame, bodies} ->
-        send_frame(link, tick, bodies, computed)
+        send_frame(link, tick, bodies, computed, queries, q)
 
       {:error, reason} ->
         {:error, {:shm, reason}}
     end
   end
 
-  defp send_request(link, p, tick, pairs, computed),
-    do: send_frame(link, tick, Physics.bodies(pairs, p), computed)
+  defp send_request(link, p, tick, pairs, computed) do
+    bodies = Physics.bodies(pairs, p)
+    send_frame(link, tick, bodies, computed, Paths.queries(computed), length(computed))
+  end
 
   # Our records and `queries` in our request region: `{:ok, n, :entities | nil}` (written from
   # the entities or from a list of bodies), `{:frame, bodies}` when they do not fit.
@@ -116,9 +118,10 @@ defmodule Overworld.Sidecar.Link do
     end
   end
 
-  defp send_frame(link, tick, bodies, computed) do
+  # `queries`: the records of the path requests `computed` (`q` of them).
+  defp send_frame(link, tick, bodies, computed, queries, q) do
     n = length(bodies)
-    frame = Physics.request(tick, bodies, n, Paths.queries(computed), length(computed))
+    frame = Physics.request(tick, bodies, n, queries, q)
     sent(%{link | pending: {tick, n, bodies, computed}}, frame)
   end
 
@@ -129,11 +132,11 @@ defmodule Overworld.Sidecar.Link do
     end
   end
 
-  # An entity's id and position (0-based tuple positions: Overworld.Sidecar.Shm.consume_moved/8).
+  # An entity's id and position (0-based tuple positions: Overworld.Sidecar.Shm.consume_moved/9).
   @position {entity(:id), entity(:x), entity(:y)}
 
   # The entity's fields (0-based tuple positions) and the zone's body
-  # (Overworld.Sidecar.Shm.publish_entities/7).
+  # (Overworld.Sidecar.Shm.publish_entities/8).
   defp spec(p) do
     {entity(:id), entity(:x), entity(:y), entity(:vx), entity(:vy), p.radius, p.mass, p.max_speed}
   end
@@ -196,14 +199,14 @@ defmodule Overworld.Sidecar.Link do
         cells
       )
       when t == tick and is_atom(written) do
-    with {:q, true} <- {:q, q == length(computed)},
-         {:ok, results, paths} <-
-           paths(consume(shm, region, len, seq, tick, n, q, written, request, cells), computed) do
+    with true <- q == length(computed) || :error,
+         {:ok, results, bin} <-
+           consume(shm, region, len, seq, tick, n, q, written, request, cells),
+         {:ok, paths} <- Paths.decode(bin, {computed, %{}}) do
       {:ok, results, paths}
     else
-      {:q, false} -> {:error, :wrong_paths}
+      :error -> {:error, :wrong_paths}
       {:error, :ids} -> {:error, :wrong_ids}
-      {:error, :paths} -> {:error, :wrong_paths}
       {:error, reason} -> {:error, {:shm, reason}}
     end
   end
@@ -228,23 +231,12 @@ defmodule Overworld.Sidecar.Link do
   defp consume(shm, region, len, seq, tick, n, q, nil, request, _cells),
     do: Shm.consume_results(shm, region, len, seq, tick, n, request, q)
 
-  # An answer read from our answer region, its path answers decoded.
-  defp paths({:ok, results, bin}, computed) do
-    case Paths.decode(bin, {computed, %{}}) do
-      {:ok, paths} -> {:ok, results, paths}
-      :error -> {:error, :paths}
-    end
-  end
-
-  defp paths({:error, _} = error, _computed), do: error
-
   defp same_ids?(_link, results, bodies) when is_list(bodies),
     do: Physics.same_ids?(results, bodies)
 
   # An answer in its frame to a request whose records were in our region (an answer larger
   # than the answer region): the ids of the records we wrote there.
-  defp same_ids?(%{shm: {shm, {request, _, _, _}}}, results, written)
-       when written in [nil, :entities] do
+  defp same_ids?(%{shm: {shm, {request, _, _, _}}}, results, _written) do
     case Shm.read(shm, request + 64, 64 * length(results)) do
       {:ok, records} ->
         ids = for <<id::little-64, _::binary-size(56) <- records>>, do: id

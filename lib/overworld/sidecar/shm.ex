@@ -56,6 +56,9 @@ defmodule Overworld.Sidecar.Shm do
           {0..255, 0..255, 0..255, 0..255, 0..255, non_neg_integer(), non_neg_integer(),
            non_neg_integer()}
 
+  @typedoc "The 0-based positions of an entity's id, x and y in its tuple (`consume_moved/8`)."
+  @type positions :: {0..255, 0..255, 0..255}
+
   @typedoc "Why reading an answer region failed (`consume_results/6` and the others)."
   @type answer_error ::
           error()
@@ -288,7 +291,7 @@ defmodule Overworld.Sidecar.Shm do
           integer(),
           non_neg_integer(),
           cells(),
-          {0..255, 0..255, 0..255}
+          positions()
         ) ::
           {:ok, [tuple()]} | {:error, answer_error()}
   def consume_moved(_shm, _region, _region_len, _expected_seq, _tick, _n, _cells, _spec),
@@ -306,7 +309,7 @@ defmodule Overworld.Sidecar.Shm do
           integer(),
           non_neg_integer(),
           cells(),
-          {0..255, 0..255, 0..255},
+          positions(),
           non_neg_integer()
         ) ::
           {:ok, [tuple()], binary()} | {:error, answer_error()}

@@ -4,6 +4,7 @@ defmodule Mix.Tasks.Compile.OverworldSidecarTest do
   # Overworld.Sidecar.executable/0 finds it.
   use ExUnit.Case, async: false
 
+  alias Mix.Tasks.Compile.OverworldNative, as: Native
   alias Mix.Tasks.Compile.OverworldSidecar, as: Compiler
 
   @moduletag timeout: 300_000
@@ -26,13 +27,13 @@ defmodule Mix.Tasks.Compile.OverworldSidecarTest do
     File.mkdir_p!(dir)
     on_exit(fn -> File.rm_rf!(dir) end)
     [target, a, b] = for f <- ~w(target a.rs b.rs), do: Path.join(dir, f)
-    refute Mix.Tasks.Compile.OverworldNative.up_to_date?(target, [a])
+    refute Native.up_to_date?(target, [a])
     for {f, t} <- [{a, 1_000}, {b, 2_000}, {target, 1_500}], do: File.touch!(f, t)
-    assert Mix.Tasks.Compile.OverworldNative.up_to_date?(target, [a])
-    refute Mix.Tasks.Compile.OverworldNative.up_to_date?(target, [a, b])
+    assert Native.up_to_date?(target, [a])
+    refute Native.up_to_date?(target, [a, b])
     File.touch!(target, 2_000)
 
-    assert Mix.Tasks.Compile.OverworldNative.up_to_date?(target, [
+    assert Native.up_to_date?(target, [
              a,
              b,
              Path.join(dir, "missing.rs")
