@@ -421,10 +421,21 @@ defmodule Goblins do
     end
   end
 
-  defp heading(0, 0, _vx0, _vy0, heading), do: heading
-  defp heading(vx, vy, vx, vy, heading), do: heading
+  @doc """
+  The heading (0..65535, a turn) of a goblin moving at `(vx, vy)`, whose velocity was
+  `(vx0, vy0)` and heading `heading`: kept when it stands still or its velocity did not
+  change, else the direction of its velocity.
 
-  defp heading(vx, vy, _vx0, _vy0, _heading),
+      iex> Goblins.heading(0, 5, 1, 1, 7)
+      16384
+      iex> Goblins.heading(0, 0, 1, 1, 7)
+      7
+  """
+  @spec heading(integer, integer, integer | nil, integer | nil, 0..65535) :: 0..65535
+  def heading(0, 0, _vx0, _vy0, heading), do: heading
+  def heading(vx, vy, vx, vy, heading), do: heading
+
+  def heading(vx, vy, _vx0, _vy0, _heading),
     do: Integer.mod(trunc(:math.atan2(vy, vx) * @half_turn / :math.pi()), 65536)
 
   defp clamp(v, _side) when v < 0, do: 0

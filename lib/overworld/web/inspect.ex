@@ -66,25 +66,21 @@ defmodule Overworld.Web.Inspect do
   """
   @spec obstacles(zone) :: Web.response()
   def obstacles(zone) do
-    case Overworld.Zone.config(zone) do
-      nil ->
-        Web.error(404, "not_found", "the zone is not running")
+    with {:ok, c} <- config(zone) do
+      {boxes, circles} =
+        case c.physics do
+          nil -> {[], []}
+          p -> {Tuple.to_list(p.world.boxes), Tuple.to_list(p.world.circles)}
+        end
 
-      c ->
-        {boxes, circles} =
-          case c.physics do
-            nil -> {[], []}
-            p -> {Tuple.to_list(p.world.boxes), Tuple.to_list(p.world.circles)}
-          end
+      in_metres = &(&1 |> Tuple.to_list() |> Enum.map(fn u -> metres(u) end))
 
-        m = &(&1 / Overworld.Entity.unit())
-
-        Web.json(200, %{
-          width: m.(c.width),
-          height: m.(c.height),
-          boxes: for(b <- boxes, do: b |> Tuple.to_list() |> Enum.map(m)),
-          circles: for(o <- circles, do: o |> Tuple.to_list() |> Enum.map(m))
-        })
+      Web.json(200, %{
+        width: metres(c.width),
+        height: metres(c.height),
+        boxes: Enum.map(boxes, in_metres),
+        circles: Enum.map(circles, in_metres)
+      })
     end
   end
 

@@ -252,15 +252,25 @@ defmodule Overworld.Zone.Bucket do
       when n > st.tick or not st.loaded do
     st = if st.collect_due, do: collect_garbage(st), else: st
     # (Before a world's adoptions change our cells: the physics is the last tick's state's.)
+    back = Overworld.Zone.Bucket.World.back(st, world)
+
     {phys, paths, t_phys, st} =
-      Overworld.Zone.Bucket.Physics.physics_in(st, n, simulate?, world, sidecar)
+      Overworld.Zone.Bucket.Physics.physics_in(st, n, simulate?, back, sidecar)
 
-    ctx = if map_size(paths) == 0, do: ctx, else: %{ctx | paths: paths}
-
-    {st, world} = Overworld.Zone.Bucket.World.world_in(st, world)
+    {st, world} = Overworld.Zone.Bucket.World.world_in(st, world, back)
 
     {:noreply,
-     run_tick(st, n, simulate?, ctx, spawns, despawns, world, sent_at, {phys, t_phys, sidecar})}
+     run_tick(
+       st,
+       n,
+       simulate?,
+       %{ctx | paths: paths},
+       spawns,
+       despawns,
+       world,
+       sent_at,
+       {phys, t_phys, sidecar}
+     )}
   end
 
   # Every worker of the zone is done with the tick: collect garbage (see collect_garbage/1).

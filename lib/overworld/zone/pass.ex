@@ -254,7 +254,7 @@ defmodule Overworld.Zone.Pass do
         e_in = with_input(e, inputs)
         {moved, phys} = stepped(e, phys)
         # (The input on the moved entity too: one the sidecar moved is the entity without it.)
-        stepped = if moved === e, do: e_in, else: with_input(moved, inputs)
+        stepped = with_input(moved, inputs)
         {stays, acc} = one(e_in, stepped, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env)
         walk(rest, k, x0, x1, y0, y1, view, mod, ctx, stays, acc, env, plain?, phys)
     end

@@ -250,10 +250,9 @@ defmodule Overworld.Zone.Physics do
   def without({results, paths}, ids),
     do: {Enum.reject(results, &is_map_key(ids, result_id(&1))), Map.drop(paths, Map.keys(ids))}
 
-  @doc false
   @spec result_id(result) :: pos_integer
-  def result_id({id, _x, _y}), do: id
-  def result_id(entity), do: entity(entity, :id)
+  defp result_id({id, _x, _y}), do: id
+  defp result_id(entity), do: entity(entity, :id)
 
   ## The sidecar's frames (docs/sidecar.md, "The zone's protocol")
 

@@ -231,8 +231,7 @@ defmodule Goblins.Rooms do
     end
   end
 
-  defp heading(entity(vx: 0, vy: 0) = e), do: e
-
-  defp heading(entity(vx: vx, vy: vy) = e),
-    do: entity(e, heading: Integer.mod(trunc(:math.atan2(vy, vx) * 32_768 / :math.pi()), 65_536))
+  # (No old velocity: the heading follows the velocity unless the goblin stands still.)
+  defp heading(entity(vx: vx, vy: vy, heading: h) = e),
+    do: entity(e, heading: Goblins.heading(vx, vy, nil, nil, h))
 end

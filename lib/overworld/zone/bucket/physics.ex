@@ -14,19 +14,20 @@ defmodule Overworld.Zone.Bucket.Physics do
   @doc false
   # The results of this tick's step for our bodies, in the order of our cells, and the
   # answers to our entities' path requests (Overworld.Zone.Paths), without those of the
-  # entities a world's tick takes out of our cells as it starts (`world`); the time it took
+  # entities a world's tick takes out of our cells as it starts (`back`: Bucket.World.back/2);
+  # the time it took
   # (native units). A load step has none (and forgets what was sent). Without the pipeline
   # (`sidecar: [pipeline: false]`), our bodies go to the sidecar of generation `sidecar` now,
   # and we wait for them.
-  @spec physics_in(map, non_neg_integer, boolean, nil | tuple, non_neg_integer) ::
+  @spec physics_in(map, non_neg_integer, boolean, map, non_neg_integer) ::
           {[Physics.result()], %{optional(pos_integer) => Paths.answer()}, integer, map}
-  def physics_in(%{config: %Config{physics: nil}} = st, _n, _simulate?, _world, _sidecar),
+  def physics_in(%{config: %Config{physics: nil}} = st, _n, _simulate?, _back, _sidecar),
     do: {[], %{}, 0, st}
 
-  def physics_in(st, _n, false, _world, _sidecar),
+  def physics_in(st, _n, false, _back, _sidecar),
     do: {[], %{}, 0, %{st | link: Link.drop(st.link), plan: nil}}
 
-  def physics_in(%{config: %Config{physics: p}} = st, n, true, world, sidecar) do
+  def physics_in(%{config: %Config{physics: p}} = st, n, true, back, sidecar) do
     t = System.monotonic_time()
 
     st =
@@ -49,12 +50,13 @@ defmodule Overworld.Zone.Bucket.Physics do
           {fallback(st, p), Paths.answers(plan, p.paths), %{st | link: link}}
       end
 
-    {results, paths} = Physics.without({results, paths}, Bucket.World.back(st, world))
+    {results, paths} = Physics.without({results, paths}, back)
     {results, paths, System.monotonic_time() - t, %{st | plan: nil}}
   end
 
   # The plan of our path requests for tick `n` (from our cells as the last tick left them).
   defp plan(%{plan: {n, plan}}, _paths, n), do: plan
+  defp plan(_st, nil, _n), do: {[], %{}}
   defp plan(st, paths, n), do: Paths.stripe(Bucket.own_pairs(st), paths, n)
 
   # Our stripe's share of the step, from our cells and the halo around them (all the bodies

@@ -33,19 +33,23 @@ defmodule Overworld.Zone.Bucket.World do
   # halo of our last tick has not got them), and their old zone's copies leave the shadows:
   # with the realtime clock those may be of another tick than the transfer (a tick older,
   # reckoned; or newer, without it).
+  # `back`: back/2 of `world`, computed by the caller (the physics needs it first).
   @doc false
   @spec world_in(map, tuple | nil) :: {map, tuple | nil}
-  def world_in(%{place: nil} = st, _world), do: {st, nil}
-  def world_in(st, nil), do: world_in(st, {[], [], {%{}, %{}}})
+  def world_in(st, world), do: world_in(st, world, back(st, world))
 
-  def world_in(st, {shadows, adopt, {adopted, handed} = marks} = world) do
+  @doc false
+  @spec world_in(map, tuple | nil, map) :: {map, tuple | nil}
+  def world_in(%{place: nil} = st, _world, _back), do: {st, nil}
+  def world_in(st, nil, back), do: world_in(st, {[], [], {%{}, %{}}}, back)
+
+  def world_in(st, {shadows, adopt, {adopted, handed} = marks}, back) do
     grid = st.config.grid
     # An entity handed to us is in its old zone's shadows too: ours now, whoever adopts it.
     shadows = if map_size(adopted) == 0, do: shadows, else: Sweep.without(shadows, adopted)
 
     # (An entity handed away at the end of our last tick that comes straight back: its old
     # copy goes first, from our cells, and one another worker handed from our halo.)
-    back = back(st, world)
     old = Map.merge(back, Map.take(handed, Map.keys(adopted)))
 
     {own, view} =
