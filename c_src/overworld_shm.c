@@ -109,6 +109,121 @@ static int ow_check_small(ErlNifEnv *env)
            (enif_make_atom(env, "ok") & 0xF) != OW_SMALL_TAG;
 }
 
+/* Lists and tuples without a call, in the same way. A list cell is a pointer to its two words
+ * (head, tail) tagged 0x1; a tuple is a pointer tagged 0x2 to its header word (the arity shifted
+ * left by 6, the low six bits 0) followed by its elements (erl_term.h: list_val, boxed_val,
+ * make_arityval). Used only after ow_check_terms found enif_get_list_cell and enif_get_tuple
+ * answering exactly that for lists and tuples built at load time, and saying no where these say
+ * no (the empty list and tuple, a map, a binary, an atom, a small integer). */
+#define OW_LIST_TAG ((ERL_NIF_TERM)0x1)
+#define OW_BOXED_TAG ((ERL_NIF_TERM)0x2)
+static int ow_terms_ok;      /* set once at load, before any call */
+static ERL_NIF_TERM ow_nil; /* the empty list, when ow_terms_ok */
+
+static inline int ow_get_list_cell(ErlNifEnv *env, ERL_NIF_TERM term, ERL_NIF_TERM *head,
+                                   ERL_NIF_TERM *tail)
+{
+    if (ow_terms_ok) {
+        const ERL_NIF_TERM *cell;
+        if ((term & 0x3) != OW_LIST_TAG) {
+            return 0;
+        }
+        cell = (const ERL_NIF_TERM *)(uintptr_t)(term - OW_LIST_TAG);
+        *head = cell[0];
+        *tail = cell[1];
+        return 1;
+    }
+    return enif_get_list_cell(env, term, head, tail);
+}
+
+static inline int ow_is_nil(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    return ow_terms_ok ? term == ow_nil : enif_is_empty_list(env, term);
+}
+
+static inline int ow_get_tuple(ErlNifEnv *env, ERL_NIF_TERM term, int *arity,
+                               const ERL_NIF_TERM **fields)
+{
+    if (ow_terms_ok) {
+        const ERL_NIF_TERM *box;
+        if ((term & 0x3) != OW_BOXED_TAG) {
+            return 0;
+        }
+        box = (const ERL_NIF_TERM *)(uintptr_t)(term - OW_BOXED_TAG);
+        if ((box[0] & 0x3F) != 0) {
+            return 0;
+        }
+        *arity = (int)(box[0] >> 6);
+        *fields = box + 1;
+        return 1;
+    }
+    return enif_get_tuple(env, term, arity, fields);
+}
+
+/* Whether ow_get_list_cell, ow_is_nil and ow_get_tuple may read terms themselves (above). */
+static int ow_check_terms(ErlNifEnv *env)
+{
+    ERL_NIF_TERM elements[3], list, head, tail, map, tuples[3], others[5];
+    const ERL_NIF_TERM *fields;
+    int arity;
+    unsigned char *data;
+
+    ow_nil = enif_make_list(env, 0);
+    elements[0] = enif_make_int(env, 7);
+    elements[1] = enif_make_atom(env, "ok");
+    elements[2] = enif_make_int64(env, (ErlNifSInt64)1 << 62);
+    list = enif_make_list_from_array(env, elements, 3);
+    /* Each cell of the list: a pointer tagged 0x1 to its head and tail, enif's. */
+    for (int i = 0; i < 3; i++) {
+        const ERL_NIF_TERM *cell = (const ERL_NIF_TERM *)(uintptr_t)(list - OW_LIST_TAG);
+        if ((list & 0x3) != OW_LIST_TAG || !enif_get_list_cell(env, list, &head, &tail) ||
+            head != elements[i] || cell[0] != head || cell[1] != tail) {
+            return 0;
+        }
+        list = tail;
+    }
+    if (list != ow_nil || !enif_is_empty_list(env, list) || (ow_nil & 0x3) == OW_LIST_TAG) {
+        return 0;
+    }
+    /* Tuples of 0, 2 and 3 elements: their header and elements, enif's. */
+    tuples[0] = enif_make_tuple_from_array(env, elements, 0);
+    tuples[1] = enif_make_tuple_from_array(env, elements, 2);
+    tuples[2] = enif_make_tuple_from_array(env, elements, 3);
+    for (int i = 0; i < 3; i++) {
+        const ERL_NIF_TERM *box = (const ERL_NIF_TERM *)(uintptr_t)(tuples[i] - OW_BOXED_TAG);
+        int want = i == 0 ? 0 : i + 1;
+        if ((tuples[i] & 0x3) != OW_BOXED_TAG || (box[0] & 0x3F) != 0 ||
+            (int)(box[0] >> 6) != want || !enif_get_tuple(env, tuples[i], &arity, &fields) ||
+            arity != want || (arity > 0 && fields != box + 1)) {
+            return 0;
+        }
+    }
+    /* What is neither: a map, a binary, a bignum (boxed, another header), an atom, a small
+     * integer. */
+    map = enif_make_new_map(env);
+    if (!enif_make_map_put(env, map, elements[0], elements[1], &others[0])) {
+        return 0;
+    }
+    data = enif_make_new_binary(env, 3, &others[1]);
+    if (data == NULL) {
+        return 0;
+    }
+    memset(data, 0, 3);
+    others[2] = elements[2];
+    others[3] = elements[1];
+    others[4] = elements[0];
+    for (int i = 0; i < 5; i++) {
+        const ERL_NIF_TERM *box = (const ERL_NIF_TERM *)(uintptr_t)(others[i] - OW_BOXED_TAG);
+        int boxed = (others[i] & 0x3) == OW_BOXED_TAG;
+        if (enif_get_tuple(env, others[i], &arity, &fields) || (boxed && (box[0] & 0x3F) == 0) ||
+            (others[i] & 0x3) == OW_LIST_TAG || others[i] == ow_nil) {
+            return 0;
+        }
+    }
+    ow_terms_ok = 1;
+    return 1;
+}
+
 static ErlNifResourceType *ow_shm_type;
 
 static ERL_NIF_TERM atom_ok, atom_error, atom_closed, atom_bounds, atom_resized, atom_fault,
@@ -756,8 +871,8 @@ static uint64_t ow_capacity(const ow_request *r)
 /* A publish's records, decoded before anything is written: in the calling thread's scratch
  * buffer, which grows (doubling) as records come, up to the request's capacity, and is kept for
  * the thread's next publish (a scheduler's buffer is as large as the largest request it wrote). */
-static __thread int64_t *ow_scratch;
-static __thread uint64_t ow_scratch_room; /* in records */
+static __thread int64_t *ow_scratch __attribute__((tls_model("initial-exec")));
+static __thread uint64_t ow_scratch_room __attribute__((tls_model("initial-exec"))); /* records */
 
 typedef struct {
     uint64_t n;        /* records written */
@@ -876,12 +991,12 @@ static int ow_decode_bodies(ErlNifEnv *env, ERL_NIF_TERM list, const void *ctx, 
 {
     ERL_NIF_TERM head;
     (void)ctx;
-    while (enif_get_list_cell(env, list, &head, &list)) {
+    while (ow_get_list_cell(env, list, &head, &list)) {
         const ERL_NIF_TERM *fields;
         ErlNifSInt64 v[OW_BODY_FIELDS];
         int64_t *record;
         int arity, f;
-        if (!enif_get_tuple(env, head, &arity, &fields) || arity != OW_BODY_FIELDS) {
+        if (!ow_get_tuple(env, head, &arity, &fields) || arity != OW_BODY_FIELDS) {
             return 0;
         }
         for (f = 0; f < OW_BODY_FIELDS; f++) {
@@ -894,7 +1009,7 @@ static int ow_decode_bodies(ErlNifEnv *env, ERL_NIF_TERM list, const void *ctx, 
         }
         ow_put_body(record, v);
     }
-    return enif_is_empty_list(env, list);
+    return ow_is_nil(env, list);
 }
 
 /* publish_bodies(Ref, RegionOffset, RegionLen, Seq, Tick, Bodies[, Queries])
@@ -955,17 +1070,17 @@ static inline int ow_walk_step(ErlNifEnv *env, ow_walk *w, ERL_NIF_TERM *entity)
         ERL_NIF_TERM cell;
         const ERL_NIF_TERM *pair;
         int arity;
-        if (enif_get_list_cell(env, w->list, entity, &w->list)) {
+        if (ow_get_list_cell(env, w->list, entity, &w->list)) {
             return 1;
         }
-        if (!enif_is_empty_list(env, w->list)) {
+        if (!ow_is_nil(env, w->list)) {
             return (w->bad = 1, 0);
         }
-        if (!enif_get_list_cell(env, w->cells, &cell, &w->cells)) {
-            w->bad = !enif_is_empty_list(env, w->cells);
+        if (!ow_get_list_cell(env, w->cells, &cell, &w->cells)) {
+            w->bad = !ow_is_nil(env, w->cells);
             return 0;
         }
-        if (!enif_get_tuple(env, cell, &arity, &pair) || arity != 2) {
+        if (!ow_get_tuple(env, cell, &arity, &pair) || arity != 2) {
             return (w->bad = 1, 0);
         }
         w->list = pair[1];
@@ -1050,7 +1165,7 @@ static int ow_decode_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const void *ct
         ErlNifSInt64 id, x, y, vx, vy;
         int64_t *record;
         int arity;
-        if (!enif_get_tuple(env, head, &arity, &fields) || arity < spec->need ||
+        if (!ow_get_tuple(env, head, &arity, &fields) || arity < spec->need ||
             !ow_get_i64(env, fields[spec->v[0]], &id) || !ow_get_i64(env, fields[spec->v[1]], &x) ||
             !ow_get_i64(env, fields[spec->v[2]], &y) ||
             !ow_get_i64(env, fields[spec->v[3]], &vx) ||
@@ -1085,7 +1200,7 @@ static ERL_NIF_TERM nif_publish_entities(ErlNifEnv *env, int argc, const ERL_NIF
     ErlNifBinary queries;
     int arity, f;
 
-    if (!ow_request_args(env, argv, &r) || !enif_get_tuple(env, argv[6], &arity, &fields) ||
+    if (!ow_request_args(env, argv, &r) || !ow_get_tuple(env, argv[6], &arity, &fields) ||
         arity != 8 || !enif_is_list(env, argv[5]) || !ow_queries_arg(env, argc, 7, argv, &queries)) {
         return enif_make_badarg(env);
     }
@@ -1332,6 +1447,29 @@ static ERL_NIF_TERM nif_consume_results(ErlNifEnv *env, int argc, const ERL_NIF_
     return answer;
 }
 
+/* A new tuple: the `arity` elements of `fields` with those at at[1] and at[2] replaced by x and y
+ * (`copy`: room for OW_MAX_ARITY terms). When ow_check_terms vouched for the layout of tuples, it
+ * is made from the elements where they are and the two written into it before anyone else can
+ * see it (it is ours until this NIF returns); otherwise from a copy. */
+static inline ERL_NIF_TERM ow_moved(ErlNifEnv *env, const ERL_NIF_TERM *fields, int arity,
+                                    const ErlNifSInt64 at[3], int64_t x, int64_t y,
+                                    ERL_NIF_TERM *copy)
+{
+    ERL_NIF_TERM xt = ow_make_i64(env, x), yt = ow_make_i64(env, y), tuple;
+    if (ow_terms_ok) {
+        ERL_NIF_TERM *elements;
+        tuple = enif_make_tuple_from_array(env, fields, (unsigned)arity);
+        elements = (ERL_NIF_TERM *)(uintptr_t)(tuple - OW_BOXED_TAG) + 1;
+        elements[at[1]] = xt;
+        elements[at[2]] = yt;
+        return tuple;
+    }
+    memcpy(copy, fields, (size_t)arity * sizeof(ERL_NIF_TERM));
+    copy[at[1]] = xt;
+    copy[at[2]] = yt;
+    return enif_make_tuple_from_array(env, copy, (unsigned)arity);
+}
+
 /* consume_moved's walk of Cells: every entity moved to its result into terms[0..n) (a new tuple
  * with its position elements replaced), or left as it is when its result is its position.
  * Returns 1, or 0 with the term to answer in *answer: badarg (cells that are not a proper list of
@@ -1356,7 +1494,7 @@ static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const ErlNifSInt
         if (i == n) {
             return (*answer = ow_error(env, atom_ids), 0);
         }
-        if (!enif_get_tuple(env, e, &arity, &fields) || arity < need || arity > OW_MAX_ARITY ||
+        if (!ow_get_tuple(env, e, &arity, &fields) || arity < need || arity > OW_MAX_ARITY ||
             !ow_get_i64(env, fields[at[0]], &id)) {
             return (*answer = enif_make_badarg(env), 0);
         }
@@ -1369,10 +1507,7 @@ static int ow_move_entities(ErlNifEnv *env, ERL_NIF_TERM cells, const ErlNifSInt
             terms[i] = e;
             continue;
         }
-        memcpy(copy, fields, (size_t)arity * sizeof(ERL_NIF_TERM));
-        copy[at[1]] = ow_make_i64(env, v[1]);
-        copy[at[2]] = ow_make_i64(env, v[2]);
-        terms[i] = enif_make_tuple_from_array(env, copy, (unsigned)arity);
+        terms[i] = ow_moved(env, fields, arity, at, v[1], v[2], copy);
     }
     if (w.bad) {
         return (*answer = enif_make_badarg(env), 0);
@@ -1400,7 +1535,7 @@ static ERL_NIF_TERM nif_consume_moved(ErlNifEnv *env, int argc, const ERL_NIF_TE
     ErlNifTime start;
     ERL_NIF_TERM reason, *terms;
 
-    if (!enif_get_tuple(env, argv[7], &arity, &fields) || arity != 3 ||
+    if (!ow_get_tuple(env, argv[7], &arity, &fields) || arity != 3 ||
         !ow_get_positions(env, fields, 3, at, &need)) {
         return enif_make_badarg(env);
     }
@@ -1488,6 +1623,7 @@ static int ow_load(ErlNifEnv *env, void **priv_data, ERL_NIF_TERM load_info)
     }
     ow_make_atoms(env);
     ow_small_ok = ow_check_small(env);
+    (void)ow_check_terms(env);
     return 0;
 }
 

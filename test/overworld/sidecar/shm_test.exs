@@ -11,6 +11,11 @@ defmodule Overworld.Sidecar.ShmTest do
 
   alias Overworld.Sidecar.Shm
 
+  # A bignum of eight 64-bit digits, each 0x1F: boxed like a tuple but not one. Read as a tuple,
+  # its header would be an arity of 8 and each digit a small integer (1), so the NIF's own reading
+  # of tuples must tell it from one by its header.
+  @tuple_like Enum.reduce(0..7, 0, fn k, acc -> acc + (0x1F <<< (64 * k)) end)
+
   @size 64 * 1024
 
   setup_all do
@@ -442,7 +447,15 @@ defmodule Overworld.Sidecar.ShmTest do
             [{1, [{:entity, 1, :body, 0}]}],
             [{1, [ent(1, 0.5, 0, 0, 0)]}],
             [{1, [ent(1, 1 <<< 63, 0, 0, 0)]}],
-            [{1, [ent(1, 0, 0, 0, 0) | :improper]}]
+            [{1, [ent(1, 0, 0, 0, 0) | :improper]}],
+            [{1, [%{id: 1, x: 0, y: 0, vx: 0, vy: 0, kind: :body}]}],
+            [{1, ["entity"]}],
+            [{1, [{}]}],
+            [{}],
+            [%{1 => []}],
+            [{1, %{}}],
+            [1 <<< 70],
+            [{1, [@tuple_like]}]
           ] do
         assert_raise ArgumentError, fn ->
           Shm.publish_entities(shm, 0, 1024, 0, 1, bad, @spec_)
@@ -568,12 +581,21 @@ defmodule Overworld.Sidecar.ShmTest do
             {[{1, [List.to_tuple([:e, 5 | List.duplicate(0, 255)])]}], @at},
             {[{1, [{:e, 5, :x, 0, 0}]}], {1, 3}},
             {[{1, [{:e, 5, :x, 0, 0}]}], {1, 3, 256}},
-            {[{1, [{:e, 5, :x, 0, 0}]}], {1, 3, -1}}
+            {[{1, [{:e, 5, :x, 0, 0}]}], {1, 3, -1}},
+            {[{1, [%{0 => :e, 1 => 5, 2 => :x, 3 => 0, 4 => 0}]}], @at},
+            {[{1, [<<5>>]}], @at},
+            {[{1, [{}]}], @at},
+            {[{}], @at},
+            {[{1, 5 <<< 70}], @at},
+            {[{1, [@tuple_like]}], @at}
           ] do
         assert_raise ArgumentError, fn -> moved.(cells, at) end
       end
 
-      assert {:ok, [{:e, 5, :x, 1, 1}]} = moved.([{1, [{:e, 5, :x, 0, 0}]}], @at)
+      # The moved entity is a new term: the one given is as it was.
+      e = {:e, 5, :x, Enum.random([0]), 0}
+      assert {:ok, [{:e, 5, :x, 1, 1}]} = moved.([{1, [e]}], @at)
+      assert e == {:e, 5, :x, 0, 0}
     end
 
     defp cells(a, b, c), do: [{1, [a]}, {2, []}, {3, [b, c]}]
