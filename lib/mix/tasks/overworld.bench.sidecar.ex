@@ -12,7 +12,10 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
      sent), `out` (the answer decoded, checked and merged into the entities as the pass takes
      them), and `wait` (the sidecar's compute and the transfer). Per tick: the slower worker's
      time, the marshalling (the slower worker's `in` plus the slower worker's `out`), and the
-     CPU time of the node and of the sidecar.
+     CPU time of the node and of the sidecar. A number of bodies given more than once is
+     measured that many times, and the runs' shared-memory marshalling summed up (each run's
+     p50, their median, how many above 0.5 ms, each as a fraction of the sockets' and of the
+     Elixir tick in the same run): this machine's speed swings from one minute to the next.
   2. **Kills** (`--kills K`, 0 to skip), once per transport (sockets, shared memory): a zone
      of `--kill-bodies` bodies with `physics: :sidecar` ticking at 30 Hz while its sidecar
      gets SIGKILL K times, 0.3 to 0.9 s apart: the zone's tick p50/p99/max, overruns, entities
@@ -80,6 +83,16 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
     threads = if opts[:threads], do: [threads: opts[:threads]], else: []
     info.("1. The crossover (#{o.ticks} ticks each, two workers)")
     crossover = Overworld.Bench.Sidecar.crossover(sizes, [ticks: o.ticks, print: info] ++ threads)
+    repeated = Overworld.Bench.Sidecar.repeated(crossover)
+
+    for r <- repeated do
+      info.(
+        "#{r.bodies} bodies, #{r.runs} runs: shared-memory marshalling p50s " <>
+          "#{Enum.join(r.marshal_p50s_ms, ", ")} ms, median #{r.median_ms} ms, " <>
+          "#{r.above_bar} above 0.5 ms; of the sockets' in the same run " <>
+          "#{Enum.join(r.of_sockets, ", ")}; of the Elixir tick #{Enum.join(r.of_elixir, ", ")}"
+      )
+    end
 
     killed =
       for transport <- if(kills > 0, do: [:socket, :shm], else: []) do
@@ -134,6 +147,7 @@ defmodule Mix.Tasks.Overworld.Bench.Sidecar do
       opts[:json],
       %{
         crossover: crossover,
+        repeated: repeated,
         kills: killed,
         paths: paths,
         sidecar: exe,

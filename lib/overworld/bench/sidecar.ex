@@ -116,6 +116,47 @@ defmodule Overworld.Bench.Sidecar do
     end
   end
 
+  @doc """
+  For each number of bodies the crossover measured more than once (`--bodies 10000,10000,…`:
+  one machine's speed swings from one minute to the next), its runs' shared-memory marshalling
+  (each run's p50, in the order run), their median, how many were above the 0.5 ms bar, and
+  each run's marshalling as a fraction of the sockets' marshalling and of the Elixir step's
+  tick in the same run.
+
+      iex> run = fn n, shm, socket, elixir ->
+      ...>   %{bodies: n, shm: %{marshal_ms: %{p50: shm}},
+      ...>     socket: %{marshal_ms: %{p50: socket}}, elixir: %{tick_ms: %{p50: elixir}}}
+      ...> end
+      iex> runs = [run.(10, 0.4, 1.0, 8.0), run.(20, 0.9, 1.0, 9.0),
+      ...>         run.(10, 0.6, 1.2, 10.0), run.(10, 0.3, 1.0, 6.0)]
+      iex> [r] = Overworld.Bench.Sidecar.repeated(runs)
+      iex> {r.bodies, r.runs, r.marshal_p50s_ms, r.median_ms, r.above_bar}
+      {10, 3, [0.4, 0.6, 0.3], 0.4, 1}
+      iex> {r.of_sockets, r.of_elixir}
+      {[0.4, 0.5, 0.3], [0.05, 0.06, 0.05]}
+  """
+  @spec repeated([map]) :: [map]
+  def repeated(crossover) do
+    crossover
+    |> Enum.group_by(& &1.bodies)
+    |> Enum.filter(fn {_n, runs} -> length(runs) > 1 end)
+    |> Enum.sort()
+    |> Enum.map(fn {n, runs} ->
+      p50s = Enum.map(runs, & &1.shm.marshal_ms.p50)
+
+      %{
+        bodies: n,
+        runs: length(runs),
+        marshal_p50s_ms: p50s,
+        median_ms: Stats.median(p50s),
+        above_bar: Enum.count(p50s, &(&1 > 0.5)),
+        of_sockets:
+          Enum.map(runs, &Float.round(&1.shm.marshal_ms.p50 / &1.socket.marshal_ms.p50, 2)),
+        of_elixir: Enum.map(runs, &Float.round(&1.shm.marshal_ms.p50 / &1.elixir.tick_ms.p50, 2))
+      }
+    end)
+  end
+
   defp line(how, e, s) do
     ratio = if s.tick_ms.p50 > 0, do: Float.round(e.tick_ms.p50 / s.tick_ms.p50, 2)
 

@@ -7,6 +7,8 @@ defmodule Overworld.Bench.SidecarTest do
 
   alias Overworld.Bench.Sidecar
 
+  doctest Overworld.Bench.Sidecar
+
   @moduletag timeout: 120_000
 
   setup_all do
