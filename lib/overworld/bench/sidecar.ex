@@ -128,7 +128,7 @@ defmodule Overworld.Bench.Sidecar do
       ...>     socket: %{marshal_ms: %{p50: socket}}, elixir: %{tick_ms: %{p50: elixir}}}
       ...> end
       iex> runs = [run.(10, 0.4, 1.0, 8.0), run.(20, 0.9, 1.0, 9.0),
-      ...>         run.(10, 0.6, 1.2, 10.0), run.(10, 0.3, 1.0, 6.0)]
+      ...>         run.(10, 0.6, 1.2, 10.0), run.(10, 0.1 + 0.2, 1.0, 6.0)]
       iex> [r] = Overworld.Bench.Sidecar.repeated(runs)
       iex> {r.bodies, r.runs, r.marshal_p50s_ms, r.median_ms, r.above_bar}
       {10, 3, [0.4, 0.6, 0.3], 0.4, 1}
@@ -142,7 +142,7 @@ defmodule Overworld.Bench.Sidecar do
     |> Enum.filter(fn {_n, runs} -> length(runs) > 1 end)
     |> Enum.sort()
     |> Enum.map(fn {n, runs} ->
-      p50s = Enum.map(runs, & &1.shm.marshal_ms.p50)
+      p50s = Enum.map(runs, &Float.round(&1.shm.marshal_ms.p50 / 1, 3))
 
       %{
         bodies: n,
@@ -152,7 +152,7 @@ defmodule Overworld.Bench.Sidecar do
         above_bar: Enum.count(p50s, &(&1 > 0.5)),
         of_sockets:
           Enum.map(runs, &Float.round(&1.shm.marshal_ms.p50 / &1.socket.marshal_ms.p50, 2)),
-        of_elixir: Enum.map(runs, &Float.round(&1.shm.marshal_ms.p50 / &1.elixir.tick_ms.p50, 2))
+        of_elixir: Enum.map(runs, &Float.round(&1.shm.marshal_ms.p50 / &1.elixir.tick_ms.p50, 3))
       }
     end)
   end
