@@ -262,7 +262,7 @@ bench-full: deps owload
 	mix overworld.bench.backend --workload matches --handler echo_lua --players 3000,4000 --json bench/results/backend-matches-lua-embedded-3000-4000.json
 	mix overworld.bench.metrics --json bench/results/metrics-scrape-20-zones.json
 	mix overworld.bench.sidecar --paths 0 --json bench/results/sidecar.json
-	mix overworld.bench.sidecar --bodies 10000 --ticks 600 --kills 0 --paths 0 --json bench/results/sidecar-10k.json
+	mix overworld.bench.sidecar --bodies 10000,10000,10000,10000,10000,10000,10000,10000,10000,10000 --ticks 300 --kills 0 --paths 0 --json bench/results/sidecar-10k-runs.json
 	mix overworld.bench.sidecar --bodies 500 --ticks 200 --kills 0 --paths 16 --json bench/results/sidecar-paths.json
 
 clean:
