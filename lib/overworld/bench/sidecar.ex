@@ -148,7 +148,7 @@ defmodule Overworld.Bench.Sidecar do
         bodies: n,
         runs: length(runs),
         marshal_p50s_ms: p50s,
-        median_ms: Stats.median(p50s),
+        median_ms: Float.round(Stats.median(p50s) / 1, 3),
         above_bar: Enum.count(p50s, &(&1 > 0.5)),
         of_sockets:
           Enum.map(runs, &Float.round(&1.shm.marshal_ms.p50 / &1.socket.marshal_ms.p50, 2)),
