@@ -112,28 +112,47 @@ static int ow_check_small(ErlNifEnv *env)
 /* Lists and tuples without a call, in the same way. A list cell is a pointer to its two words
  * (head, tail) tagged 0x1; a tuple is a pointer tagged 0x2 to its header word (the arity shifted
  * left by 6, the low six bits 0) followed by its elements (erl_term.h: list_val, boxed_val,
- * make_arityval). Used only after ow_check_terms found enif_get_list_cell and enif_get_tuple
- * answering exactly that for lists and tuples built at load time, and saying no where these say
- * no (the empty list and tuple, a map, a binary, an atom, a small integer). */
+ * make_arityval). ow_raw_list_cell and ow_raw_tuple read that layout; ow_get_list_cell and
+ * ow_get_tuple use them only after ow_check_terms found them answering as enif_get_list_cell and
+ * enif_get_tuple do for every kind of term built at load time. */
 #define OW_LIST_TAG ((ERL_NIF_TERM)0x1)
 #define OW_BOXED_TAG ((ERL_NIF_TERM)0x2)
 static int ow_terms_ok;      /* set once at load, before any call */
 static ERL_NIF_TERM ow_nil; /* the empty list, when ow_terms_ok */
 
+/* The words a list cell or a boxed term points to: the term with its tag (low two bits) cleared. */
+static inline ERL_NIF_TERM *ow_words(ERL_NIF_TERM term)
+{
+    return (ERL_NIF_TERM *)(uintptr_t)(term & ~(ERL_NIF_TERM)0x3);
+}
+
+static inline int ow_raw_list_cell(ERL_NIF_TERM term, ERL_NIF_TERM *head, ERL_NIF_TERM *tail)
+{
+    const ERL_NIF_TERM *cell = ow_words(term);
+    if ((term & 0x3) != OW_LIST_TAG) {
+        return 0;
+    }
+    *head = cell[0];
+    *tail = cell[1];
+    return 1;
+}
+
+static inline int ow_raw_tuple(ERL_NIF_TERM term, int *arity, const ERL_NIF_TERM **fields)
+{
+    const ERL_NIF_TERM *box = ow_words(term);
+    if ((term & 0x3) != OW_BOXED_TAG || (box[0] & 0x3F) != 0) {
+        return 0;
+    }
+    *arity = (int)(box[0] >> 6);
+    *fields = box + 1;
+    return 1;
+}
+
 static inline int ow_get_list_cell(ErlNifEnv *env, ERL_NIF_TERM term, ERL_NIF_TERM *head,
                                    ERL_NIF_TERM *tail)
 {
-    if (ow_terms_ok) {
-        const ERL_NIF_TERM *cell;
-        if ((term & 0x3) != OW_LIST_TAG) {
-            return 0;
-        }
-        cell = (const ERL_NIF_TERM *)(uintptr_t)(term - OW_LIST_TAG);
-        *head = cell[0];
-        *tail = cell[1];
-        return 1;
-    }
-    return enif_get_list_cell(env, term, head, tail);
+    return ow_terms_ok ? ow_raw_list_cell(term, head, tail)
+                       : enif_get_list_cell(env, term, head, tail);
 }
 
 static inline int ow_is_nil(ErlNifEnv *env, ERL_NIF_TERM term)
@@ -144,79 +163,62 @@ static inline int ow_is_nil(ErlNifEnv *env, ERL_NIF_TERM term)
 static inline int ow_get_tuple(ErlNifEnv *env, ERL_NIF_TERM term, int *arity,
                                const ERL_NIF_TERM **fields)
 {
-    if (ow_terms_ok) {
-        const ERL_NIF_TERM *box;
-        if ((term & 0x3) != OW_BOXED_TAG) {
-            return 0;
-        }
-        box = (const ERL_NIF_TERM *)(uintptr_t)(term - OW_BOXED_TAG);
-        if ((box[0] & 0x3F) != 0) {
-            return 0;
-        }
-        *arity = (int)(box[0] >> 6);
-        *fields = box + 1;
-        return 1;
-    }
-    return enif_get_tuple(env, term, arity, fields);
+    return ow_terms_ok ? ow_raw_tuple(term, arity, fields)
+                       : enif_get_tuple(env, term, arity, fields);
 }
 
-/* Whether ow_get_list_cell, ow_is_nil and ow_get_tuple may read terms themselves (above). */
+/* Whether the raw readers answer `term` as the NIF API does: a list cell or not (and the same
+ * head and tail), a tuple or not (and the same arity and elements), the empty list or not. */
+static int ow_reads_alike(ErlNifEnv *env, ERL_NIF_TERM term)
+{
+    ERL_NIF_TERM h1, t1, h2, t2;
+    const ERL_NIF_TERM *f1, *f2;
+    int a1, a2;
+    int cell = ow_raw_list_cell(term, &h1, &t1), enif_cell = enif_get_list_cell(env, term, &h2, &t2);
+    int tuple = ow_raw_tuple(term, &a1, &f1), enif_tuple = enif_get_tuple(env, term, &a2, &f2);
+    return !cell == !enif_cell && (!cell || (h1 == h2 && t1 == t2)) && !tuple == !enif_tuple &&
+           (!tuple || (a1 == a2 && (a1 == 0 || f1 == f2))) &&
+           (term == ow_nil) == !!enif_is_empty_list(env, term);
+}
+
+/* Whether ow_get_list_cell, ow_is_nil and ow_get_tuple may read terms themselves (above): every
+ * cell of a list of three and its end, tuples of 0, 2 and 3 elements, and a map, a binary, a
+ * bignum, an atom and a small integer read alike both ways, and the list's cells hold its
+ * elements. */
 static int ow_check_terms(ErlNifEnv *env)
 {
-    ERL_NIF_TERM elements[3], list, head, tail, map, tuples[3], others[5];
-    const ERL_NIF_TERM *fields;
-    int arity;
+    ERL_NIF_TERM elements[3], terms[12], head, tail;
     unsigned char *data;
+    int k = 0;
 
     ow_nil = enif_make_list(env, 0);
     elements[0] = enif_make_int(env, 7);
     elements[1] = enif_make_atom(env, "ok");
     elements[2] = enif_make_int64(env, (ErlNifSInt64)1 << 62);
-    list = enif_make_list_from_array(env, elements, 3);
-    /* Each cell of the list: a pointer tagged 0x1 to its head and tail, enif's. */
-    for (int i = 0; i < 3; i++) {
-        const ERL_NIF_TERM *cell = (const ERL_NIF_TERM *)(uintptr_t)(list - OW_LIST_TAG);
-        if ((list & 0x3) != OW_LIST_TAG || !enif_get_list_cell(env, list, &head, &tail) ||
-            head != elements[i] || cell[0] != head || cell[1] != tail) {
+    terms[k] = enif_make_list_from_array(env, elements, 3);
+    for (int i = 0; i < 3; i++, k++) {
+        if (!ow_raw_list_cell(terms[k], &head, &tail) || head != elements[i]) {
             return 0;
         }
-        list = tail;
+        terms[k + 1] = tail;
     }
-    if (list != ow_nil || !enif_is_empty_list(env, list) || (ow_nil & 0x3) == OW_LIST_TAG) {
-        return 0;
-    }
-    /* Tuples of 0, 2 and 3 elements: their header and elements, enif's. */
-    tuples[0] = enif_make_tuple_from_array(env, elements, 0);
-    tuples[1] = enif_make_tuple_from_array(env, elements, 2);
-    tuples[2] = enif_make_tuple_from_array(env, elements, 3);
-    for (int i = 0; i < 3; i++) {
-        const ERL_NIF_TERM *box = (const ERL_NIF_TERM *)(uintptr_t)(tuples[i] - OW_BOXED_TAG);
-        int want = i == 0 ? 0 : i + 1;
-        if ((tuples[i] & 0x3) != OW_BOXED_TAG || (box[0] & 0x3F) != 0 ||
-            (int)(box[0] >> 6) != want || !enif_get_tuple(env, tuples[i], &arity, &fields) ||
-            arity != want || (arity > 0 && fields != box + 1)) {
-            return 0;
-        }
-    }
-    /* What is neither: a map, a binary, a bignum (boxed, another header), an atom, a small
-     * integer. */
-    map = enif_make_new_map(env);
-    if (!enif_make_map_put(env, map, elements[0], elements[1], &others[0])) {
-        return 0;
-    }
-    data = enif_make_new_binary(env, 3, &others[1]);
-    if (data == NULL) {
+    k++; /* (the list's end) */
+    terms[k++] = enif_make_tuple_from_array(env, elements, 0);
+    terms[k++] = enif_make_tuple_from_array(env, elements, 2);
+    terms[k++] = enif_make_tuple_from_array(env, elements, 3);
+    if (!enif_make_map_put(env, enif_make_new_map(env), elements[0], elements[1], &terms[k++]) ||
+        (data = enif_make_new_binary(env, 3, &terms[k++])) == NULL) {
         return 0;
     }
     memset(data, 0, 3);
-    others[2] = elements[2];
-    others[3] = elements[1];
-    others[4] = elements[0];
-    for (int i = 0; i < 5; i++) {
-        const ERL_NIF_TERM *box = (const ERL_NIF_TERM *)(uintptr_t)(others[i] - OW_BOXED_TAG);
-        int boxed = (others[i] & 0x3) == OW_BOXED_TAG;
-        if (enif_get_tuple(env, others[i], &arity, &fields) || (boxed && (box[0] & 0x3F) == 0) ||
-            (others[i] & 0x3) == OW_LIST_TAG || others[i] == ow_nil) {
+    terms[k++] = elements[2];
+    terms[k++] = elements[1];
+    terms[k++] = elements[0];
+    if (terms[3] != ow_nil) {
+        return 0;
+    }
+    for (int i = 0; i < k; i++) {
+        if (!ow_reads_alike(env, terms[i])) {
             return 0;
         }
     }
@@ -1039,7 +1041,7 @@ typedef struct {
  * nothing depends on the term being boxed. */
 static inline void ow_prefetch(ERL_NIF_TERM term, size_t bytes)
 {
-    const char *at = (const char *)(uintptr_t)(term & ~(ERL_NIF_TERM)7);
+    const char *at = (const char *)ow_words(term);
     for (size_t b = 0; b < bytes; b += 64) {
         __builtin_prefetch(at + b);
     }
@@ -1459,7 +1461,7 @@ static inline ERL_NIF_TERM ow_moved(ErlNifEnv *env, const ERL_NIF_TERM *fields, 
     if (ow_terms_ok) {
         ERL_NIF_TERM *elements;
         tuple = enif_make_tuple_from_array(env, fields, (unsigned)arity);
-        elements = (ERL_NIF_TERM *)(uintptr_t)(tuple - OW_BOXED_TAG) + 1;
+        elements = ow_words(tuple) + 1;
         elements[at[1]] = xt;
         elements[at[2]] = yt;
         return tuple;
